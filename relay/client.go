@@ -1,0 +1,307 @@
+package relay
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Handler receives the requests of a tunnel on the agent's side. ServeTunnel
+// is called from the connection's read loop in arrival order; it must hand
+// the request off quickly (blocking here is backpressure on the relay) and
+// later call s.Ack once the request is saved and s.Respond for a live one.
+type Handler interface {
+	ServeTunnel(req *Request, s *Stream)
+}
+
+// Stream is the agent's handle on one request.
+type Stream struct {
+	c      *clientConn
+	stream uint64
+	once   sync.Once
+	buf    *bytesBuffer // backs Request.Body
+}
+
+// Ack tells the relay the request is saved. A queued request is removed
+// from the relay's queue only after this.
+func (s *Stream) Ack() {
+	s.c.trySendWait(outFrame{head: appendAck(nil, s.stream)})
+}
+
+// Respond sends the local handler's answer (live requests only). Call it at
+// most once; it releases the request's body buffer, so the request's Body
+// must not be used afterwards.
+func (s *Stream) Respond(r *Response) {
+	r.Stream = s.stream
+	s.c.trySendWait(outFrame{head: appendResponseHead(nil, r), body: r.Body})
+}
+
+// Release returns the request body's buffer once nothing uses it.
+func (s *Stream) Release() {
+	s.once.Do(func() { putBuf(s.buf) })
+}
+
+// ConnState is what the agent shows about its tunnel.
+type ConnState struct {
+	State  string // connected | reconnecting | offline
+	Hello  *Hello // set while connected
+	Notice Notice
+	Err    error // why the last connection ended
+}
+
+// Connection states.
+const (
+	StateConnected    = "connected"
+	StateReconnecting = "reconnecting"
+	StateOffline      = "offline"
+)
+
+// ClientConfig configures an agent's connection to a relay.
+type ClientConfig struct {
+	RelayURL       string // http(s)://host[:port] of the relay
+	Token          string
+	RequireHeaders []string // "Name: value" every sender must present
+	TLSConfig      *tls.Config
+	MaxFrame       int64
+	Keepalive      Keepalive
+	Handler        Handler
+	OnState        func(ConnState) // called from the client's goroutines; must not block
+	Logger         *slog.Logger
+
+	// Reconnect backoff: starts at BackoffMin, doubles, capped at
+	// BackoffMax, each wait drawn between half and all of it (jitter), so
+	// a relay restart is not met by every agent at once.
+	BackoffMin time.Duration // 100 ms
+	BackoffMax time.Duration // 2 s: a returning relay is found within ~2 s
+}
+
+// Errors that end Client.Run: retrying would not help.
+var (
+	ErrUnauthorized = errors.New("the relay refused the token (wrong or revoked)")
+	ErrReplaced     = errors.New("another agent connected with the same token and took over the tunnel")
+	ErrRevoked      = errors.New("the token was revoked on the relay")
+)
+
+// Client is the agent's end of a tunnel: it connects, reconnects with
+// backoff, and hands requests to its Handler.
+type Client struct {
+	cfg    ClientConfig
+	dialer websocket.Dialer
+	wsURL  string
+	log    *slog.Logger
+}
+
+// NewClient validates cfg.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	u, err := url.Parse(cfg.RelayURL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("relay URL %q: want http(s)://host[:port]", cfg.RelayURL)
+	}
+	switch u.Scheme {
+	case "http", "ws":
+		u.Scheme = "ws"
+	case "https", "wss":
+		u.Scheme = "wss"
+	default:
+		return nil, fmt.Errorf("relay URL %q: scheme must be http or https", cfg.RelayURL)
+	}
+	u.Path = strings.TrimRight(u.Path, "/") + ConnectPath
+	if cfg.Handler == nil {
+		return nil, errors.New("relay: ClientConfig.Handler is required")
+	}
+	if cfg.MaxFrame <= 0 {
+		cfg.MaxFrame = DefaultMaxFrame
+	}
+	if cfg.BackoffMin <= 0 {
+		cfg.BackoffMin = 100 * time.Millisecond
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.OnState == nil {
+		cfg.OnState = func(ConnState) {}
+	}
+	for _, h := range cfg.RequireHeaders {
+		if name, _, ok := strings.Cut(h, ":"); !ok || strings.TrimSpace(name) == "" {
+			return nil, fmt.Errorf("--require-header %q: want 'Name: value'", h)
+		}
+	}
+	c := &Client{cfg: cfg, wsURL: u.String(), log: cfg.Logger}
+	c.dialer = websocket.Dialer{
+		Proxy:            http.ProxyFromEnvironment,
+		HandshakeTimeout: 10 * time.Second,
+		Subprotocols:     []string{Subprotocol},
+		TLSClientConfig:  cfg.TLSConfig,
+		ReadBufferSize:   32 << 10,
+		WriteBufferSize:  32 << 10,
+	}
+	return c, nil
+}
+
+// Run keeps the tunnel connected until ctx ends (nil) or the relay says no
+// for good (ErrUnauthorized, ErrReplaced, ErrRevoked).
+func (c *Client) Run(ctx context.Context) error {
+	attempt := 0
+	for {
+		connected, err := c.connectOnce(ctx)
+		if ctx.Err() != nil {
+			c.cfg.OnState(ConnState{State: StateOffline})
+			return nil
+		}
+		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrReplaced) || errors.Is(err, ErrRevoked) {
+			c.cfg.OnState(ConnState{State: StateOffline, Err: err})
+			return err
+		}
+		if connected {
+			attempt = 0
+		}
+		wait := c.backoff(attempt)
+		attempt++
+		c.log.Warn("relay connection lost; reconnecting", "err", err, "in", wait.Round(time.Millisecond))
+		c.cfg.OnState(ConnState{State: StateReconnecting, Err: err})
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			c.cfg.OnState(ConnState{State: StateOffline})
+			return nil
+		}
+	}
+}
+
+func (c *Client) backoff(attempt int) time.Duration {
+	d := c.cfg.BackoffMin << min(attempt, 20)
+	if d > c.cfg.BackoffMax || d <= 0 {
+		d = c.cfg.BackoffMax
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// connectOnce dials, serves the connection until it ends and reports
+// whether the handshake succeeded.
+func (c *Client) connectOnce(ctx context.Context) (bool, error) {
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+c.cfg.Token)
+	for _, v := range c.cfg.RequireHeaders {
+		h.Add(RequireHeaderHeader, v)
+	}
+	ws, resp, err := c.dialer.DialContext(ctx, c.wsURL, h)
+	if err != nil {
+		if resp != nil {
+			defer resp.Body.Close()
+			msg := errorMessage(resp.Body)
+			if resp.StatusCode == http.StatusUnauthorized {
+				return false, fmt.Errorf("%w: %s", ErrUnauthorized, msg)
+			}
+			return false, fmt.Errorf("relay answered %s: %s", resp.Status, msg)
+		}
+		return false, err
+	}
+	cc := &clientConn{wsConn: newWSConn(ws, c.cfg.MaxFrame, c.cfg.Keepalive), client: c}
+	go cc.sendLoop()
+	stop := context.AfterFunc(ctx, func() {
+		cc.writeClose(websocket.CloseGoingAway, "agent stopping")
+		cc.close(context.Canceled)
+	})
+	defer stop()
+	err = cc.readLoop()
+	cc.close(err)
+	return cc.helloSeen, err
+}
+
+// errorMessage pulls the message out of an error envelope, or returns the text.
+func errorMessage(r io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(r, 4096))
+	var env struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(b, &env) == nil && env.Message != "" {
+		return env.Message
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// clientConn is the agent's end of one websocket.
+type clientConn struct {
+	*wsConn
+	client    *Client
+	helloSeen bool // owned by readLoop
+}
+
+// trySendWait queues a frame, waiting for room; dropped if the connection
+// is gone (the relay then treats the request as not acknowledged).
+func (cc *clientConn) trySendWait(f outFrame) {
+	cc.send(f, nil)
+}
+
+func (cc *clientConn) readLoop() error {
+	cfg := &cc.client.cfg
+	var hello Hello
+	for {
+		buf, err := cc.readFrame()
+		if err != nil {
+			return err
+		}
+		b := buf.Bytes()
+		switch b[0] {
+		case frameHello:
+			err := decodeJSON(b, frameHello, &hello)
+			putBuf(buf)
+			if err != nil {
+				return err
+			}
+			cc.helloSeen = true
+			cfg.OnState(ConnState{State: StateConnected, Hello: &hello})
+		case frameRequest:
+			if !cc.helloSeen {
+				putBuf(buf)
+				return fmt.Errorf("%w: request before hello", errMalformed)
+			}
+			req, err := decodeRequest(b)
+			if err != nil {
+				putBuf(buf)
+				return err
+			}
+			cfg.Handler.ServeTunnel(req, &Stream{c: cc, stream: req.Stream, buf: buf})
+		case frameNotice:
+			var n Notice
+			err := decodeJSON(b, frameNotice, &n)
+			putBuf(buf)
+			if err != nil {
+				return err
+			}
+			cfg.OnState(ConnState{State: StateConnected, Hello: &hello, Notice: n})
+		case frameGoAway:
+			g, err := decodeGoAway(b)
+			putBuf(buf)
+			if err != nil {
+				return err
+			}
+			switch g.Reason {
+			case GoAwayReplaced:
+				return fmt.Errorf("%w (%s)", ErrReplaced, g.Message)
+			case GoAwayRevoked:
+				return fmt.Errorf("%w (%s)", ErrRevoked, g.Message)
+			default:
+				return fmt.Errorf("relay going away: %s", g.Message)
+			}
+		default:
+			putBuf(buf)
+			return fmt.Errorf("%w: unexpected frame type 0x%02x from relay", errMalformed, b[0])
+		}
+	}
+}

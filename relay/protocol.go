@@ -1,0 +1,429 @@
+package relay
+
+// The wire protocol between the relay and an agent.
+//
+// Flow:
+//
+//	agent                                   relay
+//	  | -- GET /_calltap/connect (upgrade) --> |  Authorization: Bearer <token>
+//	  |    Sec-WebSocket-Protocol: calltap.v1  |  Calltap-Require-Header: <name: value> (0..n)
+//	  | <---------------- hello -------------- |  tunnel id, public URL, limits
+//	  |                                        |
+//	  | <-------------- request -------------- |  a sender hit /t/<tunnel>/...; or a queued one
+//	  |  (agent saves it in SQLite)            |
+//	  | ---------------- ack ----------------> |  saved: the relay may now forget a queued one
+//	  |  (agent forwards it to the handler)    |
+//	  | --------------- response ------------> |  status, headers, body (live requests only)
+//	  |                                        |
+//	  | <-------------- notice --------------- |  counters the agent's console shows
+//	  | <-------------- goaway --------------- |  why the relay is closing this connection
+//
+// Each frame is exactly one binary websocket message, so a request costs one
+// message each way plus the ack. Keepalive uses websocket ping/pong control
+// frames. Many requests are in flight at once; stream ids tie the frames of
+// one request together and are chosen by the relay, unique per connection.
+//
+// Every frame begins with one type byte. Integers are unsigned varints
+// (encoding/binary's Uvarint) unless stated; a "string" is a varint length
+// followed by that many bytes; "headers" is a varint count followed by that
+// many (name string, value string) pairs in the order they arrived, so
+// repeated headers and their order survive.
+//
+//	hello    = 0x01 json(Hello)
+//	request  = 0x02 stream flags arrivedAt(µs) id:string method:string uri:string headers body...
+//	ack      = 0x03 stream
+//	response = 0x04 stream status result error:string headers body...
+//	notice   = 0x05 json(Notice)
+//	goaway   = 0x06 reason:byte message:string
+//
+// The body is the rest of the frame: it is never length-prefixed, so it is
+// written straight after the header bytes without being copied into a new
+// buffer. The maximum frame size (Limits.MaxFrame) is checked by both ends
+// on read (websocket read limit) and on write (encode refuses).
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// Subprotocol is the websocket subprotocol; its suffix is the protocol
+// version. A relay refuses an agent that does not offer it.
+const Subprotocol = "calltap.v1"
+
+// ConnectPath is where agents open their websocket.
+const ConnectPath = "/_calltap/connect"
+
+// RequireHeaderHeader carries, in the agent's handshake, a header every
+// sender must present (calltap listen --require-header).
+const RequireHeaderHeader = "Calltap-Require-Header"
+
+// Frame types.
+const (
+	frameHello    byte = 0x01
+	frameRequest  byte = 0x02
+	frameAck      byte = 0x03
+	frameResponse byte = 0x04
+	frameNotice   byte = 0x05
+	frameGoAway   byte = 0x06
+)
+
+// DefaultMaxFrame bounds one frame: the default body limit (10 MiB) plus room
+// for headers.
+const DefaultMaxFrame = 10<<20 + 1<<20
+
+// Header is an ordered list of header fields. Unlike a map it keeps repeats
+// and their order, which is what the sender sent.
+type Header []HeaderField
+
+// HeaderField is one header line.
+type HeaderField struct {
+	Name  string
+	Value string
+}
+
+// MarshalJSON renders a Header as [[name, value], ...].
+func (h Header) MarshalJSON() ([]byte, error) {
+	pairs := make([][2]string, len(h))
+	for i, f := range h {
+		pairs[i] = [2]string{f.Name, f.Value}
+	}
+	return json.Marshal(pairs)
+}
+
+// UnmarshalJSON reads [[name, value], ...].
+func (h *Header) UnmarshalJSON(b []byte) error {
+	var pairs [][2]string
+	if err := json.Unmarshal(b, &pairs); err != nil {
+		return err
+	}
+	out := make(Header, len(pairs))
+	for i, p := range pairs {
+		out[i] = HeaderField{p[0], p[1]}
+	}
+	*h = out
+	return nil
+}
+
+// Get returns the first value of name (case-insensitive).
+func (h Header) Get(name string) string {
+	for _, f := range h {
+		if http.CanonicalHeaderKey(f.Name) == http.CanonicalHeaderKey(name) {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+// HeaderFrom flattens an http.Header. Go's server has already merged the
+// wire order into per-name slices; names come out in the order Go keeps
+// (sorted) with each name's values in arrival order.
+func HeaderFrom(hh http.Header, host string) Header {
+	out := make(Header, 0, len(hh)+1)
+	if host != "" {
+		out = append(out, HeaderField{"Host", host})
+	}
+	for _, name := range sortedKeys(hh) {
+		for _, v := range hh[name] {
+			out = append(out, HeaderField{name, v})
+		}
+	}
+	return out
+}
+
+// Apply adds every field to hh, keeping repeats.
+func (h Header) Apply(hh http.Header) {
+	for _, f := range h {
+		hh.Add(f.Name, f.Value)
+	}
+}
+
+// Hello is the relay's first frame on a new agent connection.
+type Hello struct {
+	TunnelID  string `json:"tunnel_id"`
+	Name      string `json:"name"`       // the token's name
+	PublicURL string `json:"public_url"` // where senders reach this tunnel
+	MaxBody   int64  `json:"max_body"`
+	Queued    int    `json:"queued"` // requests waiting in the offline queue
+	Version   string `json:"version"`
+}
+
+// Notice carries counters for the agent's console; sent when they change.
+type Notice struct {
+	Rejected int64 `json:"rejected"` // senders refused by --require-header
+	Queued   int   `json:"queued"`   // requests still in the offline queue
+}
+
+// Request is one request of a sender, as the relay hands it to the agent.
+type Request struct {
+	Stream    uint64
+	Queued    bool   // from the offline queue: the relay answered 202 already
+	ArrivedAt int64  // unix µs when it reached the relay
+	ID        string // the relay's id of the request (stable across redelivery)
+	Method    string
+	URI       string // path after /t/<tunnel> plus "?query"
+	Header    Header
+	Body      []byte
+}
+
+const requestFlagQueued = 1 << 0
+
+// Response is the local handler's answer, or why there is none.
+type Response struct {
+	Stream uint64
+	Status int
+	Result Result
+	Error  string
+	Header Header
+	Body   []byte
+}
+
+// Result says whether the local handler answered.
+type Result byte
+
+const (
+	ResultOK          Result = 0 // Status, Header and Body are the handler's
+	ResultUnreachable Result = 1 // refused, reset, DNS: the relay answers 502
+	ResultTimeout     Result = 2 // slower than the forward timeout: 504
+)
+
+// GoAway reasons.
+type GoAwayReason byte
+
+const (
+	GoAwayShutdown GoAwayReason = 1 // relay shutting down: reconnect
+	GoAwayReplaced GoAwayReason = 2 // a newer agent took the tunnel: exit
+	GoAwayRevoked  GoAwayReason = 3 // the token was revoked: exit
+)
+
+// GoAway tells the agent why its connection is being closed.
+type GoAway struct {
+	Reason  GoAwayReason
+	Message string
+}
+
+var errFrameTooLarge = errors.New("relay: frame exceeds the maximum size")
+
+// errMalformed is returned for any frame that does not parse.
+var errMalformed = errors.New("relay: malformed frame")
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendHeader(b []byte, h Header) []byte {
+	b = binary.AppendUvarint(b, uint64(len(h)))
+	for _, f := range h {
+		b = appendString(b, f.Name)
+		b = appendString(b, f.Value)
+	}
+	return b
+}
+
+// appendRequestHead encodes a request frame up to its body.
+func appendRequestHead(b []byte, r *Request) []byte {
+	b = append(b, frameRequest)
+	b = binary.AppendUvarint(b, r.Stream)
+	var flags uint64
+	if r.Queued {
+		flags |= requestFlagQueued
+	}
+	b = binary.AppendUvarint(b, flags)
+	b = binary.AppendUvarint(b, uint64(r.ArrivedAt))
+	b = appendString(b, r.ID)
+	b = appendString(b, r.Method)
+	b = appendString(b, r.URI)
+	return appendHeader(b, r.Header)
+}
+
+// appendResponseHead encodes a response frame up to its body.
+func appendResponseHead(b []byte, r *Response) []byte {
+	b = append(b, frameResponse)
+	b = binary.AppendUvarint(b, r.Stream)
+	b = binary.AppendUvarint(b, uint64(r.Status))
+	b = append(b, byte(r.Result))
+	b = appendString(b, r.Error)
+	return appendHeader(b, r.Header)
+}
+
+func appendAck(b []byte, stream uint64) []byte {
+	b = append(b, frameAck)
+	return binary.AppendUvarint(b, stream)
+}
+
+func appendGoAway(b []byte, g GoAway) []byte {
+	b = append(b, frameGoAway, byte(g.Reason))
+	return appendString(b, g.Message)
+}
+
+func appendJSON(b []byte, typ byte, v any) []byte {
+	j, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only our own plain structs are marshalled
+	}
+	return append(append(b, typ), j...)
+}
+
+// decoder reads the fields of one frame; the first error sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errMalformed
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil || len(d.b) == 0 {
+		d.err = errMalformed
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) string() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)) {
+		d.err = errMalformed
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *decoder) header() Header {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	// Each field takes at least two bytes, which bounds a hostile count.
+	if n > uint64(len(d.b))/2 {
+		d.err = errMalformed
+		return nil
+	}
+	h := make(Header, 0, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		name := d.string()
+		value := d.string()
+		h = append(h, HeaderField{name, value})
+	}
+	return h
+}
+
+// decodeRequest parses a request frame (type byte included). Body aliases
+// b: the caller must not reuse b while the request is alive.
+func decodeRequest(b []byte) (*Request, error) {
+	d := decoder{b: b}
+	if d.byte() != frameRequest {
+		return nil, errMalformed
+	}
+	r := &Request{}
+	r.Stream = d.uvarint()
+	flags := d.uvarint()
+	r.Queued = flags&requestFlagQueued != 0
+	r.ArrivedAt = int64(d.uvarint())
+	r.ID = d.string()
+	r.Method = d.string()
+	r.URI = d.string()
+	r.Header = d.header()
+	if d.err != nil {
+		return nil, d.err
+	}
+	if r.Method == "" || len(r.URI) == 0 || r.URI[0] != '/' {
+		return nil, errMalformed
+	}
+	r.Body = d.b
+	return r, nil
+}
+
+// decodeResponse parses a response frame. Body aliases b.
+func decodeResponse(b []byte) (*Response, error) {
+	d := decoder{b: b}
+	if d.byte() != frameResponse {
+		return nil, errMalformed
+	}
+	r := &Response{}
+	r.Stream = d.uvarint()
+	status := d.uvarint()
+	r.Result = Result(d.byte())
+	r.Error = d.string()
+	r.Header = d.header()
+	if d.err != nil {
+		return nil, d.err
+	}
+	if r.Result == ResultOK && (status < 100 || status > 999) {
+		return nil, errMalformed
+	}
+	if r.Result > ResultTimeout {
+		return nil, errMalformed
+	}
+	r.Status = int(status)
+	r.Body = d.b
+	return r, nil
+}
+
+func decodeAck(b []byte) (uint64, error) {
+	d := decoder{b: b}
+	if d.byte() != frameAck {
+		return 0, errMalformed
+	}
+	s := d.uvarint()
+	if d.err != nil || len(d.b) != 0 {
+		return 0, errMalformed
+	}
+	return s, nil
+}
+
+func decodeGoAway(b []byte) (GoAway, error) {
+	d := decoder{b: b}
+	if d.byte() != frameGoAway {
+		return GoAway{}, errMalformed
+	}
+	g := GoAway{Reason: GoAwayReason(d.byte()), Message: d.string()}
+	return g, d.err
+}
+
+func decodeJSON(b []byte, typ byte, v any) error {
+	if len(b) == 0 || b[0] != typ {
+		return errMalformed
+	}
+	if err := json.Unmarshal(b[1:], v); err != nil {
+		return fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	return nil
+}
+
+// writeFrame writes head and then body as one websocket message through w.
+func writeFrame(w io.WriteCloser, head, body []byte) error {
+	if _, err := w.Write(head); err != nil {
+		w.Close()
+		return err
+	}
+	if len(body) > 0 {
+		if _, err := w.Write(body); err != nil {
+			w.Close()
+			return err
+		}
+	}
+	return w.Close()
+}

@@ -1,0 +1,932 @@
+// Package relay is both ends of calltap's tunnel: the public server that
+// gives each developer a stable URL (Server), the agent's side of the
+// connection (Client), and the wire protocol between them (protocol.go).
+//
+// A sender's request to /t/<tunnel-id>/<rest> crosses one websocket to the
+// agent holding that tunnel; while no agent holds it the request waits in
+// the relay's SQLite queue and is delivered, in order, when one connects.
+package relay
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/calltap/calltap/inspector/api"
+	"github.com/calltap/calltap/storage"
+	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
+)
+
+// Offline modes: what the relay does with a request for a tunnel whose agent
+// is away.
+const (
+	OfflineQueue  = "queue"  // keep it and answer 202
+	OfflineReject = "reject" // answer 503 with Retry-After: the sender retries
+)
+
+// Config is everything a Server needs. Zero values take the defaults below.
+type Config struct {
+	DB        *storage.DB
+	PublicURL string // base URL senders use, without trailing slash
+	Version   string
+	Logger    *slog.Logger
+
+	ForwardTimeout time.Duration // 30 s: waiting for the local handler → 504
+	MaxBody        int64         // 10 MiB → 413
+	MaxHeaderBytes int           // 64 KiB → 431
+	MaxFrame       int64         // MaxBody + 1 MiB
+	Keepalive      Keepalive
+	AuthTimeout    time.Duration // 10 s: an agent (or anyone) must finish its request head by then
+
+	Offline       string        // OfflineQueue (default) or OfflineReject
+	QueueMaxCount int           // per tunnel, 10,000
+	QueueMaxBytes int64         // per tunnel, 256 MiB
+	QueueMaxAge   time.Duration // 72 h: the service gives up after ~42 min; people come back after a weekend
+
+	RateLimit   float64 // requests per second per tunnel, 50
+	RateBurst   int     // 200
+	MaxInFlight int     // concurrent live requests per tunnel, 256
+}
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.ForwardTimeout <= 0 {
+		c.ForwardTimeout = 30 * time.Second
+	}
+	if c.MaxBody <= 0 {
+		c.MaxBody = 10 << 20
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = 64 << 10
+	}
+	if c.MaxFrame <= 0 {
+		c.MaxFrame = c.MaxBody + 1<<20
+	}
+	c.Keepalive = c.Keepalive.withDefaults()
+	if c.AuthTimeout <= 0 {
+		c.AuthTimeout = 10 * time.Second
+	}
+	if c.Offline == "" {
+		c.Offline = OfflineQueue
+	}
+	if c.QueueMaxCount <= 0 {
+		c.QueueMaxCount = 10000
+	}
+	if c.QueueMaxBytes <= 0 {
+		c.QueueMaxBytes = 256 << 20
+	}
+	if c.QueueMaxAge <= 0 {
+		c.QueueMaxAge = 72 * time.Hour
+	}
+	if c.RateLimit <= 0 {
+		c.RateLimit = 50
+	}
+	if c.RateBurst <= 0 {
+		c.RateBurst = 200
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 256
+	}
+	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
+	return c
+}
+
+// Server is the public relay. It is an http.Handler; Run does its
+// background work (queue expiry, revocation checks).
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	upgrader websocket.Upgrader
+
+	mu      sync.Mutex
+	tunnels map[string]*tunnel // guarded by mu; by tunnel id
+	closing bool               // guarded by mu
+
+	metrics metrics
+}
+
+// tunnel is one developer's stable endpoint.
+type tunnel struct {
+	id   string
+	name string
+
+	mu          sync.Mutex
+	agent       *agentConn // guarded by mu; nil while no agent holds the tunnel
+	queued      int        // guarded by mu; rows in the offline queue, counting inserts under way
+	queuedBytes int64      // guarded by mu
+	require     []HeaderField // guarded by mu; set by the agent holding (or last holding) the tunnel
+	limiter     tokenBucket   // guarded by mu
+
+	inflight chan struct{} // semaphore of live requests
+	rejected atomic.Int64  // senders refused by require
+	kick     chan struct{} // cap 1: wakes the drain loop after an enqueue
+}
+
+// NewServer builds a relay over cfg.DB and loads the queue left by a
+// previous run, so it drains when each agent comes back.
+func NewServer(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("relay: Config.DB is required")
+	}
+	cfg = cfg.withDefaults()
+	if cfg.Offline != OfflineQueue && cfg.Offline != OfflineReject {
+		return nil, fmt.Errorf("relay: offline mode must be %q or %q", OfflineQueue, OfflineReject)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, tunnels: map[string]*tunnel{}}
+	s.upgrader = websocket.Upgrader{
+		Subprotocols:     []string{Subprotocol},
+		HandshakeTimeout: cfg.AuthTimeout,
+		ReadBufferSize:   32 << 10,
+		WriteBufferSize:  32 << 10,
+		// Agents are programs, not pages: a browser Origin has no business here.
+		CheckOrigin: func(r *http.Request) bool { return r.Header.Get("Origin") == "" },
+	}
+	stats, err := cfg.DB.QueueStatsByTunnel(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("relay: read offline queue: %w", err)
+	}
+	for id, st := range stats {
+		t, err := s.lookupTunnel(ctx, id)
+		if err != nil || t == nil {
+			continue
+		}
+		t.mu.Lock()
+		t.queued, t.queuedBytes = st.Count, st.Bytes
+		t.mu.Unlock()
+	}
+	return s, nil
+}
+
+// TunnelURL is where senders reach a tunnel.
+func (s *Server) TunnelURL(tunnelID string) string { return s.cfg.PublicURL + "/t/" + tunnelID }
+
+// HTTPServer wraps the relay in an http.Server with the timeouts a public
+// listener needs (slow clients, slowloris).
+func (s *Server) HTTPServer(addr string) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           s,
+		ReadHeaderTimeout: s.cfg.AuthTimeout,
+		ReadTimeout:       s.cfg.ForwardTimeout + 30*time.Second,
+		WriteTimeout:      s.cfg.ForwardTimeout + 30*time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+}
+
+// Run expires old queued requests and drops agents whose token was revoked,
+// until ctx ends; then it tells every agent the relay is going away.
+func (s *Server) Run(ctx context.Context) error {
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.shutdown()
+			return nil
+		case <-tick.C:
+			s.maintain(ctx)
+		}
+	}
+}
+
+func (s *Server) maintain(ctx context.Context) {
+	if n, err := s.cfg.DB.ExpireQueued(ctx, time.Now().Add(-s.cfg.QueueMaxAge)); err != nil {
+		s.log.Error("expire queue", "err", err)
+	} else if n > 0 {
+		s.log.Warn("dropped expired queued requests", "count", n, "max_age", s.cfg.QueueMaxAge)
+		s.resyncQueueCounts(ctx)
+	}
+	for _, t := range s.snapshotTunnels() {
+		live, err := s.cfg.DB.TunnelLive(ctx, t.id)
+		if err != nil || live {
+			continue
+		}
+		t.mu.Lock()
+		ac := t.agent
+		t.mu.Unlock()
+		if ac != nil {
+			ac.goAway(GoAway{Reason: GoAwayRevoked, Message: "the token of this tunnel was revoked"})
+		}
+		s.mu.Lock()
+		delete(s.tunnels, t.id)
+		s.mu.Unlock()
+	}
+}
+
+func (s *Server) resyncQueueCounts(ctx context.Context) {
+	stats, err := s.cfg.DB.QueueStatsByTunnel(ctx)
+	if err != nil {
+		return
+	}
+	for _, t := range s.snapshotTunnels() {
+		st := stats[t.id]
+		t.mu.Lock()
+		t.queued, t.queuedBytes = st.Count, st.Bytes
+		t.mu.Unlock()
+	}
+}
+
+func (s *Server) snapshotTunnels() []*tunnel {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*tunnel, 0, len(s.tunnels))
+	for _, t := range s.tunnels {
+		out = append(out, t)
+	}
+	return out
+}
+
+func (s *Server) shutdown() {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	for _, t := range s.snapshotTunnels() {
+		t.mu.Lock()
+		ac := t.agent
+		t.mu.Unlock()
+		if ac != nil {
+			ac.goAway(GoAway{Reason: GoAwayShutdown, Message: "relay shutting down"})
+		}
+	}
+}
+
+// lookupTunnel returns the tunnel with id, loading it from the token table
+// the first time; nil when no live token owns id.
+func (s *Server) lookupTunnel(ctx context.Context, id string) (*tunnel, error) {
+	s.mu.Lock()
+	t := s.tunnels[id]
+	s.mu.Unlock()
+	if t != nil {
+		return t, nil
+	}
+	if !validTunnelID(id) {
+		return nil, nil
+	}
+	live, err := s.cfg.DB.TunnelLive(ctx, id)
+	if err != nil || !live {
+		return nil, err
+	}
+	return s.tunnelFor(id, ""), nil
+}
+
+func (s *Server) tunnelFor(id, name string) *tunnel {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tunnels[id]
+	if t == nil {
+		t = &tunnel{
+			id:       id,
+			name:     name,
+			inflight: make(chan struct{}, s.cfg.MaxInFlight),
+			kick:     make(chan struct{}, 1),
+			limiter:  tokenBucket{rate: s.cfg.RateLimit, burst: float64(s.cfg.RateBurst), tokens: float64(s.cfg.RateBurst), last: time.Now()},
+		}
+		s.tunnels[id] = t
+	}
+	if name != "" {
+		t.name = name
+	}
+	return t
+}
+
+func validTunnelID(id string) bool {
+	if len(id) < 16 || len(id) > 64 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+// ServeHTTP routes the relay's public paths.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch p := r.URL.Path; {
+	case strings.HasPrefix(p, "/t/"):
+		s.serveTunnel(w, r)
+	case p == ConnectPath:
+		s.serveConnect(w, r)
+	case p == "/healthz":
+		api.WriteData(w, http.StatusOK, "ok", map[string]any{"version": s.cfg.Version})
+	case p == "/metrics":
+		s.serveMetrics(w)
+	case p == "/":
+		api.WriteData(w, http.StatusOK, "calltap relay", map[string]any{"version": s.cfg.Version})
+	default:
+		api.WriteError(w, api.NotFound("path"))
+	}
+}
+
+// errorStatus writes an error envelope and counts it.
+func (s *Server) fail(w http.ResponseWriter, e *api.Error) {
+	s.metrics.countStatus(e.Status)
+	api.WriteError(w, e)
+}
+
+func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
+	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/t/")
+	id, uri, _ := strings.Cut(rest, "/")
+	uri = "/" + uri
+	if r.URL.RawQuery != "" {
+		uri += "?" + r.URL.RawQuery
+	}
+	t, err := s.lookupTunnel(r.Context(), id)
+	if err != nil {
+		s.log.Error("tunnel lookup", "tunnel", id, "err", err)
+		s.fail(w, api.Errorf(http.StatusInternalServerError, api.CodeInternal, "internal error"))
+		return
+	}
+	if t == nil {
+		s.fail(w, api.NotFound("tunnel"))
+		return
+	}
+	log := s.log.With("tunnel", t.id)
+
+	t.mu.Lock()
+	require := t.require
+	t.mu.Unlock()
+	for _, f := range require {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get(f.Name)), []byte(f.Value)) != 1 {
+			n := t.rejected.Add(1)
+			t.notify(Notice{Rejected: n})
+			log.Info("sender refused: required header missing or wrong", "header", f.Name)
+			s.fail(w, api.Errorf(http.StatusUnauthorized, api.CodeHeaderRejected, "the %s header is missing or wrong", f.Name))
+			return
+		}
+	}
+	if wait, ok := t.allow(time.Now()); !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		s.fail(w, api.Errorf(http.StatusTooManyRequests, api.CodeRateLimited, "too many requests for this tunnel"))
+		return
+	}
+	select {
+	case t.inflight <- struct{}{}:
+		defer func() { <-t.inflight }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "too many requests in flight for this tunnel"))
+		return
+	}
+
+	if r.ContentLength > s.cfg.MaxBody {
+		s.fail(w, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "body larger than %d bytes", s.cfg.MaxBody))
+		return
+	}
+	buf, err := readAllPooled(r.Body, s.cfg.MaxBody)
+	if errors.Is(err, errTooLarge) {
+		s.fail(w, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "body larger than %d bytes", s.cfg.MaxBody))
+		return
+	} else if err != nil {
+		s.fail(w, api.Invalid("reading the body: %v", err))
+		return
+	}
+	s.metrics.bytesIn.Add(int64(buf.Len()))
+	req := &Request{
+		ID:        uuid.NewString(),
+		ArrivedAt: time.Now().UnixMicro(),
+		Method:    r.Method,
+		URI:       uri,
+		Header:    HeaderFrom(r.Header, r.Host),
+		Body:      buf.Bytes(),
+	}
+	log = log.With("request", req.ID)
+
+	t.mu.Lock()
+	ac := t.agent
+	live := ac != nil && t.queued == 0
+	t.mu.Unlock()
+	if live {
+		// The pooled buffer backs req.Body until the frame is written; the
+		// round trip returns only after that.
+		s.forward(w, r, t, ac, req, buf, log)
+		return
+	}
+	defer putBuf(buf)
+	s.enqueue(w, r.Context(), t, req, log)
+}
+
+// forward sends a live request to the agent and relays its answer.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *tunnel, ac *agentConn, req *Request, buf *bytes.Buffer, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ForwardTimeout)
+	defer cancel()
+	resp, acked, err := ac.roundTrip(ctx, req, buf)
+	switch {
+	case err == nil:
+		defer resp.release()
+	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+		log.Warn("local handler too slow", "timeout", s.cfg.ForwardTimeout, "saved", acked)
+		s.fail(w, api.Errorf(http.StatusGatewayTimeout, api.CodeGatewayTimeout, "the local handler did not answer within %s", s.cfg.ForwardTimeout))
+		return
+	case r.Context().Err() != nil:
+		return // the sender went away
+	case acked:
+		log.Warn("agent lost after saving the request", "err", err)
+		s.fail(w, api.Errorf(http.StatusBadGateway, api.CodeBadGateway, "the agent saved the request but disconnected before the local handler answered"))
+		return
+	default:
+		log.Warn("agent lost before saving the request", "err", err)
+		w.Header().Set("Retry-After", "5")
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeAgentOffline, "the agent disconnected before saving the request; retry"))
+		return
+	}
+	switch resp.Result {
+	case ResultUnreachable:
+		s.fail(w, api.Errorf(http.StatusBadGateway, api.CodeBadGateway, "the local handler could not be reached: %s", resp.Error))
+		return
+	case ResultTimeout:
+		s.fail(w, api.Errorf(http.StatusGatewayTimeout, api.CodeGatewayTimeout, "the local handler did not answer in time"))
+		return
+	}
+	h := w.Header()
+	for _, f := range resp.Header {
+		if hopByHop(f.Name) {
+			continue
+		}
+		h.Add(f.Name, f.Value)
+	}
+	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	w.WriteHeader(resp.Status)
+	n, _ := w.Write(resp.Body)
+	s.metrics.bytesOut.Add(int64(n))
+	s.metrics.countStatus(resp.Status)
+	log.Debug("forwarded", "method", req.Method, "uri", req.URI, "status", resp.Status)
+}
+
+func hopByHop(name string) bool {
+	switch http.CanonicalHeaderKey(name) {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Te", "Trailer", "Content-Length":
+		return true
+	}
+	return false
+}
+
+// enqueue keeps a request for an absent agent, or refuses it in reject mode.
+func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, req *Request, log *slog.Logger) {
+	if s.cfg.Offline == OfflineReject {
+		w.Header().Set("Retry-After", "30")
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeAgentOffline, "no agent is connected to this tunnel; retry later"))
+		return
+	}
+	head := appendHeader(nil, req.Header)
+	size := int64(len(req.Body) + len(head) + len(req.URI))
+	t.mu.Lock()
+	if t.queued >= s.cfg.QueueMaxCount || t.queuedBytes+size > s.cfg.QueueMaxBytes {
+		t.mu.Unlock()
+		w.Header().Set("Retry-After", "60")
+		log.Warn("offline queue full", "max_count", s.cfg.QueueMaxCount, "max_bytes", s.cfg.QueueMaxBytes)
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeQueueFull, "the offline queue of this tunnel is full; retry later"))
+		return
+	}
+	// Reserve the place first, so a request arriving now also queues
+	// behind this one instead of overtaking it.
+	t.queued++
+	t.queuedBytes += size
+	t.mu.Unlock()
+	err := s.cfg.DB.Enqueue(context.WithoutCancel(ctx), &storage.QueuedRequest{
+		ID: req.ID, TunnelID: t.id, ArrivedAt: req.ArrivedAt, Method: req.Method, URI: req.URI, Headers: head, Body: req.Body,
+	})
+	if err != nil {
+		t.mu.Lock()
+		t.queued--
+		t.queuedBytes -= size
+		t.mu.Unlock()
+		log.Error("enqueue", "err", err)
+		w.Header().Set("Retry-After", "30")
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the request could not be stored; retry later"))
+		return
+	}
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+	log.Info("queued for offline agent", "method", req.Method, "uri", req.URI)
+	s.metrics.countStatus(http.StatusAccepted)
+	api.WriteData(w, http.StatusAccepted, "queued: the agent is offline; the request will be delivered when it reconnects",
+		map[string]any{"id": req.ID, "queued": true, "status": "queued"})
+}
+
+// allow takes a token from the tunnel's rate limiter.
+func (t *tunnel) allow(now time.Time) (time.Duration, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.limiter.take(now)
+}
+
+// notify sends counters to the agent, if one is connected; never blocks.
+func (t *tunnel) notify(n Notice) {
+	t.mu.Lock()
+	ac := t.agent
+	if n.Queued == 0 {
+		n.Queued = t.queued
+	}
+	t.mu.Unlock()
+	if ac != nil {
+		ac.trySend(outFrame{head: appendJSON(nil, frameNotice, n)})
+	}
+}
+
+// tokenBucket is a plain token bucket; the caller holds the lock.
+type tokenBucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+func (b *tokenBucket) take(now time.Time) (time.Duration, bool) {
+	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	b.last = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return 0, true
+	}
+	return time.Duration((1 - b.tokens) / b.rate * float64(time.Second)), false
+}
+
+// serveConnect upgrades an agent's connection after checking its token.
+func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		s.fail(w, api.Errorf(http.StatusUnauthorized, api.CodeUnauthorized, "missing bearer token"))
+		return
+	}
+	tok, err := s.cfg.DB.Authenticate(r.Context(), token)
+	if errors.Is(err, storage.ErrNotFound) {
+		s.fail(w, api.Errorf(http.StatusUnauthorized, api.CodeUnauthorized, "token is not valid or was revoked"))
+		return
+	} else if err != nil {
+		s.log.Error("authenticate", "err", err)
+		s.fail(w, api.Errorf(http.StatusInternalServerError, api.CodeInternal, "internal error"))
+		return
+	}
+	if !websocket.IsWebSocketUpgrade(r) {
+		s.fail(w, api.Invalid("expected a websocket upgrade"))
+		return
+	}
+	if !offers(r, Subprotocol) {
+		s.fail(w, api.Invalid("this relay speaks %s; upgrade calltap", Subprotocol))
+		return
+	}
+	var require []HeaderField
+	for _, v := range r.Header.Values(RequireHeaderHeader) {
+		name, value, ok := strings.Cut(v, ":")
+		if !ok || strings.TrimSpace(name) == "" {
+			s.fail(w, api.Invalid("%s must be 'Name: value'", RequireHeaderHeader))
+			return
+		}
+		require = append(require, HeaderField{strings.TrimSpace(name), strings.TrimSpace(value)})
+	}
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		w.Header().Set("Retry-After", "1")
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "relay shutting down"))
+		return
+	}
+	ws, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader answered already
+	}
+	t := s.tunnelFor(tok.TunnelID, tok.Name)
+	ac := &agentConn{
+		wsConn:  newWSConn(ws, s.cfg.MaxFrame, s.cfg.Keepalive),
+		srv:     s,
+		t:       t,
+		pending: map[uint64]*pending{},
+		queued:  map[uint64]int64{},
+		window:  make(chan struct{}, drainWindow),
+	}
+	t.mu.Lock()
+	old := t.agent
+	t.agent = ac
+	t.require = require
+	queued := t.queued
+	t.mu.Unlock()
+	if old != nil {
+		old.goAway(GoAway{Reason: GoAwayReplaced, Message: "another agent connected with the same token and took over this tunnel"})
+	}
+	s.metrics.agentsConnected.Add(1)
+	log := s.log.With("tunnel", t.id, "name", t.name)
+	log.Info("agent connected", "remote", r.RemoteAddr, "queued", queued)
+	go ac.sendLoop()
+	ac.trySend(outFrame{head: appendJSON(nil, frameHello, Hello{
+		TunnelID: t.id, Name: t.name, PublicURL: s.TunnelURL(t.id), MaxBody: s.cfg.MaxBody, Queued: queued, Version: s.cfg.Version,
+	})})
+	go ac.drainLoop()
+	err = ac.readLoop()
+	ac.close(err)
+	ac.failPending()
+	t.mu.Lock()
+	if t.agent == ac {
+		t.agent = nil
+	}
+	t.mu.Unlock()
+	s.metrics.agentsConnected.Add(-1)
+	log.Info("agent disconnected", "reason", err)
+}
+
+func offers(r *http.Request, proto string) bool {
+	for _, p := range websocket.Subprotocols(r) {
+		if p == proto {
+			return true
+		}
+	}
+	return false
+}
+
+// drainWindow bounds queued requests sent but not yet acknowledged.
+const drainWindow = 32
+
+// agentConn is the relay's end of one agent's websocket.
+type agentConn struct {
+	*wsConn
+	srv *Server
+	t   *tunnel
+
+	nextStream atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[uint64]*pending // guarded by mu: live requests by stream
+	queued  map[uint64]int64    // guarded by mu: queued requests sent, stream → queue seq
+	window  chan struct{}       // semaphore of queued requests awaiting ack
+}
+
+// pending is a live request waiting for its ack and response.
+type pending struct {
+	acked chan struct{}  // closed on ack
+	resp  chan *response // cap 1
+}
+
+// response is a decoded response frame and the buffer behind it.
+type response struct {
+	*Response
+	buf *bytesBuffer
+}
+
+type bytesBuffer = bytes.Buffer
+
+func (r *response) release() { putBuf(r.buf) }
+
+func (ac *agentConn) trySend(f outFrame) {
+	select {
+	case ac.sendq <- f:
+	default:
+		if f.written != nil {
+			f.written()
+		}
+	}
+}
+
+// goAway tells the agent why it is being dropped, then closes.
+func (ac *agentConn) goAway(g GoAway) {
+	done := make(chan struct{})
+	err := ac.send(outFrame{head: appendGoAway(nil, g), written: func() { close(done) }}, nil)
+	if err == nil {
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	ac.writeClose(websocket.CloseNormalClosure, g.Message)
+	ac.close(fmt.Errorf("goaway: %s", g.Message))
+}
+
+// roundTrip sends req and waits for the agent's ack and response. acked
+// reports whether the agent said it saved the request.
+func (ac *agentConn) roundTrip(ctx context.Context, req *Request, buf *bytes.Buffer) (*response, bool, error) {
+	req.Stream = ac.nextStream.Add(1)
+	p := &pending{acked: make(chan struct{}), resp: make(chan *response, 1)}
+	ac.mu.Lock()
+	ac.pending[req.Stream] = p
+	ac.mu.Unlock()
+	defer func() {
+		ac.mu.Lock()
+		delete(ac.pending, req.Stream)
+		ac.mu.Unlock()
+	}()
+	written := make(chan struct{})
+	err := ac.send(outFrame{head: appendRequestHead(nil, req), body: req.Body, written: func() { close(written) }}, ctx.Done())
+	// The body buffer belongs to the frame until sendLoop is done with it.
+	defer func() { <-written; putBuf(buf) }()
+	if err != nil {
+		return nil, false, err
+	}
+	isAcked := func() bool {
+		select {
+		case <-p.acked:
+			return true
+		default:
+			return false
+		}
+	}
+	select {
+	case r := <-p.resp:
+		return r, true, nil
+	case <-ctx.Done():
+		return nil, isAcked(), ctx.Err()
+	case <-ac.done:
+		// A response may have landed just before the close.
+		select {
+		case r := <-p.resp:
+			return r, true, nil
+		default:
+		}
+		return nil, isAcked(), errConnClosed
+	}
+}
+
+// failPending wakes nobody explicitly: waiters see ac.done. It only drops
+// references so the maps can be collected.
+func (ac *agentConn) failPending() {
+	ac.mu.Lock()
+	ac.queued = map[uint64]int64{}
+	ac.mu.Unlock()
+}
+
+// readLoop is the connection's only reader.
+func (ac *agentConn) readLoop() error {
+	for {
+		buf, err := ac.readFrame()
+		if err != nil {
+			return err
+		}
+		b := buf.Bytes()
+		switch b[0] {
+		case frameAck:
+			stream, err := decodeAck(b)
+			putBuf(buf)
+			if err != nil {
+				return err
+			}
+			ac.handleAck(stream)
+		case frameResponse:
+			r, err := decodeResponse(b)
+			if err != nil {
+				putBuf(buf)
+				return err
+			}
+			ac.mu.Lock()
+			p := ac.pending[r.Stream]
+			ac.mu.Unlock()
+			if p == nil {
+				putBuf(buf) // the sender gave up, or a response to a queued request
+				continue
+			}
+			select {
+			case p.resp <- &response{Response: r, buf: buf}:
+			default:
+				putBuf(buf)
+				return fmt.Errorf("%w: two responses for stream %d", errMalformed, r.Stream)
+			}
+		default:
+			putBuf(buf)
+			return fmt.Errorf("%w: unexpected frame type 0x%02x from agent", errMalformed, b[0])
+		}
+	}
+}
+
+func (ac *agentConn) handleAck(stream uint64) {
+	ac.mu.Lock()
+	p := ac.pending[stream]
+	seq, isQueued := ac.queued[stream]
+	delete(ac.queued, stream)
+	ac.mu.Unlock()
+	if p != nil {
+		select {
+		case <-p.acked:
+		default:
+			close(p.acked)
+		}
+		return
+	}
+	if !isQueued {
+		return
+	}
+	// Ack means the agent saved it: only now may the relay forget it.
+	if err := ac.srv.cfg.DB.Dequeue(context.Background(), seq); err != nil {
+		ac.srv.log.Error("dequeue", "tunnel", ac.t.id, "err", err)
+	}
+	t := ac.t
+	t.mu.Lock()
+	t.queued--
+	if t.queued <= 0 {
+		t.queued, t.queuedBytes = 0, 0
+	}
+	left := t.queued
+	t.mu.Unlock()
+	<-ac.window
+	if left == 0 {
+		ac.trySend(outFrame{head: appendJSON(nil, frameNotice, Notice{Rejected: t.rejected.Load()})})
+	}
+}
+
+// drainLoop delivers the tunnel's offline queue in arrival order, keeping
+// at most drainWindow requests unacknowledged.
+func (ac *agentConn) drainLoop() {
+	t := ac.t
+	var after int64
+	ctx := context.Background()
+	for {
+		batch, err := ac.srv.cfg.DB.QueuedAfter(ctx, t.id, after, drainWindow)
+		if err != nil {
+			ac.srv.log.Error("read queue", "tunnel", t.id, "err", err)
+			ac.close(err)
+			return
+		}
+		if len(batch) == 0 {
+			select {
+			case <-t.kick:
+				continue
+			case <-ac.done:
+				return
+			case <-time.After(time.Second):
+				// A reserved place whose insert had not committed when we looked.
+				continue
+			}
+		}
+		for _, q := range batch {
+			select {
+			case ac.window <- struct{}{}:
+			case <-ac.done:
+				return
+			}
+			hdr, err := decodeHeaderBytes(q.Headers)
+			if err != nil {
+				ac.srv.log.Error("queued request unreadable; dropping", "tunnel", t.id, "id", q.ID, "err", err)
+				ac.srv.cfg.DB.Dequeue(ctx, q.Seq)
+				<-ac.window
+				continue
+			}
+			req := &Request{Stream: ac.nextStream.Add(1), Queued: true, ArrivedAt: q.ArrivedAt, ID: q.ID, Method: q.Method, URI: q.URI, Header: hdr}
+			ac.mu.Lock()
+			ac.queued[req.Stream] = q.Seq
+			ac.mu.Unlock()
+			if err := ac.send(outFrame{head: appendRequestHead(nil, req), body: q.Body}, nil); err != nil {
+				return
+			}
+			after = q.Seq
+		}
+	}
+}
+
+func decodeHeaderBytes(b []byte) (Header, error) {
+	d := decoder{b: b}
+	h := d.header()
+	return h, d.err
+}
+
+// metrics are the relay's Prometheus counters.
+type metrics struct {
+	agentsConnected atomic.Int64
+	byClass         [6]atomic.Int64 // index status/100; 0 for anything odd
+	bytesIn         atomic.Int64
+	bytesOut        atomic.Int64
+}
+
+func (m *metrics) countStatus(code int) {
+	c := code / 100
+	if c < 1 || c > 5 {
+		c = 0
+	}
+	m.byClass[c].Add(1)
+}
+
+func (s *Server) serveMetrics(w http.ResponseWriter) {
+	var depth int
+	var bytes int64
+	for _, t := range s.snapshotTunnels() {
+		t.mu.Lock()
+		depth += t.queued
+		bytes += t.queuedBytes
+		t.mu.Unlock()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# HELP calltap_tunnels_connected Tunnels with an agent connected.\n# TYPE calltap_tunnels_connected gauge\ncalltap_tunnels_connected %d\n", s.metrics.agentsConnected.Load())
+	fmt.Fprintf(&b, "# HELP calltap_requests_total Requests answered to senders, by status class.\n# TYPE calltap_requests_total counter\n")
+	for c := 1; c <= 5; c++ {
+		fmt.Fprintf(&b, "calltap_requests_total{class=\"%dxx\"} %d\n", c, s.metrics.byClass[c].Load())
+	}
+	fmt.Fprintf(&b, "# HELP calltap_queue_depth Requests held in offline queues.\n# TYPE calltap_queue_depth gauge\ncalltap_queue_depth %d\n", depth)
+	fmt.Fprintf(&b, "# HELP calltap_queue_bytes Bytes held in offline queues.\n# TYPE calltap_queue_bytes gauge\ncalltap_queue_bytes %d\n", bytes)
+	fmt.Fprintf(&b, "# HELP calltap_bytes_in_total Request body bytes received from senders.\n# TYPE calltap_bytes_in_total counter\ncalltap_bytes_in_total %d\n", s.metrics.bytesIn.Load())
+	fmt.Fprintf(&b, "# HELP calltap_bytes_out_total Response body bytes sent to senders.\n# TYPE calltap_bytes_out_total counter\ncalltap_bytes_out_total %d\n", s.metrics.bytesOut.Load())
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Write([]byte(b.String()))
+}
+

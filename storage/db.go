@@ -1,0 +1,173 @@
+// Package storage is calltap's SQLite layer: the only package that imports
+// the driver (mattn/go-sqlite3). It owns the schemas of the three databases
+// calltap keeps — the agent's captures, the relay's tokens and offline queue,
+// and the emulated voice service's state — as embedded, ordered migrations,
+// and the queries over them.
+//
+// Every database is opened in WAL mode with two pools: one connection for
+// writes (SQLite allows one writer; a single connection avoids SQLITE_BUSY
+// between our own goroutines) and several for reads, which WAL lets run
+// beside the writer.
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3"
+)
+
+//go:embed migrations
+var migrations embed.FS
+
+// Schema names one of the databases calltap keeps; it selects the folder of
+// migrations under migrations/.
+type Schema string
+
+const (
+	SchemaAgent   Schema = "agent"   // captures, attempts, media: calltap listen / dev
+	SchemaRelay   Schema = "relay"   // tokens, settings, offline queue: calltap relay
+	SchemaService Schema = "service" // the voice service emulator: calltap mock-service
+)
+
+// ErrNotFound is returned when a looked-up row does not exist.
+var ErrNotFound = errors.New("not found")
+
+// DB is an open SQLite database of one Schema.
+type DB struct {
+	path   string
+	schema Schema
+	write  *sql.DB // one connection: every write goes through it
+	read   *sql.DB // read-only pool
+}
+
+// Open opens (creating if needed) the database at path and applies any
+// migrations of schema not yet applied. The parent directory is created.
+func Open(ctx context.Context, path string, schema Schema) (*DB, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("storage: create data directory: %w", err)
+	}
+	dsn := func(extra string) string {
+		q := url.Values{}
+		q.Set("_journal_mode", "WAL")
+		q.Set("_busy_timeout", "10000")
+		q.Set("_synchronous", "NORMAL")
+		q.Set("_foreign_keys", "on")
+		q.Set("_txlock", "immediate")
+		return "file:" + path + "?" + q.Encode() + extra
+	}
+	w, err := sql.Open("sqlite3", dsn(""))
+	if err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	db := &DB{path: path, schema: schema, write: w}
+	if err := w.PingContext(ctx); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	if err := db.migrate(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
+	r, err := sql.Open("sqlite3", dsn("&mode=ro&_query_only=1"))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("storage: open %s read-only: %w", path, err)
+	}
+	n := runtime.GOMAXPROCS(0) * 2
+	if n < 4 {
+		n = 4
+	}
+	r.SetMaxOpenConns(n)
+	r.SetMaxIdleConns(n)
+	db.read = r
+	return db, nil
+}
+
+// Path is the database file.
+func (db *DB) Path() string { return db.path }
+
+// Close closes both pools.
+func (db *DB) Close() error {
+	var errs []error
+	if db.read != nil {
+		errs = append(errs, db.read.Close())
+	}
+	errs = append(errs, db.write.Close())
+	return errors.Join(errs...)
+}
+
+// migrate applies, in file-name order, every migration of db.schema not yet
+// recorded in schema_migrations, each in its own transaction.
+func (db *DB) migrate(ctx context.Context) error {
+	if _, err := db.write.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
+		return fmt.Errorf("storage: migrations table: %w", err)
+	}
+	dir := "migrations/" + string(db.schema)
+	entries, err := fs.ReadDir(migrations, dir)
+	if err != nil {
+		return fmt.Errorf("storage: unknown schema %q", db.schema)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".sql") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err := db.migrateOne(ctx, dir, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (db *DB) migrateOne(ctx context.Context, dir, name string) error {
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE name = ?`, name).Scan(&n); err != nil {
+		return err
+	} else if n > 0 {
+		return nil
+	}
+	body, err := fs.ReadFile(migrations, dir+"/"+name)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+		return fmt.Errorf("storage: migration %s/%s: %w", db.schema, name, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)`, name, time.Now().UTC().Format(time.RFC3339)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// nullString maps "" to NULL so that optional text columns stay NULL.
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// Page is the paging request every collection query takes: the rules of the
+// service documentation, section 4.7, are applied by the caller (api.ParsePage).
+type Page struct {
+	Limit  int
+	Offset int
+}

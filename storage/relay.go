@@ -1,0 +1,242 @@
+package storage
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Token is a developer's credential on a relay, bound to one tunnel.
+type Token struct {
+	Name      string
+	TunnelID  string
+	CreatedAt time.Time
+	RevokedAt *time.Time
+}
+
+// HashToken is how tokens are kept: only their SHA-256.
+func HashToken(token string) []byte {
+	h := sha256.Sum256([]byte(token))
+	return h[:]
+}
+
+// CreateToken stores a new token for name, bound to tunnelID.
+func (db *DB) CreateToken(ctx context.Context, name, token, tunnelID string) (*Token, error) {
+	now := time.Now().UTC()
+	_, err := db.write.ExecContext(ctx, `INSERT INTO tokens (name, token_hash, tunnel_id, created_at) VALUES (?, ?, ?, ?)`,
+		name, HashToken(token), tunnelID, now.UnixMicro())
+	if err != nil {
+		if strings.Contains(err.Error(), "UNIQUE") {
+			return nil, fmt.Errorf("a token named %q exists already: %w", name, ErrConflict)
+		}
+		return nil, err
+	}
+	return &Token{Name: name, TunnelID: tunnelID, CreatedAt: now}, nil
+}
+
+// ErrConflict is returned when a row with the same key exists.
+var ErrConflict = errors.New("conflict")
+
+// Authenticate returns the live token whose hash matches token.
+func (db *DB) Authenticate(ctx context.Context, token string) (*Token, error) {
+	want := HashToken(token)
+	var (
+		t       Token
+		hash    []byte
+		created int64
+		revoked sql.NullInt64
+	)
+	err := db.read.QueryRowContext(ctx, `SELECT name, token_hash, tunnel_id, created_at, revoked_at FROM tokens WHERE token_hash = ?`, want).
+		Scan(&t.Name, &hash, &t.TunnelID, &created, &revoked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	} else if err != nil {
+		return nil, err
+	}
+	// The index lookup found the row; the comparison that decides is constant-time.
+	if subtle.ConstantTimeCompare(hash, want) != 1 || revoked.Valid {
+		return nil, ErrNotFound
+	}
+	t.CreatedAt = time.UnixMicro(created).UTC()
+	return &t, nil
+}
+
+// TokenByName returns one token, revoked or not.
+func (db *DB) TokenByName(ctx context.Context, name string) (*Token, error) {
+	ts, err := db.listTokens(ctx, `WHERE name = ?`, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(ts) == 0 {
+		return nil, ErrNotFound
+	}
+	return ts[0], nil
+}
+
+// Tokens lists every token, oldest first.
+func (db *DB) Tokens(ctx context.Context) ([]*Token, error) { return db.listTokens(ctx, "") }
+
+func (db *DB) listTokens(ctx context.Context, where string, args ...any) ([]*Token, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT name, tunnel_id, created_at, revoked_at FROM tokens `+where+` ORDER BY created_at`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Token
+	for rows.Next() {
+		var (
+			t       Token
+			created int64
+			revoked sql.NullInt64
+		)
+		if err := rows.Scan(&t.Name, &t.TunnelID, &created, &revoked); err != nil {
+			return nil, err
+		}
+		t.CreatedAt = time.UnixMicro(created).UTC()
+		if revoked.Valid {
+			r := time.UnixMicro(revoked.Int64).UTC()
+			t.RevokedAt = &r
+		}
+		out = append(out, &t)
+	}
+	return out, rows.Err()
+}
+
+// RevokeToken marks name's token revoked. Its tunnel id stays reserved.
+func (db *DB) RevokeToken(ctx context.Context, name string) error {
+	res, err := db.write.ExecContext(ctx, `UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL`, time.Now().UnixMicro(), name)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// TunnelLive reports whether tunnelID belongs to a token that is not revoked.
+func (db *DB) TunnelLive(ctx context.Context, tunnelID string) (bool, error) {
+	var n int
+	err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM tokens WHERE tunnel_id = ? AND revoked_at IS NULL`, tunnelID).Scan(&n)
+	return n > 0, err
+}
+
+// Setting returns a relay setting, or "" when unset.
+func (db *DB) Setting(ctx context.Context, key string) (string, error) {
+	var v string
+	err := db.read.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return v, err
+}
+
+// SetSetting stores a relay setting.
+func (db *DB) SetSetting(ctx context.Context, key, value string) error {
+	_, err := db.write.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
+	return err
+}
+
+// QueuedRequest is a request held for a tunnel whose agent is away.
+type QueuedRequest struct {
+	Seq       int64
+	ID        string
+	TunnelID  string
+	ArrivedAt int64 // unix µs
+	Method    string
+	URI       string
+	Headers   []byte // wire-encoded, opaque here
+	Body      []byte
+}
+
+// QueueStats is the size of one tunnel's queue.
+type QueueStats struct {
+	Count int
+	Bytes int64
+}
+
+// Enqueue appends r to its tunnel's queue.
+func (db *DB) Enqueue(ctx context.Context, r *QueuedRequest) error {
+	res, err := db.write.ExecContext(ctx, `INSERT INTO queue (id, tunnel_id, arrived_at, method, uri, headers, body, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.ID, r.TunnelID, r.ArrivedAt, r.Method, r.URI, r.Headers, r.Body, len(r.Body)+len(r.Headers)+len(r.URI))
+	if err != nil {
+		return err
+	}
+	r.Seq, err = res.LastInsertId()
+	return err
+}
+
+// QueuedAfter returns up to limit requests of tunnelID with seq > after, in order.
+func (db *DB) QueuedAfter(ctx context.Context, tunnelID string, after int64, limit int) ([]*QueuedRequest, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT seq, id, arrived_at, method, uri, headers, body FROM queue WHERE tunnel_id = ? AND seq > ? ORDER BY seq LIMIT ?`, tunnelID, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*QueuedRequest
+	for rows.Next() {
+		r := &QueuedRequest{TunnelID: tunnelID}
+		if err := rows.Scan(&r.Seq, &r.ID, &r.ArrivedAt, &r.Method, &r.URI, &r.Headers, &r.Body); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Dequeue removes delivered requests by seq.
+func (db *DB) Dequeue(ctx context.Context, seqs ...int64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `DELETE FROM queue WHERE seq = ?`)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for _, s := range seqs {
+		if _, err := stmt.ExecContext(ctx, s); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// QueueStatsByTunnel sizes every tunnel's queue.
+func (db *DB) QueueStatsByTunnel(ctx context.Context) (map[string]QueueStats, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT tunnel_id, count(*), coalesce(sum(size), 0) FROM queue GROUP BY tunnel_id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]QueueStats{}
+	for rows.Next() {
+		var id string
+		var s QueueStats
+		if err := rows.Scan(&id, &s.Count, &s.Bytes); err != nil {
+			return nil, err
+		}
+		out[id] = s
+	}
+	return out, rows.Err()
+}
+
+// ExpireQueued drops queued requests that arrived before cutoff and returns
+// how many went, per tunnel.
+func (db *DB) ExpireQueued(ctx context.Context, cutoff time.Time) (int64, error) {
+	res, err := db.write.ExecContext(ctx, `DELETE FROM queue WHERE arrived_at < ?`, cutoff.UnixMicro())
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
