@@ -124,9 +124,9 @@ type tunnel struct {
 	name string
 
 	mu          sync.Mutex
-	agent       *agentConn // guarded by mu; nil while no agent holds the tunnel
-	queued      int        // guarded by mu; rows in the offline queue, counting inserts under way
-	queuedBytes int64      // guarded by mu
+	agent       *agentConn    // guarded by mu; nil while no agent holds the tunnel
+	queued      int           // guarded by mu; rows in the offline queue, counting inserts under way
+	queuedBytes int64         // guarded by mu
 	require     []HeaderField // guarded by mu; set by the agent holding (or last holding) the tunnel
 	limiter     tokenBucket   // guarded by mu
 
@@ -929,4 +929,3 @@ func (s *Server) serveMetrics(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Write([]byte(b.String()))
 }
-

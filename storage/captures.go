@@ -44,6 +44,10 @@ type Capture struct {
 	Attempts        int
 	MaxAttempts     int
 
+	// LastAttempt, when set on an update, is recorded in the attempts log
+	// in the same transaction.
+	LastAttempt *Attempt
+
 	// Redelivered is set by WriteCaptures when a capture with the same
 	// RelayID was saved before: the relay sent a queued request again
 	// because our ack was lost. The existing row is kept.
@@ -159,7 +163,10 @@ func updateResponse(ctx context.Context, tx *sql.Tx, c *Capture) error {
 		error = ?, duration_us = ?, delivered_at = ?, attempts = ?, max_attempts = ?, target = ? WHERE id = ?`,
 		c.Status, status, nullString(c.ResponseHeaders), c.ResponseBody, nullString(c.Error), dur, micros(c.DeliveredAt),
 		c.Attempts, c.MaxAttempts, c.Target, c.ID)
-	return err
+	if err != nil || c.LastAttempt == nil {
+		return err
+	}
+	return addAttempt(ctx, tx, c.ID, *c.LastAttempt)
 }
 
 const captureColumns = `seq, id, relay_id, source, created_at, arrived_at, late, method, path, query, request_headers,
@@ -321,13 +328,12 @@ type Attempt struct {
 	Duration       time.Duration
 }
 
-// AddAttempt records one try.
-func (db *DB) AddAttempt(ctx context.Context, captureID string, a Attempt) error {
+func addAttempt(ctx context.Context, tx *sql.Tx, captureID string, a Attempt) error {
 	var status sql.NullInt64
 	if a.ResponseStatus > 0 {
 		status = sql.NullInt64{Int64: int64(a.ResponseStatus), Valid: true}
 	}
-	_, err := db.write.ExecContext(ctx, `INSERT OR REPLACE INTO attempts (capture_id, n, at, response_status, error, duration_us) VALUES (?, ?, ?, ?, ?, ?)`,
+	_, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO attempts (capture_id, n, at, response_status, error, duration_us) VALUES (?, ?, ?, ?, ?, ?)`,
 		captureID, a.N, a.At.UnixMicro(), status, nullString(a.Error), a.Duration.Microseconds())
 	return err
 }

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// flagSet is a flag.FlagSet that knows its usage line and description.
+type flagSet struct {
+	*flag.FlagSet
+	usageLine   string
+	description string
+	required    []string
+	args        []string // positional arguments, wherever they stood
+}
+
+func newFlagSet(name, usageLine, description string) *flagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return &flagSet{FlagSet: fs, usageLine: usageLine, description: description}
+}
+
+// require marks flags that must be given.
+func (fs *flagSet) require(names ...string) { fs.required = append(fs.required, names...) }
+
+// parseFlags parses args. -h prints the flags to stdout (ok=false, code 0);
+// a bad or missing flag prints one line to stderr (ok=false, code 2).
+func parseFlags(fs *flagSet, args []string, stdio Stdio) (ok bool, code int) {
+	// Flags may follow positional arguments ("token create alice --data
+	// DIR"): parse, take one positional, parse the rest again.
+	var err error
+	fs.args = nil
+	for {
+		if err = fs.Parse(args); err != nil || fs.NArg() == 0 {
+			break
+		}
+		rest := fs.Args()
+		if rest[0] == "--" {
+			fs.args = append(fs.args, rest[1:]...)
+			break
+		}
+		fs.args = append(fs.args, rest[0])
+		args = rest[1:]
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		printFlags(fs, stdio.Out)
+		return false, 0
+	}
+	if err != nil {
+		fmt.Fprintf(stdio.Err, "calltap %s: %v (see 'calltap %s -h')\n", fs.Name(), err, fs.Name())
+		return false, 2
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, name := range fs.required {
+		if !set[name] {
+			fmt.Fprintf(stdio.Err, "calltap %s: missing required flag --%s (see 'calltap %s -h')\n", fs.Name(), name, fs.Name())
+			return false, 2
+		}
+	}
+	return true, 0
+}
+
+func printFlags(fs *flagSet, w io.Writer) {
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n", fs.usageLine, fs.description)
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nFlags:")
+	fs.VisitAll(func(f *flag.Flag) {
+		name, help := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		fmt.Fprintf(w, "%s\n    \t%s", line, strings.ReplaceAll(help, "\n", "\n    \t"))
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "[]" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+// usageError prints one line and returns 2.
+func usageError(stdio Stdio, cmd, format string, args ...any) int {
+	fmt.Fprintf(stdio.Err, "calltap %s: %s (see 'calltap %s -h')\n", cmd, fmt.Sprintf(format, args...), cmd)
+	return 2
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ", ") }
+func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+// defaultDataDir is $XDG_DATA_HOME/calltap or ~/.local/share/calltap.
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "calltap")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "calltap")
+	}
+	return ".calltap"
+}

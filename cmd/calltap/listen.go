@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/web"
+)
+
+// agentFlags are the agent's and inspector's settings, shared by listen and dev.
+type agentFlags struct {
+	forwardTo      string
+	inspect        string
+	inspectHosts   stringList
+	inspectToken   string
+	dataDir        string
+	forwardTimeout time.Duration
+	jsonLogs       bool
+	quiet          bool
+}
+
+func (f *agentFlags) register(fs *flagSet) {
+	fs.StringVar(&f.forwardTo, "forward-to", "", "the local handler, e.g. http://127.0.0.1:3000/webhooks (the rest of the tunnel path and the query are appended)")
+	fs.StringVar(&f.inspect, "inspect", "127.0.0.1:4040", "address of the inspector (browser UI and JSON API); empty to disable")
+	fs.Var(&f.inspectHosts, "inspect-host", "extra Host name the inspector accepts (repeatable)")
+	fs.StringVar(&f.inspectToken, "inspect-token", "", "token the inspector requires (needed to bind beyond loopback)")
+	fs.StringVar(&f.dataDir, "data", defaultDataDir(), "data directory: captures, saved media")
+	fs.DurationVar(&f.forwardTimeout, "handler-timeout", 30*time.Second, "how long the local handler may take")
+	fs.BoolVar(&f.jsonLogs, "log-json", false, "log as JSON")
+	fs.BoolVar(&f.quiet, "quiet", false, "do not print a line per request")
+}
+
+func (f *agentFlags) validate() error {
+	if _, err := inspector.ParseTarget(f.forwardTo); err != nil {
+		return fmt.Errorf("--forward-to: %v", err)
+	}
+	if f.inspect != "" {
+		host, _, err := net.SplitHostPort(f.inspect)
+		if err != nil {
+			return fmt.Errorf("--inspect %q: want host:port", f.inspect)
+		}
+		ip := net.ParseIP(host)
+		loopback := host == "localhost" || (ip != nil && ip.IsLoopback())
+		if !loopback && f.inspectToken == "" {
+			return fmt.Errorf("--inspect %s is beyond loopback: set --inspect-token too", f.inspect)
+		}
+	}
+	return nil
+}
+
+func agentDB(ctx context.Context, dataDir string) (*storage.DB, error) {
+	return storage.Open(ctx, filepath.Join(dataDir, "agent.db"), storage.SchemaAgent)
+}
+
+// agentRuntime is a running agent with its inspector.
+type agentRuntime struct {
+	agent      *inspector.Agent
+	db         *storage.DB
+	inspectLn  net.Listener
+	inspectURL string
+	httpSrv    *http.Server
+	wg         sync.WaitGroup
+}
+
+// startAgent opens the store, starts the agent's loops and the inspector.
+func startAgent(ctx context.Context, f *agentFlags, stdio Stdio, log *slog.Logger) (*agentRuntime, error) {
+	db, err := agentDB(ctx, f.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	cfg := inspector.Config{Store: db, ForwardTo: f.forwardTo, ForwardTimeout: f.forwardTimeout, Logger: log}
+	if !f.quiet {
+		cfg.Console = stdio.Out
+	}
+	a, err := inspector.NewAgent(cfg)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	rt := &agentRuntime{agent: a, db: db}
+	rt.wg.Add(1)
+	go func() { defer rt.wg.Done(); a.Run(ctx) }()
+	if f.inspect != "" {
+		ln, err := net.Listen("tcp", f.inspect)
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("inspector: %w", err)
+		}
+		rt.inspectLn = ln
+		rt.inspectURL = "http://" + ln.Addr().String()
+		a.SetInspectorURL(rt.inspectURL)
+		srv := inspector.NewServer(ctx, inspector.ServerConfig{Agent: a, Assets: web.Handler(), AllowedHosts: f.inspectHosts, Token: f.inspectToken})
+		rt.httpSrv = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+		go rt.httpSrv.Serve(ln)
+	}
+	return rt, nil
+}
+
+func (rt *agentRuntime) close() {
+	if rt.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		rt.httpSrv.Shutdown(ctx)
+		cancel()
+	}
+	rt.wg.Wait()
+	rt.db.Close()
+}
+
+func cmdListen(ctx context.Context, args []string, stdio Stdio) int {
+	fs := newFlagSet("listen", "calltap listen --relay URL --token TOKEN --forward-to URL [flags]",
+		"Connect to a relay and receive your tunnel's requests: each is saved in SQLite, forwarded to the local handler,\nand shown in the inspector. Requests that arrived while you were away are delivered first, in order.")
+	var (
+		af       agentFlags
+		relayURL = fs.String("relay", "", "the relay's URL, e.g. https://relay.example.com")
+		token    = fs.String("token", os.Getenv("CALLTAP_TOKEN"), "your token (default $CALLTAP_TOKEN)")
+		require  stringList
+		caFile   = fs.String("relay-ca", "", "PEM file of extra roots to trust for the relay's certificate")
+	)
+	af.register(fs)
+	fs.Var(&require, "require-header", "'Name: value' every sender must present, checked at the relay (repeatable)")
+	fs.require("relay", "forward-to")
+	if ok, code := parseFlags(fs, args, stdio); !ok {
+		return code
+	}
+	if len(fs.args) > 0 {
+		return usageError(stdio, "listen", "unexpected argument %q", fs.args[0])
+	}
+	if *token == "" {
+		return usageError(stdio, "listen", "missing required flag --token (or set CALLTAP_TOKEN)")
+	}
+	if err := af.validate(); err != nil {
+		return usageError(stdio, "listen", "%v", err)
+	}
+	log := newLogger(stdio, af.jsonLogs, false)
+	var tlsCfg *tls.Config
+	if *caFile != "" {
+		pem, err := os.ReadFile(*caFile)
+		if err != nil {
+			return fail(stdio, "listen", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return fail(stdio, "listen", fmt.Errorf("--relay-ca %s holds no PEM certificate", *caFile))
+		}
+		tlsCfg = &tls.Config{RootCAs: pool}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rt, err := startAgent(ctx, &af, stdio, log)
+	if err != nil {
+		return fail(stdio, "listen", err)
+	}
+	defer rt.close()
+	err = runTunnel(ctx, rt, relay.ClientConfig{RelayURL: *relayURL, Token: *token, RequireHeaders: require, TLSConfig: tlsCfg, Logger: log}, af.forwardTo, stdio)
+	if err != nil {
+		cancel()
+		return fail(stdio, "listen", err)
+	}
+	return 0
+}
+
+// runTunnel connects the agent to a relay and prints the banner once the
+// first connection is up. It returns nil when ctx ends.
+func runTunnel(ctx context.Context, rt *agentRuntime, cc relay.ClientConfig, forwardTo string, stdio Stdio) error {
+	var once sync.Once
+	var lastRejected int64
+	cc.Handler = rt.agent
+	cc.OnState = func(s relay.ConnState) {
+		rt.agent.SetConnState(s)
+		if s.State == relay.StateConnected && s.Hello != nil {
+			once.Do(func() {
+				fmt.Fprintf(stdio.Out, "calltap %s\n  Tunnel     %s  ->  %s\n", version, s.Hello.PublicURL, forwardTo)
+				if rt.inspectURL != "" {
+					fmt.Fprintf(stdio.Out, "  Inspector  %s\n", rt.inspectURL)
+				}
+				if s.Hello.Queued > 0 {
+					fmt.Fprintf(stdio.Out, "  Delivering %d requests that arrived while you were away\n", s.Hello.Queued)
+				}
+				fmt.Fprintln(stdio.Out)
+			})
+			if s.Notice.Rejected > lastRejected {
+				lastRejected = s.Notice.Rejected
+				fmt.Fprintf(stdio.Out, "  relay refused %d request(s) so far without the required header\n", lastRejected)
+			}
+		}
+	}
+	client, err := relay.NewClient(cc)
+	if err != nil {
+		return err
+	}
+	err = client.Run(ctx)
+	if errors.Is(err, relay.ErrUnauthorized) {
+		return fmt.Errorf("%v — check --token, or ask for a new one with 'calltap relay token create'", err)
+	}
+	return err
+}

@@ -1,0 +1,112 @@
+// Command calltap is a tunnel and inspector for voice-call webhooks: a
+// public relay, an agent that captures every request in SQLite and forwards
+// it to a local handler, a browser inspector that understands calls, and an
+// emulator and client of the voice service's API.
+//
+// This package holds flags and wiring only.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+// Stdio is where a command reads and writes.
+type Stdio struct {
+	In  io.Reader
+	Out io.Writer
+	Err io.Writer
+}
+
+// command is one subcommand.
+type command struct {
+	run     func(ctx context.Context, args []string, stdio Stdio) int
+	summary string
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"dev":      {cmdDev, "run relay, agent and inspector in one process on loopback"},
+		"listen":   {cmdListen, "connect to a relay, capture every request and forward it to a local handler"},
+		"relay":    {cmdRelay, "run the public relay; 'relay token create|list|revoke' manages developers' tokens"},
+		"requests": {cmdRequests, "list captured requests from the local store"},
+		"replay":   {cmdReplay, "re-send a captured request to the local handler or another URL"},
+		"version":  {cmdVersion, "print the version"},
+		"help":     {nil, "show help for calltap or a command"},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], Stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdio Stdio) int {
+	cmds := commands()
+	if len(args) == 0 {
+		usage(stdio.Err, cmds)
+		return 2
+	}
+	name := args[0]
+	switch name {
+	case "help", "-h", "--help", "-help":
+		if len(args) > 1 {
+			if c, ok := cmds[args[1]]; ok && c.run != nil {
+				return c.run(ctx, []string{"-h"}, stdio)
+			}
+			fmt.Fprintf(stdio.Err, "calltap: unknown command %q (see 'calltap help')\n", args[1])
+			return 2
+		}
+		usage(stdio.Out, cmds)
+		return 0
+	case "-v", "--version":
+		name = "version"
+	}
+	c, ok := cmds[name]
+	if !ok || c.run == nil {
+		fmt.Fprintf(stdio.Err, "calltap: unknown command %q (see 'calltap help')\n", name)
+		return 2
+	}
+	return c.run(ctx, args[1:], stdio)
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	fmt.Fprintln(w, "calltap — a tunnel and inspector for voice-call webhooks")
+	fmt.Fprintln(w, "\nUsage: calltap <command> [flags]\n\nCommands:")
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-13s %s\n", n, cmds[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'calltap <command> -h' for a command's flags.")
+}
+
+func cmdVersion(ctx context.Context, args []string, stdio Stdio) int {
+	fs := newFlagSet("version", "calltap version", "Print calltap's version.")
+	if ok, code := parseFlags(fs, args, stdio); !ok {
+		return code
+	}
+	fmt.Fprintln(stdio.Out, "calltap", version)
+	return 0
+}
+
+// fail prints one line for an error that is not a usage error and returns 1.
+func fail(stdio Stdio, cmd string, err error) int {
+	msg := strings.TrimSpace(err.Error())
+	fmt.Fprintf(stdio.Err, "calltap %s: %s\n", cmd, msg)
+	return 1
+}

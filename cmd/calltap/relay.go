@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/storage"
+)
+
+// relayFlags are the public server's settings, shared by relay and dev.
+type relayFlags struct {
+	forwardTimeout time.Duration
+	maxBody        int64
+	maxHeaderBytes int
+	offline        string
+	queueMaxCount  int
+	queueMaxBytes  int64
+	queueMaxAge    time.Duration
+	rateLimit      float64
+	rateBurst      int
+	maxInFlight    int
+	authTimeout    time.Duration
+	pongWait       time.Duration
+}
+
+func (f *relayFlags) register(fs *flagSet) {
+	fs.DurationVar(&f.forwardTimeout, "forward-timeout", 30*time.Second, "how long a sender waits for the local handler before `504`")
+	fs.Int64Var(&f.maxBody, "max-body", 10<<20, "largest request body in bytes (larger → 413)")
+	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request head in bytes (larger → 431)")
+	fs.StringVar(&f.offline, "offline", relay.OfflineQueue, "while a tunnel has no agent: queue (store, answer 202) or reject (503 + Retry-After)")
+	fs.IntVar(&f.queueMaxCount, "queue-max-count", 10000, "most requests held per offline tunnel (more → 503)")
+	fs.Int64Var(&f.queueMaxBytes, "queue-max-bytes", 256<<20, "most bytes held per offline tunnel (more → 503)")
+	fs.DurationVar(&f.queueMaxAge, "queue-max-age", 72*time.Hour, "queued requests older than this are dropped")
+	fs.Float64Var(&f.rateLimit, "rate-limit", 50, "requests per second per tunnel (more → 429)")
+	fs.IntVar(&f.rateBurst, "rate-burst", 200, "burst allowed above --rate-limit")
+	fs.IntVar(&f.maxInFlight, "max-in-flight", 256, "concurrent requests per tunnel (more → 503)")
+	fs.DurationVar(&f.authTimeout, "auth-timeout", 10*time.Second, "time a client has to send its request head (agents: to authenticate)")
+	fs.DurationVar(&f.pongWait, "pong-wait", relay.DefaultPongWait, "an agent silent this long is considered gone")
+}
+
+func (f *relayFlags) config(db *storage.DB, publicURL string) relay.Config {
+	return relay.Config{
+		DB: db, PublicURL: publicURL, Version: version,
+		ForwardTimeout: f.forwardTimeout, MaxBody: f.maxBody, MaxHeaderBytes: f.maxHeaderBytes,
+		Offline: f.offline, QueueMaxCount: f.queueMaxCount, QueueMaxBytes: f.queueMaxBytes, QueueMaxAge: f.queueMaxAge,
+		RateLimit: f.rateLimit, RateBurst: f.rateBurst, MaxInFlight: f.maxInFlight, AuthTimeout: f.authTimeout,
+		Keepalive: relay.Keepalive{PongWait: f.pongWait},
+	}
+}
+
+func (f *relayFlags) validate() error {
+	if f.offline != relay.OfflineQueue && f.offline != relay.OfflineReject {
+		return fmt.Errorf("--offline must be %q or %q", relay.OfflineQueue, relay.OfflineReject)
+	}
+	return nil
+}
+
+func relayDB(ctx context.Context, dataDir string) (*storage.DB, error) {
+	return storage.Open(ctx, filepath.Join(dataDir, "relay.db"), storage.SchemaRelay)
+}
+
+func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
+	if len(args) > 0 && args[0] == "token" {
+		return cmdRelayToken(ctx, args[1:], stdio)
+	}
+	fs := newFlagSet("relay", "calltap relay [flags]  |  calltap relay token create|list|revoke",
+		"Run the public relay: each developer's token gets a stable URL /t/<tunnel-id>/…; requests go over a websocket to\nthat developer's agent, and wait in the relay's queue while the agent is away.")
+	var (
+		listen     = fs.String("listen", ":443", "address of the public listener (HTTPS, or HTTP with --insecure-http)")
+		insecure   = fs.Bool("insecure-http", false, "serve plain HTTP on --listen (behind a TLS-terminating proxy, or for local use)")
+		publicURL  = fs.String("public-url", "", "URL senders use to reach this relay (default: derived from --domain, or from --listen)")
+		dataDir    = fs.String("data", defaultDataDir(), "data directory: tokens, offline queue, certificates")
+		tf         tlsFlags
+		rf         relayFlags
+		jsonLogs   = fs.Bool("log-json", false, "log as JSON")
+		logVerbose = fs.Bool("v", false, "log each forwarded request")
+	)
+	tf.register(fs)
+	rf.register(fs)
+	if ok, code := parseFlags(fs, args, stdio); !ok {
+		return code
+	}
+	if len(fs.args) > 0 {
+		return usageError(stdio, "relay", "unexpected argument %q", fs.args[0])
+	}
+	if err := rf.validate(); err != nil {
+		return usageError(stdio, "relay", "%v", err)
+	}
+	if err := tf.validate(*insecure); err != nil {
+		return usageError(stdio, "relay", "%v", err)
+	}
+	log := newLogger(stdio, *jsonLogs, *logVerbose)
+	db, err := relayDB(ctx, *dataDir)
+	if err != nil {
+		return fail(stdio, "relay", err)
+	}
+	defer db.Close()
+	pub := *publicURL
+	if pub == "" {
+		pub = tf.publicURL(*listen, *insecure)
+	}
+	if err := relay.SetPublicURL(ctx, db, pub); err != nil {
+		return fail(stdio, "relay", err)
+	}
+	cfg := rf.config(db, pub)
+	cfg.Logger = log
+	srv, err := relay.NewServer(ctx, cfg)
+	if err != nil {
+		return fail(stdio, "relay", err)
+	}
+	if err := serveRelay(ctx, srv, *listen, *insecure, &tf, *dataDir, log); err != nil {
+		return fail(stdio, "relay", err)
+	}
+	return 0
+}
+
+// serveRelay runs the relay's listeners until ctx ends.
+func serveRelay(ctx context.Context, srv *relay.Server, listen string, insecure bool, tf *tlsFlags, dataDir string, log *slog.Logger) error {
+	hs := srv.HTTPServer(listen)
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	var extra []*http.Server
+	if !insecure {
+		tlsCfg, httpHandler, err := tf.build(dataDir)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		hs.TLSConfig = tlsCfg
+		if httpHandler != nil && tf.httpListen != "" {
+			hl := &http.Server{Addr: tf.httpListen, Handler: httpHandler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
+			extra = append(extra, hl)
+			go func() {
+				if err := hl.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					log.Error("http listener", "addr", tf.httpListen, "err", err)
+				}
+			}()
+		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go srv.Run(runCtx)
+	log.Info("relay listening", "addr", ln.Addr().String(), "tls", !insecure, "public_url", srv.TunnelURL("<tunnel-id>"))
+	errc := make(chan error, 1)
+	go func() {
+		if insecure {
+			errc <- hs.Serve(ln)
+		} else {
+			errc <- hs.ServeTLS(ln, "", "")
+		}
+	}()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	cancel()
+	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	for _, s := range extra {
+		s.Shutdown(shutdownCtx)
+	}
+	hs.Shutdown(shutdownCtx)
+	return nil
+}
+
+func cmdRelayToken(ctx context.Context, args []string, stdio Stdio) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		w := stdio.Err
+		if len(args) > 0 {
+			w = stdio.Out
+		}
+		fmt.Fprintln(w, "Usage: calltap relay token create NAME | list | revoke NAME  --data DIR [--json]")
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	sub := args[0]
+	name := "relay token " + sub
+	fs := newFlagSet("relay token "+sub, "calltap relay token "+sub+" [NAME] --data DIR", "Manage developers' tokens in a relay's data directory.")
+	dataDir := fs.String("data", defaultDataDir(), "the relay's data directory")
+	asJSON := fs.Bool("json", false, "print JSON")
+	var publicURL *string
+	if sub == "create" {
+		publicURL = fs.String("public-url", "", "the relay's public URL (default: the one the relay last ran with)")
+	}
+	switch sub {
+	case "create", "list", "revoke":
+	default:
+		return usageError(stdio, "relay token", "unknown subcommand %q: want create, list or revoke", sub)
+	}
+	if ok, code := parseFlags(fs, args[1:], stdio); !ok {
+		return code
+	}
+	want := 1
+	if sub == "list" {
+		want = 0
+	}
+	if len(fs.args) != want {
+		if want == 1 {
+			return usageError(stdio, name, "give one token NAME")
+		}
+		return usageError(stdio, name, "unexpected argument %q", fs.args[0])
+	}
+	db, err := relayDB(ctx, *dataDir)
+	if err != nil {
+		return fail(stdio, name, err)
+	}
+	defer db.Close()
+	switch sub {
+	case "create":
+		pub := *publicURL
+		if pub == "" {
+			if pub, err = relay.PublicURLOf(ctx, db); err != nil {
+				return fail(stdio, name, err)
+			}
+		}
+		info, err := relay.CreateToken(ctx, db, fs.args[0], pub)
+		if err != nil {
+			return fail(stdio, name, err)
+		}
+		if *asJSON {
+			json.NewEncoder(stdio.Out).Encode(info)
+			return 0
+		}
+		fmt.Fprintf(stdio.Out, "Token for %s (shown once; keep it secret):\n  %s\n\nTunnel URL (stable; give it to the voice service as event_webhook_url):\n  %s\n\nOn the laptop:\n  calltap listen --relay %s --token %s --forward-to http://127.0.0.1:3000/webhooks\n",
+			info.Name, info.Token, info.URL, orPlaceholder(pub, "<relay-url>"), info.Token)
+	case "list":
+		toks, err := db.Tokens(ctx)
+		if err != nil {
+			return fail(stdio, name, err)
+		}
+		pub, _ := relay.PublicURLOf(ctx, db)
+		type row struct {
+			Name      string     `json:"name"`
+			TunnelID  string     `json:"tunnel_id"`
+			URL       string     `json:"url"`
+			CreatedAt time.Time  `json:"created_at"`
+			RevokedAt *time.Time `json:"revoked_at"`
+		}
+		rows := []row{}
+		for _, t := range toks {
+			rows = append(rows, row{t.Name, t.TunnelID, strings.TrimRight(pub, "/") + "/t/" + t.TunnelID, t.CreatedAt, t.RevokedAt})
+		}
+		if *asJSON {
+			json.NewEncoder(stdio.Out).Encode(rows)
+			return 0
+		}
+		tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tSTATE\tCREATED\tURL")
+		for _, r := range rows {
+			state := "active"
+			if r.RevokedAt != nil {
+				state = "revoked"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, state, r.CreatedAt.Format(time.DateTime), r.URL)
+		}
+		tw.Flush()
+	case "revoke":
+		if err := db.RevokeToken(ctx, fs.args[0]); errors.Is(err, storage.ErrNotFound) {
+			return fail(stdio, name, fmt.Errorf("no active token named %q", fs.args[0]))
+		} else if err != nil {
+			return fail(stdio, name, err)
+		}
+		if *asJSON {
+			json.NewEncoder(stdio.Out).Encode(map[string]any{"name": fs.args[0], "revoked": true})
+			return 0
+		}
+		fmt.Fprintf(stdio.Out, "Revoked %s. A connected agent is dropped within seconds; its URL answers 404.\n", fs.args[0])
+	}
+	return 0
+}
+
+func orPlaceholder(s, p string) string {
+	if s == "" {
+		return p
+	}
+	return s
+}
+
+func newLogger(stdio Stdio, asJSON, verbose bool) *slog.Logger {
+	level := slog.LevelInfo
+	if verbose {
+		level = slog.LevelDebug
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if asJSON {
+		return slog.New(slog.NewJSONHandler(stdio.Err, opts))
+	}
+	return slog.New(slog.NewTextHandler(stdio.Err, opts))
+}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"text/tabwriter"
+	"time"
+
+	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/api"
+)
+
+func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
+	fs := newFlagSet("requests", "calltap requests [--event KIND] [--call-id ID] [--limit N] [--json]",
+		"List captured requests from the local store, newest first. Works whether or not an agent is running.")
+	var (
+		dataDir = fs.String("data", defaultDataDir(), "data directory")
+		event   = fs.String("event", "", "only this event kind, e.g. call.ended")
+		callID  = fs.String("call-id", "", "only this call")
+		status  = fs.String("status", "", "only this status class: 2xx, 4xx, 5xx or none")
+		text    = fs.String("q", "", "full-text search in bodies")
+		limit   = fs.Int("limit", 20, "how many (at most 200)")
+		offset  = fs.Int("offset", 0, "how many to skip")
+		asJSON  = fs.Bool("json", false, "print the page object as JSON")
+	)
+	if ok, code := parseFlags(fs, args, stdio); !ok {
+		return code
+	}
+	if len(fs.args) > 0 {
+		return usageError(stdio, "requests", "unexpected argument %q", fs.args[0])
+	}
+	q := url.Values{}
+	q.Set("limit", fmt.Sprint(*limit))
+	q.Set("offset", fmt.Sprint(*offset))
+	q.Set("event", *event)
+	q.Set("call_id", *callID)
+	q.Set("status_class", *status)
+	q.Set("q", *text)
+	f, err := inspector.ParseCaptureFilter(q)
+	if err != nil {
+		return usageError(stdio, "requests", "%v", err.(*api.Error).Message)
+	}
+	db, err := agentDB(ctx, *dataDir)
+	if err != nil {
+		return fail(stdio, "requests", err)
+	}
+	defer db.Close()
+	rows, count, err := db.Captures(ctx, f)
+	if err != nil {
+		return fail(stdio, "requests", err)
+	}
+	if *asJSON {
+		out := make([]inspector.Summary, len(rows))
+		for i, c := range rows {
+			out[i] = inspector.SummaryOf(c)
+		}
+		json.NewEncoder(stdio.Out).Encode(api.NewPage(count, len(out), f.Offset, out))
+		return 0
+	}
+	tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTIME\tMETHOD\tPATH\tEVENT\tSTATUS\tFLAGS")
+	for _, c := range rows {
+		status := "-"
+		if c.ResponseStatus > 0 {
+			status = fmt.Sprint(c.ResponseStatus)
+		}
+		flags := ""
+		if c.Late {
+			flags += "late "
+		}
+		if c.DuplicateOf != "" {
+			flags += "duplicate "
+		}
+		if c.ReplayOf != "" {
+			flags += "replay "
+		}
+		ev := c.Event
+		if ev == "" {
+			ev = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.CreatedAt.Local().Format(time.DateTime), c.Method, c.Path, ev, status, flags)
+	}
+	tw.Flush()
+	fmt.Fprintf(stdio.Out, "%d of %d\n", len(rows), count)
+	return 0
+}
+
+func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
+	fs := newFlagSet("replay", "calltap replay ID [--to URL] [--retry service [--time-scale F]] [--json]",
+		"Re-send a captured request, byte-exact, to the local handler it went to (or --to), and store the result as a new\ncapture linked to the original. Works whether or not an agent is running.")
+	var (
+		dataDir   = fs.String("data", defaultDataDir(), "data directory")
+		to        = fs.String("to", "", "send to this URL instead")
+		retry     = fs.String("retry", "", "'service' retries like the voice service: 0, 30s, 2m, 8m, 32m on errors, 408, 429, 5xx")
+		timeScale = fs.Float64("time-scale", 1, "multiply the retry delays (0.01 runs the schedule in 25 s)")
+		asJSON    = fs.Bool("json", false, "print the result as JSON")
+	)
+	if ok, code := parseFlags(fs, args, stdio); !ok {
+		return code
+	}
+	if len(fs.args) != 1 {
+		return usageError(stdio, "replay", "give one capture ID")
+	}
+	if *retry != "" && *retry != "service" {
+		return usageError(stdio, "replay", "--retry must be 'service'")
+	}
+	if *timeScale <= 0 {
+		return usageError(stdio, "replay", "--time-scale must be positive")
+	}
+	db, err := agentDB(ctx, *dataDir)
+	if err != nil {
+		return fail(stdio, "replay", err)
+	}
+	defer db.Close()
+	a, err := inspector.NewAgent(inspector.Config{Store: db})
+	if err != nil {
+		return fail(stdio, "replay", err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { a.Run(runCtx); close(done) }()
+	defer func() { cancel(); <-done }()
+	c, err := a.ReplayAndWait(ctx, inspector.ReplayOptions{ID: fs.args[0], To: *to, Retry: *retry, TimeScale: *timeScale})
+	if err != nil {
+		if e, ok := err.(*api.Error); ok {
+			return fail(stdio, "replay", fmt.Errorf("%s", e.Message))
+		}
+		return fail(stdio, "replay", err)
+	}
+	if *asJSON {
+		d, err := a.Detail(ctx, c.ID)
+		if err != nil {
+			return fail(stdio, "replay", err)
+		}
+		json.NewEncoder(stdio.Out).Encode(d)
+		return 0
+	}
+	status := "no response"
+	if c.ResponseStatus > 0 {
+		status = fmt.Sprint(c.ResponseStatus)
+	}
+	fmt.Fprintf(stdio.Out, "replayed %s as %s → %s: %s (%d attempt(s))", fs.args[0], c.ID, c.Target, status, c.Attempts)
+	if c.Error != "" {
+		fmt.Fprintf(stdio.Out, " — %s", c.Error)
+	}
+	fmt.Fprintln(stdio.Out)
+	if c.Status != "delivered" {
+		return 1
+	}
+	return 0
+}

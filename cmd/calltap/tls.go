@@ -1,0 +1,79 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+)
+
+// tlsFlags are the relay's certificate settings.
+type tlsFlags struct {
+	domains    string
+	email      string
+	directory  string
+	caRoots    string
+	certFile   string
+	keyFile    string
+	httpListen string
+}
+
+func (f *tlsFlags) register(fs *flagSet) {
+	fs.StringVar(&f.domains, "domain", "", "public name(s) of the relay, comma-separated: certificates come from ACME (Let's Encrypt) automatically")
+	fs.StringVar(&f.email, "acme-email", "", "contact address for the ACME account")
+	fs.StringVar(&f.directory, "acme-directory", "", "ACME directory URL of another CA (staging, or a test CA such as Pebble)")
+	fs.StringVar(&f.caRoots, "acme-ca-roots", "", "PEM file of roots to trust when talking to --acme-directory")
+	fs.StringVar(&f.certFile, "tls-cert", "", "serve this certificate (PEM) instead of getting one by ACME")
+	fs.StringVar(&f.keyFile, "tls-key", "", "key of --tls-cert (PEM)")
+	fs.StringVar(&f.httpListen, "http-listen", ":80", "plain-HTTP listener for ACME HTTP-01 and redirects to HTTPS (empty: none)")
+}
+
+func (f *tlsFlags) validate(insecure bool) error {
+	static := f.certFile != "" || f.keyFile != ""
+	if static && (f.certFile == "" || f.keyFile == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if insecure && (static || f.domains != "") {
+		return errors.New("--insecure-http cannot be combined with --domain or --tls-cert")
+	}
+	if !insecure && !static && f.domains == "" {
+		return errors.New("give --domain (automatic HTTPS), --tls-cert/--tls-key, or --insecure-http")
+	}
+	return nil
+}
+
+// publicURL derives the relay's URL from its domain and listener.
+func (f *tlsFlags) publicURL(listen string, insecure bool) string {
+	scheme := "https"
+	if insecure {
+		scheme = "http"
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		host, port = listen, ""
+	}
+	if f.domains != "" {
+		host = strings.TrimSpace(strings.Split(f.domains, ",")[0])
+	} else if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	if (scheme == "https" && port == "443") || (scheme == "http" && port == "80") || port == "" {
+		return scheme + "://" + host
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
+}
+
+// build returns the TLS config for the main listener and the handler for
+// --http-listen (nil when there is none).
+func (f *tlsFlags) build(dataDir string) (*tls.Config, http.Handler, error) {
+	if f.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("load --tls-cert/--tls-key: %w", err)
+		}
+		return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil, nil
+	}
+	return nil, nil, errors.New("automatic certificates are not wired yet")
+}

@@ -1,0 +1,528 @@
+// Package inspector is calltap's agent: it captures every request that
+// reaches the tunnel into SQLite before anything else happens to it,
+// forwards it to the developer's local handler, records the answer, replays
+// on demand, and serves the local JSON API and browser UI over what it
+// captured. Knowledge of the voice service lives in packages beneath it:
+// callevent (the event contract), emulator (the service on loopback) and
+// service (a client of the real API).
+package inspector
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/storage"
+	"github.com/google/uuid"
+)
+
+// Sources of a capture.
+const (
+	SourceTunnel   = "tunnel"
+	SourceReplay   = "replay"
+	SourceBackfill = "backfill"
+	SourceTrigger  = "trigger"
+)
+
+// Config configures an Agent.
+type Config struct {
+	Store          *storage.DB
+	ForwardTo      string        // the local handler's base URL; may be empty for replay-only use
+	ForwardTimeout time.Duration // 30 s
+	MaxBody        int64         // largest response body kept from the handler, 10 MiB
+	Logger         *slog.Logger
+	Console        io.Writer // one line per request; nil for none
+
+	// OnSaved, when set, is called after a capture is stored (from the
+	// writer goroutine: it must not block). The media saver hooks in here.
+	OnSaved func(*storage.Capture)
+	// Checks, when set, annotates a capture with contract findings.
+	Checks func(*storage.Capture) any
+	// RewriteBody, when set, may rewrite a replay's body (--rewrite-media).
+	RewriteBody func(ctx context.Context, body []byte) []byte
+}
+
+// Agent captures, forwards and replays requests.
+type Agent struct {
+	cfg       Config
+	store     *storage.DB
+	forwardTo *url.URL // nil when no local handler is configured
+	client    *http.Client
+	log       *slog.Logger
+	hub       *hub
+
+	ops chan writeOp // to writeLoop
+
+	late     chan struct{} // cap 1: wakes lateLoop
+	lateMu   sync.Mutex
+	lateList []string // guarded by lateMu: ids of queued captures to forward, in arrival order
+
+	stateMu sync.Mutex
+	state   TunnelState // guarded by stateMu
+}
+
+// TunnelState is what GET /api/v1/ext/tunnel/ answers.
+type TunnelState struct {
+	PublicURL    string `json:"public_url"`
+	ForwardTo    string `json:"forward_to"`
+	State        string `json:"state"`
+	InspectorURL string `json:"inspector_url"`
+	Rejected     int64  `json:"rejected"`
+	Queued       int    `json:"queued"`
+	Error        string `json:"error,omitempty"`
+}
+
+// writeOp is one insert or update for writeLoop, with what to do after the
+// commit.
+type writeOp struct {
+	insert *storage.Capture
+	update *storage.Capture
+	after  func(error)
+}
+
+// NewAgent builds an agent over cfg.Store.
+func NewAgent(cfg Config) (*Agent, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("inspector: Config.Store is required")
+	}
+	if cfg.ForwardTimeout <= 0 {
+		cfg.ForwardTimeout = 30 * time.Second
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = 10 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &Agent{
+		cfg:   cfg,
+		store: cfg.Store,
+		log:   cfg.Logger,
+		hub:   newHub(),
+		ops:   make(chan writeOp, 1024),
+		late:  make(chan struct{}, 1),
+	}
+	if cfg.ForwardTo != "" {
+		u, err := ParseTarget(cfg.ForwardTo)
+		if err != nil {
+			return nil, err
+		}
+		a.forwardTo = u
+	}
+	a.client = &http.Client{
+		Timeout: cfg.ForwardTimeout,
+		Transport: &http.Transport{
+			Proxy:               nil, // the handler is local: never through a proxy
+			MaxIdleConns:        256,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true, // forward bodies as they are
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	a.state = TunnelState{ForwardTo: cfg.ForwardTo, State: relay.StateOffline}
+	return a, nil
+}
+
+// ParseTarget checks a --forward-to or --to URL.
+func ParseTarget(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("target %q: want an http(s) URL such as http://127.0.0.1:3000/webhooks", s)
+	}
+	return u, nil
+}
+
+// Store is the agent's capture store.
+func (a *Agent) Store() *storage.DB { return a.store }
+
+// Run runs the writer and the late-delivery worker until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	go a.lateLoop(ctx)
+	a.writeLoop(ctx)
+	return nil
+}
+
+// writeLoop owns every capture write: it commits whatever queued up while
+// the previous transaction ran in one transaction.
+func (a *Agent) writeLoop(ctx context.Context) {
+	const maxBatch = 256
+	batch := make([]writeOp, 0, maxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case op := <-a.ops:
+			batch = append(batch, op)
+		case <-ctx.Done():
+			return
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case op := <-a.ops:
+				batch = append(batch, op)
+			default:
+				break more
+			}
+		}
+		var inserts, updates []*storage.Capture
+		for _, op := range batch {
+			if op.insert != nil {
+				inserts = append(inserts, op.insert)
+			}
+			if op.update != nil {
+				updates = append(updates, op.update)
+			}
+		}
+		err := a.store.WriteCaptures(context.WithoutCancel(ctx), inserts, updates)
+		if err != nil {
+			a.log.Error("saving captures", "err", err, "inserts", len(inserts), "updates", len(updates))
+		}
+		for _, op := range batch {
+			c := op.insert
+			if c == nil {
+				c = op.update
+			}
+			if err == nil && c != nil {
+				if !c.Redelivered {
+					a.hub.publish("capture", SummaryOf(c))
+					if op.insert != nil && a.cfg.OnSaved != nil {
+						a.cfg.OnSaved(c)
+					}
+				}
+			}
+			if op.after != nil {
+				op.after(err)
+			}
+		}
+	}
+}
+
+// save queues a write and waits for its commit.
+func (a *Agent) save(ctx context.Context, op writeOp) error {
+	done := make(chan error, 1)
+	op.after = func(err error) { done <- err }
+	select {
+	case a.ops <- op:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Flush waits until every write queued before it is committed.
+func (a *Agent) Flush(ctx context.Context) error { return a.save(ctx, writeOp{}) }
+
+// ServeTunnel takes a request from the relay: save, ack, then forward. It
+// runs on the connection's read loop, so it only queues work.
+func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
+	c := a.newCapture(SourceTunnel, req.Method, req.URI, req.Header, req.Body)
+	c.RelayID = req.ID
+	if req.Queued {
+		c.Late = true
+		c.ArrivedAt = time.UnixMicro(req.ArrivedAt).UTC()
+	}
+	a.ops <- writeOp{insert: c, after: func(err error) {
+		if err != nil {
+			s.Release()
+			if !req.Queued {
+				s.Respond(&relay.Response{Result: relay.ResultUnreachable, Error: "the agent could not save the request"})
+			}
+			return
+		}
+		s.Ack()
+		switch {
+		case c.Redelivered:
+			s.Release()
+		case req.Queued:
+			// Queued requests reach the handler one at a time, in the order
+			// they reached the relay; the body is read back from the store.
+			s.Release()
+			a.lateMu.Lock()
+			a.lateList = append(a.lateList, c.ID)
+			a.lateMu.Unlock()
+			select {
+			case a.late <- struct{}{}:
+			default:
+			}
+		default:
+			go func() {
+				resp := a.deliver(context.Background(), c, 1)
+				s.Respond(resp)
+				s.Release()
+			}()
+		}
+	}}
+}
+
+// newCapture builds a capture of a request and indexes it if it is a call event.
+func (a *Agent) newCapture(source, method, uri string, h relay.Header, body []byte) *storage.Capture {
+	path, query, _ := strings.Cut(uri, "?")
+	hj, _ := h.MarshalJSON()
+	c := &storage.Capture{
+		ID:             uuid.NewString(),
+		Source:         source,
+		CreatedAt:      time.Now().UTC(),
+		Method:         method,
+		Path:           path,
+		Query:          query,
+		RequestHeaders: string(hj),
+		Body:           body,
+		Status:         storage.StatusPending,
+		MaxAttempts:    1,
+		Duration:       -1,
+	}
+	indexCapture(c)
+	if a.forwardTo != nil {
+		c.Target = joinTarget(a.forwardTo, path, query)
+	}
+	return c
+}
+
+// joinTarget appends the path the sender used after the tunnel prefix to
+// the local handler's URL.
+func joinTarget(base *url.URL, path, query string) string {
+	u := *base
+	if path != "" && path != "/" {
+		u.Path = strings.TrimSuffix(u.Path, "/") + path
+		u.RawPath = ""
+	}
+	u.RawQuery = query
+	return u.String()
+}
+
+func (a *Agent) lateLoop(ctx context.Context) {
+	for {
+		a.lateMu.Lock()
+		var id string
+		if len(a.lateList) > 0 {
+			id = a.lateList[0]
+			a.lateList = a.lateList[1:]
+		}
+		a.lateMu.Unlock()
+		if id == "" {
+			select {
+			case <-a.late:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		c, err := a.store.Capture(ctx, id)
+		if err != nil {
+			a.log.Error("load queued capture", "id", id, "err", err)
+			continue
+		}
+		if c.Target == "" && a.forwardTo != nil {
+			c.Target = joinTarget(a.forwardTo, c.Path, c.Query)
+		}
+		a.deliver(ctx, c, 1)
+	}
+}
+
+// deliver sends c to its target once (attempt n), records the outcome and
+// returns it in the relay's terms.
+func (a *Agent) deliver(ctx context.Context, c *storage.Capture, n int) *relay.Response {
+	res := a.send(ctx, c)
+	c.Attempts = n
+	c.Duration = res.duration
+	c.DeliveredAt = time.Now().UTC()
+	c.ResponseStatus = res.status
+	c.ResponseHeaders = ""
+	c.ResponseBody = nil
+	if res.header != nil {
+		hj, _ := res.header.MarshalJSON()
+		c.ResponseHeaders = string(hj)
+		c.ResponseBody = res.body
+	}
+	c.Error = res.err
+	if res.status >= 200 && res.status < 300 {
+		c.Status = storage.StatusDelivered
+	} else if n >= c.MaxAttempts || !retryable(res) {
+		c.Status = storage.StatusFailed
+	} else {
+		c.Status = storage.StatusPending
+	}
+	c.LastAttempt = &storage.Attempt{N: n, At: c.DeliveredAt.Add(-res.duration), ResponseStatus: res.status, Error: res.err, Duration: res.duration}
+	// The sender is waiting for the answer, not for our bookkeeping: the
+	// update commits with the next batch. A copy, since a retry may change
+	// c before the batch runs.
+	update := *c
+	select {
+	case a.ops <- writeOp{update: &update}:
+	case <-ctx.Done():
+	}
+	a.printLine(c)
+	out := &relay.Response{Status: res.status, Header: res.header, Body: res.body, Error: res.err}
+	switch {
+	case res.timeout:
+		out.Result = relay.ResultTimeout
+	case res.status == 0:
+		out.Result = relay.ResultUnreachable
+	}
+	return out
+}
+
+// sendResult is one try at the local handler.
+type sendResult struct {
+	status   int
+	header   relay.Header
+	body     []byte
+	err      string
+	timeout  bool
+	duration time.Duration
+}
+
+func (a *Agent) send(ctx context.Context, c *storage.Capture) sendResult {
+	start := time.Now()
+	res := a.sendOnce(ctx, c)
+	res.duration = time.Since(start)
+	return res
+}
+
+func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture) sendResult {
+	if c.Target == "" {
+		return sendResult{err: "no local target: start the agent with --forward-to or replay with --to"}
+	}
+	req, err := http.NewRequestWithContext(ctx, c.Method, c.Target, bytes.NewReader(c.Body))
+	if err != nil {
+		return sendResult{err: err.Error()}
+	}
+	var h relay.Header
+	if err := h.UnmarshalJSON([]byte(c.RequestHeaders)); err != nil {
+		return sendResult{err: "stored headers unreadable: " + err.Error()}
+	}
+	for _, f := range h {
+		switch http.CanonicalHeaderKey(f.Name) {
+		case "Host":
+			req.Header.Add("X-Forwarded-Host", f.Value)
+			continue
+		case "Content-Length", "Connection", "Keep-Alive", "Transfer-Encoding", "Te", "Upgrade", "Proxy-Connection", "Trailer":
+			continue
+		}
+		req.Header.Add(f.Name, f.Value)
+	}
+	req.ContentLength = int64(len(c.Body))
+	resp, err := a.client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		timeout := errors.As(err, &ue) && ue.Timeout()
+		return sendResult{err: err.Error(), timeout: timeout}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, a.cfg.MaxBody+1))
+	if err != nil {
+		var ue *url.Error
+		return sendResult{status: 0, err: "reading the response: " + err.Error(), timeout: errors.As(err, &ue) && ue.Timeout()}
+	}
+	if int64(len(body)) > a.cfg.MaxBody {
+		return sendResult{err: fmt.Sprintf("the response body is larger than %d bytes", a.cfg.MaxBody)}
+	}
+	return sendResult{status: resp.StatusCode, header: relay.HeaderFrom(resp.Header, ""), body: body}
+}
+
+// retryable is the voice service's rule (documentation 6.8): network
+// errors, time-outs, 408, 429 and 5xx are retried; other 4xx are not.
+func retryable(r sendResult) bool {
+	switch {
+	case r.status == 0:
+		return true
+	case r.status == http.StatusRequestTimeout, r.status == http.StatusTooManyRequests:
+		return true
+	case r.status >= 500:
+		return true
+	}
+	return false
+}
+
+// printLine writes the console line for a finished request.
+func (a *Agent) printLine(c *storage.Capture) {
+	if a.cfg.Console == nil {
+		return
+	}
+	status := "ERR"
+	if c.ResponseStatus > 0 {
+		status = fmt.Sprint(c.ResponseStatus)
+	}
+	event := c.Event
+	if event == "" {
+		event = "-"
+	}
+	var flags []string
+	if c.Late {
+		flags = append(flags, "late")
+	}
+	if c.DuplicateOf != "" {
+		flags = append(flags, "duplicate")
+	}
+	if c.Source != SourceTunnel {
+		flags = append(flags, c.Source)
+	}
+	line := fmt.Sprintf("%s  %-6s %-32s %-26s %3s %6s", time.Now().Format("15:04:05.000"), c.Method, c.Path, event, status, fmtDuration(c.Duration))
+	if len(flags) > 0 {
+		line += "  [" + strings.Join(flags, ",") + "]"
+	}
+	if c.Error != "" {
+		line += "  " + c.Error
+	}
+	fmt.Fprintln(a.cfg.Console, line)
+}
+
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	case d < 10*time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	default:
+		return d.Round(100 * time.Millisecond).String()
+	}
+}
+
+// SetConnState records the relay connection's state and tells the UI.
+func (a *Agent) SetConnState(cs relay.ConnState) {
+	a.stateMu.Lock()
+	a.state.State = cs.State
+	if cs.Hello != nil {
+		a.state.PublicURL = cs.Hello.PublicURL
+	}
+	a.state.Rejected = cs.Notice.Rejected
+	a.state.Queued = cs.Notice.Queued
+	a.state.Error = ""
+	if cs.Err != nil {
+		a.state.Error = cs.Err.Error()
+	}
+	st := a.state
+	a.stateMu.Unlock()
+	a.hub.publish("tunnel", st)
+}
+
+// SetInspectorURL records where the inspector listens.
+func (a *Agent) SetInspectorURL(u string) {
+	a.stateMu.Lock()
+	a.state.InspectorURL = u
+	a.stateMu.Unlock()
+}
+
+// TunnelState returns the current state.
+func (a *Agent) TunnelState() TunnelState {
+	a.stateMu.Lock()
+	defer a.stateMu.Unlock()
+	return a.state
+}

@@ -1,0 +1,156 @@
+package inspector
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/storage"
+)
+
+// timeFormat renders API times: RFC 3339 in UTC with microseconds.
+const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
+
+func fmtTime(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := t.UTC().Format(timeFormat)
+	return &s
+}
+
+// Summary is a capture in a listing (and in the live stream).
+type Summary struct {
+	ID             string   `json:"id"`
+	CreatedAt      *string  `json:"created_at"`
+	Method         string   `json:"method"`
+	Path           string   `json:"path"`
+	Query          string   `json:"query"`
+	Event          string   `json:"event"`
+	CallID         string   `json:"call_id"`
+	DeliveryID     string   `json:"delivery_id"`
+	Status         string   `json:"status"`
+	ResponseStatus *int     `json:"response_status"`
+	DurationMS     *float64 `json:"duration_ms"`
+	Error          string   `json:"error"`
+	ReplayOf       string   `json:"replay_of"`
+	DuplicateOf    string   `json:"duplicate_of"`
+	Late           bool     `json:"late"`
+	ArrivedAt      *string  `json:"arrived_at"`
+	Source         string   `json:"source"`
+	Size           int      `json:"size"`
+	Attempts       int      `json:"attempts"`
+	MaxAttempts    int      `json:"max_attempts"`
+}
+
+func SummaryOf(c *storage.Capture) Summary {
+	s := Summary{
+		ID: c.ID, CreatedAt: fmtTime(c.CreatedAt), Method: c.Method, Path: c.Path, Query: c.Query,
+		Event: c.Event, CallID: c.CallID, DeliveryID: c.DeliveryID, Status: c.Status, Error: c.Error,
+		ReplayOf: c.ReplayOf, DuplicateOf: c.DuplicateOf, Late: c.Late, ArrivedAt: fmtTime(c.ArrivedAt),
+		Source: c.Source, Size: c.Size, Attempts: c.Attempts, MaxAttempts: c.MaxAttempts,
+	}
+	if c.Body != nil {
+		s.Size = len(c.Body)
+	}
+	if c.ResponseStatus > 0 {
+		st := c.ResponseStatus
+		s.ResponseStatus = &st
+	}
+	if c.Duration >= 0 {
+		ms := float64(c.Duration.Microseconds()) / 1000
+		s.DurationMS = &ms
+	}
+	return s
+}
+
+// AttemptJSON is one entry of a capture's attempt_log.
+type AttemptJSON struct {
+	N              int     `json:"n"`
+	At             *string `json:"at"`
+	ResponseStatus *int    `json:"response_status"`
+	Error          string  `json:"error"`
+	DurationMS     float64 `json:"duration_ms"`
+}
+
+// Detail is one capture in full: the delivery record of the documentation's
+// section 2.3 plus what a tunnel adds.
+type Detail struct {
+	Summary
+	URL                  string          `json:"url"`
+	DeliveredAt          *string         `json:"delivered_at"`
+	Payload              json.RawMessage `json:"payload"`
+	ResponseBody         string          `json:"response_body"`
+	ResponseBodyEncoding string          `json:"response_body_encoding"`
+	RequestHeaders       relay.Header    `json:"request_headers"`
+	ResponseHeaders      relay.Header    `json:"response_headers"`
+	Body                 string          `json:"body"`
+	BodyEncoding         string          `json:"body_encoding"`
+	Target               string          `json:"target"`
+	AttemptLog           []AttemptJSON   `json:"attempt_log"`
+	Replays              []Summary       `json:"replays"`
+	Checks               any             `json:"checks"`
+}
+
+// encodeBody returns b as text when it is UTF-8, else as base64.
+func encodeBody(b []byte) (string, string) {
+	if utf8.Valid(b) {
+		return string(b), "utf8"
+	}
+	return base64.StdEncoding.EncodeToString(b), "base64"
+}
+
+func detailOf(c *storage.Capture, attempts []storage.Attempt, replays []*storage.Capture) Detail {
+	d := Detail{Summary: SummaryOf(c), DeliveredAt: fmtTime(c.DeliveredAt), Target: c.Target, URL: c.Target}
+	if d.URL == "" {
+		d.URL = c.Path
+		if c.Query != "" {
+			d.URL += "?" + c.Query
+		}
+	}
+	if json.Valid(c.Body) && len(c.Body) > 0 {
+		d.Payload = json.RawMessage(c.Body)
+	} else {
+		d.Payload = json.RawMessage("null")
+	}
+	d.Body, d.BodyEncoding = encodeBody(c.Body)
+	d.ResponseBody, d.ResponseBodyEncoding = encodeBody(c.ResponseBody)
+	d.RequestHeaders = relay.Header{}
+	_ = d.RequestHeaders.UnmarshalJSON([]byte(c.RequestHeaders))
+	d.ResponseHeaders = relay.Header{}
+	if c.ResponseHeaders != "" {
+		_ = d.ResponseHeaders.UnmarshalJSON([]byte(c.ResponseHeaders))
+	}
+	d.AttemptLog = []AttemptJSON{}
+	for _, a := range attempts {
+		aj := AttemptJSON{N: a.N, At: fmtTime(a.At), Error: a.Error, DurationMS: float64(a.Duration.Microseconds()) / 1000}
+		if a.ResponseStatus > 0 {
+			st := a.ResponseStatus
+			aj.ResponseStatus = &st
+		}
+		d.AttemptLog = append(d.AttemptLog, aj)
+	}
+	d.Replays = []Summary{}
+	for _, r := range replays {
+		d.Replays = append(d.Replays, SummaryOf(r))
+	}
+	d.Checks = []any{}
+	return d
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return []byte("null")
+	}
+	return b
+}
+
+// writeJSON writes v without the envelope (for ngrok-compatible answers).
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(append(mustJSON(v), '\n'))
+}

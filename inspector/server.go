@@ -1,0 +1,322 @@
+package inspector
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/calltap/calltap/inspector/api"
+	"github.com/calltap/calltap/storage"
+)
+
+// ServerConfig configures the inspector's HTTP side.
+type ServerConfig struct {
+	Agent  *Agent
+	Assets http.Handler // the embedded browser UI, served at /
+
+	// AllowedHosts are extra Host names accepted besides localhost,
+	// 127.0.0.1 and [::1] (--inspect-host): anything else is refused, so a
+	// DNS-rebinding page cannot read captures.
+	AllowedHosts []string
+	// Token, when set, is required on every request (--inspect-token); it
+	// must be set when listening beyond loopback.
+	Token string
+	// Routes lets packages beneath inspector add their endpoints.
+	Routes []func(*http.ServeMux)
+}
+
+// Server is the inspector's JSON API and UI.
+type Server struct {
+	cfg   ServerConfig
+	agent *Agent
+	mux   *http.ServeMux
+	hosts map[string]bool
+	bg    context.Context // outlives requests: background replays
+}
+
+// NewServer builds the handler. bg bounds background work such as replays
+// on the service's schedule.
+func NewServer(bg context.Context, cfg ServerConfig) *Server {
+	s := &Server{cfg: cfg, agent: cfg.Agent, mux: http.NewServeMux(), bg: bg,
+		hosts: map[string]bool{"localhost": true, "127.0.0.1": true, "::1": true}}
+	for _, h := range cfg.AllowedHosts {
+		s.hosts[strings.ToLower(h)] = true
+	}
+	m := s.mux
+	m.HandleFunc("GET /api/v1/ext/webhooks/", s.listCaptures)
+	m.HandleFunc("GET /api/v1/ext/webhooks/{id}/", s.getCapture)
+	m.HandleFunc("GET /api/v1/ext/webhooks/{id}/body", s.getBody)
+	m.HandleFunc("POST /api/v1/ext/webhooks/replay/", s.replay)
+	m.HandleFunc("GET /api/v1/ext/tunnel/", s.tunnel)
+	m.HandleFunc("GET /api/tunnels", s.ngrokTunnels)
+	m.HandleFunc("GET /api/v1/ext/stream", s.stream)
+	for _, r := range cfg.Routes {
+		r(m)
+	}
+	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) { api.WriteError(w, api.NotFound("endpoint")) })
+	if cfg.Assets != nil {
+		m.Handle("/", cfg.Assets)
+	}
+	return s
+}
+
+// ServeHTTP checks Host, Origin and the token before routing.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.hostAllowed(r.Host) {
+		api.WriteError(w, api.Errorf(http.StatusForbidden, api.CodeForbidden, "host %q is not allowed; add it with --inspect-host", r.Host))
+		return
+	}
+	stateChanging := r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions
+	if origin := r.Header.Get("Origin"); origin != "" && (stateChanging || isUpgrade(r) || strings.HasPrefix(r.URL.Path, "/api/")) {
+		if !s.originAllowed(origin) {
+			api.WriteError(w, api.Errorf(http.StatusForbidden, api.CodeForbidden, "origin %q is not allowed", origin))
+			return
+		}
+	}
+	if s.cfg.Token != "" && !s.authorized(w, r) {
+		return
+	}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY")
+	s.mux.ServeHTTP(w, r)
+}
+
+func isUpgrade(r *http.Request) bool { return r.Header.Get("Upgrade") != "" }
+
+func (s *Server) hostAllowed(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	return s.hosts[host]
+}
+
+func (s *Server) originAllowed(origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	return s.hostAllowed(u.Host)
+}
+
+// authorized accepts the token as a bearer header or a cookie; a GET with
+// ?token= sets the cookie, so the inspector URL can be opened once with it.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
+	want := []byte(s.cfg.Token)
+	if t := r.URL.Query().Get("token"); t != "" && subtle.ConstantTimeCompare([]byte(t), want) == 1 {
+		http.SetCookie(w, &http.Cookie{Name: "calltap_token", Value: t, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		q := r.URL.Query()
+		q.Del("token")
+		u := *r.URL
+		u.RawQuery = q.Encode()
+		http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+		return false
+	}
+	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && subtle.ConstantTimeCompare([]byte(b), want) == 1 {
+		return true
+	}
+	if c, err := r.Cookie("calltap_token"); err == nil && subtle.ConstantTimeCompare([]byte(c.Value), want) == 1 {
+		return true
+	}
+	api.WriteError(w, api.Errorf(http.StatusUnauthorized, api.CodeUnauthorized, "this inspector needs its token: open it with ?token=… or send Authorization: Bearer …"))
+	return false
+}
+
+// ParseCaptureFilter reads the list filters from a query string.
+func ParseCaptureFilter(q url.Values) (storage.CaptureFilter, error) {
+	var f storage.CaptureFilter
+	var err error
+	if f.Limit, f.Offset, err = api.ParsePage(q); err != nil {
+		return f, err
+	}
+	f.Event, f.CallID, f.DeliveryID, f.Text, f.Source = q.Get("event"), q.Get("call_id"), q.Get("delivery_id"), q.Get("q"), q.Get("source")
+	switch sc := q.Get("status_class"); sc {
+	case "", "none", "1xx", "2xx", "3xx", "4xx", "5xx":
+		f.StatusClass = sc
+	default:
+		return f, api.Invalid("status_class must be one of 2xx, 3xx, 4xx, 5xx, none")
+	}
+	for _, p := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		if v := q.Get(p.name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return f, api.Invalid("%s must be an RFC 3339 time such as 2026-11-22T10:00:00Z", p.name)
+			}
+			*p.dst = t
+		}
+	}
+	if v := q.Get("duplicate"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return f, api.Invalid("duplicate must be true or false")
+		}
+		f.Duplicate = &b
+	}
+	return f, nil
+}
+
+func (s *Server) listCaptures(w http.ResponseWriter, r *http.Request) {
+	f, err := ParseCaptureFilter(r.URL.Query())
+	if err != nil {
+		api.WriteError(w, err)
+		return
+	}
+	rows, count, err := s.agent.store.Captures(r.Context(), f)
+	if err != nil {
+		api.WriteError(w, err)
+		return
+	}
+	out := make([]Summary, len(rows))
+	for i, c := range rows {
+		out[i] = SummaryOf(c)
+	}
+	api.WriteData(w, http.StatusOK, "ok", api.NewPage(count, len(out), f.Offset, out))
+}
+
+// Detail loads one capture with its attempts and replays.
+func (a *Agent) Detail(ctx context.Context, id string) (*Detail, error) {
+	c, err := a.store.Capture(ctx, id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, api.NotFound("capture " + id)
+	} else if err != nil {
+		return nil, err
+	}
+	attempts, err := a.store.Attempts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	replays, _, err := a.store.Captures(ctx, storage.CaptureFilter{ReplayOf: id, Page: storage.Page{Limit: api.MaxLimit}})
+	if err != nil {
+		return nil, err
+	}
+	d := detailOf(c, attempts, replays)
+	if a.cfg.Checks != nil {
+		d.Checks = a.cfg.Checks(c)
+	}
+	return &d, nil
+}
+
+func (s *Server) getCapture(w http.ResponseWriter, r *http.Request) {
+	d, err := s.agent.Detail(r.Context(), r.PathValue("id"))
+	if err != nil {
+		api.WriteError(w, err)
+		return
+	}
+	api.WriteData(w, http.StatusOK, "ok", d)
+}
+
+func (s *Server) getBody(w http.ResponseWriter, r *http.Request) {
+	c, err := s.agent.store.Capture(r.Context(), r.PathValue("id"))
+	if errors.Is(err, storage.ErrNotFound) {
+		api.WriteError(w, api.NotFound("capture"))
+		return
+	} else if err != nil {
+		api.WriteError(w, err)
+		return
+	}
+	// Served as an opaque download, never rendered: the body is hostile.
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s.body"`, c.ID))
+	w.Header().Set("Content-Length", strconv.Itoa(len(c.Body)))
+	w.Write(c.Body)
+}
+
+func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
+	var o ReplayOptions
+	if err := api.DecodeJSON(w, r, 16<<20, &o); err != nil {
+		api.WriteError(w, err)
+		return
+	}
+	if o.ID == "" {
+		api.WriteError(w, api.Invalid("id is required"))
+		return
+	}
+	c, err := s.agent.Replay(r.Context(), s.bg, o)
+	if err != nil {
+		api.WriteError(w, err)
+		return
+	}
+	api.WriteData(w, http.StatusOK, "replayed", ReplayStatus(c, o.Retry == "service"))
+}
+
+func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {
+	api.WriteData(w, http.StatusOK, "ok", s.agent.TunnelState())
+}
+
+// ngrokTunnels answers in the shape of ngrok's agent API, so scripts that
+// read the public URL from http://127.0.0.1:4040/api/tunnels keep working.
+func (s *Server) ngrokTunnels(w http.ResponseWriter, r *http.Request) {
+	st := s.agent.TunnelState()
+	type cfg struct {
+		Addr    string `json:"addr"`
+		Inspect bool   `json:"inspect"`
+	}
+	type tun struct {
+		Name      string `json:"name"`
+		URI       string `json:"uri"`
+		PublicURL string `json:"public_url"`
+		Proto     string `json:"proto"`
+		Config    cfg    `json:"config"`
+	}
+	proto := "http"
+	if strings.HasPrefix(st.PublicURL, "https:") {
+		proto = "https"
+	}
+	tunnels := []tun{}
+	if st.PublicURL != "" {
+		tunnels = append(tunnels, tun{Name: "calltap", URI: "/api/tunnels/calltap", PublicURL: st.PublicURL, Proto: proto, Config: cfg{Addr: st.ForwardTo, Inspect: true}})
+	}
+	writeJSON(w, map[string]any{"tunnels": tunnels, "uri": "/api/tunnels"})
+}
+
+// stream is the live feed for the UI (server-sent events).
+func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		api.WriteError(w, api.Errorf(http.StatusInternalServerError, api.CodeInternal, "streaming unsupported"))
+		return
+	}
+	sub := s.agent.hub.subscribe()
+	defer s.agent.hub.unsubscribe(sub)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	writeEvent(w, "tunnel", mustJSON(s.agent.TunnelState()))
+	fl.Flush()
+	keepalive := time.NewTicker(15 * time.Second)
+	defer keepalive.Stop()
+	for {
+		select {
+		case ev := <-sub.ch:
+			writeEvent(w, ev.name, ev.data)
+			// Send what else is waiting before flushing: one write for a burst.
+			for n := len(sub.ch); n > 0; n-- {
+				ev := <-sub.ch
+				writeEvent(w, ev.name, ev.data)
+			}
+			fl.Flush()
+		case <-keepalive.C:
+			fmt.Fprint(w, ": keepalive\n\n")
+			fl.Flush()
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func writeEvent(w http.ResponseWriter, name string, data []byte) {
+	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
+}
