@@ -1,0 +1,122 @@
+package relay
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+)
+
+func sampleRequest() *Request {
+	return &Request{
+		Stream: 42, Queued: true, ArrivedAt: 1763800000123456, ID: "0b6f3c0e-8d5f-4a43-9b1c-2f4e0c1d9a77",
+		Method: "POST", URI: "/webhooks/voice?x=1&x=2",
+		Header: Header{{"Content-Type", "application/json"}, {"X-Multi", "a"}, {"X-Multi", "b"}},
+		Body:   []byte(`{"id":"7b1d3a52","event":"call.ended"}`),
+	}
+}
+
+func TestRequestRoundTrip(t *testing.T) {
+	in := sampleRequest()
+	frame := append(appendRequestHead(nil, in), in.Body...)
+	out, err := decodeRequest(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("round trip:\n in %+v\nout %+v", in, out)
+	}
+}
+
+func TestResponseRoundTrip(t *testing.T) {
+	in := &Response{Stream: 7, Status: 503, Result: ResultOK, Header: Header{{"Retry-After", "5"}}, Body: []byte("busy")}
+	out, err := decodeResponse(append(appendResponseHead(nil, in), in.Body...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("round trip:\n in %+v\nout %+v", in, out)
+	}
+	empty := &Response{Stream: 8, Result: ResultUnreachable, Error: "connection refused", Header: Header{}, Body: []byte{}}
+	out, err = decodeResponse(appendResponseHead(nil, empty))
+	if err != nil || out.Result != ResultUnreachable || out.Error != "connection refused" {
+		t.Fatalf("unreachable: %+v %v", out, err)
+	}
+}
+
+func TestDecodeRejectsMalformed(t *testing.T) {
+	good := append(appendRequestHead(nil, sampleRequest()), "body"...)
+	for i := 1; i < len(good)-4; i++ {
+		if _, err := decodeRequest(good[:i]); err == nil {
+			t.Errorf("truncated to %d bytes: no error", i)
+		}
+	}
+	// A header count far beyond what the frame could hold.
+	bad := []byte{frameRequest, 1, 0, 1, 0, 4, 'P', 'O', 'S', 'T', 1, '/', 0xff, 0xff, 0xff, 0xff, 0x0f}
+	if _, err := decodeRequest(bad); err == nil {
+		t.Error("huge header count: no error")
+	}
+	if _, err := decodeResponse([]byte{frameResponse, 1, 42, 0, 0, 0}); err == nil {
+		t.Error("status 42: no error")
+	}
+	if _, err := decodeAck([]byte{frameAck, 1, 0}); err == nil {
+		t.Error("trailing bytes after ack: no error")
+	}
+}
+
+// FuzzDecodeFrame feeds arbitrary bytes to every decoder: none may panic,
+// and whatever decodes must encode back to the same bytes.
+func FuzzDecodeFrame(f *testing.F) {
+	r := sampleRequest()
+	f.Add(append(appendRequestHead(nil, r), r.Body...))
+	resp := &Response{Stream: 1, Status: 200, Header: Header{{"A", "b"}}, Body: []byte("ok")}
+	f.Add(append(appendResponseHead(nil, resp), resp.Body...))
+	f.Add(appendAck(nil, 99))
+	f.Add(appendGoAway(nil, GoAway{Reason: GoAwayReplaced, Message: "bye"}))
+	f.Add([]byte{frameRequest, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if req, err := decodeRequest(b); err == nil {
+			again := append(appendRequestHead(nil, req), req.Body...)
+			if req2, err := decodeRequest(again); err != nil || !reflect.DeepEqual(req, req2) {
+				t.Fatalf("request does not survive re-encoding: %v", err)
+			}
+		}
+		if resp, err := decodeResponse(b); err == nil {
+			again := append(appendResponseHead(nil, resp), resp.Body...)
+			if resp2, err := decodeResponse(again); err != nil || !reflect.DeepEqual(resp, resp2) {
+				t.Fatalf("response does not survive re-encoding: %v", err)
+			}
+		}
+		if s, err := decodeAck(b); err == nil {
+			if s2, err := decodeAck(appendAck(nil, s)); err != nil || s2 != s {
+				t.Fatalf("ack does not survive re-encoding")
+			}
+		}
+		decodeGoAway(b)
+		var h Hello
+		decodeJSON(b, frameHello, &h)
+	})
+}
+
+func BenchmarkEncodeRequest(b *testing.B) {
+	r := sampleRequest()
+	r.Body = bytes.Repeat([]byte("x"), 2048)
+	buf := make([]byte, 0, 512)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(r.Body)))
+	for b.Loop() {
+		buf = appendRequestHead(buf[:0], r)
+	}
+}
+
+func BenchmarkDecodeRequest(b *testing.B) {
+	r := sampleRequest()
+	r.Body = bytes.Repeat([]byte("x"), 2048)
+	frame := append(appendRequestHead(nil, r), r.Body...)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(frame)))
+	for b.Loop() {
+		if _, err := decodeRequest(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
