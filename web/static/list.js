@@ -1,0 +1,256 @@
+// The requests view's left side: the filter bar and the live, windowed list
+// of captures. Filter state lives in the page URL's query so a view can be
+// bookmarked, shared and reloaded.
+
+import { h, icon, clear, copyButton } from './dom.js';
+import * as api from './api.js';
+import * as fmt from './format.js';
+import { VirtualList } from './vlist.js';
+
+// FILTERS are the list API's filter parameters kept in the page URL.
+export const FILTERS = ['event', 'call_id', 'status_class', 'q', 'since', 'until', 'source', 'duplicate'];
+
+export function filtersFromURL() {
+  const q = new URLSearchParams(location.search);
+  const f = {};
+  for (const k of FILTERS) {
+    const v = q.get(k);
+    if (v) f[k] = v;
+  }
+  return f;
+}
+
+export function filterQuery(f) {
+  const q = new URLSearchParams();
+  for (const k of FILTERS) if (f[k]) q.set(k, f[k]);
+  const s = q.toString();
+  return s ? '?' + s : '';
+}
+
+function statusClassOf(c) {
+  if (c.response_status == null || c.response_status === 0) return 'none';
+  return `${Math.floor(c.response_status / 100)}xx`;
+}
+
+// matches says whether a live capture belongs in the filtered list: true,
+// false, or null when only the server can tell (full-text search).
+function matches(c, f) {
+  if (f.event && c.event !== f.event) return false;
+  if (f.call_id && c.call_id !== f.call_id) return false;
+  if (f.status_class && statusClassOf(c) !== f.status_class) return false;
+  if (f.source && c.source !== f.source) return false;
+  if (f.duplicate === 'true' && !c.duplicate_of) return false;
+  if (f.duplicate === 'false' && c.duplicate_of) return false;
+  const t = fmt.parseTime(c.created_at);
+  if (f.since && t != null && t < fmt.parseTime(f.since)) return false;
+  if (f.until && t != null && t > fmt.parseTime(f.until)) return false;
+  if (f.q) return null;
+  return true;
+}
+
+export function flagsOf(c) {
+  const out = [];
+  if (c.replay_of) out.push(['replay', 'replay', `Replay of ${c.replay_of}`]);
+  if (c.duplicate_of) out.push(['dup', 'dup', `Duplicate delivery of ${c.duplicate_of} (same payload id)`]);
+  if (c.late) out.push(['late', 'late', `Delivered late from the relay's queue${c.arrived_at ? '; reached the relay ' + fmt.fullTime(c.arrived_at) : ''}`]);
+  if (c.status === 'failed') out.push(['failed', 'failed', c.error ? `Failed: ${c.error}` : 'Delivery to the local handler failed']);
+  if (c.source && c.source !== 'tunnel' && c.source !== 'replay') out.push([c.source, 'src', `Source: ${c.source}`]);
+  return out;
+}
+
+export function statusCell(c) {
+  if (c.response_status) return h('span', { class: 'st ' + fmt.statusClass(c.response_status) }, String(c.response_status));
+  if (c.status === 'failed') return h('span', { class: 'st s5', title: c.error || 'failed' }, 'ERR');
+  if (c.status === 'pending') return h('span', { class: 'st snone pending', title: 'waiting for the local handler' }, h('span', { class: 'dot' }));
+  return h('span', { class: 'st snone' }, '—');
+}
+
+export function eventBadge(ev) {
+  const k = fmt.eventKind(ev);
+  if (!k) return h('span', { class: 'badge k-none' }, '—');
+  return h('span', { class: 'badge ' + k.cls, title: ev }, k.label);
+}
+
+export class RequestList {
+  // app: {navigate(path), selectedId(), tunnel()}
+  constructor(app) {
+    this.app = app;
+    this.filters = filtersFromURL();
+    this.countEl = h('span', { class: 'count' });
+    this.list = new VirtualList({
+      rowHeight: 30,
+      pageSize: 100,
+      fetchPage: (offset, limit, signal) => api.listCaptures({ ...this.filters, limit, offset }, signal),
+      createRow: () => this.createRow(),
+      fillRow: (el, c) => this.fillRow(el, c),
+      key: (c) => c.id,
+      onOpen: (c) => app.navigate(`/requests/${encodeURIComponent(c.id)}${filterQuery(this.filters)}`),
+      onCount: (n) => {
+        this.countEl.textContent = `${fmt.num(n)} ${n === 1 ? 'request' : 'requests'}`;
+      },
+      empty: () => this.emptyState(),
+    });
+    this.el = h('section', { class: 'pane list-pane', 'aria-label': 'Captured requests' },
+      this.filterBar(),
+      h('div', { class: 'lhead req' },
+        h('span', null, 'Time'), h('span', null, 'Method'), h('span', null, 'Path'), h('span', null, 'Event'),
+        h('span', null, 'Call'), h('span', { class: 'r' }, 'Status'), h('span', { class: 'r' }, 'Duration'), h('span', null, 'Flags')),
+      this.list.el);
+    this.list.reset();
+  }
+
+  filterBar() {
+    const f = this.filters;
+    const sel = (name, label, options) => {
+      const s = h('select', { class: 'f-' + name, 'aria-label': label, title: label },
+        options.map(([v, t]) => h('option', { value: v }, t)));
+      s.value = f[name] || '';
+      s.addEventListener('change', () => this.set(name, s.value));
+      this.inputs[name] = s;
+      return s;
+    };
+    this.inputs = {};
+    const search = h('input', { class: 'f-q', type: 'search', placeholder: 'Search bodies…  /', 'aria-label': 'Search bodies', spellcheck: 'false', value: f.q || '' });
+    search.addEventListener('input', () => {
+      clearTimeout(this.qTimer);
+      this.qTimer = setTimeout(() => this.set('q', search.value.trim()), 250);
+    });
+    search.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter') {
+        clearTimeout(this.qTimer);
+        this.set('q', search.value.trim());
+      }
+    });
+    this.inputs.q = search;
+    this.searchEl = search;
+    const callId = h('input', { class: 'f-call_id mono', type: 'text', placeholder: 'call id', 'aria-label': 'Call id', spellcheck: 'false', value: f.call_id || '' });
+    callId.addEventListener('change', () => this.set('call_id', callId.value.trim()));
+    this.inputs.call_id = callId;
+    const time = (name, label) => {
+      const i = h('input', { class: 'f-' + name, type: 'datetime-local', step: '1', 'aria-label': label, title: label, value: fmt.toLocalInput(f[name]) });
+      i.addEventListener('change', () => this.set(name, fmt.fromLocalInput(i.value)));
+      this.inputs[name] = { get value() { return i.value; }, set value(v) { i.value = fmt.toLocalInput(v); }, el: i };
+      return i;
+    };
+    this.clearBtn = h('button', { class: 'btn btn-ghost btn-sm f-clear', type: 'button', title: 'Clear all filters' }, icon('x'), 'Clear');
+    this.clearBtn.addEventListener('click', () => this.setAll({}));
+    const bar = h('div', { class: 'filters' },
+      h('label', { class: 'search' }, icon('search'), search),
+      sel('event', 'Event kind', [['', 'All events'], ...fmt.EVENT_KINDS.map(([k]) => [k, k])]),
+      sel('status_class', 'Response status', [['', 'Any status'], ['2xx', '2xx'], ['3xx', '3xx'], ['4xx', '4xx'], ['5xx', '5xx'], ['none', 'No response']]),
+      callId,
+      h('span', { class: 'range' }, time('since', 'Since'), h('span', { class: 'muted' }, '→'), time('until', 'Until')),
+      this.clearBtn,
+      h('span', { class: 'spacer' }),
+      this.countEl);
+    this.updateClear();
+    return bar;
+  }
+
+  updateClear() {
+    this.clearBtn.hidden = !FILTERS.some((k) => this.filters[k]);
+  }
+
+  set(name, value) {
+    const f = { ...this.filters };
+    if (value) f[name] = value;
+    else delete f[name];
+    this.setAll(f);
+  }
+
+  // setAll applies a whole filter set: into the URL (replacing the history
+  // entry, so typing in search does not pile up entries), the inputs, and
+  // the list.
+  setAll(f) {
+    const same = FILTERS.every((k) => (f[k] || '') === (this.filters[k] || ''));
+    this.filters = { ...f };
+    for (const k of FILTERS) {
+      const i = this.inputs[k];
+      if (i && i.value !== (f[k] || '') && document.activeElement !== i) i.value = f[k] || '';
+    }
+    this.updateClear();
+    const want = filterQuery(this.filters);
+    if (location.search !== want) history.replaceState(history.state, '', location.pathname + want);
+    if (!same) this.list.reset();
+  }
+
+  // syncFromURL adopts the URL's filters after navigation (back/forward).
+  syncFromURL() {
+    this.setAll(filtersFromURL());
+  }
+
+  focusSearch() {
+    this.searchEl.focus();
+    this.searchEl.select();
+  }
+
+  createRow() {
+    const row = h('div', { class: 'req' });
+    row.c = {
+      time: h('span', { class: 'c-time mono' }),
+      method: h('span', { class: 'c-method' }),
+      path: h('span', { class: 'c-path mono' }),
+      event: h('span', { class: 'c-event' }),
+      call: h('span', { class: 'c-call mono' }),
+      status: h('span', { class: 'c-status r' }),
+      dur: h('span', { class: 'c-dur r mono' }),
+      flags: h('span', { class: 'c-flags' }),
+    };
+    row.append(...Object.values(row.c));
+    return row;
+  }
+
+  fillRow(row, c) {
+    const x = row.c;
+    if (!c) {
+      for (const el of Object.values(x)) clear(el);
+      row.title = '';
+      return;
+    }
+    x.time.textContent = fmt.clock(c.created_at);
+    x.time.title = fmt.fullTime(c.created_at);
+    x.method.textContent = c.method || '';
+    x.method.className = 'c-method m-' + String(c.method || '').toLowerCase();
+    clear(x.path, h('span', null, c.path || '/'), c.query ? h('span', { class: 'q' }, '?' + c.query.replace(/^\?/, '')) : null);
+    x.path.title = (c.path || '/') + (c.query ? '?' + c.query.replace(/^\?/, '') : '');
+    clear(x.event, c.event ? eventBadge(c.event) : h('span', { class: 'muted' }, ''));
+    x.call.textContent = fmt.shortId(c.call_id);
+    x.call.title = c.call_id || '';
+    clear(x.status, statusCell(c));
+    x.dur.textContent = c.duration_ms != null ? fmt.duration(c.duration_ms) : '';
+    clear(x.flags, flagsOf(c).map(([label, cls, title]) => h('span', { class: 'flag f-' + cls, title }, label)));
+  }
+
+  emptyState() {
+    if (FILTERS.some((k) => this.filters[k])) {
+      const b = h('button', { class: 'btn btn-sm', type: 'button' }, 'Clear filters');
+      b.addEventListener('click', () => this.setAll({}));
+      return h('div', { class: 'empty-msg' }, h('div', { class: 'empty-title' }, 'No requests match these filters'), b);
+    }
+    const t = this.app.tunnel() || {};
+    const url = t.public_url || '';
+    const sample = `curl -X POST ${url ? "'" + url + "/webhooks'" : '<public url>'} -H 'Content-Type: application/json' -d '{"hello":"calltap"}'`;
+    return h('div', { class: 'empty-msg' },
+      h('div', { class: 'empty-title' }, 'Waiting for requests'),
+      h('div', { class: 'muted' }, 'Anything sent to your public URL shows up here as it arrives.'),
+      url ? h('div', { class: 'empty-code' }, h('code', { class: 'mono' }, sample), copyButton(sample, '', 'Copy command')) : null);
+  }
+
+  // onCapture takes a capture from the live stream.
+  onCapture(c) {
+    if (this.list.upsert(c)) return;
+    const m = matches(c, this.filters);
+    if (m === false) return;
+    const top = this.list.itemAt(0);
+    const newer = !top || (fmt.parseTime(c.created_at) ?? 0) >= (fmt.parseTime(top.created_at) ?? 0);
+    // A row older than the top is either an update of a row not loaded yet
+    // or one that lost a race with a sibling saved at the same moment; the
+    // server knows where it goes.
+    if (m === true && newer && this.list.loaded) this.list.prepend(c);
+    else this.list.refreshHead();
+  }
+
+  resync() {
+    this.list.refreshHead();
+  }
+}
