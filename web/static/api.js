@@ -83,6 +83,9 @@ export class Stream {
       const c = parse(e.data);
       if (c && c.id) this.h.onCapture?.(c);
     });
+    // The server drops events for a client that cannot keep up and says
+    // so with "resync": refetch what is on screen.
+    es.addEventListener('resync', () => this.h.onResync?.());
     es.addEventListener('tunnel', (e) => {
       const t = parse(e.data);
       if (t) this.h.onTunnel?.(t);

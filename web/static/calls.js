@@ -23,15 +23,16 @@ function callSummary(c) {
     last: first(c.last_activity, c.last_activity_at, c.updated_at, c.last_received_at, c.last_event_at),
     lastEvent: first(c.last_event, c.latest_event, c.event),
     count: first(c.event_count, c.events_count, typeof c.events === 'number' ? c.events : null, Array.isArray(c.events) ? c.events.length : null, c.count),
-    outcome: first(c.outcome_code, call.outcome_code, c.outcome, call.outcome, c.final_event ? String(c.final_event).replace(/^call\./, '') : null),
+    outcome: first(c.outcome_code, call.outcome_code, c.outcome, call.outcome, c.state, c.final ? String(c.final).replace(/^call\./, '') : null),
     who: first(c.contact_name, call.contact && call.contact.name, c.to_number, call.to_number),
     anomalies,
   };
 }
 
 function anomalyText(a) {
-  if (typeof a === 'string') return { code: '', message: a, severity: 'warning' };
-  return { code: a.code || a.kind || '', message: a.message || a.description || a.code || '', severity: a.severity || 'warning', ref: first(a.capture_id, a.id), event: a.event };
+  if (typeof a === 'string') return { code: '', message: a, severity: 'warning', refs: [] };
+  const refs = Array.isArray(a.capture_ids) ? a.capture_ids.filter(Boolean) : [first(a.capture_id)].filter(Boolean);
+  return { code: a.code || a.kind || '', message: a.message || a.description || a.code || '', severity: a.severity || 'warning', refs, event: a.event };
 }
 
 export class CallsView {
@@ -226,7 +227,7 @@ export class CallsView {
     if (anomalies.length) {
       body.append(h('div', { class: 'sect-plain' }, h('ul', { class: 'checks anomalies' }, anomalies.map((a) => h('li', { class: 'check ' + json.severityClass(a.severity) },
         icon('warn'), h('span', { class: 'check-msg' }, a.message), a.code ? h('span', { class: 'check-code mono' }, a.code) : null,
-        a.ref ? h('a', { href: `/requests/${encodeURIComponent(a.ref)}`, 'data-nav': '', class: 'mono small' }, fmt.shortId(a.ref)) : null)))));
+        a.refs.slice(0, 4).map((r) => h('a', { href: `/requests/${encodeURIComponent(r)}`, 'data-nav': '', class: 'mono small' }, fmt.shortId(r))))))));
     }
     body.append(section('Timeline', h('span', { class: 'muted' }, 'to scale'), timeline(events, anomalies)));
     body.append(section('Events', h('span', { class: 'muted' }, String(events.length)), eventsTable(events)));
@@ -442,7 +443,7 @@ function timeline(events, anomalies) {
     lane.hits.push(f);
   }
   lanes.sort((a, b) => (a.occurred ?? a.hits[0].received ?? 0) - (b.occurred ?? b.hits[0].received ?? 0));
-  const anomalous = new Set(anomalies.map((a) => a.ref).filter(Boolean));
+  const anomalous = new Set(anomalies.flatMap((a) => a.refs));
   const anomalousKinds = new Set(anomalies.map((a) => a.event).filter(Boolean));
 
   const step = niceStep(span, 6);

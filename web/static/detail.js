@@ -16,16 +16,18 @@ function shq(s) {
   return "'" + String(s).replace(/'/g, "'\\''") + "'";
 }
 
+// publicURL is the address the sender used: the tunnel's public URL with
+// the captured path and query. (The API's url field is the delivery
+// target, as in the service's delivery record.)
 export function publicURL(d, tunnel) {
-  if (d.url) return d.url;
   const q = d.query ? '?' + String(d.query).replace(/^\?/, '') : '';
   const base = tunnel && tunnel.public_url ? tunnel.public_url.replace(/\/$/, '') : '';
+  if (!base && d.url) return d.url;
   return base + (d.path || '/') + q;
 }
 
 function localURL(d) {
-  if (d.target) return d.target;
-  return null;
+  return d.target || d.url || null;
 }
 
 // curl builds a shell command that re-sends the capture to url.
@@ -223,7 +225,8 @@ export class Detail {
         h('span', { title: fmt.fullTime(d.created_at) }, fmt.clock(d.created_at)),
         d.duration_ms != null ? h('span', null, fmt.duration(d.duration_ms)) : null,
         h('span', null, fmt.size(d.size ?? json.bytesOf(d.body, d.body_encoding).length)),
-        flagsOf(d).map(([label, cls, title]) => h('span', { class: 'flag f-' + cls, title }, label)),
+        // replay and duplicate are said by the links after them
+        flagsOf(d).filter(([, cls]) => cls !== 'replay' && cls !== 'dup').map(([label, cls, title]) => h('span', { class: 'flag f-' + cls, title }, label)),
         links),
       h('div', { class: 'd-actions' }, replayBtn, editBtn, curlBtn, curlLocal, dl));
 
@@ -262,7 +265,8 @@ export class Detail {
     const callLink = d.call_id ? h('span', null, h('a', { href: `/calls/${encodeURIComponent(d.call_id)}`, 'data-nav': '', class: 'mono' }, d.call_id), ' ',
       h('a', { href: `/?call_id=${encodeURIComponent(d.call_id)}`, 'data-nav': '', class: 'muted small' }, 'filter')) : null;
     wrap.append(section('General', null, kv([
-      ['URL', h('span', { class: 'mono wrap' }, full, ' ', copyButton(full, '', 'Copy URL'))],
+      // Replays and triggers never passed through the public URL.
+      ['URL', !d.source || d.source === 'tunnel' ? h('span', { class: 'mono wrap' }, full, ' ', copyButton(full, '', 'Copy URL')) : null],
       ['Forwarded to', local ? h('span', { class: 'mono wrap' }, local) : null],
       ['Received', fmt.fullTime(d.created_at)],
       ['At relay', d.arrived_at && d.arrived_at !== d.created_at ? fmt.fullTime(d.arrived_at) + (d.late ? '  (queued while offline)' : '') : null],

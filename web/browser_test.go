@@ -1,0 +1,611 @@
+package web_test
+
+// Browser tests: Debian's chromium, headless, driven through chromedp
+// against a whole calltap stack on loopback (relay, agent, inspector with
+// the embedded UI). Nothing is mocked; screenshots of each scenario are
+// written as test artefacts.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
+
+	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/web"
+)
+
+// wait bounds every poll of the page; generous because the machine may be
+// busy with -race builds of other packages.
+const wait = 15 * time.Second
+
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("CALLTAP_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	t.Fatal("chromium is needed for the browser tests and was not found: install chromium: apt-get install -y chromium (or set CALLTAP_CHROMIUM to its path)")
+	return ""
+}
+
+// startBrowser starts one headless chromium for the test and its subtests.
+func startBrowser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 900),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("starting chromium: %v (install chromium: apt-get install -y chromium)", err)
+	}
+	return bctx
+}
+
+// page is one browser tab on an inspector.
+type tab struct {
+	t       *testing.T
+	ctx     context.Context
+	base    string // the inspector's URL
+	dir     string // screenshots
+	shots   int
+	dialogs atomic.Int32
+
+	mu         sync.Mutex
+	exceptions []string // guarded by mu
+}
+
+func newTab(t *testing.T, browser context.Context, inspectorURL string) *tab {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(browser)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tb := &tab{t: t, ctx: ctx, base: inspectorURL, dir: artifacts(t)}
+	// Any dialog is a failure (a payload ran code); dismiss it so the page
+	// does not hang, and count it.
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	go func() {
+		for _, err := range dialogs {
+			if err != nil {
+				return
+			}
+			tb.dialogs.Add(1)
+			chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
+		}
+	}()
+	exc := chromedp.Events(ctx, runtime.ExceptionThrown)
+	go func() {
+		for ev, err := range exc {
+			if err != nil {
+				return
+			}
+			msg := ev.ExceptionDetails.Text
+			if ev.ExceptionDetails.Exception != nil {
+				msg += " " + ev.ExceptionDetails.Exception.Description
+			}
+			tb.mu.Lock()
+			tb.exceptions = append(tb.exceptions, msg)
+			tb.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		tb.mu.Lock()
+		defer tb.mu.Unlock()
+		for _, e := range tb.exceptions {
+			t.Errorf("uncaught exception in the page: %s", e)
+		}
+	})
+	return tb
+}
+
+// artifacts is where screenshots go: $CALLTAP_ARTIFACTS/browser, or a
+// temporary directory of the test.
+func artifacts(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("CALLTAP_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	} else {
+		dir = filepath.Join(dir, "browser")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func (tb *tab) do(actions ...chromedp.Action[chromedp.Void]) {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, wait)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		tb.shot("failed")
+		tb.t.Fatalf("browser: %v", err)
+	}
+}
+
+func (tb *tab) open(path string) {
+	tb.t.Helper()
+	tb.do(chromedp.Navigate(tb.base + path))
+	// The app is a module: wait until it has built its frame.
+	tb.waitFor("the app to start", `!!document.querySelector('.topbar .status .state')`)
+}
+
+func evalJS[T any](tb *tab, expr string) (T, error) {
+	ctx, cancel := context.WithTimeout(tb.ctx, wait)
+	defer cancel()
+	return chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+}
+
+func (tb *tab) str(expr string) string {
+	tb.t.Helper()
+	v, err := evalJS[string](tb, expr)
+	if err != nil {
+		tb.t.Fatalf("evaluating %s: %v", expr, err)
+	}
+	return v
+}
+
+func (tb *tab) js(expr string) {
+	tb.t.Helper()
+	if _, err := evalJS[chromedp.Void](tb, "(() => { "+expr+"; })()"); err != nil {
+		tb.t.Fatalf("evaluating %s: %v", expr, err)
+	}
+}
+
+// waitFor polls a JavaScript condition until it holds or the deadline
+// passes.
+func (tb *tab) waitFor(what, cond string) {
+	tb.t.Helper()
+	deadline := time.Now().Add(wait)
+	var lastErr error
+	for {
+		ok, err := evalJS[bool](tb, "!!("+cond+")")
+		if err == nil && ok {
+			return
+		}
+		lastErr = err
+		if time.Now().After(deadline) {
+			tb.shot("timeout")
+			tb.t.Fatalf("waited %s for %s: %s never held (last error: %v)", wait, what, cond, lastErr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// shot saves a screenshot as a test artefact.
+func (tb *tab) shot(name string) {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, wait)
+	defer cancel()
+	buf, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		tb.t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	tb.shots++
+	safe := regexp.MustCompile(`[^A-Za-z0-9_.-]+`).ReplaceAllString(tb.t.Name(), "_")
+	p := filepath.Join(tb.dir, fmt.Sprintf("%s-%02d-%s.png", safe, tb.shots, name))
+	if err := os.WriteFile(p, buf, 0o644); err != nil {
+		tb.t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	tb.t.Logf("screenshot: %s", p)
+}
+
+// handler is the developer's local handler: it records what reached it.
+type handler struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	got []received // guarded by mu
+}
+
+type received struct {
+	Method, Path string
+	Header       http.Header
+	Body         []byte
+}
+
+func newHandler(t *testing.T) *handler {
+	h := &handler{}
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		h.mu.Lock()
+		h.got = append(h.got, received{r.Method, r.URL.RequestURI(), r.Header.Clone(), b})
+		h.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Handler", "test")
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *handler) received() []received {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]received(nil), h.got...)
+}
+
+type stack struct {
+	*inspectortest.Stack
+	h *handler
+}
+
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	h := newHandler(t)
+	s := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.srv.URL + "/hook", Assets: web.Handler()})
+	return &stack{Stack: s, h: h}
+}
+
+// send posts body to the tunnel's public URL and returns the status.
+func (s *stack) send(t *testing.T, path string, body []byte, header ...string) int {
+	t.Helper()
+	req, err := http.NewRequest("POST", s.TunnelURL+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode
+}
+
+type summary struct {
+	ID          string `json:"id"`
+	Path        string `json:"path"`
+	Event       string `json:"event"`
+	ReplayOf    string `json:"replay_of"`
+	CallID      string `json:"call_id"`
+	DeliveryID  string `json:"delivery_id"`
+	DuplicateOf string `json:"duplicate_of"`
+}
+
+// captures lists the newest captures through the inspector's API.
+func (s *stack) captures(t *testing.T) []summary {
+	t.Helper()
+	res, err := http.Get(s.InspectorURL + "/api/v1/ext/webhooks/?limit=200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var env struct {
+		Data struct {
+			Results []summary `json:"results"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&env); err != nil {
+		t.Fatal(err)
+	}
+	return env.Data.Results
+}
+
+// event builds a call event as the service documents it (section 6.4).
+func event(kind, callID string, at time.Time, extra map[string]any) []byte {
+	p := map[string]any{
+		"id":          uuid.NewString(),
+		"event":       kind,
+		"occurred_at": at.UTC().Format(time.RFC3339Nano),
+		"call": map[string]any{
+			"call_id": callID, "direction": "outbound", "status": "completed",
+			"from_number": "+14155550100", "to_number": "+33612345678",
+			"duration_seconds": 180, "attempt_number": 1,
+			"agent":     map[string]any{"id": uuid.NewString(), "name": "Ava"},
+			"contact":   map[string]any{"id": uuid.NewString(), "name": "Dana Whitaker", "phone": "+33612345678", "email": "dana@example.com"},
+			"variables": map[string]any{"lead_id": "EZ-1042"},
+		},
+		"data": map[string]any{"event": "room_finished", "room": map[string]any{"sid": "RM_1"}},
+	}
+	for k, v := range extra {
+		p[k] = v
+	}
+	// Senders do not escape <, > and & in JSON strings; neither do we, so
+	// hostile markup reaches the agent as markup.
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(p)
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+const visibleRows = `[...document.querySelectorAll('[data-view=requests] .vrow:not([hidden]):not(.skeleton)')]`
+
+func rowFor(id string) string {
+	return fmt.Sprintf(`document.querySelector('[data-view=requests] .vrow[data-key=%q]')`, id)
+}
+
+func TestBrowser(t *testing.T) {
+	browser := startBrowser(t)
+
+	t.Run("LiveListAndDetail", func(t *testing.T) {
+		s := startStack(t)
+		tb := newTab(t, browser, s.InspectorURL)
+		tb.open("/")
+		tb.waitFor("the empty state", `document.querySelector('[data-view=requests] .vlist-empty .empty-title')?.textContent === 'Waiting for requests'`)
+		tb.waitFor("the tunnel state", `document.querySelector('.topbar .state')?.textContent === 'connected'`)
+		if got := tb.str(`document.querySelector('.topbar .tunnel-url .mono').textContent`); got != s.TunnelURL {
+			t.Errorf("status bar shows %q, want the tunnel URL %q", got, s.TunnelURL)
+		}
+		tb.shot("empty")
+		tb.js(`window.__sameDocument = 'yes'`)
+
+		callID := uuid.NewString()
+		if code := s.send(t, "/webhooks/voice?tenant=acme", event("call.ended", callID, time.Now(), nil), "X-Calltap-Test", "first", "X-Calltap-Test", "second"); code != 200 {
+			t.Fatalf("sender got %d", code)
+		}
+		caps := s.captures(t)
+		if len(caps) != 1 {
+			t.Fatalf("%d captures, want 1", len(caps))
+		}
+		id := caps[0].ID
+		tb.waitFor("the capture to appear live", rowFor(id)+`?.querySelector('.c-status')?.textContent === '200'`)
+		if tb.str(`window.__sameDocument || 'reloaded'`) != "yes" {
+			t.Error("the page reloaded to show the capture")
+		}
+		row := func(sel string) string { return tb.str(rowFor(id) + `.querySelector('` + sel + `').textContent`) }
+		if got := row(".c-path"); got != "/webhooks/voice?tenant=acme" {
+			t.Errorf("row path %q", got)
+		}
+		if got := row(".c-event"); got != "ended" {
+			t.Errorf("row event badge %q, want ended", got)
+		}
+		if got := row(".c-call"); got != callID[:8] {
+			t.Errorf("row call %q, want %q", got, callID[:8])
+		}
+		if got := row(".c-method"); got != "POST" {
+			t.Errorf("row method %q", got)
+		}
+		tb.shot("live")
+
+		tb.do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-view=requests] .vrow[data-key=%q] .c-path`, id))))
+		tb.waitFor("the detail", `location.pathname === '/requests/`+id+`' && !!document.querySelector('.detail-pane .tab-request .htable')`)
+		headers := tb.str(`[...document.querySelectorAll('.detail-pane .tab-request .htable tr')].map(r => r.cells[0].textContent + ': ' + r.cells[1].textContent).join('\n')`)
+		for _, want := range []string{"X-Calltap-Test: first", "X-Calltap-Test: second", "Content-Type: application/json"} {
+			if !strings.Contains(headers, want) {
+				t.Errorf("headers table lacks %q:\n%s", want, headers)
+			}
+		}
+		// Pretty JSON: keys, strings and numbers in their colours.
+		tb.waitFor("the JSON tree", `!!document.querySelector('.detail-pane .jtree')`)
+		if !strings.Contains(tb.str(`[...document.querySelectorAll('.detail-pane .jtree .jk')].map(e => e.textContent).join(' ')`), `"call_id"`) {
+			t.Error(`the JSON tree has no "call_id" key`)
+		}
+		if !strings.Contains(tb.str(`[...document.querySelectorAll('.detail-pane .jtree .js')].map(e => e.textContent).join(' ')`), strconv.Quote(callID)) {
+			t.Error("the JSON tree does not show the call id as a string")
+		}
+		if tb.str(`[...document.querySelectorAll('.detail-pane .jtree .jnum')].map(e => e.textContent).join(' ')`) == "" {
+			t.Error("the JSON tree shows no number")
+		}
+		color := tb.str(`getComputedStyle(document.querySelector('.detail-pane .jtree .jk')).color + '|' + getComputedStyle(document.querySelector('.detail-pane .jtree .js')).color`)
+		if parts := strings.Split(color, "|"); parts[0] == parts[1] {
+			t.Errorf("keys and strings share a colour (%s): no syntax colours", color)
+		}
+		tb.shot("detail")
+
+		// Collapse the call block and open it again.
+		callNode := `document.querySelector('.detail-pane .jn[data-path="call"]')`
+		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .jn[data-path="call"] > .jhead`)))
+		tb.waitFor("the call block to collapse", callNode+`.classList.contains('collapsed')`)
+		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .jn[data-path="call"] > .jhead`)))
+		tb.waitFor("the call block to open", `!`+callNode+`.classList.contains('collapsed')`)
+
+		// The response tab shows the handler's answer.
+		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .tab[data-tab=response]`)))
+		tb.waitFor("the response", `document.querySelector('.detail-pane .tab-response')?.textContent.includes('X-Handler')`)
+		if !strings.Contains(tb.str(`document.querySelector('.detail-pane .tab-response').textContent`), `"ok"`) {
+			t.Error("the response tab does not show the handler's body")
+		}
+		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .tab[data-tab=request]`)))
+
+		// Keyboard: a second capture, then k/j and Enter move and open.
+		s.send(t, "/webhooks/voice", event("call.started", callID, time.Now(), nil))
+		tb.waitFor("the second capture", visibleRows+`.length === 2`)
+		second := s.captures(t)[0].ID
+		tb.js(`document.activeElement.blur()`)
+		tb.do(chromedp.KeyEvent("k"), chromedp.KeyEvent("\r"))
+		tb.waitFor("k and Enter to open the newest", `location.pathname === '/requests/`+second+`'`)
+		tb.do(chromedp.KeyEvent("j"), chromedp.KeyEvent("\r"))
+		tb.waitFor("j and Enter to open the older one", `location.pathname === '/requests/`+id+`'`)
+		tb.do(chromedp.KeyEvent("/"))
+		tb.waitFor("/ to focus search", `document.activeElement === document.querySelector('.filters .f-q')`)
+	})
+
+	t.Run("EditAndReplay", func(t *testing.T) {
+		s := startStack(t)
+		callID := uuid.NewString()
+		s.send(t, "/webhooks/voice", event("call.analysis_completed", callID, time.Now(), map[string]any{
+			"analysis": map[string]any{"summary": "Wants 40 seats", "sentiment": "positive", "lead_score": 0.82},
+		}))
+		orig := s.captures(t)[0].ID
+		before := len(s.h.received())
+
+		tb := newTab(t, browser, s.InspectorURL)
+		tb.open("/requests/" + orig) // a client route, straight from the address bar
+		tb.waitFor("the detail", `!!document.querySelector('.detail-pane .act-edit')`)
+		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .act-edit`)))
+		tb.waitFor("the dialog", `document.querySelector('dialog.replay-dlg')?.open`)
+
+		setBody := func(v string) {
+			tb.js(fmt.Sprintf(`(b => { b.value = %s; b.dispatchEvent(new Event('input')); })(document.querySelector('.r-body'))`, strconv.Quote(v)))
+		}
+		// Invalid JSON is refused inline, before anything is sent.
+		setBody(`{"event": "call.analysis_completed",, }`)
+		tb.waitFor("the inline JSON error", `document.querySelector('.r-body-status .bad')?.textContent.includes('line 1')`)
+		if tb.str(`String(document.querySelector('.r-send').disabled)`) != "true" {
+			t.Error("send is enabled with invalid JSON")
+		}
+		tb.shot("invalid-json")
+
+		edited := string(event("call.analysis_completed", callID, time.Now(), map[string]any{"edited": "EDITED-42"}))
+		setBody(edited)
+		tb.waitFor("the JSON to validate", `document.querySelector('.r-body-status .good') && !document.querySelector('.r-send').disabled`)
+		tb.js(`(p => { p.value = '/webhooks/edited?x=1'; })(document.querySelector('.r-path'))`)
+		tb.shot("edit")
+		tb.do(chromedp.Click(chromedp.CSS(`.r-send`)))
+		tb.waitFor("the dialog to close", `!document.querySelector('dialog.replay-dlg').open`)
+
+		// The edited request reached the handler.
+		inspectortest.Eventually(t, wait, func() bool { return len(s.h.received()) > before }, "the replay never reached the handler")
+		got := s.h.received()[before]
+		if string(got.Body) != edited {
+			t.Errorf("handler got body\n%s\nwant the edited body\n%s", got.Body, edited)
+		}
+		if got.Path != "/hook/webhooks/edited?x=1" {
+			t.Errorf("handler got path %q, want the edited one", got.Path)
+		}
+
+		// It shows up live, flagged, linking to the original.
+		var replayID string
+		for _, c := range s.captures(t) {
+			if c.ReplayOf == orig {
+				replayID = c.ID
+			}
+		}
+		if replayID == "" {
+			t.Fatal("no capture with replay_of = the original")
+		}
+		tb.waitFor("the replay in the list", rowFor(replayID)+`?.querySelector('.f-replay')`)
+		tb.waitFor("the toast", `document.querySelector('.toast a')?.getAttribute('href') === '/requests/`+replayID+`'`)
+		tb.do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-view=requests] .vrow[data-key=%q] .c-path`, replayID))))
+		tb.waitFor("the replay's detail", `document.querySelector('.detail-pane .d-meta .rel a')?.getAttribute('href') === '/requests/`+orig+`'`)
+		tb.shot("replayed")
+
+		// One click replays unchanged.
+		before = len(s.h.received())
+		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .act-replay`)))
+		inspectortest.Eventually(t, wait, func() bool { return len(s.h.received()) > before }, "one-click replay never reached the handler")
+		if got := s.h.received()[before]; string(got.Body) != edited {
+			t.Errorf("one-click replay of the replay sent %s", got.Body)
+		}
+	})
+
+	t.Run("FilterSurvivesReload", func(t *testing.T) {
+		s := startStack(t)
+		callID := uuid.NewString()
+		for _, kind := range []string{"call.started", "call.connected", "call.ended", "call.ended"} {
+			s.send(t, "/webhooks/voice", event(kind, callID, time.Now(), nil))
+		}
+		s.send(t, "/health", []byte(`{"ping":true}`))
+
+		tb := newTab(t, browser, s.InspectorURL)
+		tb.open("/")
+		tb.waitFor("all rows", visibleRows+`.length === 5`)
+		tb.js(`(s => { s.value = 'call.ended'; s.dispatchEvent(new Event('change')); })(document.querySelector('.filters .f-event'))`)
+		check := func(when string) {
+			t.Helper()
+			tb.waitFor("the filtered list "+when, visibleRows+`.length === 2 && `+visibleRows+`.every(r => r.querySelector('.c-event').textContent === 'ended')`)
+			if got := tb.str(`document.querySelector('.filters .count').textContent`); got != "2 requests" {
+				t.Errorf("%s: count %q", when, got)
+			}
+			if got := tb.str(`document.querySelector('.filters .f-event').value`); got != "call.ended" {
+				t.Errorf("%s: the event filter shows %q", when, got)
+			}
+		}
+		check("after choosing")
+		if got := tb.str(`location.search`); got != "?event=call.ended" {
+			t.Errorf("URL query %q, want the filter in it", got)
+		}
+		tb.shot("filtered")
+		tb.do(chromedp.Reload())
+		tb.waitFor("the app to restart", `!!document.querySelector('.topbar .status .state')`)
+		check("after a reload")
+
+		// Search and status filters combine and land in the URL too.
+		tb.js(`(s => { s.value = 'none'; s.dispatchEvent(new Event('change')); })(document.querySelector('.filters .f-status_class'))`)
+		tb.waitFor("no rows for status none", `document.querySelector('[data-view=requests] .vlist-empty .empty-title')?.textContent.includes('No requests match')`)
+		if got := tb.str(`location.search`); got != "?event=call.ended&status_class=none" {
+			t.Errorf("URL query %q", got)
+		}
+		tb.do(chromedp.Click(chromedp.CSS(`.filters .f-clear`)))
+		tb.waitFor("the whole list back", visibleRows+`.length === 5 && location.search === ''`)
+		tb.do(chromedp.Click(chromedp.CSS(`.filters .f-q`)), chromedp.SendKeys(chromedp.CSS(`.filters .f-q`), "ping\r"))
+		tb.waitFor("the full-text search", visibleRows+`.length === 1 && location.search === '?q=ping'`)
+		tb.shot("search")
+	})
+
+	t.Run("PayloadIsText", func(t *testing.T) {
+		s := startStack(t)
+		tb := newTab(t, browser, s.InspectorURL)
+		tb.open("/")
+		tb.js(`window.__csp = []; document.addEventListener('securitypolicyviolation', e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI))`)
+		script := `<script>window.__pwned = 1; alert(1)</script>`
+		img := `<img src=x onerror=window.__pwned=2;alert(2)>`
+		body := event("call.started", uuid.NewString(), time.Now(), map[string]any{"note": script, "html": img})
+		s.send(t, "/webhooks/"+`%3Cimg%20src=x%20onerror=alert(3)%3E`, body, "X-Evil", img)
+		id := s.captures(t)[0].ID
+		tb.waitFor("the capture", rowFor(id))
+		tb.do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-view=requests] .vrow[data-key=%q] .c-time`, id))))
+		tb.waitFor("the detail", `!!document.querySelector('.detail-pane .jtree')`)
+		// Raw view too: the whole body as text.
+		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .seg-btn[data-mode=raw]`)))
+		tb.waitFor("the raw body", `!!document.querySelector('.detail-pane pre.raw')`)
+		shown := tb.str(`document.querySelector('.detail-pane').textContent`)
+		for _, want := range []string{script, img} {
+			if !strings.Contains(shown, want) {
+				t.Errorf("the detail does not show %q as text", want)
+			}
+		}
+		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .seg-btn[data-mode=pretty]`)))
+		tb.shot("hostile")
+		if n := tb.str(`String(document.querySelectorAll('#app script, #app img:not(.brand img), #app iframe, #app [onerror], #app [onclick]').length)`); n != "0" {
+			t.Errorf("%s elements were made from the payload", n)
+		}
+		if got := tb.str(`String(window.__pwned)`); got != "undefined" {
+			t.Errorf("payload code ran: window.__pwned = %s", got)
+		}
+		if got := tb.str(`window.__csp.join('; ')`); got != "" {
+			t.Errorf("the page tried to run something the CSP blocked: %s", got)
+		}
+		if n := tb.dialogs.Load(); n != 0 {
+			t.Errorf("%d dialogs opened", n)
+		}
+	})
+}
