@@ -391,7 +391,7 @@ func TestBrowser(t *testing.T) {
 			t.Error("the page reloaded to show the capture")
 		}
 		row := func(sel string) string { return tb.str(rowFor(id) + `.querySelector('` + sel + `').textContent`) }
-		if got := row(".c-path"); got != "/webhooks/voice?tenant=acme" {
+		if got := row(".c-path"); got != "POST/webhooks/voice?tenant=acme" { // method, path, query
 			t.Errorf("row path %q", got)
 		}
 		if got := row(".c-event"); got != "ended" {
@@ -542,7 +542,7 @@ func TestBrowser(t *testing.T) {
 		check := func(when string) {
 			t.Helper()
 			tb.waitFor("the filtered list "+when, visibleRows+`.length === 2 && `+visibleRows+`.every(r => r.querySelector('.c-event').textContent === 'ended')`)
-			if got := tb.str(`document.querySelector('.filters .count').textContent`); got != "2 requests" {
+			if got := tb.str(`document.querySelector('[data-view=requests] .lfoot .count').textContent`); got != "2 requests" {
 				t.Errorf("%s: count %q", when, got)
 			}
 			if got := tb.str(`document.querySelector('.filters .f-event').value`); got != "call.ended" {
@@ -569,6 +569,22 @@ func TestBrowser(t *testing.T) {
 		tb.do(chromedp.Click(chromedp.CSS(`.filters .f-q`)), chromedp.SendKeys(chromedp.CSS(`.filters .f-q`), "ping\r"))
 		tb.waitFor("the full-text search", visibleRows+`.length === 1 && location.search === '?q=ping'`)
 		tb.shot("search")
+	})
+
+	t.Run("StatusBarFollowsTunnel", func(t *testing.T) {
+		s := startStack(t)
+		tb := newTab(t, browser, s.InspectorURL)
+		tb.open("/")
+		state := `document.querySelector('.topbar .state')?.textContent`
+		tb.waitFor("connected", state+` === 'connected'`)
+		if got := tb.str(`document.querySelector('.topbar .fwd').textContent`); got != s.h.srv.URL+"/hook" {
+			t.Errorf("local target shows %q", got)
+		}
+		s.StopRelay()
+		tb.waitFor("the state to leave connected", `['reconnecting', 'offline'].includes(`+state+`)`)
+		tb.shot("relay-down")
+		s.StartRelay()
+		tb.waitFor("connected again", state+` === 'connected'`)
 	})
 
 	t.Run("PayloadIsText", func(t *testing.T) {

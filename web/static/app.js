@@ -108,10 +108,11 @@ class App {
       [['e'], 'edit and replay'], [['/'], 'search'], [['g', 'r'], 'requests'], [['g', 'c'], 'calls'], [['Esc'], 'close dialog / detail'], [['?'], 'this help'],
     ];
     const dlg = h('dialog', { class: 'dlg help-dlg', 'aria-label': 'Keyboard shortcuts' },
-      h('div', { class: 'dlg-head' }, h('h2', null, icon('keyboard'), 'Keyboard'), h('span', { class: 'spacer' })),
+      h('div', { class: 'dlg-head' }, h('h2', null, icon('keyboard'), 'Keyboard'), h('span', { class: 'spacer' }),
+        h('button', { type: 'button', class: 'btn btn-ghost btn-icon help-x', 'aria-label': 'Close' }, icon('x'))),
       h('div', { class: 'dlg-body keys' }, rows.map(([ks, what]) => h('div', { class: 'keyrow' }, h('span', null, ks.map((k) => h('kbd', null, k))), h('span', { class: 'muted' }, what)))));
     dlg.addEventListener('click', (e) => {
-      if (e.target === dlg) dlg.close();
+      if (e.target === dlg || e.target.closest('.help-x')) dlg.close();
     });
     document.body.appendChild(dlg);
     return dlg;
@@ -136,6 +137,7 @@ class App {
         copyButton(t.public_url, '', 'Copy the public URL')));
     }
     if (t.forward_to) items.push(h('span', { class: 'arrow muted' }, '→'), h('span', { class: 'mono fwd', title: 'Local target' }, t.forward_to));
+    if (t.queued) items.push(h('span', { class: 'flag f-late', title: 'Requests waiting in the relay to be delivered' }, `${t.queued} queued`));
     if (t.rejected) items.push(h('span', { class: 'flag f-failed', title: 'Requests refused by --require-header' }, `${t.rejected} rejected`));
     clear(this.status, ...items);
     document.title = state === 'connected' || !t.state ? 'calltap' : `calltap · ${label}`;

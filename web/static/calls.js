@@ -60,7 +60,8 @@ export class CallsView {
       this.filterBar(),
       h('div', { class: 'lhead call' }, h('span', null, 'Last activity'), h('span', null, 'Call'), h('span', null, 'Contact'), h('span', null, 'Last event'),
         h('span', { class: 'r' }, 'Events'), h('span', null, 'Outcome'), h('span', null, 'Anomalies')),
-      this.list.el);
+      this.list.el,
+      h('div', { class: 'lfoot' }, this.countEl, h('span', { class: 'spacer' }), h('span', { class: 'muted' }, 'latest activity first')));
     this.detail = h('section', { class: 'pane detail-pane', 'aria-label': 'Call detail' });
     this.callId = null;
     this.started = false;
@@ -99,7 +100,7 @@ export class CallsView {
     const an = h('input', { type: 'checkbox', class: 'f-anomaly', checked: this.filters.anomaly === 'true' });
     an.addEventListener('change', () => this.set('anomaly', an.checked ? 'true' : ''));
     Object.assign(this.inputs, { event: ev, outcome_code: oc, anomaly: an });
-    return h('div', { class: 'filters' }, ev, oc, dl, h('label', { class: 'check-l' }, an, 'with anomalies'), h('span', { class: 'spacer' }), this.countEl);
+    return h('div', { class: 'filters' }, h('div', { class: 'frow' }, ev, oc, dl, h('label', { class: 'check-l' }, an, 'with anomalies')));
   }
 
   set(k, v) {

@@ -93,9 +93,14 @@ export class RequestList {
     this.el = h('section', { class: 'pane list-pane', 'aria-label': 'Captured requests' },
       this.filterBar(),
       h('div', { class: 'lhead req' },
-        h('span', null, 'Time'), h('span', null, 'Method'), h('span', null, 'Path'), h('span', null, 'Event'),
+        h('span', null, 'Time'), h('span', null, 'Request'), h('span', null, 'Event'),
         h('span', null, 'Call'), h('span', { class: 'r' }, 'Status'), h('span', { class: 'r' }, 'Duration'), h('span', null, 'Flags')),
-      this.list.el);
+      this.list.el,
+      h('div', { class: 'lfoot' }, this.countEl, h('span', { class: 'spacer' }), h('span', { class: 'muted' }, 'newest first')));
+    this.list.el.addEventListener('click', (e) => {
+      const b = e.target.closest('.callpill');
+      if (b) this.set('call_id', b.dataset.call);
+    });
     this.list.reset();
   }
 
@@ -129,26 +134,64 @@ export class RequestList {
     const time = (name, label) => {
       const i = h('input', { class: 'f-' + name, type: 'datetime-local', step: '1', 'aria-label': label, title: label, value: fmt.toLocalInput(f[name]) });
       i.addEventListener('change', () => this.set(name, fmt.fromLocalInput(i.value)));
-      this.inputs[name] = { get value() { return i.value; }, set value(v) { i.value = fmt.toLocalInput(v); }, el: i };
-      return i;
+      this.inputs[name] = { get value() { return fmt.fromLocalInput(i.value); }, set value(v) { i.value = fmt.toLocalInput(v); }, el: i };
+      return h('label', { class: 'pop-row' }, h('span', { class: 'muted' }, label), i);
     };
     this.clearBtn = h('button', { class: 'btn btn-ghost btn-sm f-clear', type: 'button', title: 'Clear all filters' }, icon('x'), 'Clear');
     this.clearBtn.addEventListener('click', () => this.setAll({}));
     const bar = h('div', { class: 'filters' },
-      h('label', { class: 'search' }, icon('search'), search),
-      sel('event', 'Event kind', [['', 'All events'], ...fmt.EVENT_KINDS.map(([k]) => [k, k])]),
-      sel('status_class', 'Response status', [['', 'Any status'], ['2xx', '2xx'], ['3xx', '3xx'], ['4xx', '4xx'], ['5xx', '5xx'], ['none', 'No response']]),
-      callId,
-      h('span', { class: 'range' }, time('since', 'Since'), h('span', { class: 'muted' }, '→'), time('until', 'Until')),
-      this.clearBtn,
-      h('span', { class: 'spacer' }),
-      this.countEl);
+      h('div', { class: 'frow' },
+        h('label', { class: 'search' }, icon('search'), search),
+        sel('event', 'Event kind', [['', 'All events'], ...fmt.EVENT_KINDS.map(([k]) => [k, k])]),
+        sel('status_class', 'Response status', [['', 'Any status'], ['2xx', '2xx'], ['3xx', '3xx'], ['4xx', '4xx'], ['5xx', '5xx'], ['none', 'No response']])),
+      h('div', { class: 'frow' },
+        callId,
+        this.rangePicker(time),
+        sel('source', 'Source', [['', 'Any source'], ['tunnel', 'tunnel'], ['replay', 'replay'], ['trigger', 'trigger'], ['backfill', 'backfill']]),
+        sel('duplicate', 'Duplicate deliveries', [['', 'Duplicates'], ['false', 'No duplicates'], ['true', 'Only duplicates']]),
+        this.clearBtn));
     this.updateClear();
     return bar;
   }
 
+  // rangePicker is the time range: a small popover with since and until
+  // and a few presets, behind a button that says what is chosen.
+  rangePicker(time) {
+    this.rangeLabel = h('span', null);
+    const presets = h('div', { class: 'pop-presets' }, h('span', { class: 'muted small' }, 'Last'), [['5 min', 5], ['1 hour', 60], ['24 hours', 1440]].map(([label, min]) => {
+      const b = h('button', { type: 'button', class: 'btn btn-sm' }, label);
+      b.addEventListener('click', () => {
+        const f = { ...this.filters, since: new Date(Date.now() - min * 60000).toISOString() };
+        delete f.until;
+        this.setAll(f);
+        pop.open = false;
+      });
+      return b;
+    }));
+    const any = h('button', { type: 'button', class: 'btn btn-ghost btn-sm' }, 'Any time');
+    any.addEventListener('click', () => {
+      const f = { ...this.filters };
+      delete f.since;
+      delete f.until;
+      this.setAll(f);
+      pop.open = false;
+    });
+    const pop = h('details', { class: 'popover f-range' },
+      h('summary', { class: 'btn btn-sm', title: 'Time range' }, icon('clock'), this.rangeLabel),
+      h('div', { class: 'pop' }, time('since', 'Since'), time('until', 'Until'), presets, h('div', { class: 'pop-foot' }, any)));
+    document.addEventListener('click', (e) => {
+      if (pop.open && !pop.contains(e.target)) pop.open = false;
+    });
+    return pop;
+  }
+
   updateClear() {
     this.clearBtn.hidden = !FILTERS.some((k) => this.filters[k]);
+    const { since, until } = this.filters;
+    if (this.rangeLabel) {
+      this.rangeLabel.textContent = since && until ? `${fmt.clock(since)} → ${fmt.clock(until)}` : since ? `since ${fmt.clock(since)}` : until ? `until ${fmt.clock(until)}` : 'Any time';
+      this.rangeLabel.parentElement.classList.toggle('on', !!(since || until));
+    }
   }
 
   set(name, value) {
@@ -188,10 +231,9 @@ export class RequestList {
     const row = h('div', { class: 'req' });
     row.c = {
       time: h('span', { class: 'c-time mono' }),
-      method: h('span', { class: 'c-method' }),
       path: h('span', { class: 'c-path mono' }),
       event: h('span', { class: 'c-event' }),
-      call: h('span', { class: 'c-call mono' }),
+      call: h('span', { class: 'c-call' }),
       status: h('span', { class: 'c-status r' }),
       dur: h('span', { class: 'c-dur r mono' }),
       flags: h('span', { class: 'c-flags' }),
@@ -209,13 +251,12 @@ export class RequestList {
     }
     x.time.textContent = fmt.clock(c.created_at);
     x.time.title = fmt.fullTime(c.created_at);
-    x.method.textContent = c.method || '';
-    x.method.className = 'c-method m-' + String(c.method || '').toLowerCase();
-    clear(x.path, h('span', null, c.path || '/'), c.query ? h('span', { class: 'q' }, '?' + c.query.replace(/^\?/, '')) : null);
-    x.path.title = (c.path || '/') + (c.query ? '?' + c.query.replace(/^\?/, '') : '');
+    clear(x.path, h('span', { class: 'c-method m-' + String(c.method || '').toLowerCase() }, c.method || ''), h('span', null, c.path || '/'), c.query ? h('span', { class: 'q' }, '?' + c.query.replace(/^\?/, '')) : null);
+    x.path.title = `${c.method} ${c.path || '/'}${c.query ? '?' + c.query.replace(/^\?/, '') : ''}`;
     clear(x.event, c.event ? eventBadge(c.event) : h('span', { class: 'muted' }, ''));
-    x.call.textContent = fmt.shortId(c.call_id);
-    x.call.title = c.call_id || '';
+    // The call id is a button: it filters the list to that call (the row
+    // itself opens the capture).
+    clear(x.call, c.call_id ? h('button', { type: 'button', class: 'callpill mono', title: `Show only call ${c.call_id}`, dataset: { call: c.call_id } }, fmt.shortId(c.call_id)) : null);
     clear(x.status, statusCell(c));
     x.dur.textContent = c.duration_ms != null ? fmt.duration(c.duration_ms) : '';
     clear(x.flags, flagsOf(c).map(([label, cls, title]) => h('span', { class: 'flag f-' + cls, title }, label)));
