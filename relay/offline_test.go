@@ -1,0 +1,268 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/storage"
+)
+
+func queuedID(t *testing.T, resp *http.Response, body string) string {
+	t.Helper()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("status %d, want 202: %s", resp.StatusCode, body)
+	}
+	var env struct {
+		Data struct {
+			ID     string `json:"id"`
+			Queued bool   `json:"queued"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(body), &env); err != nil || env.Data.ID == "" || !env.Data.Queued {
+		t.Fatalf("202 body does not say queued with an id: %s", body)
+	}
+	return env.Data.ID
+}
+
+func TestOfflineQueueDeliversInOrderExactlyOnce(t *testing.T) {
+	rec, h := startHandler(t, nil)
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st.StopAgent()
+	const n = 100
+	ids := map[string]bool{}
+	for i := 0; i < n; i++ {
+		resp, body := post(t, st.TunnelURL+"/hook", fmt.Sprintf(`{"seq":%d}`, i))
+		ids[queuedID(t, resp, body)] = true
+	}
+	if len(ids) != n {
+		t.Fatalf("%d distinct queue ids", len(ids))
+	}
+	if len(rec.all()) != 0 {
+		t.Fatal("handler reached while the agent was away")
+	}
+	st.StartAgent()
+	inspectortest.Eventually(t, 20*time.Second, func() bool { return len(rec.all()) >= n }, "queued requests were not delivered")
+	// New traffic after the drain goes through live again.
+	inspectortest.Eventually(t, 10*time.Second, func() bool {
+		resp, _ := post(t, st.TunnelURL+"/hook", `{"seq":"live"}`)
+		return resp.StatusCode == http.StatusCreated
+	}, "live traffic did not resume after the drain")
+	got := rec.all()
+	for i := 0; i < n; i++ {
+		if want := fmt.Sprintf(`{"seq":%d}`, i); string(got[i].Body) != want {
+			t.Fatalf("delivery %d was %s, want %s (order lost)", i, got[i].Body, want)
+		}
+	}
+	if string(got[n].Body) != `{"seq":"live"}` {
+		t.Fatalf("extra delivery %s: a queued request arrived twice", got[n].Body)
+	}
+	// Each is marked late in the agent, with when it reached the relay.
+	caps, count, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 200}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count != n+1 {
+		t.Fatalf("agent stored %d captures, want %d", count, n+1)
+	}
+	late := 0
+	for _, c := range caps {
+		if c.Late {
+			late++
+			if c.ArrivedAt.IsZero() || c.ArrivedAt.After(c.CreatedAt) || !ids[c.RelayID] {
+				t.Errorf("late capture %s: arrived %v saved %v relay id %q", c.ID, c.ArrivedAt, c.CreatedAt, c.RelayID)
+			}
+		}
+	}
+	if late != n {
+		t.Errorf("%d captures marked late, want %d", late, n)
+	}
+	stats, _ := st.RelayDB.QueueStatsByTunnel(context.Background())
+	if stats[st.TunnelID].Count != 0 {
+		t.Errorf("relay still holds %d", stats[st.TunnelID].Count)
+	}
+}
+
+func TestQueueSurvivesRelayRestart(t *testing.T) {
+	rec, h := startHandler(t, nil)
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st.StopAgent()
+	for i := 0; i < 10; i++ {
+		resp, body := post(t, st.TunnelURL+"/hook", fmt.Sprintf(`{"seq":%d}`, i))
+		queuedID(t, resp, body)
+	}
+	st.StopRelay()
+	st.StartRelay()
+	st.StartAgent()
+	inspectortest.Eventually(t, 20*time.Second, func() bool { return len(rec.all()) == 10 }, "queue lost across a relay restart")
+	for i, r := range rec.all() {
+		if string(r.Body) != fmt.Sprintf(`{"seq":%d}`, i) {
+			t.Fatalf("delivery %d: %s", i, r.Body)
+		}
+	}
+}
+
+func TestOfflineRejectAndQueueFull(t *testing.T) {
+	_, h := startHandler(t, nil)
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, NoAgent: true, Relay: func(c *relay.Config) { c.QueueMaxCount = 3 }})
+	for i := 0; i < 3; i++ {
+		resp, body := post(t, st.TunnelURL, "{}")
+		queuedID(t, resp, body)
+	}
+	resp, body := post(t, st.TunnelURL, "{}")
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || errorCode(t, body) != "queue_full" {
+		t.Errorf("full queue: %d Retry-After=%q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+
+	st2 := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, NoAgent: true, Relay: func(c *relay.Config) { c.Offline = relay.OfflineReject }})
+	resp, body = post(t, st2.TunnelURL, "{}")
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || errorCode(t, body) != "agent_offline" {
+		t.Errorf("reject mode: %d Retry-After=%q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+}
+
+func TestSecondAgentTakesOver(t *testing.T) {
+	rec, h := startHandler(t, nil)
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	first := st.ClientErr
+	second, err := relay.NewClient(relay.ClientConfig{RelayURL: st.RelayURL, Token: st.Token, Handler: replyHandler{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go second.Run(ctx)
+	select {
+	case err := <-first:
+		if !errors.Is(err, relay.ErrReplaced) {
+			t.Fatalf("older agent ended with %v, want ErrReplaced", err)
+		}
+		if !strings.Contains(err.Error(), "took over") {
+			t.Errorf("message does not say why: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the older agent was not told to go")
+	}
+	inspectortest.Eventually(t, 5*time.Second, func() bool {
+		resp, body := post(t, st.TunnelURL, "{}")
+		return resp.StatusCode == 299 && body == "second"
+	}, "the newer agent did not get the traffic")
+	if len(rec.all()) != 0 {
+		t.Error("the replaced agent still forwarded")
+	}
+}
+
+// replyHandler answers every request itself with 299 "second".
+type replyHandler struct{}
+
+func (replyHandler) ServeTunnel(r *relay.Request, s *relay.Stream) {
+	s.Ack()
+	s.Respond(&relay.Response{Status: 299, Body: []byte("second")})
+	s.Release()
+}
+
+func TestRequireHeader(t *testing.T) {
+	rec, h := startHandler(t, nil)
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Client: func(c *relay.ClientConfig) {
+		c.RequireHeaders = []string{"Authorization: Bearer s3cret"}
+	}})
+	resp, body := post(t, st.TunnelURL, "{}")
+	if resp.StatusCode != 401 || errorCode(t, body) != "sender_not_accepted" {
+		t.Fatalf("without the header: %d %s", resp.StatusCode, body)
+	}
+	req, _ := http.NewRequest("POST", st.TunnelURL, strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer wrong")
+	resp, _ = http.DefaultClient.Do(req)
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Fatalf("wrong secret: %d", resp.StatusCode)
+	}
+	req, _ = http.NewRequest("POST", st.TunnelURL, strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, _ = http.DefaultClient.Do(req)
+	resp.Body.Close()
+	if resp.StatusCode != 201 || len(rec.all()) != 1 {
+		t.Fatalf("with the header: %d, handler saw %d", resp.StatusCode, len(rec.all()))
+	}
+	inspectortest.Eventually(t, 5*time.Second, func() bool { return st.Agent.TunnelState().Rejected == 2 }, "the agent was not told how many were refused")
+}
+
+func TestRateAndInFlightLimits(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	rec, h := startHandler(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			<-release
+		}
+	})
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the handler closes
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) {
+		c.RateLimit, c.RateBurst, c.MaxInFlight = 1, 5, 2
+	}})
+	// Two requests held in the handler fill the in-flight allowance.
+	done := make(chan int, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			resp, err := http.Post(st.TunnelURL+"/hold", "text/plain", nil)
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+	}
+	inspectortest.Eventually(t, 5*time.Second, func() bool { return len(rec.all()) == 2 }, "held requests did not arrive")
+	resp, body := post(t, st.TunnelURL+"/x", "{}")
+	if resp.StatusCode != 503 || errorCode(t, body) != "unavailable" || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("in-flight limit: %d %s", resp.StatusCode, body)
+	}
+	once.Do(func() { close(release) })
+	<-done
+	<-done
+	// The burst is spent by now; the next ones are rate limited.
+	for i := 0; i < 10; i++ {
+		resp, body = post(t, st.TunnelURL+"/x", "{}")
+		if resp.StatusCode == 429 {
+			break
+		}
+	}
+	if resp.StatusCode != 429 || errorCode(t, body) != "rate_limited" {
+		t.Fatalf("rate limit: %d %s", resp.StatusCode, body)
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || s < 1 {
+		t.Errorf("Retry-After = %q", resp.Header.Get("Retry-After"))
+	}
+}
+
+func TestHealthAndMetrics(t *testing.T) {
+	_, h := startHandler(t, nil)
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	post(t, st.TunnelURL, "{}")
+	resp, err := http.Get(st.RelayURL + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz: %v", err)
+	}
+	resp.Body.Close()
+	resp, err = http.Get(st.RelayURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"calltap_tunnels_connected 1", `calltap_requests_total{class="2xx"} 1`, "calltap_queue_depth 0", "calltap_bytes_in_total 2"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %q:\n%s", want, b)
+		}
+	}
+}
