@@ -571,6 +571,32 @@ func TestBrowser(t *testing.T) {
 		tb.shot("search")
 	})
 
+	t.Run("BinaryBodyAsHex", func(t *testing.T) {
+		s := startStack(t)
+		bin := make([]byte, 300)
+		for i := range bin {
+			bin[i] = byte(i)
+		}
+		req, _ := http.NewRequest("PUT", s.TunnelURL+"/upload", bytes.NewReader(bin))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		id := s.captures(t)[0].ID
+		tb := newTab(t, browser, s.InspectorURL)
+		tb.open("/requests/" + id)
+		tb.waitFor("the hex view", `document.querySelector('.detail-pane pre.hex')?.textContent.startsWith('00000000  00 01 02 03 04 05 06 07  08 09 0a 0b 0c 0d 0e 0f  ................')`)
+		if got := tb.str(`document.querySelector('.detail-pane .d-method').textContent`); got != "PUT" {
+			t.Errorf("method %q", got)
+		}
+		if got := tb.str(`document.querySelector('.detail-pane .act-download').getAttribute('href')`); got != "/api/v1/ext/webhooks/"+id+"/body" {
+			t.Errorf("download link %q", got)
+		}
+		tb.shot("hex")
+	})
+
 	t.Run("StatusBarFollowsTunnel", func(t *testing.T) {
 		s := startStack(t)
 		tb := newTab(t, browser, s.InspectorURL)
