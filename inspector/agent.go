@@ -45,8 +45,6 @@ type Config struct {
 	// OnSaved, when set, is called after a capture is stored (from the
 	// writer goroutine: it must not block). The media saver hooks in here.
 	OnSaved func(*storage.Capture)
-	// Checks, when set, annotates a capture with contract findings.
-	Checks func(*storage.Capture) any
 	// RewriteBody, when set, may rewrite a replay's body (--rewrite-media).
 	RewriteBody func(ctx context.Context, body []byte) []byte
 }

@@ -1,23 +1,24 @@
 package inspector
 
 import (
-	"encoding/json"
-
+	"github.com/calltap/calltap/inspector/callevent"
 	"github.com/calltap/calltap/storage"
 )
 
-// indexCapture fills the call-event columns of c from its body.
+// indexCapture fills the call-event columns of c from its body, so captures
+// list and group by event, call and delivery without parsing bodies again.
 func indexCapture(c *storage.Capture) {
-	var ev struct {
-		ID         string `json:"id"`
-		Event      string `json:"event"`
-		OccurredAt string `json:"occurred_at"`
-		Call       struct {
-			CallID string `json:"call_id"`
-		} `json:"call"`
-	}
-	if len(c.Body) == 0 || c.Body[0] != '{' || json.Unmarshal(c.Body, &ev) != nil || ev.Event == "" {
+	ix, ok := callevent.Index(c.Body)
+	if !ok {
 		return
 	}
-	c.Event, c.CallID, c.DeliveryID, c.OccurredAt = ev.Event, ev.Call.CallID, ev.ID, ev.OccurredAt
+	c.Event, c.CallID, c.DeliveryID, c.OccurredAt = ix.Event, ix.CallID, ix.DeliveryID, ix.OccurredAt
+}
+
+// checksOf runs the contract checks on a capture that is a call event.
+func checksOf(c *storage.Capture) []callevent.Finding {
+	if c.Event == "" {
+		return []callevent.Finding{}
+	}
+	return callevent.Check(c.Body)
 }

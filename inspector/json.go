@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/calltap/calltap/inspector/callevent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
 )
@@ -80,19 +81,19 @@ type AttemptJSON struct {
 // section 2.3 plus what a tunnel adds.
 type Detail struct {
 	Summary
-	URL                  string          `json:"url"`
-	DeliveredAt          *string         `json:"delivered_at"`
-	Payload              json.RawMessage `json:"payload"`
-	ResponseBody         string          `json:"response_body"`
-	ResponseBodyEncoding string          `json:"response_body_encoding"`
-	RequestHeaders       relay.Header    `json:"request_headers"`
-	ResponseHeaders      relay.Header    `json:"response_headers"`
-	Body                 string          `json:"body"`
-	BodyEncoding         string          `json:"body_encoding"`
-	Target               string          `json:"target"`
-	AttemptLog           []AttemptJSON   `json:"attempt_log"`
-	Replays              []Summary       `json:"replays"`
-	Checks               any             `json:"checks"`
+	URL                  string              `json:"url"`
+	DeliveredAt          *string             `json:"delivered_at"`
+	Payload              json.RawMessage     `json:"payload"`
+	ResponseBody         string              `json:"response_body"`
+	ResponseBodyEncoding string              `json:"response_body_encoding"`
+	RequestHeaders       relay.Header        `json:"request_headers"`
+	ResponseHeaders      relay.Header        `json:"response_headers"`
+	Body                 string              `json:"body"`
+	BodyEncoding         string              `json:"body_encoding"`
+	Target               string              `json:"target"`
+	AttemptLog           []AttemptJSON       `json:"attempt_log"`
+	Replays              []Summary           `json:"replays"`
+	Checks               []callevent.Finding `json:"checks"`
 }
 
 // encodeBody returns b as text when it is UTF-8, else as base64.
@@ -137,7 +138,6 @@ func detailOf(c *storage.Capture, attempts []storage.Attempt, replays []*storage
 	for _, r := range replays {
 		d.Replays = append(d.Replays, SummaryOf(r))
 	}
-	d.Checks = []any{}
 	return d
 }
 

@@ -201,9 +201,7 @@ func (a *Agent) Detail(ctx context.Context, id string) (*Detail, error) {
 		return nil, err
 	}
 	d := detailOf(c, attempts, replays)
-	if a.cfg.Checks != nil {
-		d.Checks = a.cfg.Checks(c)
-	}
+	d.Checks = checksOf(c)
 	return &d, nil
 }
 

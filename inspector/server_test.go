@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/relay"
 )
 
 type envelope struct {
@@ -113,7 +114,7 @@ func TestPagingRules(t *testing.T) {
 	h := &handler{}
 	hs := httptest.NewServer(h)
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Relay: func(c *relay.Config) { c.RateBurst = 1000 }})
 	const n = 230
 	for i := 0; i < n; i++ {
 		kind := "call.started"
