@@ -41,7 +41,7 @@ func (s *Server) contacts(w http.ResponseWriter, r *http.Request, search bool) {
 	q := r.URL.Query()
 	limit, offset, err := api.ParsePage(q)
 	if err != nil {
-		api.WriteError(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	var filters []storage.ContactFilter
@@ -56,7 +56,7 @@ func (s *Server) contacts(w http.ResponseWriter, r *http.Request, search bool) {
 		for _, name := range names {
 			f, err := s.contactFilter(r, name, q[name])
 			if err != nil {
-				api.WriteError(w, err)
+				s.fail(w, r, err)
 				return
 			}
 			filters = append(filters, f)
@@ -64,7 +64,7 @@ func (s *Server) contacts(w http.ResponseWriter, r *http.Request, search bool) {
 	}
 	rows, count, err := s.db.ListContacts(r.Context(), filters, storage.Page{Limit: limit, Offset: offset})
 	if err != nil {
-		api.WriteError(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	items := make([]ContactItem, 0, len(rows))

@@ -83,27 +83,27 @@ var phoneRE = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	var req dispatchRequest
 	if err := api.DecodeJSON(w, r, maxDispatchBody, &req); err != nil {
-		api.WriteError(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	plan, err := s.validateDispatch(&req)
 	if err != nil {
-		api.WriteError(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	ctx := r.Context()
 	contact, err := s.dispatchContact(r, &req)
 	if err != nil {
-		api.WriteError(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	call, deliveries, err := s.planCall(&req, plan, contact, s.baseURL(r))
 	if err != nil {
-		api.WriteError(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	if err := s.db.CreateCall(ctx, call, contact, deliveries, nil); err != nil {
-		api.WriteError(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	s.nudge()

@@ -77,7 +77,7 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit, offset, err := api.ParsePage(q)
 	if err != nil {
-		api.WriteError(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	f := storage.DeliveryFilter{CallID: q.Get("call_id"), Event: q.Get("event"), Status: q.Get("status")}
@@ -99,7 +99,7 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 	}
 	rows, count, err := s.db.ListDeliveries(r.Context(), f, s.now(), storage.Page{Limit: limit, Offset: offset})
 	if err != nil {
-		api.WriteError(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	items := make([]DeliveryItem, 0, len(rows))
@@ -115,7 +115,7 @@ func (s *Server) getDelivery(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, api.NotFound("delivery "+r.PathValue("id")))
 		return
 	} else if err != nil {
-		api.WriteError(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	rec := DeliveryRecord{DeliveryItem: itemOf(d), Payload: d.Payload, ResponseBody: string(d.ResponseBody), AttemptLog: []AttemptItem{}}
@@ -136,7 +136,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		ID string `json:"id"`
 	}
 	if err := api.DecodeJSON(w, r, 4<<10, &req); err != nil {
-		api.WriteError(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	if req.ID == "" {
@@ -148,7 +148,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, api.NotFound("delivery "+req.ID))
 		return
 	} else if err != nil {
-		api.WriteError(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	s.nudge()

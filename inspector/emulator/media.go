@@ -73,7 +73,7 @@ func (s *Server) callMedia(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, api.NotFound("call log "+id))
 		return
 	} else if err != nil {
-		api.WriteError(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	now := s.now()
@@ -111,7 +111,7 @@ func (s *Server) mediaFile(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, api.NotFound("media of call "+callID))
 		return
 	} else if err != nil {
-		api.WriteError(w, err)
+		s.fail(w, r, err)
 		return
 	}
 	w.Header().Set("Cache-Control", "private, no-store")

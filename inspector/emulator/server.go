@@ -163,6 +163,16 @@ func (s *Server) authenticate(header string) *Key {
 	return found
 }
 
+// fail writes err in the envelope; an error that is not an *api.Error is
+// a fault of ours, logged here because the client sees only "internal".
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var e *api.Error
+	if !errors.As(err, &e) {
+		s.cfg.Log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	api.WriteError(w, err)
+}
+
 // baseURL is the emulator's own address as a client reaches it.
 func (s *Server) baseURL(r *http.Request) string {
 	if s.cfg.PublicURL != "" {
