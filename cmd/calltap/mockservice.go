@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/calltap/calltap/inspector/emulator"
+)
+
+func cmdMockService(ctx context.Context, args []string, stdio Stdio) int {
+	fs := newFlagSet("mock-service", "calltap mock-service --api-key 'KEY=SCOPE,SCOPE' [flags]",
+		"Run an emulator of the voice service on loopback: the API under /api/v1/ext/ (dispatch a call with\nPOST /calls/dispatch/, the delivery log, replay, media, contacts) and webhook deliveries with the\ndocumented retries, so that whole calls run offline.")
+	var (
+		listen    = fs.String("listen", "127.0.0.1:9090", "address to serve the API on")
+		keys      stringList
+		keysFile  = fs.String("api-keys-file", "", "file of API keys, one 'key=scope,scope' a line (# comments)")
+		timeScale = fs.Float64("time-scale", 1, "multiply every wait (call timings, retry delays) by this; 0.01 runs 100× faster")
+		allowHTTP = fs.Bool("allow-http-webhooks", false, "admit http:// webhook URLs on loopback hosts (https is required otherwise)")
+		timeout   = fs.Duration("delivery-timeout", 10*time.Second, "time after which a delivery attempt counts as failed")
+		mediaTTL  = fs.Duration("media-expires-in", time.Hour, "lifetime of signed media links (not scaled)")
+		dataDir   = fs.String("data", filepath.Join(defaultDataDir(), "mock-service"), "data directory of the emulator's state (service.db)")
+		seed      = fs.Int("seed", 0, "on an empty database, create N contacts and N past calls with their deliveries")
+		publicURL = fs.String("public-url", "", "the emulator's URL as clients reach it, for media links (default: from --listen)")
+		jsonLogs  = fs.Bool("log-json", false, "log as JSON")
+		quiet     = fs.Bool("quiet", false, "do not log a line per delivery attempt")
+	)
+	fs.Var(&keys, "api-key", "API key and its scopes, 'key=webhooks:read,webhooks:write' (repeatable)")
+	if ok, code := parseFlags(fs, args, stdio); !ok {
+		return code
+	}
+	if len(fs.args) > 0 {
+		return usageError(stdio, "mock-service", "unexpected argument %q", fs.args[0])
+	}
+	var cfgKeys []emulator.Key
+	for _, spec := range keys {
+		k, err := emulator.ParseKey(spec)
+		if err != nil {
+			return usageError(stdio, "mock-service", "--api-key: %v", err)
+		}
+		cfgKeys = append(cfgKeys, k)
+	}
+	if *keysFile != "" {
+		f, err := os.Open(*keysFile)
+		if err != nil {
+			return usageError(stdio, "mock-service", "--api-keys-file: %v", err)
+		}
+		fileKeys, err := emulator.ParseKeys(f)
+		f.Close()
+		if err != nil {
+			return usageError(stdio, "mock-service", "--api-keys-file %s: %v", *keysFile, err)
+		}
+		cfgKeys = append(cfgKeys, fileKeys...)
+	}
+	switch {
+	case len(cfgKeys) == 0:
+		return usageError(stdio, "mock-service", "no API key: give --api-key 'key=webhooks:read,webhooks:write' or --api-keys-file")
+	case *timeScale <= 0 || *timeScale > 1000:
+		return usageError(stdio, "mock-service", "--time-scale must be above 0 and at most 1000")
+	case *timeout <= 0:
+		return usageError(stdio, "mock-service", "--delivery-timeout must be positive")
+	case *mediaTTL < time.Second:
+		return usageError(stdio, "mock-service", "--media-expires-in must be at least 1s")
+	case *seed < 0 || *seed > 100000:
+		return usageError(stdio, "mock-service", "--seed must be between 0 and 100000")
+	}
+	if _, _, err := net.SplitHostPort(*listen); err != nil {
+		return usageError(stdio, "mock-service", "--listen %q: want host:port", *listen)
+	}
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fail(stdio, "mock-service", err)
+	}
+	defer ln.Close()
+	pub := *publicURL
+	if pub == "" {
+		pub = "http://" + reachableAddr(ln.Addr().(*net.TCPAddr))
+	}
+	log := newLogger(stdio, *jsonLogs, false)
+	deliveryLog := log
+	if *quiet {
+		// Attempts are logged at Info; faults of the emulator still show.
+		opts := &slog.HandlerOptions{Level: slog.LevelWarn}
+		if *jsonLogs {
+			deliveryLog = slog.New(slog.NewJSONHandler(stdio.Err, opts))
+		} else {
+			deliveryLog = slog.New(slog.NewTextHandler(stdio.Err, opts))
+		}
+	}
+	srv, err := emulator.New(emulator.Config{
+		Keys:              cfgKeys,
+		DataDir:           *dataDir,
+		TimeScale:         *timeScale,
+		AllowHTTPWebhooks: *allowHTTP,
+		DeliveryTimeout:   *timeout,
+		MediaExpiresIn:    *mediaTTL,
+		Seed:              *seed,
+		PublicURL:         pub,
+		Log:               deliveryLog,
+	})
+	if err != nil {
+		return fail(stdio, "mock-service", err)
+	}
+	defer srv.Close()
+
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- srv.Run(runCtx) }()
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	fmt.Fprintf(stdio.Out, "calltap mock-service: API at %s%s/ (%d key(s), time scale %g, data %s)\n", pub, emulator.Prefix, len(cfgKeys), *timeScale, *dataDir)
+
+	var serveErr error
+	select {
+	case serveErr = <-served:
+	case <-ctx.Done():
+	}
+	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	hs.Shutdown(shutdownCtx)
+	cancel()
+	if err := <-ran; err != nil {
+		log.Error("scheduler", "err", err)
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return fail(stdio, "mock-service", serveErr)
+	}
+	return 0
+}
+
+// reachableAddr is addr as a client dials it: an unspecified host (":9090")
+// becomes loopback.
+func reachableAddr(addr *net.TCPAddr) string {
+	ip := addr.IP
+	if ip == nil || ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return net.JoinHostPort(ip.String(), fmt.Sprint(addr.Port))
+}
