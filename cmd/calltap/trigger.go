@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/inspector/trigger"
+)
+
+func cmdTrigger(ctx context.Context, args []string, stdio Stdio) int {
+	fs := newFlagSet("trigger", "calltap trigger (KIND | --flow completed|failed) --to URL [flags]",
+		"Send realistic voice-call events to URL (the tunnel URL, or a local handler) as the service would.\n"+
+			"KIND is one of "+strings.Join(callevent.Kinds, ", ")+".\n"+
+			"--flow completed sends started, connected, ended, recording_available, analysis_completed;\n"+
+			"--flow failed sends started, failed. Events of one run share a call and consistent times.\n"+
+			"Exits 1 when any delivery got no 2xx.")
+	var (
+		to          = fs.String("to", "", "URL to POST the events to (required)")
+		flow        = fs.String("flow", "", "send a whole call: completed or failed")
+		outcomeCode = fs.String("outcome-code", "", "outcome_code of call.failed: busy, no_answer or dispatch_error (default busy)")
+		callID      = fs.String("call-id", "", "call_id to use (default: a new UUID), to send more events of one call")
+		contactFile = fs.String("contact-file", "", "JSON file with the call's contact object (id, name, phone, email, custom_fields)")
+		mediaBase   = fs.String("media-base-url", "", "base of the recording and transcript links (default "+callevent.DefaultMediaBaseURL+")")
+		duplicate   = fs.Bool("duplicate", false, "deliver each event twice, as the service's retries do")
+		asJSON      = fs.Bool("json", false, "print what was sent and what came back as JSON")
+		sets        stringList
+		headers     stringList
+	)
+	fs.Var(&sets, "set", "edit the payloads: path=value, e.g. call.variables.lead_id=EZ-1 (repeatable; value is JSON if it parses)")
+	fs.Var(&headers, "header", "'Name: value' sent with every event, as event_webhook_headers would be (repeatable)")
+	fs.require("to")
+	if ok, code := parseFlags(fs, args, stdio); !ok {
+		return code
+	}
+	if len(fs.args) > 1 {
+		return usageError(stdio, "trigger", "one event kind at most, got %q", strings.Join(fs.args, " "))
+	}
+	o := trigger.Options{URL: *to, Flow: *flow, OutcomeCode: *outcomeCode, Set: sets, Duplicate: *duplicate}
+	if len(fs.args) == 1 {
+		o.Kind = fs.args[0]
+	}
+	for _, h := range headers {
+		f, err := trigger.ParseHeader(h)
+		if err != nil {
+			return usageError(stdio, "trigger", "%s", strings.TrimPrefix(err.Error(), "trigger: "))
+		}
+		o.Header = append(o.Header, f)
+	}
+	o.Spec.CallID, o.Spec.MediaBaseURL = *callID, *mediaBase
+	if *contactFile != "" {
+		c, err := readContact(*contactFile)
+		if err != nil {
+			return fail(stdio, "trigger", err)
+		}
+		o.Spec.Contact = c
+	}
+
+	res, err := trigger.Run(ctx, o)
+	if errors.Is(err, trigger.ErrOptions) {
+		return usageError(stdio, "trigger", "%s", strings.TrimPrefix(err.Error(), "trigger: "))
+	}
+	if err != nil {
+		return fail(stdio, "trigger", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdio.Out)
+		enc.SetIndent("", "  ")
+		enc.Encode(res)
+	} else {
+		printDeliveries(stdio.Out, o.URL, res)
+	}
+	if n := res.Failed(); n > 0 {
+		fmt.Fprintf(stdio.Err, "calltap trigger: %d of %d deliveries got no 2xx\n", n, len(res.Deliveries))
+		return 1
+	}
+	return 0
+}
+
+// readContact reads a contact object, keeping fields it does not know.
+func readContact(path string) (callevent.Contact, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return callevent.Contact{}, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20+1))
+	if err != nil {
+		return callevent.Contact{}, err
+	}
+	if len(b) > 1<<20 {
+		return callevent.Contact{}, fmt.Errorf("%s: larger than 1 MiB", path)
+	}
+	var c callevent.Contact
+	if err := json.Unmarshal(b, &c); err != nil {
+		return callevent.Contact{}, fmt.Errorf("%s: want a JSON object with the contact's fields: %v", path, err)
+	}
+	return c, nil
+}
+
+func printDeliveries(w io.Writer, url string, res trigger.Result) {
+	fmt.Fprintf(w, "call %s -> %s\n", res.CallID, url)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "EVENT\tDELIVERY ID\tSTATUS\tDURATION\tNOTE")
+	for _, d := range res.Deliveries {
+		status := "-"
+		if d.Status > 0 {
+			status = fmt.Sprint(d.Status)
+		}
+		note := d.Error
+		if d.Copy > 1 {
+			note = strings.TrimSpace("duplicate " + note)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f ms\t%s\n", d.Event, d.DeliveryID, status, d.DurationMS, note)
+	}
+	tw.Flush()
+}
