@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/calltap/calltap/inspector/inspectortest"
+)
+
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code := run(ctx, args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
+	return code, out.String(), errb.String()
+}
+
+func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"nope"},
+		{"listen", "--bogus"},
+		{"listen", "--relay", "http://x"},
+		{"dev"},
+		{"dev", "--forward-to", "ftp://x"},
+		{"relay", "--listen", "127.0.0.1:0"},
+		{"relay", "token", "create", "--data", t.TempDir()},
+		{"relay", "token", "frobnicate"},
+		{"replay"},
+		{"requests", "--limit", "x"},
+		{"requests", "--status", "7xx", "--data", t.TempDir()},
+	} {
+		code, _, stderr := runCmd(t, args...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+		if n := strings.Count(strings.TrimRight(stderr, "\n"), "\n"); n != 0 || stderr == "" {
+			t.Errorf("%v: want one line on stderr, got %q", args, stderr)
+		}
+	}
+}
+
+func TestHelpOnEveryCommand(t *testing.T) {
+	for name, c := range commands() {
+		if c.run == nil {
+			continue
+		}
+		args := []string{name, "-h"}
+		if name == "relay" {
+			args = []string{"relay", "-h"}
+		}
+		code, stdout, _ := runCmd(t, args...)
+		if code != 0 || !strings.Contains(stdout, "Usage:") {
+			t.Errorf("%s -h: exit %d, output %q", name, code, stdout)
+		}
+	}
+	code, stdout, _ := runCmd(t, "relay", "token", "-h")
+	if code != 0 || !strings.Contains(stdout, "create") {
+		t.Errorf("relay token -h: %d %q", code, stdout)
+	}
+}
+
+func TestTokenCommands(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, stderr := runCmd(t, "relay", "token", "create", "alice", "--data", dir, "--public-url", "https://relay.example.com", "--json")
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, stderr)
+	}
+	var info struct{ Name, Token, TunnelID, URL string }
+	var raw map[string]string
+	json.Unmarshal([]byte(stdout), &raw)
+	info.Name, info.Token, info.TunnelID, info.URL = raw["name"], raw["token"], raw["tunnel_id"], raw["url"]
+	if info.Name != "alice" || !strings.HasPrefix(info.Token, "ct_") || len(info.TunnelID) != 32 || info.URL != "https://relay.example.com/t/"+info.TunnelID {
+		t.Fatalf("create --json: %s", stdout)
+	}
+	if code, _, _ := runCmd(t, "relay", "token", "create", "alice", "--data", dir); code != 1 {
+		t.Errorf("duplicate name: exit %d", code)
+	}
+	code, stdout, _ = runCmd(t, "relay", "token", "list", "--data", dir)
+	if code != 0 || !strings.Contains(stdout, "alice") || !strings.Contains(stdout, "active") || strings.Contains(stdout, info.Token) {
+		t.Errorf("list: %d %q", code, stdout)
+	}
+	if code, _, _ := runCmd(t, "relay", "token", "revoke", "alice", "--data", dir); code != 0 {
+		t.Errorf("revoke: %d", code)
+	}
+	code, stdout, _ = runCmd(t, "relay", "token", "list", "--data", dir, "--json")
+	if code != 0 || !strings.Contains(stdout, `"revoked_at":"`) {
+		t.Errorf("list after revoke: %s", stdout)
+	}
+}
+
+func TestListenExitsOnWrongToken(t *testing.T) {
+	h := httptest.NewServer(nil)
+	defer h.Close()
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, NoAgent: true})
+	code, _, stderr := runCmd(t, "listen", "--relay", st.RelayURL, "--token", "ct_wrong", "--forward-to", h.URL, "--inspect", "", "--data", t.TempDir())
+	if code != 1 || !strings.Contains(stderr, "refused the token") {
+		t.Fatalf("listen with a wrong token: exit %d, %q", code, stderr)
+	}
+}

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/calltap/calltap/inspector/inspectortest"
+)
+
+// These tests run the real binary as separate processes, so that an agent
+// can be frozen (SIGSTOP, a laptop asleep) or a relay killed (SIGKILL).
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+func calltapBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "calltap-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "calltap")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+type proc struct {
+	cmd *exec.Cmd
+	out *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(calltapBinary(t), args...), out: &syncBuffer{}}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.cmd.Process.Signal(syscall.SIGCONT)
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s output:\n%s", args[0], p.out.String())
+		}
+	})
+	return p
+}
+
+type counter struct {
+	mu     sync.Mutex
+	bodies []string
+}
+
+func (c *counter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	c.mu.Lock()
+	c.bodies = append(c.bodies, string(b))
+	c.mu.Unlock()
+}
+
+func (c *counter) get() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.bodies...)
+}
+
+func postStatus(url, body string) int {
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestFrozenAgentAndKilledRelay(t *testing.T) {
+	h := &counter{}
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	dir := t.TempDir()
+	relayAddr := freeAddr(t)
+	relayURL := "http://" + relayAddr
+	relayArgs := []string{"relay", "--listen", relayAddr, "--insecure-http", "--public-url", relayURL, "--data", dir, "--pong-wait", "1s"}
+	relayProc := start(t, relayArgs...)
+
+	code, stdout, stderr := runCmd(t, "relay", "token", "create", "alice", "--data", dir, "--public-url", relayURL, "--json")
+	if code != 0 {
+		t.Fatalf("token create: %s", stderr)
+	}
+	var tok struct {
+		Token string `json:"token"`
+		URL   string `json:"url"`
+	}
+	json.Unmarshal([]byte(stdout), &tok)
+	agent := start(t, "listen", "--relay", relayURL, "--token", tok.Token, "--forward-to", hs.URL, "--inspect", "", "--data", t.TempDir())
+	inspectortest.Eventually(t, 15*time.Second, func() bool { return postStatus(tok.URL, `{"n":0}`) == 200 }, "tunnel did not come up")
+
+	// A frozen laptop: the relay notices within its pong wait and queues.
+	agent.cmd.Process.Signal(syscall.SIGSTOP)
+	// Each try has its own body: a try the relay answered 503 (agent lost
+	// before saving) may still reach the handler when the agent wakes and
+	// reads what sat in its socket — the sender was told to retry, as with
+	// the service's own retries. What was answered 202 must arrive exactly once.
+	attempt := 0
+	queued := func(n int) string {
+		var body string
+		inspectortest.Eventually(t, 45*time.Second, func() bool {
+			attempt++
+			body = fmt.Sprintf(`{"n":%d,"try":%d}`, n, attempt)
+			return postStatus(tok.URL, body) == http.StatusAccepted
+		}, "the relay did not notice the frozen agent and queue")
+		return body
+	}
+	first := queued(1)
+	// The laptop wakes: the agent reconnects by itself and the queue drains.
+	agent.cmd.Process.Signal(syscall.SIGCONT)
+	inspectortest.Eventually(t, 30*time.Second, func() bool {
+		for _, b := range h.get() {
+			if b == first {
+				return true
+			}
+		}
+		return false
+	}, "the queued request was not delivered after the agent woke")
+
+	// Kill the relay with a queue held, start it again: nothing lost.
+	agent.cmd.Process.Signal(syscall.SIGSTOP)
+	second := queued(2)
+	relayProc.cmd.Process.Signal(syscall.SIGKILL)
+	relayProc.cmd.Wait()
+	start(t, relayArgs...)
+	agent.cmd.Process.Signal(syscall.SIGCONT)
+	inspectortest.Eventually(t, 30*time.Second, func() bool {
+		for _, b := range h.get() {
+			if b == second {
+				return true
+			}
+		}
+		return false
+	}, "the request queued before the relay was killed was lost")
+	inspectortest.Eventually(t, 15*time.Second, func() bool { return postStatus(tok.URL, `{"n":3}`) == 200 }, "the same URL did not work after the relay restart")
+	counts := map[string]int{}
+	for _, b := range h.get() {
+		counts[b]++
+	}
+	for _, b := range []string{first, second, `{"n":3}`} {
+		if counts[b] != 1 {
+			t.Errorf("%s delivered %d times", b, counts[b])
+		}
+	}
+}
