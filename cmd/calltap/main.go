@@ -35,13 +35,15 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"dev":      {cmdDev, "run relay, agent and inspector in one process on loopback"},
-		"listen":   {cmdListen, "connect to a relay, capture every request and forward it to a local handler"},
-		"relay":    {cmdRelay, "run the public relay; 'relay token create|list|revoke' manages developers' tokens"},
-		"requests": {cmdRequests, "list captured requests from the local store"},
-		"replay":   {cmdReplay, "re-send a captured request to the local handler or another URL"},
-		"version":  {cmdVersion, "print the version"},
-		"help":     {nil, "show help for calltap or a command"},
+		"dev":          {cmdDev, "run relay, agent and inspector in one process on loopback"},
+		"listen":       {cmdListen, "connect to a relay, capture every request and forward it to a local handler"},
+		"relay":        {cmdRelay, "run the public relay; 'relay token create|list|revoke' manages developers' tokens"},
+		"requests":     {cmdRequests, "list captured requests from the local store"},
+		"replay":       {cmdReplay, "re-send a captured request to the local handler or another URL"},
+		"version":      {cmdVersion, "print the version"},
+		"help":         {nil, "show help for calltap or a command"},
+		"trigger":      {cmdTrigger, "send realistic call events to a URL (a whole call, or one kind)"},
+		"mock-service": {cmdMockService, "run an emulator of the voice service on loopback"},
 	}
 }
 
