@@ -164,6 +164,16 @@ func upsertContact(ctx context.Context, tx *sql.Tx, c *ServiceContact) error {
 	return nil
 }
 
+// ContactByID returns a contact, or ErrNotFound.
+func (db *DB) ContactByID(ctx context.Context, id string) (*ServiceContact, error) {
+	row := db.read.QueryRowContext(ctx, `SELECT seq, id, name, phone, email, custom_fields, created_at FROM contacts WHERE id = ?`, id)
+	c, err := scanContact(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	return c, err
+}
+
 // ContactByPhone returns the oldest contact with phone, or ErrNotFound.
 func (db *DB) ContactByPhone(ctx context.Context, phone string) (*ServiceContact, error) {
 	row := db.read.QueryRowContext(ctx, `SELECT seq, id, name, phone, email, custom_fields, created_at FROM contacts WHERE phone = ? ORDER BY seq LIMIT 1`, phone)

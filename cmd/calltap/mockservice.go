@@ -67,8 +67,8 @@ func cmdMockService(ctx context.Context, args []string, stdio Stdio) int {
 		return usageError(stdio, "mock-service", "--delivery-timeout must be positive")
 	case *mediaTTL < time.Second:
 		return usageError(stdio, "mock-service", "--media-expires-in must be at least 1s")
-	case *seed < 0 || *seed > 100000:
-		return usageError(stdio, "mock-service", "--seed must be between 0 and 100000")
+	case *seed < 0 || *seed > 10000:
+		return usageError(stdio, "mock-service", "--seed must be between 0 and 10000")
 	}
 	if _, _, err := net.SplitHostPort(*listen); err != nil {
 		return usageError(stdio, "mock-service", "--listen %q: want host:port", *listen)

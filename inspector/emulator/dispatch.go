@@ -296,37 +296,58 @@ func validHeaderName(name string) bool {
 }
 
 // dispatchContact finds or creates the contact a call is for: the one
-// given (saved by its id, fields given replacing stored ones), else the
-// first contact with the number called, else a new one.
+// given, merged over the stored contact with its id (fields given win;
+// custom fields are merged), else the first contact with the number
+// called, else a new one. Missing names and emails are made up, so that the
+// payloads and the contacts collection agree.
 func (s *Server) dispatchContact(r *http.Request, req *dispatchRequest) (*storage.ServiceContact, error) {
-	now := s.now()
-	if c := req.Contact; c != nil {
-		sc := &storage.ServiceContact{ID: c.ID, Name: c.Name, Phone: c.Phone, Email: c.Email, CreatedAt: now}
-		if sc.ID == "" {
-			sc.ID = uuid.NewString()
+	ctx := r.Context()
+	c := req.Contact
+	if c == nil {
+		found, err := s.db.ContactByPhone(ctx, req.ToNumber)
+		if err == nil {
+			return found, nil
+		} else if !errors.Is(err, storage.ErrNotFound) {
+			return nil, err
 		}
-		if sc.Phone == "" {
-			sc.Phone = req.ToNumber
-		}
-		cf := c.CustomFields
-		if cf == nil {
-			cf = map[string]any{}
-		}
-		b, err := json.Marshal(cf)
-		if err != nil {
-			return nil, api.Invalid("contact.custom_fields: %v", err)
-		}
-		sc.CustomFields = string(b)
-		return sc, nil
+		c = &contactInput{}
 	}
-	c, err := s.db.ContactByPhone(r.Context(), req.ToNumber)
-	if err == nil {
-		return c, nil
+	sc := &storage.ServiceContact{ID: c.ID, CreatedAt: s.now(), CustomFields: "{}"}
+	if sc.ID == "" {
+		sc.ID = uuid.NewString()
+	} else if stored, err := s.db.ContactByID(ctx, sc.ID); err == nil {
+		sc = stored
 	} else if !errors.Is(err, storage.ErrNotFound) {
 		return nil, err
 	}
-	name := randomName(nil)
-	return &storage.ServiceContact{ID: uuid.NewString(), Name: name, Phone: req.ToNumber, Email: emailOf(name), CustomFields: "{}", CreatedAt: now}, nil
+	for _, f := range []struct {
+		dst *string
+		v   string
+	}{{&sc.Name, c.Name}, {&sc.Phone, c.Phone}, {&sc.Email, c.Email}} {
+		if f.v != "" {
+			*f.dst = f.v
+		}
+	}
+	if sc.Phone == "" {
+		sc.Phone = req.ToNumber
+	}
+	if sc.Name == "" {
+		sc.Name = randomName(nil)
+	}
+	if sc.Email == "" {
+		sc.Email = emailOf(sc.Name)
+	}
+	cf := map[string]any{}
+	json.Unmarshal([]byte(sc.CustomFields), &cf)
+	for k, v := range c.CustomFields {
+		cf[k] = v
+	}
+	b, err := json.Marshal(cf)
+	if err != nil {
+		return nil, api.Invalid("contact.custom_fields: %v", err)
+	}
+	sc.CustomFields = string(b)
+	return sc, nil
 }
 
 // planCall generates the call's events and the deliveries that will send
@@ -335,8 +356,8 @@ func (s *Server) dispatchContact(r *http.Request, req *dispatchRequest) (*storag
 // The payloads keep the call's real lengths (a 94 s conversation says
 // duration_seconds 94) while --time-scale shrinks the waits between them.
 // So that no event claims to have occurred after the moment it is sent,
-// the call is back-dated by (1 − scale) × its length: the last event occurs
-// exactly when it is sent, the others a little before.
+// a call under a scale below 1 is back-dated by (1 − scale) × its length:
+// the last event occurs exactly when it is sent, the others a little before.
 func (s *Server) planCall(req *dispatchRequest, p *dispatchPlan, contact *storage.ServiceContact, base string) (*storage.ServiceCall, []*storage.ServiceDelivery, error) {
 	now := s.now().Truncate(time.Microsecond)
 	spec := callevent.CallSpec{
@@ -418,7 +439,9 @@ func (s *Server) generate(spec callevent.CallSpec, sendFrom time.Time, scale flo
 		offsets = append(offsets, off)
 		span = max(span, off)
 	}
-	spec.Start = sendFrom.Add(-time.Duration(float64(span) * (1 - scale)))
+	// Back-date only when waits shrink; a scale above 1 sends every event
+	// after it occurred anyway.
+	spec.Start = sendFrom.Add(-time.Duration(float64(span) * max(0, 1-scale)))
 	payloads := spec.Events()
 	if len(payloads) != len(offsets) {
 		return nil, fmt.Errorf("emulator: callevent generated %d events, then %d", len(offsets), len(payloads))

@@ -833,6 +833,20 @@ func TestContactSearch(t *testing.T) {
 	if res.Count != 1 || res.Results[0].Name != "Grace Hopper" || res.Results[0].Phone != "+12025550199" {
 		t.Fatalf("custom field in use: %+v", res)
 	}
+	// A dispatch naming a stored contact uses it, adding what it gives.
+	tg := newTarget(t, nil)
+	callID := e.dispatch(map[string]any{"to_number": one.Phone, "event_webhook_url": tg.URL, "event_webhook_events": []string{"call.started"},
+		"contact": map[string]any{"id": one.ID, "custom_fields": map[string]any{"tier": "gold"}}})
+	waitFor(t, "call.started", 5*time.Second, func() bool { return len(tg.forCall(callID)) == 1 })
+	p := decodePayload(t, tg.forCall(callID)[0].body)
+	if p.Call.Contact.ID != one.ID || p.Call.Contact.Name != one.Name || p.Call.Contact.CustomFields["tier"] != "gold" || p.Call.Contact.CustomFields["city"] == nil {
+		t.Fatalf("payload contact %+v, stored %+v", p.Call.Contact, one)
+	}
+	e.ok("GET", "/api/v1/ext/contacts/search/?tier=gold", bareKey, nil, 200, &res)
+	if res.Count != 1 || res.Results[0].ID != one.ID || res.Results[0].Name != one.Name {
+		t.Fatalf("tier=gold: %+v", res)
+	}
+
 	// /contacts/ itself takes no filters.
 	e.ok("GET", "/api/v1/ext/contacts/?city=Austin", bareKey, nil, 200, &res)
 	if res.Count != 121 {
