@@ -171,3 +171,43 @@ func TestSetPath(t *testing.T) {
 		}
 	}
 }
+
+func TestRewriteMediaURLs(t *testing.T) {
+	p := CallSpec{MediaBaseURL: "https://media.example.com"}.Events()[4]
+	body, _ := json.Marshal(p) // & is written \u0026: the rewrite must find it anyway
+	body = append([]byte("  "), body...)
+	out, n := RewriteMediaURLs(body, func(field, url string) (string, bool) {
+		if url != p.Media.RecordingURL && url != p.Media.TranscriptURL {
+			t.Errorf("%s: got url %q", field, url)
+		}
+		return "http://127.0.0.1:4040/api/v1/ext/media/" + field, true
+	})
+	if n != 2 {
+		t.Fatalf("%d replaced", n)
+	}
+	var back Payload
+	if err := json.Unmarshal(out, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Media.RecordingURL != "http://127.0.0.1:4040/api/v1/ext/media/recording_url" ||
+		back.Media.TranscriptURL != "http://127.0.0.1:4040/api/v1/ext/media/transcript_url" || back.Media.ExpiresIn != p.Media.ExpiresIn {
+		t.Errorf("media %+v", back.Media)
+	}
+	// Everything before the media block is byte-identical.
+	i := strings.Index(string(body), `"media"`)
+	if string(out[:i]) != string(body[:i]) {
+		t.Error("bytes before media changed")
+	}
+
+	// Only the chosen fields; a refusal keeps the value.
+	out, n = RewriteMediaURLs(body, func(field, url string) (string, bool) { return "x", field == FieldTranscriptURL })
+	if n != 1 || !strings.Contains(string(out), `"transcript_url":"x"`) {
+		t.Errorf("%d %s", n, out)
+	}
+	for _, in := range []string{`not json`, `{"media":{"recording_url":5}}`, `{"media":null}`, `{}`, `{"media":{"recording_url":"a"}`, `{"data":{"media":{"recording_url":"a"}}}`} {
+		out, n := RewriteMediaURLs([]byte(in), func(string, string) (string, bool) { return "b", true })
+		if n != 0 || string(out) != in {
+			t.Errorf("%s: %d %s", in, n, out)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package callevent
+
+import (
+	"encoding/json"
+)
+
+// Media link fields a payload may carry in its top-level media block.
+const (
+	FieldRecordingURL  = "recording_url"
+	FieldTranscriptURL = "transcript_url"
+)
+
+// RewriteMediaURLs replaces the string values of media.recording_url and
+// media.transcript_url in body with what replace returns for them, leaving
+// every other byte as it was (a replay must differ from the original only
+// where it has to). replace gets the field name and the current URL and
+// returns the new URL and whether to replace it. The result reports how
+// many values were replaced; a body that is not a JSON object, or has no
+// such links, comes back unchanged.
+func RewriteMediaURLs(body []byte, replace func(field, url string) (string, bool)) ([]byte, int) {
+	type span struct {
+		start, end int // the string token, quotes included
+		value      string
+	}
+	var edits []span
+	s := scanner{b: body}
+	s.ws()
+	if !s.expect('{') {
+		return body, 0
+	}
+	s.ws()
+	if s.peek() == '}' {
+		return body, 0
+	}
+	for {
+		s.ws()
+		key, ok := s.key()
+		if !ok {
+			return body, 0
+		}
+		s.ws()
+		if !s.expect(':') {
+			return body, 0
+		}
+		s.ws()
+		if string(key) == "media" && s.peek() == '{' {
+			// Only the last media member counts, as in encoding/json.
+			edits = edits[:0]
+			s.i++
+			s.ws()
+			if s.peek() == '}' {
+				s.i++
+			} else {
+				for {
+					s.ws()
+					k, ok := s.key()
+					if !ok {
+						return body, 0
+					}
+					field := string(k)
+					s.ws()
+					if !s.expect(':') {
+						return body, 0
+					}
+					s.ws()
+					if (field == FieldRecordingURL || field == FieldTranscriptURL) && s.peek() == '"' {
+						start := s.i
+						raw, escaped, ok := s.rawString()
+						if !ok {
+							return body, 0
+						}
+						old := decode(raw, escaped)
+						if nu, ok := replace(field, old); ok && nu != old {
+							edits = append(edits, span{start, s.i, nu})
+						}
+					} else if !s.skip(2) {
+						return body, 0
+					}
+					s.ws()
+					if s.peek() == ',' {
+						s.i++
+						continue
+					}
+					if !s.expect('}') {
+						return body, 0
+					}
+					break
+				}
+			}
+		} else if !s.skip(1) {
+			return body, 0
+		}
+		s.ws()
+		if s.peek() == ',' {
+			s.i++
+			continue
+		}
+		if !s.expect('}') {
+			return body, 0
+		}
+		break
+	}
+	s.ws()
+	if s.i != len(body) || len(edits) == 0 {
+		return body, 0
+	}
+	out := make([]byte, 0, len(body)+64*len(edits))
+	last := 0
+	for _, e := range edits {
+		quoted, _ := json.Marshal(e.value)
+		out = append(out, body[last:e.start]...)
+		out = append(out, quoted...)
+		last = e.end
+	}
+	return append(out, body[last:]...), len(edits)
+}
