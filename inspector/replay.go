@@ -42,8 +42,9 @@ func (a *Agent) Replay(ctx context.Context, bg context.Context, o ReplayOptions)
 		return nil, err
 	}
 	if o.Retry == "service" {
+		snapshot := *c // the schedule goes on changing c
 		go a.deliverWithSchedule(bg, c, o.TimeScale)
-		return c, nil
+		return &snapshot, nil
 	}
 	a.deliver(ctx, c, 1)
 	return c, nil

@@ -149,8 +149,11 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	s.upgrader = websocket.Upgrader{
 		Subprotocols:     []string{Subprotocol},
 		HandshakeTimeout: cfg.AuthTimeout,
-		ReadBufferSize:   32 << 10,
-		WriteBufferSize:  32 << 10,
+		// Reads reuse the HTTP server's buffer; write buffers come from a
+		// pool and are held only while a message is being written, so an
+		// idle tunnel holds neither.
+		WriteBufferSize: 64 << 10,
+		WriteBufferPool: &sync.Pool{},
 		// Agents are programs, not pages: a browser Origin has no business here.
 		CheckOrigin: func(r *http.Request) bool { return r.Header.Get("Origin") == "" },
 	}
@@ -211,9 +214,13 @@ func (s *Server) maintain(ctx context.Context) {
 		s.log.Warn("dropped expired queued requests", "count", n, "max_age", s.cfg.QueueMaxAge)
 		s.resyncQueueCounts(ctx)
 	}
+	revoked, err := s.cfg.DB.RevokedTunnels(ctx)
+	if err != nil {
+		s.log.Error("read revoked tokens", "err", err)
+		return
+	}
 	for _, t := range s.snapshotTunnels() {
-		live, err := s.cfg.DB.TunnelLive(ctx, t.id)
-		if err != nil || live {
+		if !revoked[t.id] {
 			continue
 		}
 		t.mu.Lock()
@@ -850,15 +857,23 @@ func (ac *agentConn) drainLoop() {
 			return
 		}
 		if len(batch) == 0 {
+			// An idle tunnel parks here without timers: thousands of them
+			// must cost nothing. Only a place reserved by an insert that had
+			// not committed when we looked needs a second look soon.
+			t.mu.Lock()
+			reserved := t.queued > 0
+			t.mu.Unlock()
+			var retry <-chan time.Time
+			if reserved {
+				retry = time.After(50 * time.Millisecond)
+			}
 			select {
 			case <-t.kick:
-				continue
+			case <-retry:
 			case <-ac.done:
 				return
-			case <-time.After(time.Second):
-				// A reserved place whose insert had not committed when we looked.
-				continue
 			}
+			continue
 		}
 		for _, q := range batch {
 			select {

@@ -126,6 +126,24 @@ func (db *DB) TunnelLive(ctx context.Context, tunnelID string) (bool, error) {
 	return n > 0, err
 }
 
+// RevokedTunnels returns the tunnel ids of every revoked token.
+func (db *DB) RevokedTunnels(ctx context.Context) (map[string]bool, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT tunnel_id FROM tokens WHERE revoked_at IS NOT NULL`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out[id] = true
+	}
+	return out, rows.Err()
+}
+
 // Setting returns a relay setting, or "" when unset.
 func (db *DB) Setting(ctx context.Context, key string) (string, error) {
 	var v string
