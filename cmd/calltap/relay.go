@@ -133,13 +133,13 @@ func serveRelay(ctx context.Context, srv *relay.Server, listen string, insecure 
 	}
 	var extra []*http.Server
 	if !insecure {
-		tlsCfg, httpHandler, err := tf.build(dataDir)
+		tlsCfg, httpHandler, err := tf.build(dataDir, listen, log)
 		if err != nil {
 			ln.Close()
 			return err
 		}
 		hs.TLSConfig = tlsCfg
-		if httpHandler != nil && tf.httpListen != "" {
+		if tf.httpListen != "" {
 			hl := &http.Server{Addr: tf.httpListen, Handler: httpHandler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
 			extra = append(extra, hl)
 			go func() {

@@ -3,10 +3,13 @@ package main
 import (
 	"crypto/tls"
 	"errors"
-	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
+
+	"github.com/calltap/calltap/relay"
 )
 
 // tlsFlags are the relay's certificate settings.
@@ -56,6 +59,11 @@ func (f *tlsFlags) publicURL(listen string, insecure bool) string {
 	}
 	if f.domains != "" {
 		host = strings.TrimSpace(strings.Split(f.domains, ",")[0])
+		if !insecure {
+			if u, err := relay.PublicURL(host, listen); err == nil {
+				return u
+			}
+		}
 	} else if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}
@@ -66,14 +74,22 @@ func (f *tlsFlags) publicURL(listen string, insecure bool) string {
 }
 
 // build returns the TLS config for the main listener and the handler for
-// --http-listen (nil when there is none).
-func (f *tlsFlags) build(dataDir string) (*tls.Config, http.Handler, error) {
-	if f.certFile != "" {
-		cert, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("load --tls-cert/--tls-key: %w", err)
+// --http-listen: ACME HTTP-01 answers and a redirect to HTTPS.
+func (f *tlsFlags) build(dataDir, listen string, log *slog.Logger) (*tls.Config, http.Handler, error) {
+	var domains []string
+	for _, d := range strings.Split(f.domains, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			domains = append(domains, d)
 		}
-		return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil, nil
 	}
-	return nil, nil, errors.New("automatic certificates are not wired yet")
+	_, port, _ := net.SplitHostPort(listen)
+	t, err := relay.NewTLS(relay.TLSOptions{
+		Domains: domains, Email: f.email, CacheDir: filepath.Join(dataDir, "autocert"),
+		DirectoryURL: f.directory, CARootsFile: f.caRoots, CertFile: f.certFile, KeyFile: f.keyFile,
+		HTTPSPort: port, Logger: log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return t.Config(), t.HTTPHandler(nil), nil
 }
