@@ -310,7 +310,17 @@ func (t *TLS) HTTPHandler(fallback http.Handler) http.Handler {
 	if t.manager == nil {
 		return fallback
 	}
-	return t.manager.HTTPHandler(fallback)
+	acmeHandler := t.manager.HTTPHandler(fallback)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// autocert checks the Host header against the host policy as it
+		// comes, port included; behind a port mapping, or on a port other
+		// than 80, it would refuse the CA's challenge request.
+		if h, _, err := net.SplitHostPort(r.Host); err == nil {
+			r = r.Clone(r.Context())
+			r.Host = h
+		}
+		acmeHandler.ServeHTTP(w, r)
+	})
 }
 
 func (t *TLS) redirect(w http.ResponseWriter, r *http.Request) {

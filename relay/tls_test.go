@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -131,7 +132,8 @@ func writeKeyPair(t *testing.T, certFile, keyFile string, c tls.Certificate) {
 // command does (http.Server.ServeTLS with the TLS type's Config).
 func serveTLS(t *testing.T, ln net.Listener, cfg *tls.Config, h http.Handler) {
 	t.Helper()
-	hs := &http.Server{Handler: h, TLSConfig: cfg, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: h, TLSConfig: cfg, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: log.New(io.Discard, "", 0)} // refused handshakes are expected here
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
