@@ -179,9 +179,9 @@ func (t *TLS) Domains() []string { return append([]string(nil), t.domains...) }
 // answers TLS-ALPN-01 challenges (ALPN "acme-tls/1") on the same port.
 //
 // It offers only HTTP/1.1: agents' websockets need it. http.Server.ServeTLS
-// adds "h2" for ordinary HTTPS clients, which is harmless to websockets
-// (gorilla's client never offers h2); serve with tls.NewListener instead to
-// keep HTTP/1.1 only.
+// adds "h2" for ordinary HTTPS clients, which leaves the agents alone
+// (gorilla's dialer offers no ALPN unless its tls.Config lists some); serve
+// with tls.NewListener instead to keep HTTP/1.1 only.
 func (t *TLS) Config() *tls.Config {
 	cfg := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
