@@ -1,0 +1,600 @@
+package inspector
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/calltap/calltap/inspector/api"
+	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/storage"
+)
+
+// Recordings that outlive their links (issue 5, point 5): the media links
+// of call events are signed and short-lived, so the agent downloads them as
+// soon as an event carries them, in the background, and the inspector
+// serves the copies.
+
+// MediaConfig configures a MediaSaver.
+type MediaConfig struct {
+	DB  *storage.DB
+	Dir string // where files are written; created (0700) if missing
+
+	// AllowPrivate lets links point at loopback, private and link-local
+	// addresses. Off, a payload from anyone on the internet cannot make
+	// the agent send requests into the developer's machine or network;
+	// turn it on for the emulator and tests, whose links are on loopback.
+	AllowPrivate bool
+	Client       *http.Client // default: a client that enforces AllowPrivate when connecting
+
+	MaxBytes       int64           // per file; default 1 GiB
+	Backoff        []time.Duration // delay before each retry; default 2 s, 10 s, 30 s (so 4 attempts)
+	AttemptTimeout time.Duration   // per attempt; default 10 min
+	Concurrency    int             // downloads at once; default 4
+
+	Logger *slog.Logger
+	// OnUpdate, when set, is called after every change of a file's record
+	// (to publish it on the live stream). It must not block.
+	OnUpdate func(*storage.MediaFile)
+}
+
+// MediaSaver downloads media links in the background.
+type MediaSaver struct {
+	cfg MediaConfig
+	ctx context.Context // bounds every download
+	sem chan struct{}   // one token per running download
+	wg  sync.WaitGroup  // running downloads
+}
+
+// NewMediaSaver makes a saver whose downloads stop when ctx ends.
+func NewMediaSaver(ctx context.Context, cfg MediaConfig) (*MediaSaver, error) {
+	if cfg.DB == nil || cfg.Dir == "" {
+		return nil, errors.New("media: DB and Dir are required")
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("media: %w", err)
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = 1 << 30
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = []time.Duration{2 * time.Second, 10 * time.Second, 30 * time.Second}
+	}
+	if cfg.AttemptTimeout <= 0 {
+		cfg.AttemptTimeout = 10 * time.Minute
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 4
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Client == nil {
+		cfg.Client = mediaClient(cfg.AllowPrivate)
+	}
+	return &MediaSaver{cfg: cfg, ctx: ctx, sem: make(chan struct{}, cfg.Concurrency)}, nil
+}
+
+// errPrivateAddress refuses a link to the developer's own network.
+var errPrivateAddress = errors.New("link points at a loopback or private address (allowed only with the emulator)")
+
+// mediaClient checks the address actually dialled, after DNS, so that a
+// name that resolves to 127.0.0.1 is refused as surely as the literal.
+func mediaClient(allowPrivate bool) *http.Client {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	if !allowPrivate {
+		d.Control = func(network, address string, _ syscall.RawConn) error {
+			host, _, err := net.SplitHostPort(address)
+			if err != nil {
+				return err
+			}
+			ip := net.ParseIP(host)
+			if ip == nil || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+				ip.IsUnspecified() || ip.IsMulticast() {
+				return errPrivateAddress
+			}
+			return nil
+		}
+	}
+	return &http.Client{Transport: &http.Transport{
+		DialContext:           d.DialContext,
+		TLSHandshakeTimeout:   30 * time.Second,
+		ResponseHeaderTimeout: time.Minute,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       90 * time.Second,
+		ForceAttemptHTTP2:     true,
+	}}
+}
+
+// Save downloads m's recording and transcript links at once, each in its
+// own goroutine; it returns without waiting for anything, not even the
+// database. A link already saved (a duplicate delivery) is not fetched
+// again; one that failed before is tried again. The downloads are bounded
+// by the saver's context, not by ctx: they outlive the request that
+// carried the links.
+func (s *MediaSaver) Save(ctx context.Context, captureID, callID string, m callevent.Media) {
+	received := time.Now()
+	var expires time.Time
+	if m.ExpiresIn > 0 {
+		expires = received.Add(time.Duration(m.ExpiresIn) * time.Second)
+	}
+	for _, l := range []struct{ kind, url string }{
+		{storage.MediaRecording, m.RecordingURL},
+		{storage.MediaTranscript, m.TranscriptURL},
+	} {
+		if l.url == "" {
+			continue
+		}
+		f := &storage.MediaFile{ID: uuid.NewString(), CaptureID: captureID, CallID: callID, Kind: l.kind, SourceURL: l.url,
+			ExpiresAt: expires, CreatedAt: received.UTC()}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.fetch(f)
+		}()
+	}
+}
+
+// SaveCapture looks for media links in a captured call event and saves
+// them. It is meant for the capture path: it returns at once, and parses
+// the body only for the kinds that carry media and only for the first copy
+// of a delivery.
+func (s *MediaSaver) SaveCapture(c *storage.Capture) {
+	if c.DuplicateOf != "" || (c.Event != callevent.KindRecordingAvailable && c.Event != callevent.KindAnalysisCompleted) {
+		return
+	}
+	body, id := c.Body, c.ID
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		var p callevent.Payload
+		if json.Unmarshal(body, &p) != nil || p.Media == nil {
+			return
+		}
+		callID := ""
+		if p.Call != nil {
+			callID = p.Call.CallID
+		}
+		s.Save(s.ctx, id, callID, *p.Media)
+	}()
+}
+
+// Wait blocks until every download started so far has finished or given up.
+func (s *MediaSaver) Wait() { s.wg.Wait() }
+
+func (s *MediaSaver) update(f *storage.MediaFile) {
+	f.UpdatedAt = time.Now().UTC()
+	// The saver's context may be done (shutdown): record the outcome anyway.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 10*time.Second)
+	defer cancel()
+	if err := s.cfg.DB.UpdateMedia(ctx, f); err != nil {
+		s.cfg.Logger.Warn("media: record download", "id", f.ID, "err", err)
+	}
+	if s.cfg.OnUpdate != nil {
+		s.cfg.OnUpdate(f)
+	}
+}
+
+// fetch claims the link and downloads it, retrying on the failures the
+// voice service itself retries on: network errors, time-outs, 408, 429
+// and 5xx. Any other answer (403 for an expired signature, 404) is final.
+func (s *MediaSaver) fetch(f *storage.MediaFile) {
+	log := s.cfg.Logger.With("call_id", f.CallID, "kind", f.Kind)
+	row, start, err := s.cfg.DB.ClaimMedia(s.ctx, f)
+	if err != nil {
+		log.Warn("media: record link", "err", err)
+		return
+	}
+	if !start {
+		return
+	}
+	if s.cfg.OnUpdate != nil {
+		s.cfg.OnUpdate(row)
+	}
+	if u, err := url.Parse(row.SourceURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		row.Status, row.Error = storage.MediaFailed, "not an http(s) URL"
+		s.update(row)
+		return
+	}
+	for attempt := 1; ; attempt++ {
+		select {
+		case s.sem <- struct{}{}:
+		case <-s.ctx.Done():
+			row.Status, row.Error = storage.MediaFailed, "calltap stopped before the download finished"
+			s.update(row)
+			return
+		}
+		row.Attempts = attempt
+		retry, err := s.download(row)
+		<-s.sem
+		if err == nil {
+			row.Status, row.Error, row.SavedAt = storage.MediaSaved, "", time.Now().UTC()
+			s.update(row)
+			log.Info("media: saved", "file", row.File, "size", row.Size)
+			return
+		}
+		row.Error = err.Error()
+		if !retry || attempt > len(s.cfg.Backoff) {
+			row.Status = storage.MediaFailed
+			s.update(row)
+			log.Warn("media: download failed", "attempts", attempt, "err", err)
+			return
+		}
+		s.update(row)
+		t := time.NewTimer(s.cfg.Backoff[attempt-1])
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+			t.Stop()
+			row.Status = storage.MediaFailed
+			row.Error += " (calltap stopped before the next attempt)"
+			s.update(row)
+			return
+		}
+	}
+}
+
+// download makes one attempt and, on success, fills in the file fields.
+func (s *MediaSaver) download(f *storage.MediaFile) (retry bool, err error) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.AttemptTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.SourceURL, nil)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("User-Agent", "calltap-media")
+	resp, err := s.cfg.Client.Do(req)
+	if err != nil {
+		if errors.Is(err, errPrivateAddress) {
+			return false, errPrivateAddress
+		}
+		return true, mediaError(err)
+	}
+	defer resp.Body.Close()
+	switch st := resp.StatusCode; {
+	case st >= 200 && st < 300:
+	case st == http.StatusRequestTimeout || st == http.StatusTooManyRequests || st >= 500:
+		return true, fmt.Errorf("HTTP %d", st)
+	case st == http.StatusForbidden || st == http.StatusUnauthorized || st == http.StatusGone:
+		return false, fmt.Errorf("HTTP %d: the signed link may have expired; `calltap media %s` asks the service for fresh links", st, f.CallID)
+	default:
+		return false, fmt.Errorf("HTTP %d", st)
+	}
+
+	tmp, err := os.CreateTemp(s.cfg.Dir, ".download-*")
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		if tmp != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(resp.Body, s.cfg.MaxBytes+1))
+	if err != nil {
+		return true, fmt.Errorf("reading the file: %w", mediaError(err))
+	}
+	if n > s.cfg.MaxBytes {
+		return false, fmt.Errorf("larger than %d bytes", s.cfg.MaxBytes)
+	}
+	if err := tmp.Close(); err != nil {
+		return false, err
+	}
+	ctype := resp.Header.Get("Content-Type")
+	if _, _, err := mime.ParseMediaType(ctype); err != nil {
+		ctype = "application/octet-stream"
+	}
+	name := f.ID + mediaExt(f.SourceURL, ctype)
+	if err := os.Rename(tmp.Name(), filepath.Join(s.cfg.Dir, name)); err != nil {
+		return false, err
+	}
+	tmp = nil
+	f.File, f.Size, f.ContentType, f.SHA256 = name, n, ctype, hex.EncodeToString(h.Sum(nil))
+	return false, nil
+}
+
+// mediaError drops the URL from net/http's errors: signed links are
+// credentials of a sort, and the record already holds the URL.
+func mediaError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+var mediaExtRE = regexp.MustCompile(`^\.[a-z0-9]{1,5}$`)
+
+// mediaExt picks a harmless file extension from the link's path or the
+// content type.
+func mediaExt(link, ctype string) string {
+	if u, err := url.Parse(link); err == nil {
+		if ext := strings.ToLower(path.Ext(u.Path)); mediaExtRE.MatchString(ext) {
+			return ext
+		}
+	}
+	mt, _, _ := mime.ParseMediaType(ctype)
+	switch mt {
+	case "audio/mpeg":
+		return ".mp3"
+	case "audio/wav", "audio/x-wav", "audio/wave":
+		return ".wav"
+	case "audio/ogg", "audio/opus":
+		return ".ogg"
+	case "audio/mp4":
+		return ".m4a"
+	case "application/json":
+		return ".json"
+	case "text/plain":
+		return ".txt"
+	}
+	return ".bin"
+}
+
+// MediaFileJSON is a media file in the API.
+type MediaFileJSON struct {
+	ID          string  `json:"id"`
+	CaptureID   string  `json:"capture_id"`
+	CallID      string  `json:"call_id"`
+	Kind        string  `json:"kind"` // recording | transcript
+	SourceURL   string  `json:"source_url"`
+	ExpiresAt   *string `json:"expires_at"`
+	Expired     bool    `json:"expired"` // the signed link has run out
+	Status      string  `json:"status"`  // pending | saved | failed
+	Attempts    int     `json:"attempts"`
+	Error       string  `json:"error"`
+	Size        *int64  `json:"size"`
+	ContentType string  `json:"content_type"`
+	SHA256      string  `json:"sha256"`
+	CreatedAt   *string `json:"created_at"`
+	SavedAt     *string `json:"saved_at"`
+	URL         *string `json:"url"` // where the inspector serves the copy, once saved
+}
+
+// MediaFileOf renders a media record for the API.
+func MediaFileOf(f *storage.MediaFile) MediaFileJSON {
+	j := MediaFileJSON{ID: f.ID, CaptureID: f.CaptureID, CallID: f.CallID, Kind: f.Kind, SourceURL: f.SourceURL,
+		ExpiresAt: callsTime(f.ExpiresAt), Expired: !f.ExpiresAt.IsZero() && time.Now().After(f.ExpiresAt),
+		Status: f.Status, Attempts: f.Attempts, Error: f.Error, ContentType: f.ContentType, SHA256: f.SHA256,
+		CreatedAt: callsTime(f.CreatedAt), SavedAt: callsTime(f.SavedAt)}
+	if f.Status == storage.MediaSaved {
+		size, u := f.Size, MediaPath(f.ID)
+		j.Size, j.URL = &size, &u
+	}
+	return j
+}
+
+// MediaPath is where the inspector serves a saved file.
+func MediaPath(id string) string { return "/api/v1/ext/media/" + url.PathEscape(id) }
+
+// MediaRoutes registers the media endpoints on mux:
+//
+//	GET /api/v1/ext/media/?call_id&capture_id&kind&status&limit&offset  page of media files, newest first
+//	GET /api/v1/ext/media/{id}/                                          one record
+//	GET /api/v1/ext/media/{id}                                           the saved file (Range supported; ?download=1)
+func MediaRoutes(mux *http.ServeMux, db *storage.DB, dir string) {
+	mux.HandleFunc("GET /api/v1/ext/media/{$}", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		limit, offset, err := api.ParsePage(q)
+		if err != nil {
+			api.WriteError(w, err)
+			return
+		}
+		files, count, err := db.MediaFiles(r.Context(), storage.MediaFilter{CallID: q.Get("call_id"), CaptureID: q.Get("capture_id"),
+			Kind: q.Get("kind"), Status: q.Get("status"), Page: storage.Page{Limit: limit, Offset: offset}})
+		if err != nil {
+			api.WriteError(w, err)
+			return
+		}
+		out := make([]MediaFileJSON, len(files))
+		for i, f := range files {
+			out[i] = MediaFileOf(f)
+		}
+		api.WriteData(w, http.StatusOK, "", api.NewPage(count, limit, offset, out))
+	})
+	mux.HandleFunc("GET /api/v1/ext/media/{id}/{$}", func(w http.ResponseWriter, r *http.Request) {
+		f, err := db.Media(r.Context(), r.PathValue("id"))
+		if errors.Is(err, storage.ErrNotFound) {
+			err = api.NotFound("media file")
+		}
+		if err != nil {
+			api.WriteError(w, err)
+			return
+		}
+		api.WriteData(w, http.StatusOK, "", MediaFileOf(f))
+	})
+	mux.HandleFunc("GET /api/v1/ext/media/{id}", func(w http.ResponseWriter, r *http.Request) {
+		serveMediaFile(w, r, db, dir)
+	})
+}
+
+// mediaInline lists the types shown in the browser; anything else (HTML,
+// SVG, scripts) is served as a download, so a hostile recording cannot run
+// in the inspector's origin.
+func mediaInline(ctype string) bool {
+	mt, _, _ := mime.ParseMediaType(ctype)
+	return strings.HasPrefix(mt, "audio/") || strings.HasPrefix(mt, "video/") || mt == "application/json" || mt == "text/plain"
+}
+
+func serveMediaFile(w http.ResponseWriter, r *http.Request, db *storage.DB, dir string) {
+	f, err := db.Media(r.Context(), r.PathValue("id"))
+	if errors.Is(err, storage.ErrNotFound) {
+		err = api.NotFound("media file")
+	}
+	if err != nil {
+		api.WriteError(w, err)
+		return
+	}
+	if f.Status != storage.MediaSaved || f.File == "" {
+		api.WriteError(w, api.Errorf(http.StatusNotFound, api.CodeNotFound, "media file is not saved (status %s)", f.Status))
+		return
+	}
+	// File names are ours, but the database is a file on disk too.
+	if filepath.Base(f.File) != f.File || strings.HasPrefix(f.File, ".") {
+		api.WriteError(w, api.Errorf(http.StatusNotFound, api.CodeNotFound, "media file not found"))
+		return
+	}
+	fh, err := os.Open(filepath.Join(dir, f.File))
+	if errors.Is(err, os.ErrNotExist) {
+		api.WriteError(w, api.Errorf(http.StatusNotFound, api.CodeNotFound, "media file %s is missing from %s", f.File, dir))
+		return
+	} else if err != nil {
+		api.WriteError(w, err)
+		return
+	}
+	defer fh.Close()
+	ctype, disposition := f.ContentType, "inline"
+	if !mediaInline(ctype) {
+		ctype, disposition = "application/octet-stream", "attachment"
+	}
+	if r.URL.Query().Get("download") != "" {
+		disposition = "attachment"
+	}
+	h := w.Header()
+	h.Set("Content-Type", ctype)
+	h.Set("Content-Disposition", mime.FormatMediaType(disposition, map[string]string{"filename": f.CallID + "-" + f.Kind + filepath.Ext(f.File)}))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "sandbox; default-src 'none'")
+	if f.SHA256 != "" {
+		h.Set("ETag", `"`+f.SHA256+`"`)
+	}
+	http.ServeContent(w, r, "", f.SavedAt, fh)
+}
+
+// RewriteMediaLinks points the media links of a payload at the saved
+// copies, served by the inspector at inspectorURL (such as
+// "http://127.0.0.1:4040"), for replays made after the signed originals
+// expired (--rewrite-media). A link is matched by its URL, else by the
+// call and kind of a saved file. Links without a saved copy are left as
+// they are; n says how many were rewritten. Other bytes are unchanged.
+func RewriteMediaLinks(ctx context.Context, db *storage.DB, body []byte, inspectorURL string) (out []byte, n int, err error) {
+	ix, _ := callevent.Index(body)
+	base := strings.TrimRight(inspectorURL, "/")
+	out, n = callevent.RewriteMediaURLs(body, func(field, link string) (string, bool) {
+		if err != nil {
+			return "", false
+		}
+		kind := storage.MediaRecording
+		if field == callevent.FieldTranscriptURL {
+			kind = storage.MediaTranscript
+		}
+		files, _, ferr := db.MediaFiles(ctx, storage.MediaFilter{SourceURL: link, Kind: kind, Status: storage.MediaSaved, Page: storage.Page{Limit: 1}})
+		if ferr == nil && len(files) == 0 && ix.CallID != "" {
+			files, _, ferr = db.MediaFiles(ctx, storage.MediaFilter{CallID: ix.CallID, Kind: kind, Status: storage.MediaSaved, Page: storage.Page{Limit: 1}})
+		}
+		if ferr != nil {
+			err = ferr
+			return "", false
+		}
+		if len(files) == 0 {
+			return "", false
+		}
+		return base + MediaPath(files[0].ID), true
+	})
+	if err != nil {
+		return body, 0, err
+	}
+	return out, n, nil
+}
+
+// FetchMediaLinks asks the voice service for fresh links to a call's files
+// (GET {baseURL}/call_logs/{id}/media/, documentation section 4.4). The
+// response's shape is "not shown" in the documentation, so the links are
+// looked for leniently in data: recording_url and transcript_url (also
+// inside a media object), or a single url, link or download_url taken as
+// the recording, or data being the URL itself.
+func FetchMediaLinks(ctx context.Context, client *http.Client, baseURL, apiKey, callID string) (callevent.Media, error) {
+	if client == nil {
+		client = &http.Client{Timeout: 30 * time.Second}
+	}
+	u := strings.TrimRight(baseURL, "/") + "/call_logs/" + url.PathEscape(callID) + "/media/"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return callevent.Media{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Accept", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return callevent.Media{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return callevent.Media{}, err
+	}
+	var env struct {
+		Status  *bool           `json:"status"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+		Error   json.RawMessage `json:"error"`
+	}
+	jerr := json.Unmarshal(body, &env)
+	if resp.StatusCode < 200 || resp.StatusCode > 299 || (env.Status != nil && !*env.Status) {
+		msg := env.Message
+		if msg == "" && jerr != nil {
+			msg = strings.TrimSpace(string(body[:min(len(body), 200)]))
+		}
+		return callevent.Media{}, fmt.Errorf("the service answered %s: %s", resp.Status, msg)
+	}
+	if jerr != nil {
+		return callevent.Media{}, fmt.Errorf("the service's answer is not JSON: %v", jerr)
+	}
+	m := mediaFromData(env.Data)
+	if m.RecordingURL == "" && m.TranscriptURL == "" {
+		return m, fmt.Errorf("no media link in the service's answer: %s", strings.TrimSpace(string(env.Data[:min(len(env.Data), 300)])))
+	}
+	return m, nil
+}
+
+func mediaFromData(data json.RawMessage) callevent.Media {
+	var s string
+	if json.Unmarshal(data, &s) == nil {
+		return callevent.Media{RecordingURL: s}
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(data, &obj) != nil {
+		return callevent.Media{}
+	}
+	if inner, ok := obj["media"]; ok {
+		if m := mediaFromData(inner); m.RecordingURL != "" || m.TranscriptURL != "" {
+			return m
+		}
+	}
+	str := func(keys ...string) string {
+		for _, k := range keys {
+			var v string
+			if json.Unmarshal(obj[k], &v) == nil && v != "" {
+				return v
+			}
+		}
+		return ""
+	}
+	m := callevent.Media{
+		RecordingURL:  str("recording_url", "url", "link", "download_url", "signed_url", "recording"),
+		TranscriptURL: str("transcript_url", "transcript"),
+	}
+	json.Unmarshal(obj["expires_in"], &m.ExpiresIn)
+	return m
+}
