@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -132,15 +136,17 @@ func serveRelay(ctx context.Context, srv *relay.Server, listen string, insecure 
 		return err
 	}
 	var extra []*http.Server
+	var certs *relay.TLS
 	if !insecure {
-		tlsCfg, httpHandler, err := tf.build(dataDir, listen, log)
-		if err != nil {
+		if certs, err = tf.build(dataDir, listen, log); err != nil {
 			ln.Close()
 			return err
 		}
-		hs.TLSConfig = tlsCfg
+		// HTTP/1.1 only: agents' websockets need it, and senders are
+		// webhooks, one request per connection or a few.
+		ln = tls.NewListener(ln, certs.Config())
 		if tf.httpListen != "" {
-			hl := &http.Server{Addr: tf.httpListen, Handler: httpHandler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
+			hl := &http.Server{Addr: tf.httpListen, Handler: certs.HTTPHandler(nil), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
 			extra = append(extra, hl)
 			go func() {
 				if err := hl.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -154,13 +160,37 @@ func serveRelay(ctx context.Context, srv *relay.Server, listen string, insecure 
 	go srv.Run(runCtx)
 	log.Info("relay listening", "addr", ln.Addr().String(), "tls", !insecure, "public_url", srv.TunnelURL("<tunnel-id>"))
 	errc := make(chan error, 1)
-	go func() {
-		if insecure {
-			errc <- hs.Serve(ln)
-		} else {
-			errc <- hs.ServeTLS(ln, "", "")
-		}
-	}()
+	go func() { errc <- hs.Serve(ln) }()
+	if certs != nil {
+		// Get the certificates now rather than on the first sender's
+		// handshake; and re-read --tls-cert/--tls-key on SIGHUP.
+		go func() {
+			for _, d := range certs.Domains() {
+				if _, err := certs.Obtain(runCtx, d); err != nil {
+					log.Warn("no certificate yet", "domain", d, "err", err)
+				} else {
+					log.Info("certificate ready", "domain", d)
+				}
+			}
+		}()
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for {
+				select {
+				case <-hup:
+					if err := certs.Reload(); err != nil {
+						log.Error("reload certificate", "err", err)
+					} else {
+						log.Info("certificate reloaded")
+					}
+				case <-runCtx.Done():
+					return
+				}
+			}
+		}()
+	}
 	select {
 	case err := <-errc:
 		return err

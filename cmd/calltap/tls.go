@@ -1,11 +1,9 @@
 package main
 
 import (
-	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
-	"net/http"
 	"path/filepath"
 	"strings"
 
@@ -75,7 +73,7 @@ func (f *tlsFlags) publicURL(listen string, insecure bool) string {
 
 // build returns the TLS config for the main listener and the handler for
 // --http-listen: ACME HTTP-01 answers and a redirect to HTTPS.
-func (f *tlsFlags) build(dataDir, listen string, log *slog.Logger) (*tls.Config, http.Handler, error) {
+func (f *tlsFlags) build(dataDir, listen string, log *slog.Logger) (*relay.TLS, error) {
 	var domains []string
 	for _, d := range strings.Split(f.domains, ",") {
 		if d = strings.TrimSpace(d); d != "" {
@@ -89,7 +87,7 @@ func (f *tlsFlags) build(dataDir, listen string, log *slog.Logger) (*tls.Config,
 		HTTPSPort: port, Logger: log,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return t.Config(), t.HTTPHandler(nil), nil
+	return t, nil
 }
