@@ -1,0 +1,382 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/storage"
+	"github.com/google/uuid"
+)
+
+// The capture store part: how fast the agent's writer can save captures,
+// and how fast the inspector's list answers over 10⁶ of them.
+
+var cities = []string{"Austin", "Boston", "Denver", "Seattle", "Chicago"}
+
+// callBodies returns the events of call k of a synthetic day of calls, as
+// the voice service would send them: five per completed call, two per
+// failed one (every tenth), each contact in one of five cities.
+func callBodies(k int, start time.Time) []callevent.Payload {
+	spec := callevent.CallSpec{
+		Start:     start.Add(time.Duration(k) * 2 * time.Second),
+		Contact:   callevent.Contact{CustomFields: map[string]any{"city": cities[k%len(cities)], "plan": "trial"}},
+		Variables: map[string]any{"lead_id": fmt.Sprintf("L-%d", k)},
+	}
+	if k%10 == 9 {
+		spec.Flow = callevent.FlowFailed
+	}
+	return spec.Events()
+}
+
+// captureOf builds the capture the agent would save for payload p.
+func captureOf(p callevent.Payload, body []byte, at time.Time) *storage.Capture {
+	return &storage.Capture{
+		ID: uuid.NewString(), Source: inspector.SourceTunnel, CreatedAt: at, Method: "POST", Path: "/voice",
+		RequestHeaders: `[["Host","relay.example.com"],["Accept-Encoding","gzip"],["Content-Type","application/json"],["User-Agent","voice-service/1.0"]]`,
+		Body:           body, Target: "http://127.0.0.1:3000/webhooks/voice",
+		Event: p.Event, CallID: p.Call.CallID, DeliveryID: p.ID, OccurredAt: p.OccurredAt,
+		Status: storage.StatusPending, MaxAttempts: 1, Duration: -1,
+	}
+}
+
+func cmdStore(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("store", flag.ContinueOnError)
+	out := fs.String("out", "", "results file")
+	repo := fs.String("repo", ".", "the calltap source tree (its migrations key the cached store)")
+	dur := fs.Duration("duration", 5*time.Second, "how long to write for the captures/s measure")
+	size := fs.Int("size", 1_000_000, "captures in the store the queries run against")
+	cacheDir := fs.String("cache", filepath.Join(os.TempDir(), "calltap-bench"), "where the big store is kept between runs")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	res, err := openResults(*out)
+	if err != nil {
+		return err
+	}
+	defer res.close()
+	if err := measureWrites(ctx, res, *dur); err != nil {
+		return err
+	}
+	path, err := bigStore(ctx, *repo, *cacheDir, *size)
+	if err != nil {
+		return err
+	}
+	return measureQueries(ctx, res, path, *size)
+}
+
+// measureWrites runs the agent's writer pattern against a fresh store:
+// batches of up to 256 in one transaction each, every capture's response
+// recorded in the following batch.
+func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
+	dir, err := os.MkdirTemp("", "calltap-bench-store-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	// A pool of real event bodies; each capture gets its own copy with a
+	// unique delivery id, as each delivery has.
+	type tmpl struct {
+		p     callevent.Payload
+		body  []byte
+		stamp int
+	}
+	var pool []tmpl
+	start := time.Now().Add(-24 * time.Hour)
+	for k := range 400 {
+		for _, p := range callBodies(k, start) {
+			b, err := json.Marshal(p)
+			if err != nil {
+				return err
+			}
+			pool = append(pool, tmpl{p, b, bytes.Index(b, []byte(p.ID)) + 24})
+		}
+	}
+	var bytesSum int
+	for _, t := range pool {
+		bytesSum += len(t.body)
+	}
+	const batch = 256
+	for _, withResponse := range []bool{false, true} {
+		db, err := storage.Open(ctx, filepath.Join(dir, fmt.Sprintf("agent-%v.db", withResponse)), storage.SchemaAgent)
+		if err != nil {
+			return err
+		}
+		// A producer builds captures the way the agent's read loop does,
+		// beside the writer, as in the agent.
+		batches := make(chan []*storage.Capture, 4)
+		stop := make(chan struct{})
+		go func() {
+			defer close(batches)
+			n := 0
+			for {
+				b := make([]*storage.Capture, batch)
+				for i := range b {
+					t := pool[n%len(pool)]
+					body := bytes.Clone(t.body)
+					stampHex(body, t.stamp, uint64(n))
+					c := captureOf(t.p, body, time.Now().UTC())
+					c.DeliveryID = c.DeliveryID[:24] + string(body[t.stamp:t.stamp+12])
+					b[i] = c
+					n++
+				}
+				select {
+				case batches <- b:
+				case <-stop:
+					return
+				}
+			}
+		}()
+		var prev []*storage.Capture
+		var n int
+		write := func(until time.Time) error {
+			for time.Now().Before(until) {
+				ins := <-batches
+				var upd []*storage.Capture
+				if withResponse {
+					for _, c := range prev {
+						upd = append(upd, answered(c))
+					}
+				}
+				if err := db.WriteCaptures(ctx, ins, upd); err != nil {
+					return err
+				}
+				prev = ins
+				n += len(ins)
+			}
+			return nil
+		}
+		if err := write(time.Now().Add(500 * time.Millisecond)); err != nil { // warm up
+			return err
+		}
+		n = 0
+		t0 := time.Now()
+		if err := write(t0.Add(dur)); err != nil {
+			return err
+		}
+		el := time.Since(t0)
+		close(stop)
+		for range batches {
+		}
+		db.Close()
+		rate := float64(n) / el.Seconds()
+		avg := float64(bytesSum) / float64(len(pool))
+		if withResponse {
+			res.add(row{Measure: fmt.Sprintf("Capture store: captures/s, each saved and then its response recorded (%.1f KB events, batches of %d)", avg/1000, batch),
+				Calltap: fmtRate(rate, "/s"), Target: "≥ 20,000 /s", Met: verdict(rate >= 20000)})
+		} else {
+			res.add(row{Measure: fmt.Sprintf("Capture store: captures/s, insert only (%.1f KB events, batches of %d)", avg/1000, batch),
+				Calltap: fmtRate(rate, "/s")})
+		}
+	}
+	return nil
+}
+
+// answered is c after the handler answered 200, as the agent records it.
+func answered(c *storage.Capture) *storage.Capture {
+	u := *c
+	u.Status, u.ResponseStatus, u.Attempts = storage.StatusDelivered, 200, 1
+	u.ResponseHeaders, u.ResponseBody = `[["Content-Length","17"],["Content-Type","application/json"]]`, []byte(`{"received":true}`)
+	u.Duration, u.DeliveredAt = 900*time.Microsecond, time.Now().UTC()
+	u.LastAttempt = &storage.Attempt{N: 1, At: c.CreatedAt, ResponseStatus: 200, Duration: u.Duration}
+	return &u
+}
+
+// storeGenVersion changes when the synthetic store's content does.
+const storeGenVersion = "1"
+
+// bigStore returns a store of size captures, built once and kept under
+// cacheDir, keyed by the agent schema's migrations: a schema change
+// rebuilds it.
+func bigStore(ctx context.Context, repo, cacheDir string, size int) (string, error) {
+	h := sha256.New()
+	files, err := filepath.Glob(filepath.Join(repo, "storage", "migrations", "agent", "*.sql"))
+	if err != nil || len(files) == 0 {
+		return "", fmt.Errorf("no agent migrations under %s: run from the calltap tree or pass --repo", repo)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", filepath.Base(f), len(b))
+		h.Write(b)
+	}
+	fmt.Fprintf(h, "gen %s size %d", storeGenVersion, size)
+	key := hex.EncodeToString(h.Sum(nil))[:16]
+	path := filepath.Join(cacheDir, "store-"+key+".db")
+	if _, err := os.Stat(path); err == nil {
+		fmt.Fprintf(os.Stderr, "store: using cached %s\n", path)
+		return path, nil
+	}
+	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+		return "", err
+	}
+	// Stores of older schemas are dead weight.
+	old, _ := filepath.Glob(filepath.Join(cacheDir, "store-*"))
+	for _, f := range old {
+		os.Remove(f)
+	}
+	building := filepath.Join(cacheDir, "building-"+key+".db")
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		os.Remove(building + suffix)
+	}
+	fmt.Fprintf(os.Stderr, "store: building %d captures in %s (once; kept for later runs)\n", size, path)
+	db, err := storage.Open(ctx, building, storage.SchemaAgent)
+	if err != nil {
+		return "", err
+	}
+	const batch = 10_000
+	batches := make(chan []*storage.Capture, 2)
+	go func() {
+		defer close(batches)
+		start := time.Now().Add(-30 * 24 * time.Hour).UTC()
+		var b []*storage.Capture
+		n := 0
+		for k := 0; n < size; k++ {
+			for _, p := range callBodies(k, start) {
+				if n == size {
+					break
+				}
+				body, _ := json.Marshal(p)
+				c := captureOf(p, body, start.Add(time.Duration(n)*100*time.Millisecond))
+				c.Status = storage.StatusDelivered
+				b = append(b, c)
+				n++
+				if len(b) == batch {
+					select {
+					case batches <- b:
+					case <-ctx.Done():
+						return
+					}
+					b = nil
+				}
+			}
+		}
+		if len(b) > 0 {
+			batches <- b
+		}
+	}()
+	t0 := time.Now()
+	n := 0
+	for b := range batches {
+		if err := db.WriteCaptures(ctx, b, nil); err != nil {
+			db.Close()
+			return "", err
+		}
+		n += len(b)
+		if n%100_000 == 0 {
+			fmt.Fprintf(os.Stderr, "store: %d captures, %.0f /s\n", n, float64(n)/time.Since(t0).Seconds())
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		db.Close()
+		return "", err
+	}
+	if err := db.Close(); err != nil {
+		return "", err
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if _, err := os.Stat(building + suffix); err == nil {
+			if err := os.Rename(building+suffix, path+suffix); err != nil {
+				return "", err
+			}
+		}
+	}
+	return path, os.Rename(building, path)
+}
+
+// measureQueries serves the store through the inspector's real HTTP
+// handler on loopback and times the list endpoint's first page under each
+// filter the UI offers.
+func measureQueries(ctx context.Context, res *results, path string, size int) error {
+	db, err := storage.Open(ctx, path, storage.SchemaAgent)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	a, err := inspector.NewAgent(inspector.Config{Store: db})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: inspector.NewServer(ctx, inspector.ServerConfig{Agent: a})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	base := "http://" + ln.Addr().String() + "/api/v1/ext/webhooks/"
+
+	// Pick filter values from the middle of the store.
+	mid, _, err := db.Captures(ctx, storage.CaptureFilter{Page: storage.Page{Limit: 1, Offset: size / 2}})
+	if err != nil || len(mid) == 0 {
+		return fmt.Errorf("store has no capture at offset %d: %v", size/2, err)
+	}
+	full, err := db.Capture(ctx, mid[0].ID)
+	if err != nil {
+		return err
+	}
+	var ev struct {
+		Call struct {
+			Variables struct {
+				LeadID string `json:"lead_id"`
+			} `json:"variables"`
+		} `json:"call"`
+	}
+	json.Unmarshal(full.Body, &ev)
+	queries := []struct{ name, query string }{
+		{"first list page (50, newest first, with total count)", ""},
+		{"filter by call id", "?call_id=" + full.CallID},
+		{"filter by event (call.ended)", "?event=call.ended"},
+		{"text search, rare term (one call's lead id)", "?q=" + ev.Call.Variables.LeadID},
+		{"text search, common term (a city)", "?q=Denver"},
+	}
+	for _, q := range queries {
+		var times []time.Duration
+		var count int
+		for i := range 12 {
+			t0 := time.Now()
+			b, err := getBody(base + q.query)
+			el := time.Since(t0)
+			if err != nil {
+				return fmt.Errorf("%s: %v: %s", q.name, err, b)
+			}
+			var env struct {
+				Data struct {
+					Count   int               `json:"count"`
+					Results []json.RawMessage `json:"results"`
+				} `json:"data"`
+			}
+			if err := json.Unmarshal(b, &env); err != nil {
+				return err
+			}
+			if len(env.Data.Results) == 0 {
+				return fmt.Errorf("%s: no results", q.name)
+			}
+			count = env.Data.Count
+			if i >= 2 { // the first two warm the page cache
+				times = append(times, el)
+			}
+		}
+		slices.Sort(times)
+		med := times[len(times)/2]
+		res.add(row{Measure: fmt.Sprintf("Inspector list at %s captures: %s → %s matches (%.1f%%)", fmtCount(size), q.name, fmtCount(count), 100*float64(count)/float64(size)),
+			Calltap: fmtDur(med) + " (max " + fmtDur(times[len(times)-1]) + ")", Target: "≤ 20 ms", Met: verdict(med <= 20*time.Millisecond)})
+	}
+	return nil
+}
