@@ -518,55 +518,13 @@ func RewriteMediaLinks(ctx context.Context, db *storage.DB, body []byte, inspect
 	return out, n, nil
 }
 
-// FetchMediaLinks asks the voice service for fresh links to a call's files
-// (GET {baseURL}/call_logs/{id}/media/, documentation section 4.4). The
-// response's shape is "not shown" in the documentation, so the links are
-// looked for leniently in data: recording_url and transcript_url (also
-// inside a media object), or a single url, link or download_url taken as
-// the recording, or data being the URL itself.
-func FetchMediaLinks(ctx context.Context, client *http.Client, baseURL, apiKey, callID string) (callevent.Media, error) {
-	if client == nil {
-		client = &http.Client{Timeout: 30 * time.Second}
-	}
-	u := strings.TrimRight(baseURL, "/") + "/call_logs/" + url.PathEscape(callID) + "/media/"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return callevent.Media{}, err
-	}
-	req.Header.Set("Authorization", "Bearer "+apiKey)
-	req.Header.Set("Accept", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return callevent.Media{}, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return callevent.Media{}, err
-	}
-	var env struct {
-		Status  *bool           `json:"status"`
-		Message string          `json:"message"`
-		Data    json.RawMessage `json:"data"`
-		Error   json.RawMessage `json:"error"`
-	}
-	jerr := json.Unmarshal(body, &env)
-	if resp.StatusCode < 200 || resp.StatusCode > 299 || (env.Status != nil && !*env.Status) {
-		msg := env.Message
-		if msg == "" && jerr != nil {
-			msg = strings.TrimSpace(string(body[:min(len(body), 200)]))
-		}
-		return callevent.Media{}, fmt.Errorf("the service answered %s: %s", resp.Status, msg)
-	}
-	if jerr != nil {
-		return callevent.Media{}, fmt.Errorf("the service's answer is not JSON: %v", jerr)
-	}
-	m := mediaFromData(env.Data)
-	if m.RecordingURL == "" && m.TranscriptURL == "" {
-		return m, fmt.Errorf("no media link in the service's answer: %s", strings.TrimSpace(string(env.Data[:min(len(env.Data), 300)])))
-	}
-	return m, nil
-}
+// ParseMediaLinks reads the links of a call's files from the data of the
+// service's GET /call_logs/{id}/media/ (documentation section 4.4). Its
+// shape is "not shown", so the links are looked for leniently:
+// recording_url and transcript_url (also inside a media object), or a
+// single url, link or download_url taken as the recording, or data being
+// the URL itself.
+func ParseMediaLinks(data json.RawMessage) callevent.Media { return mediaFromData(data) }
 
 func mediaFromData(data json.RawMessage) callevent.Media {
 	var s string

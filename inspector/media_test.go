@@ -361,45 +361,19 @@ func TestRewriteMediaLinks(t *testing.T) {
 	}
 }
 
-func TestFetchMediaLinks(t *testing.T) {
-	var auth atomic.Value
-	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		auth.Store(r.Header.Get("Authorization"))
-		w.Header().Set("Content-Type", "application/json")
-		switch r.URL.Path {
-		case "/api/v1/ext/call_logs/c1/media/":
-			io.WriteString(w, `{"status":true,"message":"ok","data":{"recording_url":"https://cdn/r.ogg?sig=1","transcript_url":"https://cdn/t.json?sig=1","expires_in":600},"error":null}`)
-		case "/api/v1/ext/call_logs/c2/media/":
-			io.WriteString(w, `{"status":true,"message":"ok","data":{"url":"https://cdn/r2.ogg"},"error":null}`)
-		case "/api/v1/ext/call_logs/c3/media/":
-			io.WriteString(w, `{"status":true,"message":"ok","data":"https://cdn/r3.ogg","error":null}`)
-		case "/api/v1/ext/call_logs/c4/media/":
-			io.WriteString(w, `{"status":true,"message":"ok","data":{"media":{"recording_url":"https://cdn/r4.ogg"}},"error":null}`)
-		case "/api/v1/ext/call_logs/empty/media/":
-			io.WriteString(w, `{"status":true,"message":"ok","data":{},"error":null}`)
-		default:
-			w.WriteHeader(404)
-			io.WriteString(w, `{"status":false,"message":"call log not found","data":null,"error":{"code":"not_found","message":"call log not found"}}`)
+func TestParseMediaLinks(t *testing.T) {
+	for data, want := range map[string]callevent.Media{
+		`{"recording_url":"https://cdn/r.ogg?sig=1","transcript_url":"https://cdn/t.json?sig=1","expires_in":600}`: {RecordingURL: "https://cdn/r.ogg?sig=1", TranscriptURL: "https://cdn/t.json?sig=1", ExpiresIn: 600},
+		`{"url":"https://cdn/r2.ogg"}`:                              {RecordingURL: "https://cdn/r2.ogg"},
+		`"https://cdn/r3.ogg"`:                                      {RecordingURL: "https://cdn/r3.ogg"},
+		`{"media":{"recording_url":"https://cdn/r4.ogg"}}`:          {RecordingURL: "https://cdn/r4.ogg"},
+		`{"download_url":"https://cdn/r5.ogg","expires_in":"soon"}`: {RecordingURL: "https://cdn/r5.ogg"},
+		`{}`:   {},
+		`null`: {},
+		`[1]`:  {},
+	} {
+		if got := inspector.ParseMediaLinks(json.RawMessage(data)); got.RecordingURL != want.RecordingURL || got.TranscriptURL != want.TranscriptURL || got.ExpiresIn != want.ExpiresIn {
+			t.Errorf("%s: %+v", data, got)
 		}
-	}))
-	defer svc.Close()
-	base := svc.URL + "/api/v1/ext/"
-	m, err := inspector.FetchMediaLinks(context.Background(), nil, base, "KEY", "c1")
-	if err != nil || m.RecordingURL != "https://cdn/r.ogg?sig=1" || m.TranscriptURL != "https://cdn/t.json?sig=1" || m.ExpiresIn != 600 {
-		t.Errorf("c1: %+v %v", m, err)
-	}
-	if auth.Load() != "Bearer KEY" {
-		t.Errorf("auth %v", auth.Load())
-	}
-	for id, want := range map[string]string{"c2": "https://cdn/r2.ogg", "c3": "https://cdn/r3.ogg", "c4": "https://cdn/r4.ogg"} {
-		if m, err := inspector.FetchMediaLinks(context.Background(), nil, base, "KEY", id); err != nil || m.RecordingURL != want {
-			t.Errorf("%s: %+v %v", id, m, err)
-		}
-	}
-	if _, err := inspector.FetchMediaLinks(context.Background(), nil, base, "KEY", "missing"); err == nil || !strings.Contains(err.Error(), "call log not found") {
-		t.Errorf("missing: %v", err)
-	}
-	if _, err := inspector.FetchMediaLinks(context.Background(), nil, base, "KEY", "empty"); err == nil {
-		t.Error("empty: no error")
 	}
 }

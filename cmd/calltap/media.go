@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/inspector/service"
+	"github.com/calltap/calltap/storage"
+)
+
+func cmdMedia(ctx context.Context, args []string, stdio Stdio) int {
+	fs := newFlagSet("media", "calltap media CALL_ID [--base-url URL] [--data DIR] [--json]",
+		"Ask the voice service for fresh links to a call's recording and transcript\n"+
+			"(GET /call_logs/{id}/media/) and save the files in the data directory, where the\n"+
+			"inspector serves them. The API key is read from $CALLTAP_API_KEY.")
+	var (
+		baseURL      = fs.String("base-url", os.Getenv("CALLTAP_BASE_URL"), "the service's base URL, ending in /api/v1/ext/ (default $CALLTAP_BASE_URL)")
+		dataDir      = fs.String("data", defaultDataDir(), "data directory")
+		allowPrivate = fs.Bool("allow-private", false, "allow links to loopback and private addresses (the emulator)")
+		asJSON       = fs.Bool("json", false, "print the saved files' records as JSON")
+	)
+	if ok, code := parseFlags(fs, args, stdio); !ok {
+		return code
+	}
+	if len(fs.args) != 1 {
+		return usageError(stdio, "media", "want one CALL_ID")
+	}
+	callID := fs.args[0]
+	if *baseURL == "" {
+		return usageError(stdio, "media", "missing required flag --base-url (or set CALLTAP_BASE_URL)")
+	}
+	client, err := service.New(*baseURL, os.Getenv("CALLTAP_API_KEY"), service.WithUserAgent("calltap/"+version))
+	if err != nil {
+		return usageError(stdio, "media", "%v", err)
+	}
+	m, err := client.Media(ctx, callID)
+	if err != nil {
+		return fail(stdio, "media", err)
+	}
+	links := callevent.Media{RecordingURL: m.RecordingURL, TranscriptURL: m.TranscriptURL, ExpiresIn: m.ExpiresIn}
+	if links.RecordingURL == "" && links.TranscriptURL == "" {
+		links = inspector.ParseMediaLinks(m.Raw)
+	}
+	if links.RecordingURL == "" && links.TranscriptURL == "" {
+		return fail(stdio, "media", fmt.Errorf("the service's answer holds no media link: %.300s", m.Raw))
+	}
+
+	db, err := agentDB(ctx, *dataDir)
+	if err != nil {
+		return fail(stdio, "media", err)
+	}
+	defer db.Close()
+	saver, err := inspector.NewMediaSaver(ctx, inspector.MediaConfig{DB: db, Dir: filepath.Join(*dataDir, "media"), AllowPrivate: *allowPrivate})
+	if err != nil {
+		return fail(stdio, "media", err)
+	}
+	saver.Save(ctx, "", callID, links)
+	saver.Wait()
+
+	var files []*storage.MediaFile
+	for _, u := range []string{links.RecordingURL, links.TranscriptURL} {
+		if u == "" {
+			continue
+		}
+		rows, _, err := db.MediaFiles(ctx, storage.MediaFilter{SourceURL: u, Page: storage.Page{Limit: 1}})
+		if err != nil {
+			return fail(stdio, "media", err)
+		}
+		files = append(files, rows...)
+	}
+	failed := 0
+	for _, f := range files {
+		if f.Status != storage.MediaSaved {
+			failed++
+		}
+	}
+	if *asJSON {
+		out := make([]inspector.MediaFileJSON, len(files))
+		for i, f := range files {
+			out[i] = inspector.MediaFileOf(f)
+		}
+		enc := json.NewEncoder(stdio.Out)
+		enc.SetIndent("", "  ")
+		enc.Encode(out)
+	} else {
+		tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "KIND\tSTATUS\tSIZE\tSHA256\tFILE")
+		for _, f := range files {
+			where := filepath.Join(*dataDir, "media", f.File)
+			if f.Status != storage.MediaSaved {
+				where = f.Error
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", f.Kind, f.Status, f.Size, f.SHA256, where)
+		}
+		tw.Flush()
+	}
+	if failed > 0 {
+		fmt.Fprintf(stdio.Err, "calltap media: %d of %d files not saved\n", failed, len(files))
+		return 1
+	}
+	return 0
+}
