@@ -80,6 +80,9 @@ func Check(body []byte) []Finding {
 		return c.out
 	}
 	c.payload(top)
+	if c.out == nil {
+		return []Finding{} // an empty list, not null, in JSON
+	}
 	sort.SliceStable(c.out, func(i, j int) bool { return sevRank(c.out[i].Severity) < sevRank(c.out[j].Severity) })
 	return c.out
 }
