@@ -1,0 +1,23 @@
+package inspector
+
+import "testing"
+
+func TestDeliveryURI(t *testing.T) {
+	for _, c := range []struct{ url, public, want string }{
+		{"https://relay.example.com/t/abc123/hooks/voice?x=1&x=2", "", "/hooks/voice?x=1&x=2"},
+		{"https://relay.example.com/t/abc123", "", "/"},
+		{"https://relay.example.com/t/abc123/", "", "/"},
+		{"https://relay.example.com/t/abc123/a%2Fb", "", "/a%2Fb"},
+		{"https://hooks.example.com/voice/events", "", "/voice/events"},
+		{"https://hooks.example.com", "", "/"},
+		{"https://dev.example.com/tunnels/alice/voice?k=v", "https://dev.example.com/tunnels/alice", "/voice?k=v"},
+		{"https://dev.example.com/tunnels/alice", "https://dev.example.com/tunnels/alice/", "/"},
+		{"https://dev.example.com/tunnels/alicex/voice", "https://dev.example.com/tunnels/alice", "/tunnels/alicex/voice"},
+		{"https://other.example.com/t/abc/voice", "https://dev.example.com/t/abc", "/voice"},
+		{"::not a url", "", "/"},
+	} {
+		if got := deliveryURI(c.url, c.public); got != c.want {
+			t.Errorf("deliveryURI(%q, %q) = %q, want %q", c.url, c.public, got, c.want)
+		}
+	}
+}
