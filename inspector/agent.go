@@ -42,11 +42,19 @@ type Config struct {
 	Logger         *slog.Logger
 	Console        io.Writer // one line per request; nil for none
 
-	// OnSaved, when set, is called after a capture is stored (from the
-	// writer goroutine: it must not block). The media saver hooks in here.
-	OnSaved func(*storage.Capture)
-	// RewriteBody, when set, may rewrite a replay's body (--rewrite-media).
-	RewriteBody func(ctx context.Context, body []byte) []byte
+	// MediaDir is where recordings and transcripts linked from call events
+	// are saved before their signed links expire; empty disables saving.
+	MediaDir string
+	// AllowPrivateMedia lets media links point at loopback and private
+	// addresses (the emulator, tests); off, a payload cannot make the agent
+	// fetch from the developer's own network.
+	AllowPrivateMedia bool
+	// RewriteMedia points a replay's media links at the saved copies
+	// (--rewrite-media), since the signed originals will have expired.
+	RewriteMedia bool
+	// AnalysisPendingAfter is how long after call.ended a call without
+	// call.analysis_completed is flagged; 0 means 15 minutes.
+	AnalysisPendingAfter time.Duration
 }
 
 // Agent captures, forwards and replays requests.
@@ -63,6 +71,9 @@ type Agent struct {
 	late     chan struct{} // cap 1: wakes lateLoop
 	lateMu   sync.Mutex
 	lateList []string // guarded by lateMu: ids of queued captures to forward, in arrival order
+
+	media       *MediaSaver // nil when MediaDir is empty
+	mediaCancel context.CancelFunc
 
 	stateMu sync.Mutex
 	state   TunnelState // guarded by stateMu
@@ -128,6 +139,18 @@ func NewAgent(cfg Config) (*Agent, error) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	a.state = TunnelState{ForwardTo: cfg.ForwardTo, State: relay.StateOffline}
+	if cfg.MediaDir != "" {
+		ctx, cancel := context.WithCancel(context.Background())
+		saver, err := NewMediaSaver(ctx, MediaConfig{
+			DB: cfg.Store, Dir: cfg.MediaDir, AllowPrivate: cfg.AllowPrivateMedia, Logger: cfg.Logger,
+			OnUpdate: func(f *storage.MediaFile) { a.hub.publish("media", MediaFileOf(f)) },
+		})
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		a.media, a.mediaCancel = saver, cancel
+	}
 	return a, nil
 }
 
@@ -143,10 +166,15 @@ func ParseTarget(s string) (*url.URL, error) {
 // Store is the agent's capture store.
 func (a *Agent) Store() *storage.DB { return a.store }
 
-// Run runs the writer and the late-delivery worker until ctx ends.
+// Run runs the writer and the late-delivery worker until ctx ends, then
+// stops the media downloads.
 func (a *Agent) Run(ctx context.Context) error {
 	go a.lateLoop(ctx)
 	a.writeLoop(ctx)
+	if a.media != nil {
+		a.mediaCancel()
+		a.media.Wait()
+	}
 	return nil
 }
 
@@ -193,8 +221,8 @@ func (a *Agent) writeLoop(ctx context.Context) {
 			if err == nil && c != nil {
 				if !c.Redelivered {
 					a.hub.publish("capture", SummaryOf(c))
-					if op.insert != nil && a.cfg.OnSaved != nil {
-						a.cfg.OnSaved(c)
+					if op.insert != nil && a.media != nil {
+						a.media.SaveCapture(c) // returns at once
 					}
 				}
 			}

@@ -1,6 +1,7 @@
 package inspector
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -162,7 +163,9 @@ func (s *MediaSaver) SaveCapture(c *storage.Capture) {
 	if c.DuplicateOf != "" || (c.Event != callevent.KindRecordingAvailable && c.Event != callevent.KindAnalysisCompleted) {
 		return
 	}
-	body, id := c.Body, c.ID
+	// A copy: the capture's body may be a buffer the relay connection
+	// reuses once the request is forwarded.
+	body, id := bytes.Clone(c.Body), c.ID
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

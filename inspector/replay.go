@@ -108,8 +108,10 @@ func (a *Agent) prepareReplay(ctx context.Context, o ReplayOptions) (*storage.Ca
 	if o.Body != nil {
 		body = []byte(*o.Body)
 	}
-	if a.cfg.RewriteBody != nil {
-		body = a.cfg.RewriteBody(ctx, body)
+	if a.cfg.RewriteMedia {
+		if out, _, err := RewriteMediaLinks(ctx, a.store, body, a.TunnelState().InspectorURL); err == nil {
+			body = out
+		}
 	}
 	c := a.newCapture(SourceReplay, method, uri, h, body)
 	c.ReplayOf = orig.ID

@@ -57,6 +57,14 @@ func NewServer(bg context.Context, cfg ServerConfig) *Server {
 	m.HandleFunc("GET /api/v1/ext/tunnel/", s.tunnel)
 	m.HandleFunc("GET /api/tunnels", s.ngrokTunnels)
 	m.HandleFunc("GET /api/v1/ext/stream", s.stream)
+	pending := cfg.Agent.cfg.AnalysisPendingAfter
+	if pending <= 0 {
+		pending = 15 * time.Minute
+	}
+	CallRoutes(m, cfg.Agent.store, pending)
+	if cfg.Agent.cfg.MediaDir != "" {
+		MediaRoutes(m, cfg.Agent.store, cfg.Agent.cfg.MediaDir)
+	}
 	for _, r := range cfg.Routes {
 		r(m)
 	}

@@ -74,6 +74,7 @@ func cmdDev(ctx context.Context, args []string, stdio Stdio) int {
 	defer hs.Close()
 
 	af.forwardTimeout = max(af.forwardTimeout, rf.forwardTimeout)
+	af.allowPrivate = true // everything in dev is local: the emulator's media links are on loopback
 	rt, err := startAgent(ctx, &af, stdio, log)
 	if err != nil {
 		return fail(stdio, "dev", err)

@@ -30,6 +30,9 @@ type agentFlags struct {
 	forwardTimeout time.Duration
 	jsonLogs       bool
 	quiet          bool
+	rewriteMedia   bool
+	allowPrivate   bool
+	pendingAfter   time.Duration
 }
 
 func (f *agentFlags) register(fs *flagSet) {
@@ -41,6 +44,9 @@ func (f *agentFlags) register(fs *flagSet) {
 	fs.DurationVar(&f.forwardTimeout, "handler-timeout", 30*time.Second, "how long the local handler may take")
 	fs.BoolVar(&f.jsonLogs, "log-json", false, "log as JSON")
 	fs.BoolVar(&f.quiet, "quiet", false, "do not print a line per request")
+	fs.BoolVar(&f.rewriteMedia, "rewrite-media", false, "replays point media links at the copies the agent saved (the signed originals expire)")
+	fs.BoolVar(&f.allowPrivate, "allow-private-media", false, "let media links point at loopback or private addresses (on in dev)")
+	fs.DurationVar(&f.pendingAfter, "analysis-pending-after", 15*time.Minute, "flag a call whose call.analysis_completed has not come this long after call.ended")
 }
 
 func (f *agentFlags) validate() error {
@@ -81,7 +87,9 @@ func startAgent(ctx context.Context, f *agentFlags, stdio Stdio, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	cfg := inspector.Config{Store: db, ForwardTo: f.forwardTo, ForwardTimeout: f.forwardTimeout, Logger: log}
+	cfg := inspector.Config{Store: db, ForwardTo: f.forwardTo, ForwardTimeout: f.forwardTimeout, Logger: log,
+		MediaDir: filepath.Join(f.dataDir, "media"), AllowPrivateMedia: f.allowPrivate, RewriteMedia: f.rewriteMedia,
+		AnalysisPendingAfter: f.pendingAfter}
 	if !f.quiet {
 		cfg.Console = stdio.Out
 	}

@@ -44,6 +44,7 @@ func commands() map[string]command {
 		"help":         {nil, "show help for calltap or a command"},
 		"trigger":      {cmdTrigger, "send realistic call events to a URL (a whole call, or one kind)"},
 		"mock-service": {cmdMockService, "run an emulator of the voice service on loopback"},
+		"media":        {cmdMedia, "fetch fresh links to a call's recording and transcript and save the files"},
 	}
 }
 
