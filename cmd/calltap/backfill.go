@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/trigger"
+	"github.com/calltap/calltap/relay"
+)
+
+func cmdBackfill(ctx context.Context, args []string, stdio Stdio) int {
+	fs := newFlagSet("backfill", "calltap backfill [--since 2h] [--call-id ID] [--forward --forward-to URL] [--data DIR] [--json]",
+		"Find the deliveries in the voice service's log that never reached this machine (sent while the laptop\n"+
+			"was off and no relay queue held them), fetch each exact payload and import it into the local store,\n"+
+			"marked as backfilled, so the inspector shows it. With --forward each is also sent on to the local\n"+
+			"handler, oldest first. Running it again imports nothing new. Deliveries the service has not tried\n"+
+			"yet are left alone: they are still on their way.\n"+serviceHelp)
+	var sf serviceFlags
+	sf.register(fs)
+	var (
+		since     = fs.Duration("since", 2*time.Hour, "look at deliveries created within this window; 0 for the whole log")
+		callID    = fs.String("call-id", "", "only this call's deliveries")
+		forward   = fs.Bool("forward", false, "send each imported delivery on to the local handler (--forward-to)")
+		forwardTo = fs.String("forward-to", "", "the local handler, e.g. http://127.0.0.1:3000/webhooks (implies --forward)")
+		dataDir   = fs.String("data", defaultDataDir(), "data directory (the agent's store)")
+		asJSON    = fs.Bool("json", false, "print a summary as JSON")
+		headers   stringList
+	)
+	fs.Var(&headers, "header", "'Name: value' added to each imported request, e.g. the Authorization your handler checks\n(the delivery log does not keep event_webhook_headers; repeatable)")
+	if ok, code := parseFlags(fs, args, stdio); !ok {
+		return code
+	}
+	if len(fs.args) > 0 {
+		return usageError(stdio, "backfill", "unexpected argument %q", fs.args[0])
+	}
+	if *since < 0 {
+		return usageError(stdio, "backfill", "--since must be positive, or 0 for the whole log")
+	}
+	if *forwardTo != "" {
+		*forward = true
+		if _, err := inspector.ParseTarget(*forwardTo); err != nil {
+			return usageError(stdio, "backfill", "--forward-to: %v", err)
+		}
+	}
+	if *forward && *forwardTo == "" {
+		return usageError(stdio, "backfill", "--forward needs --forward-to URL, the local handler")
+	}
+	var extra relay.Header
+	for _, h := range headers {
+		f, err := trigger.ParseHeader(h)
+		if err != nil {
+			return usageError(stdio, "backfill", "%s", strings.TrimPrefix(err.Error(), "trigger: "))
+		}
+		extra = append(extra, f)
+	}
+	c, err := sf.client(stdio, "backfill")
+	if err != nil {
+		return serviceFail(stdio, "backfill", err)
+	}
+
+	db, err := agentDB(ctx, *dataDir)
+	if err != nil {
+		return fail(stdio, "backfill", err)
+	}
+	defer db.Close()
+	cfg := inspector.Config{Store: db, ForwardTo: *forwardTo}
+	if *forward && !*asJSON {
+		cfg.Console = stdio.Out // one line per forwarded request, as listen prints
+	}
+	a, err := inspector.NewAgent(cfg)
+	if err != nil {
+		return fail(stdio, "backfill", err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(runCtx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	status := newStatusLine(stdio.Err)
+	res, err := a.Backfill(ctx, c, inspector.BackfillOptions{
+		Since: *since, CallID: *callID, Forward: *forward, Header: extra,
+		Progress: func(p inspector.BackfillProgress) {
+			s := fmt.Sprintf("backfill: %d pages walked (%d of %d deliveries)", p.Pages, p.Listed, p.Count)
+			if p.Phase != "listing" {
+				s += fmt.Sprintf(", %d missing, %d fetched, %d imported", p.Missing, p.Fetched, p.Imported)
+				if *forward {
+					s += fmt.Sprintf(", %d forwarded", p.Forwarded)
+				}
+			}
+			status.show(s, p.Phase == "done")
+		},
+	})
+	status.done()
+	if err != nil {
+		if res.Imported > 0 {
+			err = fmt.Errorf("%w (%d imported before it)", err, res.Imported)
+		}
+		return serviceFail(stdio, "backfill", err)
+	}
+	if *asJSON {
+		json.NewEncoder(stdio.Out).Encode(res)
+		return 0
+	}
+	printBackfill(stdio.Out, res, *since, *forward)
+	return 0
+}
+
+// printBackfill writes what a backfill did for a person.
+func printBackfill(w io.Writer, res inspector.BackfillResult, since time.Duration, forward bool) {
+	if len(res.Items) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "DELIVERY\tEVENT\tCALL\tCAPTURE\tRESULT")
+		for _, it := range res.Items {
+			result := "imported"
+			switch {
+			case it.CaptureID == "":
+				result = it.Error
+			case it.ResponseStatus != nil && it.Error == "":
+				result = fmt.Sprintf("imported, handler %d", *it.ResponseStatus)
+			case it.Error != "":
+				result = "imported, handler: " + it.Error
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.DeliveryID, orDash(it.Event), orDash(it.CallID), orDash(it.CaptureID), result)
+		}
+		tw.Flush()
+	}
+	window := "in the whole log"
+	if since > 0 {
+		window = "from the last " + shortDuration(since)
+	}
+	fmt.Fprintf(w, "%d deliveries %s: %d already here, %d imported", res.Listed, window, res.Known, res.Imported)
+	if forward {
+		fmt.Fprintf(w, " (%d forwarded, %d answered 2xx)", res.Forwarded, res.Delivered)
+	}
+	if res.NotSent > 0 {
+		fmt.Fprintf(w, ", %d not sent yet", res.NotSent)
+	}
+	if res.Failed > 0 {
+		fmt.Fprintf(w, ", %d could not be imported", res.Failed)
+	}
+	fmt.Fprintln(w)
+}
+
+// shortDuration writes 2h rather than 2h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
