@@ -84,7 +84,7 @@ func TestServiceAndBackfillUsage(t *testing.T) {
 		{cmdService, []string{"frobnicate"}},
 		{cmdService, []string{"deliveries", "extra"}},
 		{cmdService, []string{"deliveries", "--since", "-1h"}},
-		{cmdService, []string{"deliveries"}}, // no base URL anywhere
+		{cmdService, []string{"deliveries"}},                                                 // no base URL anywhere
 		{cmdService, []string{"deliveries", "--base-url", "http://127.0.0.1:1/api/v1/ext/"}}, // no key
 		{cmdService, []string{"deliveries", "--base-url", "ftp://x", "--config", bad}},
 		{cmdService, []string{"deliveries", "--config", bad}},
