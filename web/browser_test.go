@@ -336,10 +336,14 @@ func event(kind, callID string, at time.Time, extra map[string]any) []byte {
 		"occurred_at": at.UTC().Format(time.RFC3339Nano),
 		"call": map[string]any{
 			"call_id": callID, "direction": "outbound", "status": "completed",
+			"outcome": nil, "outcome_code": nil, "disposition": "interested",
 			"from_number": "+14155550100", "to_number": "+33612345678",
-			"duration_seconds": 180, "attempt_number": 1,
+			"started_at":       at.Add(-3 * time.Minute).UTC().Format(time.RFC3339),
+			"answered_at":      at.Add(-170 * time.Second).UTC().Format(time.RFC3339),
+			"ended_at":         at.Add(10 * time.Second).UTC().Format(time.RFC3339),
+			"duration_seconds": 180, "attempt_number": 1, "campaign_id": "5b0b7c1e-1111-4c1a-9a3e-0d5c0f6f0001",
 			"agent":     map[string]any{"id": uuid.NewString(), "name": "Ava"},
-			"contact":   map[string]any{"id": uuid.NewString(), "name": "Dana Whitaker", "phone": "+33612345678", "email": "dana@example.com"},
+			"contact":   map[string]any{"id": uuid.NewString(), "name": "Dana Whitaker", "phone": "+33612345678", "email": "dana@example.com", "custom_fields": map[string]any{"city": "Lyon"}},
 			"variables": map[string]any{"lead_id": "EZ-1042"},
 		},
 		"data": map[string]any{"event": "room_finished", "room": map[string]any{"sid": "RM_1"}},
@@ -595,6 +599,92 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("download link %q", got)
 		}
 		tb.shot("hex")
+	})
+
+	t.Run("CallEventsInOrder", func(t *testing.T) {
+		s := startStack(t)
+		callID := uuid.NewString()
+		t0 := time.Now().Add(-10 * time.Minute).UTC()
+		started := event("call.started", callID, t0, nil)
+		connected := event("call.connected", callID, t0.Add(5*time.Second), nil)
+		ended := event("call.ended", callID, t0.Add(65*time.Second), nil)
+		analysis := event("call.analysis_completed", callID, t0.Add(3*time.Minute), map[string]any{
+			"analysis": map[string]any{"summary": "Dana wants 40 seats.", "short_summary": "40 seats", "sentiment": "positive", "lead_score": 0.82, "disposition": "interested",
+				"extracted_responses": []any{map[string]any{"question": "How many seats?", "variableName": "seats", "answer": "40", "weight": 0.5}}},
+			"media": map[string]any{"recording_url": "javascript:alert(1)", "transcript_url": "https://media.invalid/t.txt", "expires_in": 3600},
+		})
+		// Delivered out of order: connected arrives after ended.
+		for _, b := range [][]byte{started, ended, connected, analysis} {
+			s.send(t, "/webhooks/voice", b)
+		}
+
+		tb := newTab(t, browser, s.InspectorURL)
+		tb.open("/")
+		tb.do(chromedp.Click(chromedp.CSS(`.topbar .navlink[data-view=calls]`)))
+		callRow := fmt.Sprintf(`[data-view=calls] .vrow[data-key=%q]`, callID)
+		tb.waitFor("the call in the calls list", `location.pathname === '/calls' && document.querySelector('`+callRow+` .c-n')?.textContent === '4'`)
+		tb.do(chromedp.Click(chromedp.CSS(callRow + ` .c-time`)))
+		tb.waitFor("the call's timeline", `location.pathname === '/calls/`+callID+`' && document.querySelectorAll('[data-view=calls] .tl-lane:not(.tl-head)').length === 4`)
+		lanes := tb.str(`[...document.querySelectorAll('[data-view=calls] .tl-lane:not(.tl-head)')].map(l => l.dataset.event).join(' ')`)
+		if want := "call.started call.connected call.ended call.analysis_completed"; lanes != want {
+			t.Errorf("timeline lanes %q, want the order they occurred: %q", lanes, want)
+		}
+		rows := tb.str(`[...document.querySelectorAll('[data-view=calls] tr.ev-row')].map(r => r.dataset.event).join(' ')`)
+		if want := "call.started call.connected call.ended call.analysis_completed"; rows != want {
+			t.Errorf("events table %q, want %q", rows, want)
+		}
+		// Drawn to scale: ended is further right than connected, by about
+		// the 60 s between them out of the whole span.
+		pos := tb.str(`[...document.querySelectorAll('[data-view=calls] .tl-lane:not(.tl-head) .tl-occ')].map(e => e.style.left).join(' ')`)
+		var left []float64
+		for _, p := range strings.Fields(pos) {
+			f, _ := strconv.ParseFloat(strings.TrimSuffix(p, "%"), 64)
+			left = append(left, f)
+		}
+		if len(left) != 4 || !(left[0] < left[1] && left[1] < left[2] && left[2] < left[3]) {
+			t.Errorf("occurred marks at %v, want increasing", left)
+		}
+		body := tb.str(`document.querySelector('[data-view=calls] .detail-pane').textContent`)
+		for _, want := range []string{"Dana wants 40 seats.", "How many seats?", "Dana Whitaker", "EZ-1042", "out_of_order"} {
+			if !strings.Contains(body, want) {
+				t.Errorf("the call detail does not show %q", want)
+			}
+		}
+		// A javascript: media link is text, never a link.
+		if n := tb.str(`String(document.querySelectorAll('[data-view=calls] a[href^="javascript"]').length)`); n != "0" {
+			t.Errorf("%s javascript: links", n)
+		}
+		tb.shot("call")
+
+		// A new event of the open call shows up without a reload.
+		s.send(t, "/webhooks/voice", event("call.recording_available", callID, t0.Add(80*time.Second), nil))
+		tb.waitFor("the new event in the timeline", `document.querySelectorAll('[data-view=calls] .tl-lane:not(.tl-head)').length === 5`)
+		lanes = tb.str(`[...document.querySelectorAll('[data-view=calls] .tl-lane:not(.tl-head)')].map(l => l.dataset.event).join(' ')`)
+		if want := "call.started call.connected call.ended call.recording_available call.analysis_completed"; lanes != want {
+			t.Errorf("timeline lanes %q, want %q", lanes, want)
+		}
+	})
+
+	t.Run("ContractChecksAsAnnotations", func(t *testing.T) {
+		s := startStack(t)
+		b := event("call.started", uuid.NewString(), time.Now(), nil)
+		b = bytes.Replace(b, []byte(`"to_number":"+33612345678"`), []byte(`"to_number":"0612345678"`), 1)
+		s.send(t, "/webhooks/voice", b)
+		id := s.captures(t)[0].ID
+		tb := newTab(t, browser, s.InspectorURL)
+		tb.open("/requests/" + id)
+		tb.waitFor("the annotation on call.to_number", `document.querySelector('.detail-pane .jl.annotated[data-path="call.to_number"] .annot')`)
+		if got := tb.str(`document.querySelector('.detail-pane .tab[data-tab=request] .tab-badge')?.textContent || ''`); got == "" || got == "0" {
+			t.Errorf("the request tab shows no findings count (%q)", got)
+		}
+		if !strings.Contains(tb.str(`document.querySelector('.detail-pane .checks').textContent`), "call.to_number") {
+			t.Error("the findings list does not name call.to_number")
+		}
+		// Annotations, not rejections: the handler got it.
+		if len(s.h.received()) != 1 {
+			t.Errorf("handler got %d requests", len(s.h.received()))
+		}
+		tb.shot("checks")
 	})
 
 	t.Run("StatusBarFollowsTunnel", func(t *testing.T) {

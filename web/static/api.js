@@ -63,8 +63,8 @@ export const getCall = (id, signal) => get(`calls/${encodeURIComponent(id)}/`, n
 // 'reconnecting' or 'offline'; onResync is called after a reconnect, when
 // events may have been missed.
 export class Stream {
-  constructor({ onCapture, onTunnel, onState, onResync }) {
-    this.h = { onCapture, onTunnel, onState, onResync };
+  constructor({ onCapture, onTunnel, onMedia, onState, onResync }) {
+    this.h = { onCapture, onTunnel, onMedia, onState, onResync };
     this.backoff = 500;
     this.wasLive = false;
     this.open();
@@ -86,6 +86,10 @@ export class Stream {
     // The server drops events for a client that cannot keep up and says
     // so with "resync": refetch what is on screen.
     es.addEventListener('resync', () => this.h.onResync?.());
+    es.addEventListener('media', (e) => {
+      const m = parse(e.data);
+      if (m) this.h.onMedia?.(m);
+    });
     es.addEventListener('tunnel', (e) => {
       const t = parse(e.data);
       if (t) this.h.onTunnel?.(t);

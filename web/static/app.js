@@ -60,6 +60,7 @@ class App {
         this.calls.onCapture(c);
       },
       onTunnel: (t) => this.setTunnel(t),
+      onMedia: (m) => this.calls.onMedia(m),
       onState: (s) => {
         this.streamState = s;
         this.renderStatus();

@@ -13,6 +13,9 @@ import { eventBadge, statusCell } from './list.js';
 
 export const CALL_FILTERS = ['event', 'outcome_code', 'anomaly'];
 
+// The anomaly codes of the calls API (issue 5), for the filter.
+const ANOMALY_CODES = ['ended_and_failed', 'multiple_ended', 'multiple_failed', 'after_final', 'out_of_order', 'analysis_pending', 'missing_events'];
+
 const first = (...vs) => vs.find((v) => v != null && v !== '');
 
 function callSummary(c) {
@@ -20,11 +23,12 @@ function callSummary(c) {
   const anomalies = Array.isArray(c.anomalies) ? c.anomalies.length : Number(first(c.anomalies, c.anomaly_count, 0)) || 0;
   return {
     id: first(c.call_id, call.call_id, c.id),
-    last: first(c.last_activity, c.last_activity_at, c.updated_at, c.last_received_at, c.last_event_at),
+    last: first(c.last_at, c.last_activity, c.last_activity_at, c.updated_at, c.last_received_at),
     lastEvent: first(c.last_event, c.latest_event, c.event),
     count: first(c.event_count, c.events_count, typeof c.events === 'number' ? c.events : null, Array.isArray(c.events) ? c.events.length : null, c.count),
-    outcome: first(c.outcome_code, call.outcome_code, c.outcome, call.outcome, c.state, c.final ? String(c.final).replace(/^call\./, '') : null),
+    outcome: first(c.outcome_code, call.outcome_code, c.state, c.outcome, call.outcome, c.final_event ? String(c.final_event).replace(/^call\./, '') : null),
     who: first(c.contact_name, call.contact && call.contact.name, c.to_number, call.to_number),
+    leadScore: c.lead_score,
     anomalies,
   };
 }
@@ -97,10 +101,12 @@ export class CallsView {
     const oc = h('input', { class: 'f-outcome mono', type: 'text', placeholder: 'outcome code', 'aria-label': 'Outcome code', spellcheck: 'false', value: this.filters.outcome_code || '', list: 'outcome-codes' });
     oc.addEventListener('change', () => this.set('outcome_code', oc.value.trim()));
     const dl = h('datalist', { id: 'outcome-codes' }, ['busy', 'no_answer', 'dispatch_error'].map((v) => h('option', { value: v })));
-    const an = h('input', { type: 'checkbox', class: 'f-anomaly', checked: this.filters.anomaly === 'true' });
-    an.addEventListener('change', () => this.set('anomaly', an.checked ? 'true' : ''));
+    const an = h('select', { class: 'f-anomaly', 'aria-label': 'Anomalies' },
+      [['', 'Any calls'], ['any', 'With anomalies'], ...ANOMALY_CODES.map((c) => [c, c.replace(/_/g, ' ')])].map(([v, t]) => h('option', { value: v }, t)));
+    an.value = this.filters.anomaly || '';
+    an.addEventListener('change', () => this.set('anomaly', an.value));
     Object.assign(this.inputs, { event: ev, outcome_code: oc, anomaly: an });
-    return h('div', { class: 'filters' }, h('div', { class: 'frow' }, ev, oc, dl, h('label', { class: 'check-l' }, an, 'with anomalies')));
+    return h('div', { class: 'filters' }, h('div', { class: 'frow' }, ev, oc, dl, an));
   }
 
   set(k, v) {
@@ -117,7 +123,7 @@ export class CallsView {
     this.filters = f;
     this.inputs.event.value = f.event || '';
     this.inputs.outcome_code.value = f.outcome_code || '';
-    this.inputs.anomaly.checked = f.anomaly === 'true';
+    this.inputs.anomaly.value = f.anomaly || '';
     if (this.started) this.list.reset();
   }
 
@@ -187,6 +193,14 @@ export class CallsView {
     // knows its new summary: refetch the head.
     if (this.started) this.list.refreshHead();
     if (c.call_id === this.callId) {
+      clearTimeout(this.refreshTimer);
+      this.refreshTimer = setTimeout(() => this.open(this.callId), 150);
+    }
+  }
+
+  // onMedia: a saved copy of the open call's media changed state.
+  onMedia(m) {
+    if (m.call_id && m.call_id === this.callId) {
       clearTimeout(this.refreshTimer);
       this.refreshTimer = setTimeout(() => this.open(this.callId), 150);
     }
@@ -341,10 +355,14 @@ function mediaBlock(media, saved, events) {
   if (media) {
     const received = events.map((e) => fmt.parseTime(first(e.received_at, e.created_at))).filter((t) => t != null);
     const base = received.length ? Math.max(...received) : null;
-    const expired = media.expires_in != null && base != null && Date.now() > base + Number(media.expires_in) * 1000;
+    // The agent knows when each link expires (media_files); otherwise
+    // count from the last event that brought links.
+    const fileExpired = (kind) => { const f = (saved || []).find((x) => x.kind === kind); return f && typeof f.expired === 'boolean' ? f.expired : null; };
+    const guess = media.expires_in != null && base != null && Date.now() > base + Number(media.expires_in) * 1000;
+    const expiredOf = (kind) => fileExpired(kind) ?? guess;
     wrap.append(kv([
-      ['Recording', media.recording_url ? h('span', { class: 'wrap' }, extLink(media.recording_url, 'original link'), expired ? h('span', { class: 'flag f-failed' }, 'expired') : null) : null],
-      ['Transcript', media.transcript_url ? h('span', { class: 'wrap' }, extLink(media.transcript_url, 'original link'), expired ? h('span', { class: 'flag f-failed' }, 'expired') : null) : null],
+      ['Recording', media.recording_url ? h('span', { class: 'wrap' }, extLink(media.recording_url, 'original link'), expiredOf('recording') ? h('span', { class: 'flag f-failed' }, 'expired') : null) : null],
+      ['Transcript', media.transcript_url ? h('span', { class: 'wrap' }, extLink(media.transcript_url, 'original link'), expiredOf('transcript') ? h('span', { class: 'flag f-failed' }, 'expired') : null) : null],
       ['Links valid for', media.expires_in != null ? `${media.expires_in} s` : null],
     ]));
   }
@@ -354,7 +372,11 @@ function mediaBlock(media, saved, events) {
       h('thead', null, h('tr', null, ['File', 'Type', 'Size', 'sha256', 'State'].map((t) => h('th', null, t)))),
       h('tbody', null, files.map((f) => {
         const href = localHref(first(f.url, f.href, f.path, f.download_url));
-        const state = f.error ? h('span', { class: 'err-text', title: f.error }, f.error) : first(f.state, f.status, href ? 'saved' : '');
+        const st = first(f.status, f.state, href ? 'saved' : '');
+        const tries = f.attempts > 1 ? ` (${f.attempts} attempts)` : '';
+        const state = f.error
+          ? h('span', { class: 'err-text', title: f.error }, `${st ? st + ': ' : ''}${f.error}${tries}`)
+          : h('span', { class: st === 'saved' ? 's2' : 'muted' }, st + tries);
         const kind = first(f.kind, f.name, f.type, 'file');
         return h('tr', null,
           h('td', null, href ? h('a', { href, download: '' }, kind) : kind),
@@ -379,17 +401,24 @@ function evFields(e) {
     received: fmt.parseTime(first(e.received_at, e.created_at)),
     arrived: fmt.parseTime(e.arrived_at),
     delivery: first(e.delivery_id),
-    dup: first(e.duplicate_of),
+    dup: e.duplicate || !!first(e.duplicate_of),
     late: !!e.late,
     status: e.response_status,
     raw: e,
   };
 }
 
+function checkCounts(e) {
+  const out = [];
+  if (e.check_errors) out.push(h('span', { class: 'flag f-failed', title: 'contract findings of severity error' }, `${e.check_errors} error${e.check_errors === 1 ? '' : 's'}`));
+  if (e.check_warnings) out.push(h('span', { class: 'flag f-anom', title: 'contract findings of severity warning' }, `${e.check_warnings} warning${e.check_warnings === 1 ? '' : 's'}`));
+  return out.length ? out : h('span', { class: 'muted small' }, e.check_errors === 0 ? 'ok' : '');
+}
+
 function eventsTable(events) {
   if (!events.length) return h('div', { class: 'muted pad' }, 'No events');
   return h('table', { class: 'grid events' },
-    h('thead', null, h('tr', null, ['Occurred', 'Received', 'Event', 'Status', 'Delivery', ''].map((t) => h('th', null, t)))),
+    h('thead', null, h('tr', null, ['Occurred', 'Received', 'Event', 'Status', 'Delivery', 'Checks', ''].map((t) => h('th', null, t)))),
     h('tbody', null, events.map((e) => {
       const f = evFields(e);
       return h('tr', { class: 'ev-row', dataset: { event: f.kind || '' } },
@@ -398,7 +427,9 @@ function eventsTable(events) {
         h('td', null, f.kind ? eventBadge(f.kind) : ''),
         h('td', null, statusCell(e)),
         h('td', null, f.occurred != null && f.received != null ? h('span', { class: 'mono muted' }, fmt.delta(f.received - f.occurred)) : '',
-          f.dup ? h('span', { class: 'flag f-dup' }, 'dup') : null, f.late ? h('span', { class: 'flag f-late' }, 'late') : null),
+          f.dup ? h('span', { class: 'flag f-dup' }, 'dup') : null, f.late ? h('span', { class: 'flag f-late' }, 'late') : null,
+          e.replay_of ? h('span', { class: 'flag f-replay' }, 'replay') : null),
+        h('td', null, checkCounts(e)),
         h('td', null, f.id ? h('a', { href: `/requests/${encodeURIComponent(f.id)}`, 'data-nav': '', class: 'mono small' }, fmt.shortId(f.id)) : ''));
     })));
 }
@@ -480,7 +511,10 @@ function timeline(events, anomalies) {
     const warn = lane.hits.some((f) => anomalous.has(f.id)) || anomalousKinds.has(lane.kind);
     const notes = [
       gap != null ? h('span', { class: 'tl-gap', title: 'time since the previous event occurred' }, fmt.delta(gap)) : h('span', { class: 'tl-gap' }, 'start'),
-      lag != null ? h('span', { class: 'tl-lagtxt' + (lag > 5000 ? ' slow' : ''), title: 'delivery delay: received − occurred' }, `↳ ${fmt.duration(Math.max(0, lag))}`) : null,
+      lag != null ? h('span', {
+        class: 'tl-lagtxt' + (lag > 5000 ? ' slow' : lag < -1000 ? ' skew' : ''),
+        title: lag < 0 ? "received before it occurred: the sender's clock is ahead of this machine's, or the event was simulated" : 'delivery delay: received − occurred',
+      }, `↳ ${lag < 0 ? fmt.delta(lag) : fmt.duration(lag)}`) : null,
       lane.hits.length > 1 ? h('span', { class: 'flag f-dup', title: `${lane.hits.length} copies of this delivery` }, `×${lane.hits.length}`) : null,
       warn ? h('span', { class: 'flag f-anom', title: 'see anomalies' }, icon('warn')) : null,
     ];

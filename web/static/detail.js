@@ -277,6 +277,8 @@ export class Detail {
       ['Capture id', h('span', { class: 'mono' }, d.id, ' ', copyButton(d.id, '', 'Copy id'))],
     ])));
     if (checks.length) {
+      const rank = { 'sev-error': 0, 'sev-warn': 1, 'sev-info': 2 };
+      checks = [...checks].sort((a, b) => rank[json.severityClass(a.severity)] - rank[json.severityClass(b.severity)]);
       wrap.append(section('Contract checks', h('span', { class: 'muted' }, `${checks.length} finding${checks.length === 1 ? '' : 's'} · annotations, not rejections`),
         h('ul', { class: 'checks' }, checks.map((c) => h('li', { class: 'check ' + json.severityClass(c.severity) },
           icon(json.severityClass(c.severity) === 'sev-info' ? 'info' : 'warn'),
