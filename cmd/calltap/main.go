@@ -44,6 +44,8 @@ func commands() map[string]command {
 		"help":         {nil, "show help for calltap or a command"},
 		"trigger":      {cmdTrigger, "send realistic call events to a URL (a whole call, or one kind)"},
 		"mock-service": {cmdMockService, "run an emulator of the voice service on loopback"},
+		"service":      {cmdService, "call the voice service's API: walk the delivery log, show a delivery, ask for a replay"},
+		"backfill":     {cmdBackfill, "import the deliveries the service sent while the agent was away, from its delivery log"},
 		"media":        {cmdMedia, "fetch fresh links to a call's recording and transcript and save the files"},
 	}
 }
