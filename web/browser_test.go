@@ -235,9 +235,10 @@ func (tb *tab) shot(name string) {
 
 // handler is the developer's local handler: it records what reached it.
 type handler struct {
-	srv *httptest.Server
-	mu  sync.Mutex
-	got []received // guarded by mu
+	srv  *httptest.Server
+	fail atomic.Int32 // answer 503 to this many more requests
+	mu   sync.Mutex
+	got  []received // guarded by mu
 }
 
 type received struct {
@@ -255,6 +256,11 @@ func newHandler(t *testing.T) *handler {
 		h.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Handler", "test")
+		if h.fail.Add(-1) >= 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"ok":false}`)
+			return
+		}
 		io.WriteString(w, `{"ok":true}`)
 	}))
 	t.Cleanup(h.srv.Close)
@@ -529,6 +535,39 @@ func TestBrowser(t *testing.T) {
 		if got := s.h.received()[before]; string(got.Body) != edited {
 			t.Errorf("one-click replay of the replay sent %s", got.Body)
 		}
+	})
+
+	t.Run("ReplayWithServiceRetries", func(t *testing.T) {
+		s := startStack(t)
+		s.send(t, "/webhooks/voice", event("call.ended", uuid.NewString(), time.Now(), nil))
+		orig := s.captures(t)[0].ID
+		tb := newTab(t, browser, s.InspectorURL)
+		tb.open("/requests/" + orig)
+		tb.waitFor("the detail", `!!document.querySelector('.detail-pane .act-edit')`)
+		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .act-edit`)))
+		tb.waitFor("the dialog", `document.querySelector('dialog.replay-dlg')?.open`)
+		s.h.fail.Store(2) // two 503s, then 200: three attempts
+		tb.do(chromedp.Click(chromedp.CSS(`.r-retry`)))
+		tb.js(`(i => { i.value = '0.001'; })(document.querySelector('.r-scale'))`)
+		tb.do(chromedp.Click(chromedp.CSS(`.r-send`)))
+		tb.waitFor("the dialog to close", `!document.querySelector('dialog.replay-dlg').open`)
+		inspectortest.Eventually(t, wait, func() bool { return len(s.h.received()) == 4 }, "the handler did not get three attempts")
+		var replayID string
+		for _, c := range s.captures(t) {
+			if c.ReplayOf == orig {
+				replayID = c.ID
+			}
+		}
+		tb.waitFor("the replay to succeed in the list", rowFor(replayID)+`?.querySelector('.c-status')?.textContent === '200'`)
+		tb.do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-view=requests] .vrow[data-key=%q] .c-time`, replayID))))
+		tb.waitFor("the replay's detail", `!!document.querySelector('.detail-pane .tab[data-tab=history]')`)
+		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .tab[data-tab=history]`)))
+		tb.waitFor("three attempts in the history", `document.querySelectorAll('.detail-pane .tab-history table.grid')[0]?.tBodies[0].rows.length === 3`)
+		statuses := tb.str(`[...document.querySelectorAll('.detail-pane .tab-history table.grid')[0].tBodies[0].rows].map(r => r.cells[2].textContent).join(' ')`)
+		if statuses != "503 503 200" {
+			t.Errorf("attempt statuses %q, want 503 503 200", statuses)
+		}
+		tb.shot("attempts")
 	})
 
 	t.Run("FilterSurvivesReload", func(t *testing.T) {
