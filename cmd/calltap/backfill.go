@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -69,7 +70,8 @@ func cmdBackfill(ctx context.Context, args []string, stdio Stdio) int {
 		return fail(stdio, "backfill", err)
 	}
 	defer db.Close()
-	cfg := inspector.Config{Store: db, ForwardTo: *forwardTo}
+	// Media links of backfilled events are saved too, if they have not expired.
+	cfg := inspector.Config{Store: db, ForwardTo: *forwardTo, MediaDir: filepath.Join(*dataDir, "media")}
 	if *forward && !*asJSON {
 		cfg.Console = stdio.Out // one line per forwarded request, as listen prints
 	}

@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/callevent"
-	"github.com/calltap/calltap/inspector/service"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -18,9 +16,10 @@ func cmdMedia(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("media", "calltap media CALL_ID [--base-url URL] [--data DIR] [--json]",
 		"Ask the voice service for fresh links to a call's recording and transcript\n"+
 			"(GET /call_logs/{id}/media/) and save the files in the data directory, where the\n"+
-			"inspector serves them. The API key is read from $CALLTAP_API_KEY.")
+			"inspector serves them. The address and key are found as for 'calltap service'.")
+	var sf serviceFlags
+	sf.register(fs)
 	var (
-		baseURL      = fs.String("base-url", os.Getenv("CALLTAP_BASE_URL"), "the service's base URL, ending in /api/v1/ext/ (default $CALLTAP_BASE_URL)")
 		dataDir      = fs.String("data", defaultDataDir(), "data directory")
 		allowPrivate = fs.Bool("allow-private", false, "allow links to loopback and private addresses (the emulator)")
 		asJSON       = fs.Bool("json", false, "print the saved files' records as JSON")
@@ -32,10 +31,7 @@ func cmdMedia(ctx context.Context, args []string, stdio Stdio) int {
 		return usageError(stdio, "media", "want one CALL_ID")
 	}
 	callID := fs.args[0]
-	if *baseURL == "" {
-		return usageError(stdio, "media", "missing required flag --base-url (or set CALLTAP_BASE_URL)")
-	}
-	client, err := service.New(*baseURL, os.Getenv("CALLTAP_API_KEY"), service.WithUserAgent("calltap/"+version))
+	client, err := sf.client(stdio, "media")
 	if err != nil {
 		return usageError(stdio, "media", "%v", err)
 	}
