@@ -324,8 +324,14 @@ func (a *Agent) newCapture(source, method, uri string, h relay.Header, body []by
 func joinTarget(base *url.URL, path, query string) string {
 	u := *base
 	if path != "" && path != "/" {
-		u.Path = strings.TrimSuffix(u.Path, "/") + path
-		u.RawPath = ""
+		// path is as the sender escaped it; keep it so (an encoded slash
+		// stays encoded) instead of escaping it a second time.
+		raw := strings.TrimSuffix(base.EscapedPath(), "/") + path
+		if p, err := url.PathUnescape(raw); err == nil {
+			u.Path, u.RawPath = p, raw
+		} else {
+			u.Path, u.RawPath = raw, ""
+		}
 	}
 	u.RawQuery = query
 	return u.String()

@@ -39,7 +39,7 @@ type recorder struct {
 func (h *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	h.mu.Lock()
-	h.reqs = append(h.reqs, seen{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Clone(), body})
+	h.reqs = append(h.reqs, seen{r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Clone(), body})
 	h.mu.Unlock()
 	if h.fn != nil {
 		h.fn(w, r)
@@ -70,7 +70,7 @@ func TestTunnelCarriesRequestByteExact(t *testing.T) {
 
 	body := make([]byte, 4096)
 	rand.Read(body)
-	req, _ := http.NewRequest("PUT", st.TunnelURL+"/calls/events?b=2&a=1&a=3", bytes.NewReader(body))
+	req, _ := http.NewRequest("PUT", st.TunnelURL+"/calls/ev%2Fents%20x?b=2&a=1&a=3", bytes.NewReader(body))
 	req.Header.Add("X-Multi", "first")
 	req.Header.Add("X-Multi", "second")
 	req.Header.Set("Content-Type", "application/octet-stream")
@@ -94,7 +94,7 @@ func TestTunnelCarriesRequestByteExact(t *testing.T) {
 		t.Fatalf("handler saw %d requests", len(reqs))
 	}
 	r := reqs[0]
-	if r.Method != "PUT" || r.Path != "/webhooks/calls/events" || r.Query != "b=2&a=1&a=3" {
+	if r.Method != "PUT" || r.Path != "/webhooks/calls/ev%2Fents%20x" || r.Query != "b=2&a=1&a=3" {
 		t.Errorf("handler saw %s %s?%s", r.Method, r.Path, r.Query)
 	}
 	if v := r.Header.Values("X-Multi"); len(v) != 2 || v[0] != "first" || v[1] != "second" {
