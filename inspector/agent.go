@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/calltap/calltap/inspector/callevent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
 	"github.com/google/uuid"
@@ -467,19 +468,8 @@ func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture) sendResult {
 	return sendResult{status: resp.StatusCode, header: relay.HeaderFrom(resp.Header, ""), body: body}
 }
 
-// retryable is the voice service's rule (documentation 6.8): network
-// errors, time-outs, 408, 429 and 5xx are retried; other 4xx are not.
-func retryable(r sendResult) bool {
-	switch {
-	case r.status == 0:
-		return true
-	case r.status == http.StatusRequestTimeout, r.status == http.StatusTooManyRequests:
-		return true
-	case r.status >= 500:
-		return true
-	}
-	return false
-}
+// retryable is the voice service's rule (documentation 6.8).
+func retryable(r sendResult) bool { return callevent.Retryable(r.status) }
 
 // printLine writes the console line for a finished request.
 func (a *Agent) printLine(c *storage.Capture) {

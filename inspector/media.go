@@ -275,7 +275,7 @@ func (s *MediaSaver) download(f *storage.MediaFile) (retry bool, err error) {
 	defer resp.Body.Close()
 	switch st := resp.StatusCode; {
 	case st >= 200 && st < 300:
-	case st == http.StatusRequestTimeout || st == http.StatusTooManyRequests || st >= 500:
+	case callevent.Retryable(st):
 		return true, fmt.Errorf("HTTP %d", st)
 	case st == http.StatusForbidden || st == http.StatusUnauthorized || st == http.StatusGone:
 		return false, fmt.Errorf("HTTP %d: the signed link may have expired; `calltap media %s` asks the service for fresh links", st, f.CallID)

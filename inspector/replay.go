@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector/api"
+	"github.com/calltap/calltap/inspector/callevent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
 )
 
 // ServiceSchedule is the voice service's retry schedule (documentation
 // 6.8): the delay before each of the five attempts.
-var ServiceSchedule = []time.Duration{0, 30 * time.Second, 2 * time.Minute, 8 * time.Minute, 32 * time.Minute}
+var ServiceSchedule = callevent.RetrySchedule[:]
 
 // ReplayOptions says what to re-send and how. Nil edits keep the original.
 type ReplayOptions struct {

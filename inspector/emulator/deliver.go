@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/calltap/calltap/inspector/callevent"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -24,7 +25,7 @@ const (
 
 // RetrySchedule is the documented delay before each attempt (6.8), before
 // --time-scale.
-var RetrySchedule = [MaxAttempts]time.Duration{0, 30 * time.Second, 2 * time.Minute, 8 * time.Minute, 32 * time.Minute}
+var RetrySchedule = callevent.RetrySchedule
 
 // maxResponseBody is how much of a target's answer is kept.
 const maxResponseBody = 64 << 10
@@ -107,7 +108,7 @@ func (s *Server) attempt(ctx context.Context, d *storage.ServiceDelivery) {
 	switch {
 	case status >= 200 && status < 300:
 		o.Status, o.DeliveredAt = StatusDelivered, finished
-	case retryable(status) && try < d.MaxAttempts && try < len(RetrySchedule):
+	case callevent.Retryable(status) && try < d.MaxAttempts && try < len(RetrySchedule):
 		o.Status, o.NextAt = StatusPending, finished.Add(s.scaled(RetrySchedule[try]))
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -129,12 +130,6 @@ func (s *Server) attempt(ctx context.Context, d *storage.ServiceDelivery) {
 		line = append(line, "next_attempt", o.NextAt.Sub(finished).Round(time.Millisecond))
 	}
 	s.cfg.Log.Info("webhook", line...)
-}
-
-// retryable is the documented rule (6.8): network errors and time-outs
-// (status 0 here), 408, 429 and any 5xx are retried; nothing else is.
-func retryable(status int) bool {
-	return status == 0 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500 && status <= 599
 }
 
 // post sends d's payload. It returns the response status (0 when none came)
@@ -170,7 +165,7 @@ func (s *Server) post(ctx context.Context, d *storage.ServiceDelivery) (status i
 		return resp.StatusCode, body, ""
 	case err != nil:
 		return resp.StatusCode, body, fmt.Sprintf("HTTP %d; reading the body: %s", resp.StatusCode, describeError(err, s.cfg.DeliveryTimeout))
-	case retryable(resp.StatusCode):
+	case callevent.Retryable(resp.StatusCode):
 		return resp.StatusCode, body, fmt.Sprintf("HTTP %d", resp.StatusCode)
 	default:
 		return resp.StatusCode, body, fmt.Sprintf("HTTP %d: not retried", resp.StatusCode)

@@ -20,7 +20,7 @@ import (
 )
 
 // MaxAttempts is the documented number of attempts per delivery (6.8, 8).
-const MaxAttempts = 5
+const MaxAttempts = callevent.MaxAttempts
 
 // Scenarios a dispatch can ask the emulator to play.
 const (
