@@ -1,15 +1,18 @@
 package inspector_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
 )
@@ -284,4 +287,52 @@ func TestInspectorRefusesForeignHostAndOrigin(t *testing.T) {
 	if code, _ := do(t, "POST", api+"replay/", `{"id":"x"}`, "Origin", st.InspectorURL); code != 404 {
 		t.Errorf("own Origin on POST: %d, want 404 (unknown id)", code)
 	}
+}
+
+func TestInspectorToken(t *testing.T) {
+	h := &handler{}
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	srv := httptest.NewServer(inspector.NewServer(context.Background(), inspector.ServerConfig{Agent: st.Agent, Token: "s3cret"}))
+	defer srv.Close()
+	api := srv.URL + "/api/v1/ext/webhooks/"
+	if code, env := do(t, "GET", api, ""); code != 401 || env.Error.Code != "unauthorized" {
+		t.Errorf("without the token: %d", code)
+	}
+	if code, _ := do(t, "GET", api, "", "Authorization", "Bearer wrong"); code != 401 {
+		t.Errorf("wrong token: %d", code)
+	}
+	if code, _ := do(t, "GET", api, "", "Authorization", "Bearer s3cret"); code != 200 {
+		t.Errorf("bearer token: %d", code)
+	}
+	// Opening the UI once with ?token= sets a cookie for the rest.
+	jar := &cookieJar{}
+	client := &http.Client{Jar: jar}
+	resp, err := client.Get(api + "?token=s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("?token= then cookie: %d", resp.StatusCode)
+	}
+}
+
+// cookieJar is a minimal jar for one host.
+type cookieJar struct {
+	mu      sync.Mutex
+	cookies []*http.Cookie
+}
+
+func (j *cookieJar) SetCookies(_ *url.URL, cs []*http.Cookie) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.cookies = append(j.cookies, cs...)
+}
+
+func (j *cookieJar) Cookies(*url.URL) []*http.Cookie {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.cookies
 }

@@ -32,6 +32,7 @@ func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
 		{"relay", "token", "create", "--data", t.TempDir()},
 		{"relay", "token", "frobnicate"},
 		{"replay"},
+		{"dev", "--forward-to", "http://127.0.0.1:3000", "--inspect", "0.0.0.0:4040"},
 		{"requests", "--limit", "x"},
 		{"requests", "--status", "7xx", "--data", t.TempDir()},
 	} {
