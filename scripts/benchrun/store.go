@@ -32,9 +32,10 @@ var cities = []string{"Austin", "Boston", "Denver", "Seattle", "Chicago"}
 // failed one (every tenth), each contact in one of five cities.
 func callBodies(k int, start time.Time) []callevent.Payload {
 	spec := callevent.CallSpec{
-		Start:     start.Add(time.Duration(k) * 2 * time.Second),
-		Contact:   callevent.Contact{CustomFields: map[string]any{"city": cities[k%len(cities)], "plan": "trial"}},
-		Variables: map[string]any{"lead_id": fmt.Sprintf("L-%d", k)},
+		MediaBaseURL: "http://media.invalid", // never fetched here; never resolvable either
+		Start:        start.Add(time.Duration(k) * 2 * time.Second),
+		Contact:      callevent.Contact{CustomFields: map[string]any{"city": cities[k%len(cities)], "plan": "trial"}},
+		Variables:    map[string]any{"lead_id": fmt.Sprintf("L-%d", k)},
 	}
 	if k%10 == 9 {
 		spec.Flow = callevent.FlowFailed
@@ -196,7 +197,7 @@ func answered(c *storage.Capture) *storage.Capture {
 }
 
 // storeGenVersion changes when the synthetic store's content does.
-const storeGenVersion = "1"
+const storeGenVersion = "2"
 
 // bigStore returns a store of size captures, built once and kept under
 // cacheDir, keyed by the agent schema's migrations: a schema change
