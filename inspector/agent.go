@@ -53,6 +53,9 @@ type Config struct {
 	// RewriteMedia points a replay's media links at the saved copies
 	// (--rewrite-media), since the signed originals will have expired.
 	RewriteMedia bool
+	// ResumeQueued sends, at start, requests from the relay's offline queue
+	// that an earlier run saved but stopped before sending (listen, dev).
+	ResumeQueued bool
 	// AnalysisPendingAfter is how long after call.ended a call without
 	// call.analysis_completed is flagged; 0 means 15 minutes.
 	AnalysisPendingAfter time.Duration
@@ -170,6 +173,17 @@ func (a *Agent) Store() *storage.DB { return a.store }
 // Run runs the writer and the late-delivery worker until ctx ends, then
 // stops the media downloads.
 func (a *Agent) Run(ctx context.Context) error {
+	// Queued requests saved by an earlier run that stopped before sending
+	// them go first, still in arrival order.
+	if a.forwardTo != nil && a.cfg.ResumeQueued {
+		ids, err := a.store.UndeliveredLate(ctx)
+		if err != nil {
+			a.log.Error("reading undelivered queued requests", "err", err)
+		}
+		a.lateMu.Lock()
+		a.lateList = append(ids, a.lateList...)
+		a.lateMu.Unlock()
+	}
 	go a.lateLoop(ctx)
 	a.writeLoop(ctx)
 	if a.media != nil {

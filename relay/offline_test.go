@@ -266,3 +266,26 @@ func TestHealthAndMetrics(t *testing.T) {
 		}
 	}
 }
+
+// A queued request the agent saved but did not send before it stopped is
+// sent when the agent starts again.
+func TestSavedButUnsentQueuedRequestIsSentOnRestart(t *testing.T) {
+	rec, h := startHandler(t, nil)
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st.StopAgent()
+	db, err := storage.Open(context.Background(), st.Dir+"/agent.db", storage.SchemaAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &storage.Capture{ID: "6f1c1c7e-2b7e-4f52-a0a4-5b0d1f7e9c01", RelayID: "r-1", Source: "tunnel", CreatedAt: time.Now(), ArrivedAt: time.Now(),
+		Late: true, Method: "POST", Path: "/late", Body: []byte(`{"late":true}`), Duration: -1}
+	if err := db.WriteCaptures(context.Background(), []*storage.Capture{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	st.StartAgent()
+	inspectortest.Eventually(t, 10*time.Second, func() bool { return len(rec.all()) == 1 }, "the saved queued request was not sent")
+	if r := rec.all()[0]; string(r.Body) != `{"late":true}` || r.Path != "/late" {
+		t.Errorf("sent %s %s", r.Path, r.Body)
+	}
+}

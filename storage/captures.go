@@ -359,3 +359,23 @@ func (db *DB) Attempts(ctx context.Context, captureID string) ([]Attempt, error)
 	}
 	return out, rows.Err()
 }
+
+// UndeliveredLate lists, oldest first, the captures that came from the
+// relay's offline queue but were never sent to the handler: the agent
+// stopped after saving them. The agent sends them on its next start.
+func (db *DB) UndeliveredLate(ctx context.Context) ([]string, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT id FROM captures WHERE late = 1 AND attempts = 0 ORDER BY seq`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}

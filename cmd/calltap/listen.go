@@ -89,7 +89,7 @@ func startAgent(ctx context.Context, f *agentFlags, stdio Stdio, log *slog.Logge
 	}
 	cfg := inspector.Config{Store: db, ForwardTo: f.forwardTo, ForwardTimeout: f.forwardTimeout, Logger: log,
 		MediaDir: filepath.Join(f.dataDir, "media"), AllowPrivateMedia: f.allowPrivate, RewriteMedia: f.rewriteMedia,
-		AnalysisPendingAfter: f.pendingAfter}
+		AnalysisPendingAfter: f.pendingAfter, ResumeQueued: true}
 	if !f.quiet {
 		cfg.Console = stdio.Out
 	}

@@ -161,7 +161,7 @@ func (s *Stack) StartAgent() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	acfg := inspector.Config{Store: db, ForwardTo: s.opts.ForwardTo, Logger: s.opts.Logger, ForwardTimeout: 10 * time.Second}
+	acfg := inspector.Config{Store: db, ForwardTo: s.opts.ForwardTo, Logger: s.opts.Logger, ForwardTimeout: 10 * time.Second, ResumeQueued: true}
 	if s.opts.Agent != nil {
 		s.opts.Agent(&acfg)
 	}
