@@ -2,12 +2,14 @@ package relay_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -106,3 +108,88 @@ func BenchmarkTunnel(b *testing.B) {
 }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
+// instantAgent acknowledges and answers every request at once, with no
+// store and no local handler: what is left is the relay's own cost.
+type instantAgent struct{ reply []byte }
+
+func (a instantAgent) ServeTunnel(r *relay.Request, s *relay.Stream) {
+	s.Ack()
+	if !r.Queued {
+		s.Respond(&relay.Response{Status: http.StatusOK, Header: relay.Header{{"Content-Type", "application/json"}}, Body: a.reply})
+	}
+	s.Release()
+}
+
+// BenchmarkRelay is sender → relay → websocket → an agent that answers at
+// once: the relay and the wire protocol without the capture store.
+func BenchmarkRelay(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		size  int
+		conns int
+	}{
+		{"2KB/c=1", 2 << 10, 1},
+		{"2KB/c=32", 2 << 10, 32},
+		{"1MiB/c=32", 1 << 20, 32},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			st := inspectortest.Start(b, inspectortest.Options{NoAgent: true, Relay: func(c *relay.Config) {
+				c.RateLimit, c.RateBurst, c.MaxInFlight = 1e9, 1e9, 1e5
+			}})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			connected := make(chan struct{})
+			var once sync.Once
+			c, err := relay.NewClient(relay.ClientConfig{RelayURL: st.RelayURL, Token: st.Token,
+				Handler: instantAgent{reply: []byte(`{"received":true}`)},
+				OnState: func(cs relay.ConnState) {
+					if cs.State == relay.StateConnected {
+						once.Do(func() { close(connected) })
+					}
+				}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { c.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+			<-connected
+			body := bytes.Repeat([]byte("x"), bc.size)
+			client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}}
+			do := func() error {
+				resp, err := client.Post(st.TunnelURL+"/voice", "application/json", bytes.NewReader(body))
+				if err != nil {
+					return err
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return fmt.Errorf("status %d", resp.StatusCode)
+				}
+				return nil
+			}
+			b.SetBytes(int64(bc.size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			if bc.conns == 1 {
+				for b.Loop() {
+					if err := do(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			} else {
+				b.SetParallelism(max(1, bc.conns/runtimeProcs()))
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if err := do(); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+		})
+	}
+}

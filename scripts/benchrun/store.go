@@ -61,6 +61,7 @@ func cmdStore(ctx context.Context, args []string) error {
 	dur := fs.Duration("duration", 5*time.Second, "how long to write for the captures/s measure")
 	size := fs.Int("size", 1_000_000, "captures in the store the queries run against")
 	cacheDir := fs.String("cache", filepath.Join(os.TempDir(), "calltap-bench"), "where the big store is kept between runs")
+	buildBatch := fs.Int("build-batch", 10_000, "captures per transaction while building the big store")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,7 +73,7 @@ func cmdStore(ctx context.Context, args []string) error {
 	if err := measureWrites(ctx, res, *dur); err != nil {
 		return err
 	}
-	path, err := bigStore(ctx, *repo, *cacheDir, *size)
+	path, err := bigStore(ctx, *repo, *cacheDir, *size, *buildBatch)
 	if err != nil {
 		return err
 	}
@@ -202,7 +203,7 @@ const storeGenVersion = "2"
 // bigStore returns a store of size captures, built once and kept under
 // cacheDir, keyed by the agent schema's migrations: a schema change
 // rebuilds it.
-func bigStore(ctx context.Context, repo, cacheDir string, size int) (string, error) {
+func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (string, error) {
 	h := sha256.New()
 	files, err := filepath.Glob(filepath.Join(repo, "storage", "migrations", "agent", "*.sql"))
 	if err != nil || len(files) == 0 {
@@ -241,7 +242,6 @@ func bigStore(ctx context.Context, repo, cacheDir string, size int) (string, err
 	if err != nil {
 		return "", err
 	}
-	const batch = 10_000
 	batches := make(chan []*storage.Capture, 2)
 	go func() {
 		defer close(batches)
@@ -280,7 +280,7 @@ func bigStore(ctx context.Context, repo, cacheDir string, size int) (string, err
 			return "", err
 		}
 		n += len(b)
-		if n%100_000 == 0 {
+		if n%100_000 < len(b) {
 			fmt.Fprintf(os.Stderr, "store: %d captures, %.0f /s\n", n, float64(n)/time.Since(t0).Seconds())
 		}
 	}
