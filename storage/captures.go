@@ -80,31 +80,78 @@ func fromMicros(n sql.NullInt64) time.Time {
 
 // WriteCaptures saves new captures and the responses of earlier ones in one
 // transaction: the agent batches whatever arrived while the previous commit
-// ran, so a burst costs one fsync, not one per request.
+// ran, so a burst costs one commit, not one per request. Statements are
+// prepared once per batch, not parsed once per row.
 func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) error {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
+	w := captureWriter{ctx: ctx, tx: tx}
+	defer w.close()
 	for _, c := range inserts {
-		if err := insertCapture(ctx, tx, c); err != nil {
+		if err := w.insert(c); err != nil {
 			return err
 		}
 	}
 	for _, c := range updates {
-		if err := updateResponse(ctx, tx, c); err != nil {
+		if err := w.update(c); err != nil {
 			return err
 		}
 	}
 	return tx.Commit()
 }
 
-func insertCapture(ctx context.Context, tx *sql.Tx, c *Capture) error {
+// captureWriter holds one batch's prepared statements, made on first use.
+type captureWriter struct {
+	ctx   context.Context
+	tx    *sql.Tx
+	stmts map[string]*sql.Stmt
+}
+
+func (w *captureWriter) stmt(query string) (*sql.Stmt, error) {
+	if st, ok := w.stmts[query]; ok {
+		return st, nil
+	}
+	st, err := w.tx.PrepareContext(w.ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if w.stmts == nil {
+		w.stmts = map[string]*sql.Stmt{}
+	}
+	w.stmts[query] = st
+	return st, nil
+}
+
+func (w *captureWriter) close() {
+	for _, st := range w.stmts {
+		st.Close()
+	}
+}
+
+func (w *captureWriter) exec(query string, args ...any) (sql.Result, error) {
+	st, err := w.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(w.ctx, args...)
+}
+
+func (w *captureWriter) queryRow(query string, args ...any) *sql.Row {
+	st, err := w.stmt(query)
+	if err != nil {
+		return w.tx.QueryRowContext(w.ctx, query, args...) // reports the same error on Scan
+	}
+	return st.QueryRowContext(w.ctx, args...)
+}
+
+func (w *captureWriter) insert(c *Capture) error {
 	if c.RelayID != "" {
 		var id string
 		var seq int64
-		err := tx.QueryRowContext(ctx, `SELECT seq, id FROM captures WHERE relay_id = ?`, c.RelayID).Scan(&seq, &id)
+		err := w.queryRow(`SELECT seq, id FROM captures WHERE relay_id = ?`, c.RelayID).Scan(&seq, &id)
 		if err == nil {
 			c.Seq, c.ID, c.Redelivered = seq, id, true
 			return nil
@@ -113,7 +160,7 @@ func insertCapture(ctx context.Context, tx *sql.Tx, c *Capture) error {
 		}
 	}
 	if c.DeliveryID != "" && c.DuplicateOf == "" {
-		err := tx.QueryRowContext(ctx, `SELECT id FROM captures WHERE delivery_id = ? ORDER BY seq LIMIT 1`, c.DeliveryID).Scan(&c.DuplicateOf)
+		err := w.queryRow(`SELECT id FROM captures WHERE delivery_id = ? ORDER BY seq LIMIT 1`, c.DeliveryID).Scan(&c.DuplicateOf)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -130,7 +177,7 @@ func insertCapture(ctx context.Context, tx *sql.Tx, c *Capture) error {
 	if c.Body == nil {
 		c.Body = []byte{}
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO captures (id, relay_id, source, created_at, arrived_at, late, method, path, query,
+	res, err := w.exec(`INSERT INTO captures (id, relay_id, source, created_at, arrived_at, late, method, path, query,
 		request_headers, body, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, max_attempts)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		c.ID, nullString(c.RelayID), c.Source, c.CreatedAt.UnixMicro(), micros(c.ArrivedAt), c.Late, c.Method, c.Path, c.Query,
@@ -143,14 +190,14 @@ func insertCapture(ctx context.Context, tx *sql.Tx, c *Capture) error {
 		return err
 	}
 	if len(c.Body) > 0 && len(c.Body) <= maxIndexedBody && utf8.Valid(c.Body) {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO captures_fts (docid, body) VALUES (?, ?)`, c.Seq, string(c.Body)); err != nil {
+		if _, err := w.exec(`INSERT INTO captures_fts (docid, body) VALUES (?, ?)`, c.Seq, string(c.Body)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func updateResponse(ctx context.Context, tx *sql.Tx, c *Capture) error {
+func (w *captureWriter) update(c *Capture) error {
 	var status sql.NullInt64
 	if c.ResponseStatus > 0 {
 		status = sql.NullInt64{Int64: int64(c.ResponseStatus), Valid: true}
@@ -159,14 +206,21 @@ func updateResponse(ctx context.Context, tx *sql.Tx, c *Capture) error {
 	if c.Duration >= 0 {
 		dur = sql.NullInt64{Int64: c.Duration.Microseconds(), Valid: true}
 	}
-	_, err := tx.ExecContext(ctx, `UPDATE captures SET status = ?, response_status = ?, response_headers = ?, response_body = ?,
+	_, err := w.exec(`UPDATE captures SET status = ?, response_status = ?, response_headers = ?, response_body = ?,
 		error = ?, duration_us = ?, delivered_at = ?, attempts = ?, max_attempts = ?, target = ? WHERE id = ?`,
 		c.Status, status, nullString(c.ResponseHeaders), c.ResponseBody, nullString(c.Error), dur, micros(c.DeliveredAt),
 		c.Attempts, c.MaxAttempts, c.Target, c.ID)
 	if err != nil || c.LastAttempt == nil {
 		return err
 	}
-	return addAttempt(ctx, tx, c.ID, *c.LastAttempt)
+	a := *c.LastAttempt
+	var astatus sql.NullInt64
+	if a.ResponseStatus > 0 {
+		astatus = sql.NullInt64{Int64: int64(a.ResponseStatus), Valid: true}
+	}
+	_, err = w.exec(`INSERT OR REPLACE INTO attempts (capture_id, n, at, response_status, error, duration_us) VALUES (?, ?, ?, ?, ?, ?)`,
+		c.ID, a.N, a.At.UnixMicro(), astatus, nullString(a.Error), a.Duration.Microseconds())
+	return err
 }
 
 const captureColumns = `seq, id, relay_id, source, created_at, arrived_at, late, method, path, query, request_headers,
@@ -326,16 +380,6 @@ type Attempt struct {
 	ResponseStatus int
 	Error          string
 	Duration       time.Duration
-}
-
-func addAttempt(ctx context.Context, tx *sql.Tx, captureID string, a Attempt) error {
-	var status sql.NullInt64
-	if a.ResponseStatus > 0 {
-		status = sql.NullInt64{Int64: int64(a.ResponseStatus), Valid: true}
-	}
-	_, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO attempts (capture_id, n, at, response_status, error, duration_us) VALUES (?, ?, ?, ?, ?, ?)`,
-		captureID, a.N, a.At.UnixMicro(), status, nullString(a.Error), a.Duration.Microseconds())
-	return err
 }
 
 // Attempts lists a capture's tries in order.
