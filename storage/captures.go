@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -83,12 +84,16 @@ func fromMicros(n sql.NullInt64) time.Time {
 // ran, so a burst costs one commit, not one per request. Statements are
 // prepared once per batch, not parsed once per row.
 func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) error {
+	// Prepare before the transaction takes the only write connection.
+	if err := db.prepareWrites(ctx); err != nil {
+		return err
+	}
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	w := captureWriter{ctx: ctx, tx: tx}
+	w := captureWriter{db: db, ctx: ctx, tx: tx}
 	defer w.close()
 	for _, c := range inserts {
 		if err := w.insert(c); err != nil {
@@ -103,8 +108,24 @@ func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) er
 	return tx.Commit()
 }
 
+// The writer's statements, prepared once on the write connection.
+const (
+	qSelRelay = `SELECT seq, id FROM captures WHERE relay_id = ?`
+	qSelDup   = `SELECT id FROM captures WHERE delivery_id = ? ORDER BY seq LIMIT 1`
+	qInsert   = `INSERT INTO captures (id, relay_id, source, created_at, arrived_at, late, method, path, query,
+		request_headers, body, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, max_attempts)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	qFtsIns = `INSERT INTO captures_fts (docid, body) VALUES (?, ?)`
+	qUpdate = `UPDATE captures SET status = ?, response_status = ?, response_headers = ?, response_body = ?,
+		error = ?, duration_us = ?, delivered_at = ?, attempts = ?, max_attempts = ?, target = ? WHERE id = ?`
+	qAttIns = `INSERT OR REPLACE INTO attempts (capture_id, n, at, response_status, error, duration_us) VALUES (?, ?, ?, ?, ?, ?)`
+)
+
+var writeQueries = []string{qSelRelay, qSelDup, qInsert, qFtsIns, qUpdate, qAttIns}
+
 // captureWriter holds one batch's prepared statements, made on first use.
 type captureWriter struct {
+	db    *DB
 	ctx   context.Context
 	tx    *sql.Tx
 	stmts map[string]*sql.Stmt
@@ -114,10 +135,13 @@ func (w *captureWriter) stmt(query string) (*sql.Stmt, error) {
 	if st, ok := w.stmts[query]; ok {
 		return st, nil
 	}
-	st, err := w.tx.PrepareContext(w.ctx, query)
-	if err != nil {
-		return nil, err
+	parent, ok := w.db.stmts[query]
+	if !ok {
+		return nil, fmt.Errorf("storage: statement not prepared: %.40s", query)
 	}
+	// On the single write connection the parent's statement is reused,
+	// not prepared again: preparing costs more than the insert itself.
+	st := w.tx.StmtContext(w.ctx, parent)
 	if w.stmts == nil {
 		w.stmts = map[string]*sql.Stmt{}
 	}
@@ -151,7 +175,7 @@ func (w *captureWriter) insert(c *Capture) error {
 	if c.RelayID != "" {
 		var id string
 		var seq int64
-		err := w.queryRow(`SELECT seq, id FROM captures WHERE relay_id = ?`, c.RelayID).Scan(&seq, &id)
+		err := w.queryRow(qSelRelay, c.RelayID).Scan(&seq, &id)
 		if err == nil {
 			c.Seq, c.ID, c.Redelivered = seq, id, true
 			return nil
@@ -160,7 +184,7 @@ func (w *captureWriter) insert(c *Capture) error {
 		}
 	}
 	if c.DeliveryID != "" && c.DuplicateOf == "" {
-		err := w.queryRow(`SELECT id FROM captures WHERE delivery_id = ? ORDER BY seq LIMIT 1`, c.DeliveryID).Scan(&c.DuplicateOf)
+		err := w.queryRow(qSelDup, c.DeliveryID).Scan(&c.DuplicateOf)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -177,9 +201,7 @@ func (w *captureWriter) insert(c *Capture) error {
 	if c.Body == nil {
 		c.Body = []byte{}
 	}
-	res, err := w.exec(`INSERT INTO captures (id, relay_id, source, created_at, arrived_at, late, method, path, query,
-		request_headers, body, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, max_attempts)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	res, err := w.exec(qInsert,
 		c.ID, nullString(c.RelayID), c.Source, c.CreatedAt.UnixMicro(), micros(c.ArrivedAt), c.Late, c.Method, c.Path, c.Query,
 		c.RequestHeaders, c.Body, c.Target, nullString(c.Event), nullString(c.CallID), nullString(c.DeliveryID), nullString(c.OccurredAt),
 		nullString(c.DuplicateOf), nullString(c.ReplayOf), c.Status, c.MaxAttempts)
@@ -190,7 +212,7 @@ func (w *captureWriter) insert(c *Capture) error {
 		return err
 	}
 	if len(c.Body) > 0 && len(c.Body) <= maxIndexedBody && utf8.Valid(c.Body) {
-		if _, err := w.exec(`INSERT INTO captures_fts (docid, body) VALUES (?, ?)`, c.Seq, string(c.Body)); err != nil {
+		if _, err := w.exec(qFtsIns, c.Seq, string(c.Body)); err != nil {
 			return err
 		}
 	}
@@ -206,8 +228,7 @@ func (w *captureWriter) update(c *Capture) error {
 	if c.Duration >= 0 {
 		dur = sql.NullInt64{Int64: c.Duration.Microseconds(), Valid: true}
 	}
-	_, err := w.exec(`UPDATE captures SET status = ?, response_status = ?, response_headers = ?, response_body = ?,
-		error = ?, duration_us = ?, delivered_at = ?, attempts = ?, max_attempts = ?, target = ? WHERE id = ?`,
+	_, err := w.exec(qUpdate,
 		c.Status, status, nullString(c.ResponseHeaders), c.ResponseBody, nullString(c.Error), dur, micros(c.DeliveredAt),
 		c.Attempts, c.MaxAttempts, c.Target, c.ID)
 	if err != nil || c.LastAttempt == nil {
@@ -218,7 +239,7 @@ func (w *captureWriter) update(c *Capture) error {
 	if a.ResponseStatus > 0 {
 		astatus = sql.NullInt64{Int64: int64(a.ResponseStatus), Valid: true}
 	}
-	_, err = w.exec(`INSERT OR REPLACE INTO attempts (capture_id, n, at, response_status, error, duration_us) VALUES (?, ?, ?, ?, ?, ?)`,
+	_, err = w.exec(qAttIns,
 		c.ID, a.N, a.At.UnixMicro(), astatus, nullString(a.Error), a.Duration.Microseconds())
 	return err
 }

@@ -23,6 +23,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	_ "github.com/mattn/go-sqlite3"
@@ -50,6 +51,32 @@ type DB struct {
 	schema Schema
 	write  *sql.DB // one connection: every write goes through it
 	read   *sql.DB // read-only pool
+
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt // set once under stmtMu by prepareWrites, then read-only
+}
+
+// prepareWrites prepares the capture writer's statements on the write
+// connection, once.
+func (db *DB) prepareWrites(ctx context.Context) error {
+	db.stmtMu.Lock()
+	defer db.stmtMu.Unlock()
+	if db.stmts != nil {
+		return nil
+	}
+	stmts := map[string]*sql.Stmt{}
+	for _, q := range writeQueries {
+		st, err := db.write.PrepareContext(ctx, q)
+		if err != nil {
+			for _, st := range stmts {
+				st.Close()
+			}
+			return err
+		}
+		stmts[q] = st
+	}
+	db.stmts = stmts
+	return nil
 }
 
 // Open opens (creating if needed) the database at path and applies any
@@ -107,6 +134,12 @@ func (db *DB) Close() error {
 	if db.read != nil {
 		errs = append(errs, db.read.Close())
 	}
+	db.stmtMu.Lock()
+	for _, st := range db.stmts {
+		errs = append(errs, st.Close())
+	}
+	db.stmts = nil
+	db.stmtMu.Unlock()
 	errs = append(errs, db.write.Close())
 	return errors.Join(errs...)
 }
