@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -31,7 +32,7 @@ type Stream struct {
 	c      *clientConn
 	stream uint64
 	once   sync.Once
-	buf    *bytesBuffer // backs Request.Body
+	buf    *bytes.Buffer // backs Request.Body
 }
 
 // Ack tells the relay the request is saved. A queued request is removed
@@ -41,8 +42,7 @@ func (s *Stream) Ack() {
 }
 
 // Respond sends the local handler's answer (live requests only). Call it at
-// most once; it releases the request's body buffer, so the request's Body
-// must not be used afterwards.
+// most once. It does not release the request's body: call Release for that.
 func (s *Stream) Respond(r *Response) {
 	r.Stream = s.stream
 	s.c.trySendWait(outFrame{head: appendResponseHead(nil, r), body: r.Body})

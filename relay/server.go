@@ -683,10 +683,8 @@ type pending struct {
 // response is a decoded response frame and the buffer behind it.
 type response struct {
 	*Response
-	buf *bytesBuffer
+	buf *bytes.Buffer
 }
-
-type bytesBuffer = bytes.Buffer
 
 func (r *response) release() { putBuf(r.buf) }
 
@@ -758,8 +756,9 @@ func (ac *agentConn) roundTrip(ctx context.Context, req *Request, buf *bytes.Buf
 	}
 }
 
-// failPending wakes nobody explicitly: waiters see ac.done. It only drops
-// references so the maps can be collected.
+// failPending forgets the queued requests in flight: they stay in the
+// queue and go again on the next connection. Live waiters need no wake-up:
+// they watch ac.done.
 func (ac *agentConn) failPending() {
 	ac.mu.Lock()
 	ac.queued = map[uint64]int64{}
