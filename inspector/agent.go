@@ -99,6 +99,7 @@ type TunnelState struct {
 type writeOp struct {
 	insert *storage.Capture
 	update *storage.Capture
+	ack    *relay.Stream // acknowledged to the relay once the insert is committed
 	after  func(error)
 }
 
@@ -198,6 +199,7 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) writeLoop(ctx context.Context) {
 	const maxBatch = 256
 	batch := make([]writeOp, 0, maxBatch)
+	var acks []*relay.Stream
 	for {
 		batch = batch[:0]
 		select {
@@ -227,6 +229,16 @@ func (a *Agent) writeLoop(ctx context.Context) {
 		err := a.store.WriteCaptures(context.WithoutCancel(ctx), inserts, updates)
 		if err != nil {
 			a.log.Error("saving captures", "err", err, "inserts", len(inserts), "updates", len(updates))
+		}
+		if err == nil {
+			// One write for all of the commit's acks, before any delivery.
+			acks = acks[:0]
+			for _, op := range batch {
+				if op.ack != nil {
+					acks = append(acks, op.ack)
+				}
+			}
+			relay.AckAll(acks)
 		}
 		for _, op := range batch {
 			c := op.insert
@@ -277,7 +289,7 @@ func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 		c.Late = true
 		c.ArrivedAt = time.UnixMicro(req.ArrivedAt).UTC()
 	}
-	a.ops <- writeOp{insert: c, after: func(err error) {
+	a.ops <- writeOp{insert: c, ack: s, after: func(err error) {
 		if err != nil {
 			s.Release()
 			if !req.Queued {
@@ -285,7 +297,6 @@ func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 			}
 			return
 		}
-		s.Ack()
 		switch {
 		case c.Redelivered:
 			s.Release()
@@ -315,7 +326,7 @@ func (a *Agent) newCapture(source, method, uri string, h relay.Header, body []by
 	path, query, _ := strings.Cut(uri, "?")
 	hj, _ := h.MarshalJSON()
 	c := &storage.Capture{
-		ID:             uuid.NewString(),
+		ID:             newCaptureID(),
 		Source:         source,
 		CreatedAt:      time.Now().UTC(),
 		Method:         method,
@@ -332,6 +343,16 @@ func (a *Agent) newCapture(source, method, uri string, h relay.Header, body []by
 		c.Target = joinTarget(a.forwardTo, path, query)
 	}
 	return c
+}
+
+// newCaptureID makes a capture's id: a UUIDv7, whose leading timestamp
+// keeps the store's unique index on id appending instead of scattering.
+func newCaptureID() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
 }
 
 // joinTarget appends the path the sender used after the tunnel prefix to

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -39,6 +40,29 @@ type Stream struct {
 // from the relay's queue only after this.
 func (s *Stream) Ack() {
 	s.c.trySendWait(outFrame{head: appendAck(nil, s.stream)})
+}
+
+// AckAll acknowledges many saved requests at once: the agent's writer
+// calls it once per commit, so that a commit's acks leave in one write.
+func AckAll(ss []*Stream) {
+	var (
+		cc     *clientConn
+		frames []outFrame
+	)
+	flush := func() {
+		if len(frames) > 0 {
+			cc.sendAll(frames, nil)
+		}
+		frames = frames[:0]
+	}
+	for _, s := range ss {
+		if s.c != cc {
+			flush() // a reconnect in the middle of a batch: per connection
+			cc = s.c
+		}
+		frames = append(frames, outFrame{head: appendAck(nil, s.stream)})
+	}
+	flush()
 }
 
 // Respond sends the local handler's answer (live requests only). Call it at
@@ -199,7 +223,19 @@ func (c *Client) connectOnce(ctx context.Context) (bool, error) {
 	for _, v := range c.cfg.RequireHeaders {
 		h.Add(RequireHeaderHeader, v)
 	}
-	ws, resp, err := c.dialer.DialContext(ctx, c.wsURL, h)
+	// The TCP connection is wrapped (under TLS, when there is TLS) so that
+	// sendLoop can batch its writes; see batchConn.
+	var bc *batchConn
+	dialer := c.dialer
+	dialer.NetDialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		bc = newBatchConn(conn)
+		return bc, nil
+	}
+	ws, resp, err := dialer.DialContext(ctx, c.wsURL, h)
 	if err != nil {
 		if resp != nil {
 			defer resp.Body.Close()
@@ -211,7 +247,7 @@ func (c *Client) connectOnce(ctx context.Context) (bool, error) {
 		}
 		return false, err
 	}
-	cc := &clientConn{wsConn: newWSConn(ws, c.cfg.MaxFrame, c.cfg.Keepalive), client: c}
+	cc := &clientConn{wsConn: newWSConn(ws, bc, c.cfg.MaxFrame, c.cfg.Keepalive), client: c}
 	go cc.sendLoop()
 	stop := context.AfterFunc(ctx, func() {
 		cc.writeClose(websocket.CloseGoingAway, "agent stopping")

@@ -40,18 +40,28 @@ func (k Keepalive) withDefaults() Keepalive {
 type outFrame struct {
 	head    []byte
 	body    []byte // written after head in the same message; may be nil
-	written func() // called by sendLoop once the frame is out or dropped; may be nil
+	written func() // called once the frame is out or dropped; may be nil
 }
 
 // wsConn is one websocket with exactly one reader (the owner's read loop,
-// calling readFrame) and one writer (sendLoop). Both ends of the tunnel use
-// it, like the readPump/writePump pair of gorilla's chat example.
+// calling readFrame) and one writer at a time, like the readPump/writePump
+// pair of gorilla's chat example.
+//
+// The writer is whoever holds writeMu. Usually that is sendLoop, draining
+// sendq; but a sender that finds the queue empty and nobody writing writes
+// its frame itself, sparing a request the hand-off to sendLoop and back —
+// at one request in flight those wake-ups are most of a tunnel's latency.
+// Frames leave in the order they were queued: every dequeue happens under
+// writeMu, and a sender writes directly only when nothing is queued.
 type wsConn struct {
 	ws       *websocket.Conn
+	bc       *batchConn // the socket under ws; batches the writer's frames
 	maxFrame int64
 	keep     Keepalive
 
-	sendq chan outFrame // bounded; drained by sendLoop only
+	writeMu sync.Mutex    // held while frames are written; see above
+	sendq   chan outFrame // bounded; dequeued only under writeMu
+	wake    chan struct{} // cap 1: tells sendLoop that sendq has frames
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close
@@ -59,13 +69,15 @@ type wsConn struct {
 	closeErr  error // guarded by mu: why the connection ended
 }
 
-func newWSConn(ws *websocket.Conn, maxFrame int64, keep Keepalive) *wsConn {
+func newWSConn(ws *websocket.Conn, bc *batchConn, maxFrame int64, keep Keepalive) *wsConn {
 	keep = keep.withDefaults()
 	c := &wsConn{
 		ws:       ws,
+		bc:       bc,
 		maxFrame: maxFrame,
 		keep:     keep,
 		sendq:    make(chan outFrame, sendQueueLen),
+		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
 	ws.SetReadLimit(maxFrame)
@@ -96,55 +108,124 @@ func (c *wsConn) err() error {
 
 var errConnClosed = errors.New("relay: connection closed")
 
-// send queues a frame, waiting while the queue is full (backpressure), until
-// the connection closes or cancel is closed. The frame's written callback
-// runs exactly once whatever happens.
+// send writes a frame, or queues it for sendLoop while another writer is
+// busy, waiting while the queue is full (backpressure) until the
+// connection closes or cancel is closed. The frame's written callback runs
+// exactly once whatever happens.
 func (c *wsConn) send(f outFrame, cancel <-chan struct{}) error {
-	if int64(len(f.head)+len(f.body)) > c.maxFrame {
-		if f.written != nil {
-			f.written()
+	return c.sendAll([]outFrame{f}, cancel)
+}
+
+// sendAll sends frames in order, as one batch when it can write them
+// itself.
+func (c *wsConn) sendAll(fs []outFrame, cancel <-chan struct{}) error {
+	for i, f := range fs {
+		if int64(len(f.head)+len(f.body)) > c.maxFrame {
+			for _, f := range fs[i:] {
+				if f.written != nil {
+					f.written()
+				}
+			}
+			return errFrameTooLarge
 		}
-		return errFrameTooLarge
 	}
+	if len(c.sendq) == 0 && c.writeMu.TryLock() {
+		if len(c.sendq) == 0 {
+			err := c.writeBatch(fs)
+			c.writeMu.Unlock()
+			return err
+		}
+		c.writeMu.Unlock()
+	}
+	for i, f := range fs {
+		select {
+		case c.sendq <- f:
+			continue
+		case <-c.done:
+		case <-cancel:
+		}
+		for _, f := range fs[i:] {
+			if f.written != nil {
+				f.written()
+			}
+		}
+		c.signal()
+		select {
+		case <-c.done:
+			return errConnClosed
+		default:
+			return errors.New("relay: send cancelled")
+		}
+	}
+	c.signal()
+	c.dropIfClosed()
+	return nil
+}
+
+// dropIfClosed releases frames queued after sendLoop stopped: a send racing
+// with close may still have put one in the queue.
+func (c *wsConn) dropIfClosed() {
 	select {
-	case c.sendq <- f:
-		return nil
 	case <-c.done:
-	case <-cancel:
-	}
-	if f.written != nil {
-		f.written()
-	}
-	select {
-	case <-c.done:
-		return errConnClosed
+		c.drainSendq()
 	default:
-		return errors.New("relay: send cancelled")
 	}
 }
 
-// sendLoop is the connection's only writer: frames from sendq, and pings at
-// 9/10 of the pong wait. Each write has its own deadline, so a peer that
-// stops reading is dropped instead of blocking us forever.
+// trySend queues a frame for sendLoop without waiting; a full queue drops
+// it. For frames that may be lost (notices), from goroutines that must not
+// block (read loops).
+func (c *wsConn) trySend(f outFrame) {
+	select {
+	case c.sendq <- f:
+		c.signal()
+		c.dropIfClosed()
+	default:
+		if f.written != nil {
+			f.written()
+		}
+	}
+}
+
+func (c *wsConn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sendLoop writes what senders queued while another writer was busy, and
+// pings at 9/10 of the pong wait.
 func (c *wsConn) sendLoop() {
 	ping := time.NewTicker(c.keep.PongWait * 9 / 10)
 	defer ping.Stop()
 	defer c.drainSendq()
+	batch := make([]outFrame, 0, maxBatchFrames) // owned by sendLoop
 	for {
 		select {
-		case f := <-c.sendq:
-			c.ws.SetWriteDeadline(time.Now().Add(c.keep.WriteWait))
-			w, err := c.ws.NextWriter(websocket.BinaryMessage)
-			if err == nil {
-				err = writeFrame(w, f.head, f.body)
+		case <-c.wake:
+			c.writeMu.Lock()
+			for {
+				batch = batch[:0]
+			collect:
+				for len(batch) < maxBatchFrames {
+					select {
+					case f := <-c.sendq:
+						batch = append(batch, f)
+					default:
+						break collect
+					}
+				}
+				if len(batch) == 0 {
+					break
+				}
+				if err := c.writeBatch(batch); err != nil {
+					c.writeMu.Unlock()
+					return
+				}
+				clear(batch)
 			}
-			if f.written != nil {
-				f.written()
-			}
-			if err != nil {
-				c.close(err)
-				return
-			}
+			c.writeMu.Unlock()
 		case <-ping.C:
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.keep.WriteWait)); err != nil {
 				c.close(err)
@@ -154,6 +235,47 @@ func (c *wsConn) sendLoop() {
 			return
 		}
 	}
+}
+
+// maxBatchFrames bounds one batch of sendLoop's, so that the frames of a
+// long burst do not wait for the whole burst to be written.
+const maxBatchFrames = 128
+
+// writeBatch writes frames, each one websocket message with its own write
+// deadline (a peer that stops reading is dropped instead of blocking us),
+// into the batchConn's buffer, which reaches the socket in one system call.
+// The written callbacks run after that, when the bytes have left the
+// process. The caller holds writeMu. An error closes the connection.
+func (c *wsConn) writeBatch(fs []outFrame) error {
+	c.bc.begin()
+	var err error
+	for _, f := range fs {
+		if err = c.writeOne(f); err != nil {
+			break
+		}
+	}
+	if rerr := c.bc.release(); err == nil {
+		err = rerr
+	}
+	for _, f := range fs {
+		if f.written != nil {
+			f.written()
+		}
+	}
+	if err != nil {
+		c.close(err)
+	}
+	return err
+}
+
+// writeOne writes one frame as one websocket message.
+func (c *wsConn) writeOne(f outFrame) error {
+	c.ws.SetWriteDeadline(time.Now().Add(c.keep.WriteWait))
+	w, err := c.ws.NextWriter(websocket.BinaryMessage)
+	if err != nil {
+		return err
+	}
+	return writeFrame(w, f.head, f.body)
 }
 
 // drainSendq releases the frames left behind when sendLoop stops.

@@ -8,6 +8,7 @@
 package relay
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/subtle"
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -364,7 +366,9 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, api.NotFound("tunnel"))
 		return
 	}
-	log := s.log.With("tunnel", t.id)
+	// A logger per request, made only when something is logged: slog's
+	// With formats its attributes at once, which a hot path cannot afford.
+	log := reqLogger{s.log, t.id, ""}
 
 	t.mu.Lock()
 	require := t.require
@@ -413,7 +417,7 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 		Header:    HeaderFrom(r.Header, r.Host),
 		Body:      buf.Bytes(),
 	}
-	log = log.With("request", req.ID)
+	log.request = req.ID
 
 	t.mu.Lock()
 	ac := t.agent
@@ -430,7 +434,7 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 }
 
 // forward sends a live request to the agent and relays its answer.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *tunnel, ac *agentConn, req *Request, buf *bytes.Buffer, log *slog.Logger) {
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *tunnel, ac *agentConn, req *Request, buf *bytes.Buffer, log reqLogger) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ForwardTimeout)
 	defer cancel()
 	resp, acked, err := ac.roundTrip(ctx, req, buf)
@@ -476,6 +480,29 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *tunnel, ac *
 	log.Debug("forwarded", "method", req.Method, "uri", req.URI, "status", resp.Status)
 }
 
+// reqLogger logs with the tunnel and request ids.
+type reqLogger struct {
+	l       *slog.Logger
+	tunnel  string
+	request string // empty until the request has an id
+}
+
+func (l reqLogger) log(level slog.Level, msg string, args ...any) {
+	if !l.l.Enabled(context.Background(), level) {
+		return
+	}
+	args = append([]any{"tunnel", l.tunnel}, args...)
+	if l.request != "" {
+		args = append(args, "request", l.request)
+	}
+	l.l.Log(context.Background(), level, msg, args...)
+}
+
+func (l reqLogger) Debug(msg string, args ...any) { l.log(slog.LevelDebug, msg, args...) }
+func (l reqLogger) Info(msg string, args ...any)  { l.log(slog.LevelInfo, msg, args...) }
+func (l reqLogger) Warn(msg string, args ...any)  { l.log(slog.LevelWarn, msg, args...) }
+func (l reqLogger) Error(msg string, args ...any) { l.log(slog.LevelError, msg, args...) }
+
 func hopByHop(name string) bool {
 	switch http.CanonicalHeaderKey(name) {
 	case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Te", "Trailer", "Content-Length":
@@ -485,7 +512,7 @@ func hopByHop(name string) bool {
 }
 
 // enqueue keeps a request for an absent agent, or refuses it in reject mode.
-func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, req *Request, log *slog.Logger) {
+func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, req *Request, log reqLogger) {
 	if s.cfg.Offline == OfflineReject {
 		w.Header().Set("Retry-After", "30")
 		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeAgentOffline, "no agent is connected to this tunnel; retry later"))
@@ -606,13 +633,14 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "relay shutting down"))
 		return
 	}
-	ws, err := s.upgrader.Upgrade(w, r, nil)
+	hw := &hijackBatch{ResponseWriter: w}
+	ws, err := s.upgrader.Upgrade(hw, r, nil)
 	if err != nil {
 		return // the upgrader answered already
 	}
 	t := s.tunnelFor(tok.TunnelID, tok.Name)
 	ac := &agentConn{
-		wsConn:  newWSConn(ws, s.cfg.MaxFrame, s.cfg.Keepalive),
+		wsConn:  newWSConn(ws, hw.bc, s.cfg.MaxFrame, s.cfg.Keepalive),
 		srv:     s,
 		t:       t,
 		pending: map[uint64]*pending{},
@@ -646,6 +674,26 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	t.mu.Unlock()
 	s.metrics.agentsConnected.Add(-1)
 	log.Info("agent disconnected", "reason", err)
+}
+
+// hijackBatch hands the upgrader a batchConn over the hijacked connection,
+// so that sendLoop can batch its writes.
+type hijackBatch struct {
+	http.ResponseWriter
+	bc *batchConn // set by Hijack
+}
+
+func (h *hijackBatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := h.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("relay: connection cannot be hijacked")
+	}
+	conn, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	h.bc = newBatchConn(conn)
+	return h.bc, brw, nil
 }
 
 func offers(r *http.Request, proto string) bool {
@@ -687,16 +735,6 @@ type response struct {
 }
 
 func (r *response) release() { putBuf(r.buf) }
-
-func (ac *agentConn) trySend(f outFrame) {
-	select {
-	case ac.sendq <- f:
-	default:
-		if f.written != nil {
-			f.written()
-		}
-	}
-}
 
 // goAway tells the agent why it is being dropped, then closes.
 func (ac *agentConn) goAway(g GoAway) {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -34,6 +36,7 @@ func cmdTunnel(ctx context.Context, args []string) error {
 	rounds := fs.Int("rounds", 3, "side-by-side rounds; each runs every cell both ways, alternating which goes first")
 	dur := fs.Duration("duration", 3*time.Second, "measured window of each run")
 	warm := fs.Duration("warmup", time.Second, "warmup before each window")
+	only := fs.String("only", "", "run only the cells whose name contains this (e.g. '2 KB')")
 	perfDir := fs.String("perf", "", "record `perf` profiles of the relay and agent (round 1, c=32) into this directory")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -64,6 +67,7 @@ func cmdTunnel(ctx context.Context, args []string) error {
 		{name: "1 MiB POST, c=1", body: big, contentType: "application/octet-stream", conns: 1},
 		{name: "1 MiB POST, c=32", body: big, contentType: "application/octet-stream", conns: 32},
 	}
+	cells = slices.DeleteFunc(cells, func(c *cell) bool { return !strings.Contains(c.name, *only) })
 	for round := range *rounds {
 		for _, c := range cells {
 			runDirect := func() error {
