@@ -76,6 +76,8 @@ type Agent struct {
 	lateMu   sync.Mutex
 	lateList []string // guarded by lateMu: ids of queued captures to forward, in arrival order
 
+	console *console // nil when Config.Console is
+
 	media       *MediaSaver // nil when MediaDir is empty
 	mediaCancel context.CancelFunc
 
@@ -143,6 +145,9 @@ func NewAgent(cfg Config) (*Agent, error) {
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+	if cfg.Console != nil {
+		a.console = newConsole(cfg.Console)
+	}
 	a.state = TunnelState{ForwardTo: cfg.ForwardTo, State: relay.StateOffline}
 	if cfg.MediaDir != "" {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -191,7 +196,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.mediaCancel()
 		a.media.Wait()
 	}
+	a.FlushConsole()
 	return nil
+}
+
+// FlushConsole writes console lines still held back.
+func (a *Agent) FlushConsole() {
+	if a.console != nil {
+		a.console.flush()
+	}
 }
 
 // writeLoop owns every capture write: it commits whatever queued up while
@@ -313,7 +326,7 @@ func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 			}
 		default:
 			go func() {
-				resp := a.deliver(context.Background(), c, 1)
+				resp := a.deliverWith(context.Background(), c, 1, req.Header)
 				s.Respond(resp)
 				s.Release()
 			}()
@@ -405,7 +418,13 @@ func (a *Agent) lateLoop(ctx context.Context) {
 // deliver sends c to its target once (attempt n), records the outcome and
 // returns it in the relay's terms.
 func (a *Agent) deliver(ctx context.Context, c *storage.Capture, n int) *relay.Response {
-	res := a.send(ctx, c)
+	return a.deliverWith(ctx, c, n, nil)
+}
+
+// deliverWith is deliver with the request's headers at hand (a live
+// request), sparing a parse of the stored JSON; h nil parses it.
+func (a *Agent) deliverWith(ctx context.Context, c *storage.Capture, n int, h relay.Header) *relay.Response {
+	res := a.send(ctx, c, h)
 	c.Attempts = n
 	c.Duration = res.duration
 	c.DeliveredAt = time.Now().UTC()
@@ -455,14 +474,14 @@ type sendResult struct {
 	duration time.Duration
 }
 
-func (a *Agent) send(ctx context.Context, c *storage.Capture) sendResult {
+func (a *Agent) send(ctx context.Context, c *storage.Capture, h relay.Header) sendResult {
 	start := time.Now()
-	res := a.sendOnce(ctx, c)
+	res := a.sendOnce(ctx, c, h)
 	res.duration = time.Since(start)
 	return res
 }
 
-func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture) sendResult {
+func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header) sendResult {
 	if c.Target == "" {
 		return sendResult{err: "no local target: start the agent with --forward-to or replay with --to"}
 	}
@@ -470,9 +489,10 @@ func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture) sendResult {
 	if err != nil {
 		return sendResult{err: err.Error()}
 	}
-	var h relay.Header
-	if err := h.UnmarshalJSON([]byte(c.RequestHeaders)); err != nil {
-		return sendResult{err: "stored headers unreadable: " + err.Error()}
+	if h == nil {
+		if err := h.UnmarshalJSON([]byte(c.RequestHeaders)); err != nil {
+			return sendResult{err: "stored headers unreadable: " + err.Error()}
+		}
 	}
 	for _, f := range h {
 		switch http.CanonicalHeaderKey(f.Name) {
@@ -508,7 +528,7 @@ func retryable(r sendResult) bool { return callevent.Retryable(r.status) }
 
 // printLine writes the console line for a finished request.
 func (a *Agent) printLine(c *storage.Capture) {
-	if a.cfg.Console == nil {
+	if a.console == nil {
 		return
 	}
 	status := "ERR"
@@ -536,7 +556,7 @@ func (a *Agent) printLine(c *storage.Capture) {
 	if c.Error != "" {
 		line += "  " + c.Error
 	}
-	fmt.Fprintln(a.cfg.Console, line)
+	a.console.line(line)
 }
 
 func fmtDuration(d time.Duration) string {
