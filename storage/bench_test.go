@@ -120,19 +120,31 @@ func BenchmarkWriteCaptures(b *testing.B) {
 		{"1MiB-text", bytes.Repeat([]byte("lorem ipsum dolor sit amet "), (1<<20)/27)},
 		{"1MiB-binary", bytes.Repeat([]byte{0xff}, 1<<20)},
 	} {
-		b.Run(bc.name, func(b *testing.B) {
-			db := openBenchDB(b, b.TempDir())
-			b.SetBytes(int64(len(bc.body)))
-			i := 0
-			for b.Loop() {
-				c := benchCapture(i)
-				c.Body = bc.body
-				i++
-				if err := db.WriteCaptures(ctx, []*storage.Capture{c}, nil); err != nil {
-					b.Fatal(err)
-				}
+		for _, update := range []bool{false, true} {
+			name := bc.name
+			if update {
+				name += "+update" // its response recorded in the next batch
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				db := openBenchDB(b, b.TempDir())
+				b.SetBytes(int64(len(bc.body)))
+				i := 0
+				var prev *storage.Capture
+				for b.Loop() {
+					c := benchCapture(i)
+					c.Body = bc.body
+					i++
+					var upd []*storage.Capture
+					if update && prev != nil {
+						upd = append(upd, responded(prev))
+					}
+					if err := db.WriteCaptures(ctx, []*storage.Capture{c}, upd); err != nil {
+						b.Fatal(err)
+					}
+					prev = c
+				}
+			})
+		}
 	}
 }
 

@@ -36,8 +36,9 @@ func (f *CallFilter) where() (string, []any) {
 		// call's captures. Bodies are BLOBs, which SQLite's JSON functions
 		// would take for JSONB, hence the cast; json_valid keeps a body
 		// that is not JSON from failing the whole query.
-		conds = append(conds, `call_id IN (SELECT call_id FROM captures WHERE call_id IS NOT NULL AND event IS NOT NULL
-			AND json_valid(CAST(body AS TEXT)) AND json_extract(CAST(body AS TEXT), '$.call.outcome_code') = ?)`)
+		conds = append(conds, `call_id IN (SELECT c.call_id FROM captures c JOIN capture_bodies b ON b.seq = c.seq
+			WHERE c.call_id IS NOT NULL AND c.event IS NOT NULL
+			AND json_valid(CAST(b.body AS TEXT)) AND json_extract(CAST(b.body AS TEXT), '$.call.outcome_code') = ?)`)
 		args = append(args, f.OutcomeCode)
 	}
 	return " WHERE " + strings.Join(conds, " AND "), args
@@ -89,7 +90,8 @@ func (db *DB) CallCaptures(ctx context.Context, callIDs ...string) (map[string][
 			args[i] = id
 		}
 		marks := strings.TrimSuffix(strings.Repeat("?,", len(batch)), ",")
-		rows, err := db.read.QueryContext(ctx, `SELECT `+captureColumns+`, body FROM captures WHERE call_id IN (`+marks+`) ORDER BY seq`, args...)
+		rows, err := db.read.QueryContext(ctx, `SELECT `+capturePrefixed+`, b.body
+			FROM captures c LEFT JOIN capture_bodies b ON b.seq = c.seq WHERE c.call_id IN (`+marks+`) ORDER BY c.seq`, args...)
 		if err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
@@ -81,112 +82,80 @@ func fromMicros(n sql.NullInt64) time.Time {
 
 // WriteCaptures saves new captures and the responses of earlier ones in one
 // transaction: the agent batches whatever arrived while the previous commit
-// ran, so a burst costs one commit, not one per request. Statements are
-// prepared once per batch, not parsed once per row.
+// ran, so a burst costs one commit, not one per request.
+//
+// It runs on the driver's connection itself (see writer.go): statements
+// prepared once, no goroutine per statement. ctx is only checked between
+// statements.
 func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) error {
-	// Prepare before the transaction takes the only write connection.
-	if err := db.prepareWrites(ctx); err != nil {
-		return err
-	}
-	tx, err := db.write.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	w := captureWriter{db: db, ctx: ctx, tx: tx}
-	defer w.close()
-	for _, c := range inserts {
-		if err := w.insert(c); err != nil {
-			return err
+	return db.writeRaw(ctx, func(w *rawConn) error {
+		for _, c := range inserts {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := w.insertCapture(c); err != nil {
+				return err
+			}
 		}
-	}
-	for _, c := range updates {
-		if err := w.update(c); err != nil {
-			return err
+		for _, c := range updates {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := w.updateCapture(c); err != nil {
+				return err
+			}
 		}
-	}
-	return tx.Commit()
+		return nil
+	})
 }
 
 // The writer's statements, prepared once on the write connection.
 const (
-	qSelRelay = `SELECT seq, id FROM captures WHERE relay_id = ?`
+	qSelRelay = `SELECT seq, id FROM captures WHERE relay_id = ? AND late = 1`
 	qSelDup   = `SELECT id FROM captures WHERE delivery_id = ? ORDER BY seq LIMIT 1`
 	qInsert   = `INSERT INTO captures (id, relay_id, source, created_at, arrived_at, late, method, path, query,
-		request_headers, body, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, max_attempts)
+		request_headers, size, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, max_attempts)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	qFtsIns = `INSERT INTO captures_fts (docid, body) VALUES (?, ?)`
-	qUpdate = `UPDATE captures SET status = ?, response_status = ?, response_headers = ?, response_body = ?,
+	qBodyIns = `INSERT INTO capture_bodies (seq, body) VALUES (?, ?)`
+	qFtsIns  = `INSERT INTO captures_fts (docid, body) VALUES (?, ?)`
+	qUpdate  = `UPDATE captures SET status = ?, response_status = ?, response_headers = ?, response_body = ?,
 		error = ?, duration_us = ?, delivered_at = ?, attempts = ?, max_attempts = ?, target = ? WHERE id = ?`
 	qAttIns = `INSERT OR REPLACE INTO attempts (capture_id, n, at, response_status, error, duration_us) VALUES (?, ?, ?, ?, ?, ?)`
 )
 
-var writeQueries = []string{qSelRelay, qSelDup, qInsert, qFtsIns, qUpdate, qAttIns}
-
-// captureWriter holds one batch's prepared statements, made on first use.
-type captureWriter struct {
-	db    *DB
-	ctx   context.Context
-	tx    *sql.Tx
-	stmts map[string]*sql.Stmt
+// nstr is s as a driver value, NULL when empty.
+func nstr(s string) driver.Value {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
-func (w *captureWriter) stmt(query string) (*sql.Stmt, error) {
-	if st, ok := w.stmts[query]; ok {
-		return st, nil
+// nmicros is t in unix µs as a driver value, NULL when zero.
+func nmicros(t time.Time) driver.Value {
+	if t.IsZero() {
+		return nil
 	}
-	parent, ok := w.db.stmts[query]
-	if !ok {
-		return nil, fmt.Errorf("storage: statement not prepared: %.40s", query)
-	}
-	// On the single write connection the parent's statement is reused,
-	// not prepared again: preparing costs more than the insert itself.
-	st := w.tx.StmtContext(w.ctx, parent)
-	if w.stmts == nil {
-		w.stmts = map[string]*sql.Stmt{}
-	}
-	w.stmts[query] = st
-	return st, nil
+	return t.UnixMicro()
 }
 
-func (w *captureWriter) close() {
-	for _, st := range w.stmts {
-		st.Close()
-	}
-}
-
-func (w *captureWriter) exec(query string, args ...any) (sql.Result, error) {
-	st, err := w.stmt(query)
-	if err != nil {
-		return nil, err
-	}
-	return st.ExecContext(w.ctx, args...)
-}
-
-func (w *captureWriter) queryRow(query string, args ...any) *sql.Row {
-	st, err := w.stmt(query)
-	if err != nil {
-		return w.tx.QueryRowContext(w.ctx, query, args...) // reports the same error on Scan
-	}
-	return st.QueryRowContext(w.ctx, args...)
-}
-
-func (w *captureWriter) insert(c *Capture) error {
-	if c.RelayID != "" {
-		var id string
+func (w *rawConn) insertCapture(c *Capture) error {
+	if c.RelayID != "" && c.Late {
+		// Only a queued request is ever sent again (our ack was lost).
 		var seq int64
-		err := w.queryRow(qSelRelay, c.RelayID).Scan(&seq, &id)
-		if err == nil {
+		var id string
+		ok, err := w.queryRow(qSelRelay, []driver.Value{c.RelayID}, &seq, &id)
+		if err != nil {
+			return fmt.Errorf("storage: look up relay id: %w", err)
+		}
+		if ok {
 			c.Seq, c.ID, c.Redelivered = seq, id, true
 			return nil
-		} else if !errors.Is(err, sql.ErrNoRows) {
-			return err
 		}
 	}
 	if c.DeliveryID != "" && c.DuplicateOf == "" {
-		err := w.queryRow(qSelDup, c.DeliveryID).Scan(&c.DuplicateOf)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
+		if _, err := w.queryRow(qSelDup, []driver.Value{c.DeliveryID}, &c.DuplicateOf); err != nil {
+			return fmt.Errorf("storage: look up delivery id: %w", err)
 		}
 	}
 	if c.Status == "" {
@@ -201,52 +170,74 @@ func (w *captureWriter) insert(c *Capture) error {
 	if c.Body == nil {
 		c.Body = []byte{}
 	}
-	res, err := w.exec(qInsert,
-		c.ID, nullString(c.RelayID), c.Source, c.CreatedAt.UnixMicro(), micros(c.ArrivedAt), c.Late, c.Method, c.Path, c.Query,
-		c.RequestHeaders, c.Body, c.Target, nullString(c.Event), nullString(c.CallID), nullString(c.DeliveryID), nullString(c.OccurredAt),
-		nullString(c.DuplicateOf), nullString(c.ReplayOf), c.Status, c.MaxAttempts)
+	c.Size = len(c.Body)
+	seq, err := w.exec(qInsert,
+		c.ID, nstr(c.RelayID), c.Source, c.CreatedAt.UnixMicro(), nmicros(c.ArrivedAt), c.Late, c.Method, c.Path, c.Query,
+		c.RequestHeaders, int64(len(c.Body)), c.Target, nstr(c.Event), nstr(c.CallID), nstr(c.DeliveryID), nstr(c.OccurredAt),
+		nstr(c.DuplicateOf), nstr(c.ReplayOf), c.Status, int64(c.MaxAttempts))
 	if err != nil {
-		return err
+		return fmt.Errorf("storage: insert capture: %w", err)
 	}
-	if c.Seq, err = res.LastInsertId(); err != nil {
-		return err
+	c.Seq = seq
+	if _, err := w.exec(qBodyIns, seq, c.Body); err != nil {
+		return fmt.Errorf("storage: insert capture body: %w", err)
 	}
-	if len(c.Body) > 0 && len(c.Body) <= maxIndexedBody && utf8.Valid(c.Body) {
-		if _, err := w.exec(qFtsIns, c.Seq, string(c.Body)); err != nil {
-			return err
+	if indexable(c.Body) {
+		if _, err := w.exec(qFtsIns, seq, string(c.Body)); err != nil {
+			return fmt.Errorf("storage: index capture body: %w", err)
 		}
 	}
 	return nil
 }
 
-func (w *captureWriter) update(c *Capture) error {
-	var status sql.NullInt64
+// indexable reports whether a body goes into the full-text index.
+func indexable(body []byte) bool {
+	return len(body) > 0 && len(body) <= maxIndexedBody && utf8.Valid(body)
+}
+
+func (w *rawConn) updateCapture(c *Capture) error {
+	var status, dur driver.Value
 	if c.ResponseStatus > 0 {
-		status = sql.NullInt64{Int64: int64(c.ResponseStatus), Valid: true}
+		status = int64(c.ResponseStatus)
 	}
-	var dur sql.NullInt64
 	if c.Duration >= 0 {
-		dur = sql.NullInt64{Int64: c.Duration.Microseconds(), Valid: true}
+		dur = c.Duration.Microseconds()
 	}
-	_, err := w.exec(qUpdate,
-		c.Status, status, nullString(c.ResponseHeaders), c.ResponseBody, nullString(c.Error), dur, micros(c.DeliveredAt),
-		c.Attempts, c.MaxAttempts, c.Target, c.ID)
-	if err != nil || c.LastAttempt == nil {
-		return err
+	var respBody driver.Value
+	if c.ResponseBody != nil {
+		respBody = c.ResponseBody
+	}
+	if _, err := w.exec(qUpdate,
+		c.Status, status, nstr(c.ResponseHeaders), respBody, nstr(c.Error), dur, nmicros(c.DeliveredAt),
+		int64(c.Attempts), int64(c.MaxAttempts), c.Target, c.ID); err != nil {
+		return fmt.Errorf("storage: record response: %w", err)
+	}
+	if c.LastAttempt == nil {
+		return nil
 	}
 	a := *c.LastAttempt
-	var astatus sql.NullInt64
+	var astatus driver.Value
 	if a.ResponseStatus > 0 {
-		astatus = sql.NullInt64{Int64: int64(a.ResponseStatus), Valid: true}
+		astatus = int64(a.ResponseStatus)
 	}
-	_, err = w.exec(qAttIns,
-		c.ID, a.N, a.At.UnixMicro(), astatus, nullString(a.Error), a.Duration.Microseconds())
-	return err
+	if _, err := w.exec(qAttIns, c.ID, int64(a.N), a.At.UnixMicro(), astatus, nstr(a.Error), a.Duration.Microseconds()); err != nil {
+		return fmt.Errorf("storage: record attempt: %w", err)
+	}
+	return nil
 }
 
 const captureColumns = `seq, id, relay_id, source, created_at, arrived_at, late, method, path, query, request_headers,
-	length(body), target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, response_status,
+	size, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, response_status,
 	error, duration_us, delivered_at, attempts, max_attempts`
+
+// capturePrefixed is captureColumns qualified by the alias c, for joins.
+var capturePrefixed = func() string {
+	cols := strings.Split(captureColumns, ",")
+	for i, col := range cols {
+		cols[i] = "c." + strings.TrimSpace(col)
+	}
+	return strings.Join(cols, ", ")
+}()
 
 func scanCapture(sc interface{ Scan(...any) error }, extra ...any) (*Capture, error) {
 	var (
@@ -278,7 +269,8 @@ func scanCapture(sc interface{ Scan(...any) error }, extra ...any) (*Capture, er
 func (db *DB) Capture(ctx context.Context, id string) (*Capture, error) {
 	var respHeaders sql.NullString
 	var body, respBody []byte
-	row := db.read.QueryRowContext(ctx, `SELECT `+captureColumns+`, body, response_headers, response_body FROM captures WHERE id = ?`, id)
+	row := db.read.QueryRowContext(ctx, `SELECT `+capturePrefixed+`, b.body, c.response_headers, c.response_body
+		FROM captures c LEFT JOIN capture_bodies b ON b.seq = c.seq WHERE c.id = ?`, id)
 	c, err := scanCapture(row, &body, &respHeaders, &respBody)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound

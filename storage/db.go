@@ -52,31 +52,10 @@ type DB struct {
 	write  *sql.DB // one connection: every write goes through it
 	read   *sql.DB // read-only pool
 
-	stmtMu sync.Mutex
-	stmts  map[string]*sql.Stmt // set once under stmtMu by prepareWrites, then read-only
-}
+	rawMu sync.Mutex
+	raw   *rawConn // the capture writer's driver connection; see writer.go
 
-// prepareWrites prepares the capture writer's statements on the write
-// connection, once.
-func (db *DB) prepareWrites(ctx context.Context) error {
-	db.stmtMu.Lock()
-	defer db.stmtMu.Unlock()
-	if db.stmts != nil {
-		return nil
-	}
-	stmts := map[string]*sql.Stmt{}
-	for _, q := range writeQueries {
-		st, err := db.write.PrepareContext(ctx, q)
-		if err != nil {
-			for _, st := range stmts {
-				st.Close()
-			}
-			return err
-		}
-		stmts[q] = st
-	}
-	db.stmts = stmts
-	return nil
+	ckpt *checkpointer // agent databases: WAL checkpoints off the commit path
 }
 
 // Open opens (creating if needed) the database at path and applies any
@@ -122,31 +101,45 @@ func Open(ctx context.Context, path string, schema Schema) (*DB, error) {
 	r.SetMaxOpenConns(n)
 	r.SetMaxIdleConns(n)
 	db.read = r
+	if schema == SchemaAgent {
+		if db.ckpt, err = startCheckpointer(ctx, dsn("")); err != nil {
+			r.Close()
+			w.Close()
+			return nil, err
+		}
+	}
 	return db, nil
 }
 
 // Path is the database file.
 func (db *DB) Path() string { return db.path }
 
-// Close closes both pools.
+// Close stops the checkpointer and closes the connections.
 func (db *DB) Close() error {
 	var errs []error
 	if db.read != nil {
 		errs = append(errs, db.read.Close())
 	}
-	db.stmtMu.Lock()
-	for _, st := range db.stmts {
-		errs = append(errs, st.Close())
+	if db.ckpt != nil {
+		errs = append(errs, db.ckpt.close())
 	}
-	db.stmts = nil
-	db.stmtMu.Unlock()
+	db.rawMu.Lock()
+	if db.raw != nil {
+		errs = append(errs, db.raw.close())
+		db.raw = nil
+	}
+	db.rawMu.Unlock()
 	errs = append(errs, db.write.Close())
 	return errors.Join(errs...)
 }
 
 // migrate applies, in file-name order, every migration of db.schema not yet
 // recorded in schema_migrations, each in its own transaction.
-func (db *DB) migrate(ctx context.Context) error {
+func (db *DB) migrate(ctx context.Context) error { return db.migrateThrough(ctx, "") }
+
+// migrateThrough applies the migrations up to and including the file named
+// last ("": all of them); tests build databases of older schemas with it.
+func (db *DB) migrateThrough(ctx context.Context, last string) error {
 	if _, err := db.write.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
 		return fmt.Errorf("storage: migrations table: %w", err)
 	}
@@ -163,6 +156,9 @@ func (db *DB) migrate(ctx context.Context) error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
+		if last != "" && name > last {
+			break
+		}
 		if err := db.migrateOne(ctx, dir, name); err != nil {
 			return err
 		}

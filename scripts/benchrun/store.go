@@ -43,10 +43,15 @@ func callBodies(k int, start time.Time) []callevent.Payload {
 	return spec.Events()
 }
 
-// captureOf builds the capture the agent would save for payload p.
+// captureOf builds the capture the agent would save for payload p, with a
+// time-ordered (UUIDv7) id as the agent gives it.
 func captureOf(p callevent.Payload, body []byte, at time.Time) *storage.Capture {
+	id, err := uuid.NewV7()
+	if err != nil { // only when the random source fails
+		id = uuid.New()
+	}
 	return &storage.Capture{
-		ID: uuid.NewString(), Source: inspector.SourceTunnel, CreatedAt: at, Method: "POST", Path: "/voice",
+		ID: id.String(), Source: inspector.SourceTunnel, CreatedAt: at, Method: "POST", Path: "/voice",
 		RequestHeaders: `[["Host","relay.example.com"],["Accept-Encoding","gzip"],["Content-Type","application/json"],["User-Agent","voice-service/1.0"]]`,
 		Body:           body, Target: "http://127.0.0.1:3000/webhooks/voice",
 		Event: p.Event, CallID: p.Call.CallID, DeliveryID: p.ID, OccurredAt: p.OccurredAt,
@@ -198,7 +203,7 @@ func answered(c *storage.Capture) *storage.Capture {
 }
 
 // storeGenVersion changes when the synthetic store's content does.
-const storeGenVersion = "2"
+const storeGenVersion = "3"
 
 // bigStore returns a store of size captures, built once and kept under
 // cacheDir, keyed by the agent schema's migrations: a schema change
