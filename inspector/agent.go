@@ -65,8 +65,9 @@ type Config struct {
 type Agent struct {
 	cfg       Config
 	store     *storage.DB
-	forwardTo *url.URL // nil when no local handler is configured
-	client    *http.Client
+	forwardTo *url.URL       // nil when no local handler is configured
+	client    *http.Client   // https targets
+	handler   *handlerClient // http targets: the local handler, usually
 	log       *slog.Logger
 	hub       *hub
 
@@ -134,6 +135,7 @@ func NewAgent(cfg Config) (*Agent, error) {
 		}
 		a.forwardTo = u
 	}
+	a.handler = newHandlerClient(cfg.ForwardTimeout, cfg.MaxBody)
 	a.client = &http.Client{
 		Timeout: cfg.ForwardTimeout,
 		Transport: &http.Transport{
@@ -197,6 +199,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.media.Wait()
 	}
 	a.FlushConsole()
+	a.handler.closeIdle()
 	return nil
 }
 
@@ -213,6 +216,8 @@ func (a *Agent) writeLoop(ctx context.Context) {
 	const maxBatch = 256
 	batch := make([]writeOp, 0, maxBatch)
 	var acks []*relay.Stream
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
 		batch = batch[:0]
 		select {
@@ -229,6 +234,28 @@ func (a *Agent) writeLoop(ctx context.Context) {
 			default:
 				break more
 			}
+		}
+		if onlyResponses(batch) {
+			// Nobody waits for a response to be recorded (the sender has
+			// its answer), so it waits a moment for the next request's
+			// insert and shares its commit: one commit per request, not
+			// two. An insert or a Flush ends the wait at once.
+			linger.Reset(responseLinger)
+		wait:
+			for len(batch) < maxBatch {
+				select {
+				case op := <-a.ops:
+					batch = append(batch, op)
+					if op.update == nil {
+						break wait
+					}
+				case <-linger.C:
+					break wait
+				case <-ctx.Done():
+					break wait
+				}
+			}
+			linger.Stop()
 		}
 		var inserts, updates []*storage.Capture
 		for _, op := range batch {
@@ -271,6 +298,20 @@ func (a *Agent) writeLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// responseLinger is how long a batch of recorded responses alone waits for
+// an insert to share its commit.
+const responseLinger = 5 * time.Millisecond
+
+// onlyResponses reports a batch of response updates that nobody waits on.
+func onlyResponses(batch []writeOp) bool {
+	for _, op := range batch {
+		if op.insert != nil || op.update == nil || op.after != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // save queues a write and waits for its commit.
@@ -505,6 +546,15 @@ func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header
 		req.Header.Add(f.Name, f.Value)
 	}
 	req.ContentLength = int64(len(c.Body))
+	if req.URL.Scheme == "http" {
+		resp, err := a.handler.do(ctx, req)
+		if err != nil {
+			var ue *url.Error
+			timeout := errors.As(err, &ue) && ue.Timeout()
+			return sendResult{err: err.Error(), timeout: timeout}
+		}
+		return sendResult{status: resp.status, header: relay.HeaderFrom(resp.header, ""), body: resp.body}
+	}
 	resp, err := a.client.Do(req)
 	if err != nil {
 		var ue *url.Error

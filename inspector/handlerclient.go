@@ -1,0 +1,209 @@
+package inspector
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// handlerClient sends requests to the developer's local handler over
+// pooled keep-alive connections and reads each answer in the calling
+// goroutine. net/http's Transport passes every request through two
+// goroutines of its connection (a writer and a reader) and back; at one
+// request in flight those hand-offs cost several times what the handler
+// itself takes on loopback. The wire format is still net/http's own:
+// Request.Write and ReadResponse. Plain http only; https targets go
+// through the ordinary client.
+type handlerClient struct {
+	timeout time.Duration // the whole exchange, dial included
+	maxBody int64         // a larger response body is an error
+	dialer  net.Dialer
+
+	mu   sync.Mutex
+	idle map[string][]*handlerConn // guarded by mu: idle connections by host:port, most recent last
+}
+
+// handlerConn is one keep-alive connection to a handler.
+type handlerConn struct {
+	net.Conn
+	addr string // the pool's key: host:port as the target names it
+	br   *bufio.Reader
+	bw *bufio.Writer
+}
+
+const maxIdlePerHost = 64
+
+func newHandlerClient(timeout time.Duration, maxBody int64) *handlerClient {
+	return &handlerClient{timeout: timeout, maxBody: maxBody, idle: map[string][]*handlerConn{},
+		dialer: net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}}
+}
+
+// handlerResponse is what the handler answered, its body read whole.
+type handlerResponse struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// errBodyTooLarge is returned for a response body over maxBody.
+var errBodyTooLarge = errors.New("response body too large")
+
+// do sends req (an http URL, a body of known length) and reads the answer.
+// Errors are *url.Error, as net/http's client returns them.
+func (hc *handlerClient) do(ctx context.Context, req *http.Request) (*handlerResponse, error) {
+	addr := req.URL.Host
+	if req.URL.Port() == "" {
+		addr = net.JoinHostPort(req.URL.Hostname(), "80")
+	}
+	deadline := time.Now().Add(hc.timeout)
+	for try := 0; ; try++ {
+		conn, reused, err := hc.get(ctx, addr)
+		if err != nil {
+			return nil, hc.urlError(req, err)
+		}
+		if try > 0 && req.GetBody != nil {
+			if req.Body, err = req.GetBody(); err != nil {
+				conn.Close()
+				return nil, hc.urlError(req, err)
+			}
+		}
+		resp, err := hc.exchange(ctx, conn, req, deadline)
+		if err == nil {
+			return resp, nil
+		}
+		// A kept-alive connection the handler closed just as we wrote
+		// never had the request read: try once more on a new one.
+		if reused && try == 0 && staleConn(err) && (req.Body == nil || req.GetBody != nil) {
+			continue
+		}
+		return nil, hc.urlError(req, err)
+	}
+}
+
+func (hc *handlerClient) exchange(ctx context.Context, conn *handlerConn, req *http.Request, deadline time.Time) (*handlerResponse, error) {
+	conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	keep := false
+	defer func() {
+		if keep && ctx.Err() == nil {
+			hc.put(conn)
+		} else {
+			conn.Close()
+		}
+	}()
+	if err := req.Write(conn.bw); err != nil {
+		return nil, err
+	}
+	if err := conn.bw.Flush(); err != nil {
+		return nil, err
+	}
+	var resp *http.Response
+	for {
+		var err error
+		if resp, err = http.ReadResponse(conn.br, req); err != nil {
+			return nil, err
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+		resp.Body.Close() // an informational answer (103): the real one follows
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, hc.maxBody+1))
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(body)) > hc.maxBody {
+		return nil, errBodyTooLarge
+	}
+	keep = !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols
+	return &handlerResponse{status: resp.StatusCode, header: resp.Header, body: body}, nil
+}
+
+// get returns a live idle connection to addr, or dials one.
+func (hc *handlerClient) get(ctx context.Context, addr string) (*handlerConn, bool, error) {
+	for {
+		hc.mu.Lock()
+		list := hc.idle[addr]
+		var conn *handlerConn
+		if n := len(list); n > 0 {
+			conn = list[n-1]
+			list[n-1] = nil
+			hc.idle[addr] = list[:n-1]
+		}
+		hc.mu.Unlock()
+		if conn == nil {
+			break
+		}
+		if conn.alive() {
+			return conn, true, nil
+		}
+		conn.Close()
+	}
+	c, err := hc.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, false, err
+	}
+	return &handlerConn{Conn: c, addr: addr, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 16<<10)}, false, nil
+}
+
+func (hc *handlerClient) put(conn *handlerConn) {
+	conn.SetDeadline(time.Time{})
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	if len(hc.idle[conn.addr]) >= maxIdlePerHost {
+		conn.Close()
+		return
+	}
+	hc.idle[conn.addr] = append(hc.idle[conn.addr], conn)
+}
+
+// alive reports whether an idle connection is still open: the handler may
+// have closed it (Node closes idle ones after 5 s), and an early answer or
+// stray bytes make it unusable too. One non-blocking read tells.
+func (c *handlerConn) alive() bool {
+	if c.br.Buffered() > 0 {
+		return false
+	}
+	c.SetReadDeadline(time.Now())
+	_, err := c.br.Peek(1)
+	c.SetReadDeadline(time.Time{})
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// closeIdle closes the idle connections.
+func (hc *handlerClient) closeIdle() {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	for addr, list := range hc.idle {
+		for _, c := range list {
+			c.Close()
+		}
+		delete(hc.idle, addr)
+	}
+}
+
+// staleConn reports an error of a connection the other side had closed.
+func staleConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+func (hc *handlerClient) urlError(req *http.Request, err error) error {
+	if errors.Is(err, errBodyTooLarge) {
+		err = fmt.Errorf("the response body is larger than %d bytes", hc.maxBody)
+	}
+	op := req.Method[:1] + strings.ToLower(req.Method[1:])
+	return &url.Error{Op: op, URL: req.URL.String(), Err: err}
+}

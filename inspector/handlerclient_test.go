@@ -1,0 +1,174 @@
+package inspector
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// rawHandler serves each connection with answer, a function that reads
+// requests from it and writes whatever bytes it likes back: a handler that
+// misbehaves exactly as asked. It returns the address and the number of
+// connections accepted.
+func rawHandler(t *testing.T, answer func(br *bufio.Reader, c net.Conn)) (string, *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var conns atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer c.Close()
+				answer(bufio.NewReader(c), c)
+			}()
+		}
+	}()
+	return ln.Addr().String(), &conns
+}
+
+func postTo(t *testing.T, hc *handlerClient, u, body string) (*handlerResponse, error) {
+	t.Helper()
+	req, err := http.NewRequest("POST", u, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hc.do(context.Background(), req)
+}
+
+func TestHandlerClientKeepsConnectionsAlive(t *testing.T) {
+	var conns atomic.Int64
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			w.Header().Add("X-Seen", "1")
+			w.Header().Add("X-Seen", "2")
+			w.WriteHeader(201)
+			w.Write(bytes.ToUpper(b))
+		}),
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		},
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	hc := newHandlerClient(5*time.Second, 1<<20)
+	defer hc.closeIdle()
+	for i := range 5 {
+		resp, err := postTo(t, hc, "http://"+ln.Addr().String()+"/hook?x=1", "hello")
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if resp.status != 201 || string(resp.body) != "HELLO" || len(resp.header.Values("X-Seen")) != 2 {
+			t.Fatalf("request %d: %d %q %v", i, resp.status, resp.body, resp.header)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("5 sequential requests used %d connections, want 1", n)
+	}
+}
+
+func TestHandlerClientHandlerClosedIdleConnection(t *testing.T) {
+	// Answers one request with keep-alive, then closes: the next request
+	// must go out on a new connection and succeed.
+	addr, conns := rawHandler(t, func(br *bufio.Reader, c net.Conn) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	hc := newHandlerClient(5*time.Second, 1<<20)
+	defer hc.closeIdle()
+	for i := range 3 {
+		resp, err := postTo(t, hc, "http://"+addr+"/", "{}")
+		if err != nil || resp.status != 200 || string(resp.body) != "ok" {
+			t.Fatalf("request %d: %v %+v", i, err, resp)
+		}
+	}
+	if n := conns.Load(); n != 3 {
+		t.Errorf("connections: %d, want 3", n)
+	}
+}
+
+func TestHandlerClientChunkedAfterEarlyHints(t *testing.T) {
+	addr, _ := rawHandler(t, func(br *bufio.Reader, c net.Conn) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"+
+				"HTTP/1.1 202 Accepted\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+		}
+	})
+	hc := newHandlerClient(5*time.Second, 1<<20)
+	defer hc.closeIdle()
+	for i := range 2 {
+		resp, err := postTo(t, hc, "http://"+addr+"/", "{}")
+		if err != nil || resp.status != 202 || string(resp.body) != "hello world" {
+			t.Fatalf("request %d: %v %+v", i, err, resp)
+		}
+	}
+}
+
+func TestHandlerClientLimitsAndTimeouts(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	addr, _ := rawHandler(t, func(br *bufio.Reader, c net.Conn) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body)
+		switch req.URL.Path {
+		case "/big":
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n"+strings.Repeat("x", 100))
+		case "/slow":
+			<-release
+		}
+	})
+	hc := newHandlerClient(300*time.Millisecond, 10)
+	defer hc.closeIdle()
+	_, err := postTo(t, hc, "http://"+addr+"/big", "{}")
+	if err == nil || !strings.Contains(err.Error(), "larger than 10 bytes") {
+		t.Errorf("a 100-byte answer with a 10-byte limit: %v", err)
+	}
+	_, err = postTo(t, hc, "http://"+addr+"/slow", "{}")
+	var ue *url.Error
+	if !errors.As(err, &ue) || !ue.Timeout() {
+		t.Errorf("a handler that never answers: %v, want a timeout", err)
+	}
+	// Nobody listening: the error names the method and URL, as net/http's does.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close()
+	_, err = postTo(t, hc, "http://"+dead+"/x", "{}")
+	if err == nil || !strings.HasPrefix(err.Error(), `Post "http://`+dead+`/x"`) || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("nobody listening: %v", err)
+	}
+}
