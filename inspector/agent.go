@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/calltap/calltap/inspector/callevent"
@@ -71,7 +72,8 @@ type Agent struct {
 	log       *slog.Logger
 	hub       *hub
 
-	ops chan writeOp // to writeLoop
+	ops       chan writeOp // to writeLoop
+	unsettled atomic.Int64 // responses queued for writeLoop and not yet committed
 
 	late     chan struct{} // cap 1: wakes lateLoop
 	lateMu   sync.Mutex
@@ -267,6 +269,11 @@ func (a *Agent) writeLoop(ctx context.Context) {
 			}
 		}
 		err := a.store.WriteCaptures(context.WithoutCancel(ctx), inserts, updates)
+		for _, op := range batch {
+			if op.update != nil && op.after == nil {
+				a.unsettled.Add(-1)
+			}
+		}
 		if err != nil {
 			a.log.Error("saving captures", "err", err, "inserts", len(inserts), "updates", len(updates))
 		}
@@ -328,6 +335,15 @@ func (a *Agent) save(ctx context.Context, op writeOp) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// settle waits, when responses are still waiting to be committed (see
+// responseLinger), until they are: readers of the store then see every
+// response the agent already sent back.
+func (a *Agent) settle(ctx context.Context) {
+	if a.unsettled.Load() > 0 {
+		a.Flush(ctx)
 	}
 }
 
@@ -490,9 +506,11 @@ func (a *Agent) deliverWith(ctx context.Context, c *storage.Capture, n int, h re
 	// update commits with the next batch. A copy, since a retry may change
 	// c before the batch runs.
 	update := *c
+	a.unsettled.Add(1)
 	select {
 	case a.ops <- writeOp{update: &update}:
 	case <-ctx.Done():
+		a.unsettled.Add(-1)
 	}
 	a.printLine(c)
 	out := &relay.Response{Status: res.status, Header: res.header, Body: res.body, Error: res.err}

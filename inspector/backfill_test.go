@@ -395,6 +395,11 @@ func TestEndToEndFromTheServiceToTheHandler(t *testing.T) {
 	if n := len(h.forCall(failing)); n != emulator.MaxAttempts {
 		t.Errorf("the handler got %d attempts, want %d", n, emulator.MaxAttempts)
 	}
+	// Recorded responses may wait a moment to share a commit; Flush
+	// commits them.
+	if err := st.Agent.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	rows := captures(t, ctx, st.AgentDB, storage.CaptureFilter{DeliveryID: ds[0].ID})
 	dups := 0
 	for _, r := range rows {

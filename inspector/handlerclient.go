@@ -37,7 +37,7 @@ type handlerConn struct {
 	net.Conn
 	addr string // the pool's key: host:port as the target names it
 	br   *bufio.Reader
-	bw *bufio.Writer
+	bw   *bufio.Writer
 }
 
 const maxIdlePerHost = 64

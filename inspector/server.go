@@ -93,6 +93,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Frame-Options", "DENY")
+	if strings.HasPrefix(r.URL.Path, "/api/") && r.URL.Path != "/api/v1/ext/stream" {
+		// What the API shows includes every response already sent back.
+		s.agent.settle(r.Context())
+	}
 	s.mux.ServeHTTP(w, r)
 }
 
