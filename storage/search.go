@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -12,8 +13,12 @@ import (
 // in a fifth of the bodies that is 200,000 lookups. The full-text index
 // alone knows both the count and the newest matches (docid = seq), so:
 //
-//   - one pass over the index, newest first and capped at searchCap,
-//     gives every match of a rare query (a lead id, a call id);
+//   - one pass over the index, capped at searchCap, gives every match of
+//     a rare query (a lead id, a call id). It reads oldest first: FTS4
+//     then reads the doclists incrementally, which stops early for a
+//     common term and, for a phrase with a common token ("L-123" is
+//     "l" "123"), walks the common token's doclist without loading it
+//     whole (measured at 10⁶: 7–10 ms against 15–18 ms newest first);
 //   - a query with more matches and no other filter is counted on the
 //     index and paged on it;
 //   - a query with more matches and other filters goes through captures,
@@ -23,14 +28,15 @@ import (
 const searchCap = 1000
 
 func (db *DB) searchCaptures(ctx context.Context, f CaptureFilter, q string) ([]*Capture, int, error) {
-	seqs, err := db.ftsSeqs(ctx, q, searchCap+1, 0)
+	seqs, err := db.ftsSeqs(ctx, q, "ASC", searchCap+1, 0)
 	if err != nil {
 		return nil, 0, err
 	}
 	conds, args := f.conds()
 	switch {
 	case len(seqs) <= searchCap:
-		// Every match is in hand.
+		// Every match is in hand; newest first.
+		slices.Reverse(seqs)
 		if len(conds) == 0 {
 			return db.capturesBySeq(ctx, page(seqs, f.Page), len(seqs))
 		}
@@ -46,12 +52,8 @@ func (db *DB) searchCaptures(ctx context.Context, f CaptureFilter, q string) ([]
 		if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM captures_fts WHERE captures_fts MATCH ?`, q).Scan(&count); err != nil {
 			return nil, 0, fmt.Errorf("storage: count search matches: %w", err)
 		}
-		if f.Offset+f.Limit > len(seqs) {
-			if seqs, err = db.ftsSeqs(ctx, q, f.Limit, f.Offset); err != nil {
-				return nil, 0, err
-			}
-		} else {
-			seqs = page(seqs, f.Page)
+		if seqs, err = db.ftsSeqs(ctx, q, "DESC", f.Limit, f.Offset); err != nil {
+			return nil, 0, err
 		}
 		return db.capturesBySeq(ctx, seqs, count)
 	default:
@@ -67,9 +69,12 @@ func page(seqs []int64, p Page) []int64 {
 }
 
 // ftsSeqs returns the seqs of the captures whose body matches FTS query
-// q, newest first.
-func (db *DB) ftsSeqs(ctx context.Context, q string, limit, offset int) ([]int64, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT docid FROM captures_fts WHERE captures_fts MATCH ? ORDER BY docid DESC LIMIT ? OFFSET ?`,
+// q, in order ("ASC" or "DESC").
+func (db *DB) ftsSeqs(ctx context.Context, q, order string, limit, offset int) ([]int64, error) {
+	if order != "ASC" && order != "DESC" {
+		return nil, fmt.Errorf("storage: search order %q", order)
+	}
+	rows, err := db.read.QueryContext(ctx, `SELECT docid FROM captures_fts WHERE captures_fts MATCH ? ORDER BY docid `+order+` LIMIT ? OFFSET ?`,
 		q, limit, offset)
 	if err != nil {
 		return nil, fmt.Errorf("storage: search: %w", err)
