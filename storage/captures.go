@@ -300,6 +300,23 @@ type CaptureFilter struct {
 }
 
 func (f *CaptureFilter) where() (string, []any) {
+	conds, args := f.conds()
+	if q := ftsQuery(f.Text); q != "" {
+		conds = append(conds, "seq IN (SELECT docid FROM captures_fts WHERE captures_fts MATCH ?)")
+		args = append(args, q)
+	}
+	return joinWhere(conds), args
+}
+
+func joinWhere(conds []string) string {
+	if len(conds) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(conds, " AND ")
+}
+
+// conds is the filter's conditions on captures columns: all but Text.
+func (f *CaptureFilter) conds() ([]string, []any) {
 	var conds []string
 	var args []any
 	add := func(cond string, a ...any) {
@@ -342,13 +359,7 @@ func (f *CaptureFilter) where() (string, []any) {
 			add("duplicate_of IS NULL")
 		}
 	}
-	if q := ftsQuery(f.Text); q != "" {
-		add("seq IN (SELECT docid FROM captures_fts WHERE captures_fts MATCH ?)", q)
-	}
-	if len(conds) == 0 {
-		return "", nil
-	}
-	return " WHERE " + strings.Join(conds, " AND "), args
+	return conds, args
 }
 
 // ftsQuery turns what a user typed into an FTS4 query that cannot be a
@@ -364,18 +375,32 @@ func ftsQuery(s string) string {
 // Captures lists captures newest first, without bodies, and counts all that
 // match the filter.
 func (db *DB) Captures(ctx context.Context, f CaptureFilter) ([]*Capture, int, error) {
+	if q := ftsQuery(f.Text); q != "" {
+		return db.searchCaptures(ctx, f, q)
+	}
+	return db.listCaptures(ctx, f)
+}
+
+// listCaptures is Captures without the shortcuts of searchCaptures.
+func (db *DB) listCaptures(ctx context.Context, f CaptureFilter) ([]*Capture, int, error) {
 	where, args := f.where()
+	return db.listWhere(ctx, where, args, f.Page)
+}
+
+// listWhere lists a page of the captures matching where, newest first,
+// and counts them all.
+func (db *DB) listWhere(ctx context.Context, where string, args []any, p Page) ([]*Capture, int, error) {
 	var count int
 	if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM captures`+where, args...).Scan(&count); err != nil {
 		return nil, 0, err
 	}
 	rows, err := db.read.QueryContext(ctx, `SELECT `+captureColumns+` FROM captures`+where+` ORDER BY seq DESC LIMIT ? OFFSET ?`,
-		append(args, f.Limit, f.Offset)...)
+		append(args, p.Limit, p.Offset)...)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer rows.Close()
-	out := make([]*Capture, 0, f.Limit)
+	out := make([]*Capture, 0, max(p.Limit, 0))
 	for rows.Next() {
 		c, err := scanCapture(rows)
 		if err != nil {
