@@ -64,7 +64,10 @@ const (
 )
 
 // maxIndexedBody keeps huge bodies out of the full-text index.
-const maxIndexedBody = 1 << 20
+const (
+	maxIndexedBody     = 1 << 20
+	maxIndexedBodyText = "1048576" // the same, in SQL
+)
 
 func micros(t time.Time) sql.NullInt64 {
 	if t.IsZero() {
@@ -87,13 +90,32 @@ func fromMicros(n sql.NullInt64) time.Time {
 // It runs on the driver's connection itself (see writer.go): statements
 // prepared once, no goroutine per statement. ctx is only checked between
 // statements.
+//
+// Captures reach the full-text index later (see searchindex.go), except
+// that a commit beyond the backlog's bound also indexes as many of the
+// oldest as it saves.
 func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) error {
-	return db.writeRaw(ctx, func(w *rawConn) error {
+	var upto, last int64
+	err := db.writeRaw(ctx, func(w *rawConn) error {
+		var err error
+		if upto, last, err = db.search.load(w); err != nil {
+			return err
+		}
+		saved := 0
 		for _, c := range inserts {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			if err := w.insertCapture(c); err != nil {
+				return err
+			}
+			if !c.Redelivered {
+				last = max(last, c.Seq)
+				saved++
+			}
+		}
+		if saved > 0 && last-upto > db.search.max {
+			if upto, err = w.indexBodies(upto, saved); err != nil {
 				return err
 			}
 		}
@@ -107,6 +129,11 @@ func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) er
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	db.search.set(upto, last)
+	return nil
 }
 
 // The writer's statements, prepared once on the write connection.
@@ -181,11 +208,6 @@ func (w *rawConn) insertCapture(c *Capture) error {
 	c.Seq = seq
 	if _, err := w.exec(qBodyIns, seq, c.Body); err != nil {
 		return fmt.Errorf("storage: insert capture body: %w", err)
-	}
-	if indexable(c.Body) {
-		if _, err := w.exec(qFtsIns, seq, string(c.Body)); err != nil {
-			return fmt.Errorf("storage: index capture body: %w", err)
-		}
 	}
 	return nil
 }
@@ -376,6 +398,9 @@ func ftsQuery(s string) string {
 // match the filter.
 func (db *DB) Captures(ctx context.Context, f CaptureFilter) ([]*Capture, int, error) {
 	if q := ftsQuery(f.Text); q != "" {
+		if err := db.catchUpSearch(ctx); err != nil {
+			return nil, 0, err
+		}
 		return db.searchCaptures(ctx, f, q)
 	}
 	return db.listCaptures(ctx, f)

@@ -56,6 +56,8 @@ type DB struct {
 	raw   *rawConn // the capture writer's driver connection; see writer.go
 
 	ckpt *checkpointer // agent databases: WAL checkpoints off the commit path
+
+	search searchState // agent databases: the full-text indexer's position
 }
 
 // Open opens (creating if needed) the database at path and applies any
@@ -81,6 +83,7 @@ func Open(ctx context.Context, path string, schema Schema) (*DB, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	db := &DB{path: path, schema: schema, write: w}
+	db.search.max = searchBacklogMax
 	if err := w.PingContext(ctx); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("storage: open %s: %w", path, err)

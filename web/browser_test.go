@@ -164,6 +164,26 @@ func (tb *tab) do(actions ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// click clicks the element sel selects, as a person would. The live views
+// re-render as events arrive, and a node replaced between chromedp's
+// query and its click fails the click: then it queries again.
+func (tb *tab) click(sel string) {
+	tb.t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		ctx, cancel := context.WithTimeout(tb.ctx, wait)
+		err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		if err == nil {
+			return
+		}
+		if !strings.Contains(err.Error(), "Could not find node") || time.Now().After(deadline) {
+			tb.shot("failed")
+			tb.t.Fatalf("browser: clicking %s: %v", sel, err)
+		}
+	}
+}
+
 func (tb *tab) open(path string) {
 	tb.t.Helper()
 	tb.do(chromedp.Navigate(tb.base + path))
@@ -415,7 +435,7 @@ func TestBrowser(t *testing.T) {
 		}
 		tb.shot("live")
 
-		tb.do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-view=requests] .vrow[data-key=%q] .c-path`, id))))
+		tb.click(fmt.Sprintf(`[data-view=requests] .vrow[data-key=%q] .c-path`, id))
 		tb.waitFor("the detail", `location.pathname === '/requests/`+id+`' && !!document.querySelector('.detail-pane .tab-request .htable')`)
 		headers := tb.str(`[...document.querySelectorAll('.detail-pane .tab-request .htable tr')].map(r => r.cells[0].textContent + ': ' + r.cells[1].textContent).join('\n')`)
 		for _, want := range []string{"X-Calltap-Test: first", "X-Calltap-Test: second", "Content-Type: application/json"} {
@@ -442,18 +462,18 @@ func TestBrowser(t *testing.T) {
 
 		// Collapse the call block and open it again.
 		callNode := `document.querySelector('.detail-pane .jn[data-path="call"]')`
-		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .jn[data-path="call"] > .jhead`)))
+		tb.click(`.detail-pane .jn[data-path="call"] > .jhead`)
 		tb.waitFor("the call block to collapse", callNode+`.classList.contains('collapsed')`)
-		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .jn[data-path="call"] > .jhead`)))
+		tb.click(`.detail-pane .jn[data-path="call"] > .jhead`)
 		tb.waitFor("the call block to open", `!`+callNode+`.classList.contains('collapsed')`)
 
 		// The response tab shows the handler's answer.
-		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .tab[data-tab=response]`)))
+		tb.click(`.detail-pane .tab[data-tab=response]`)
 		tb.waitFor("the response", `document.querySelector('.detail-pane .tab-response')?.textContent.includes('X-Handler')`)
 		if !strings.Contains(tb.str(`document.querySelector('.detail-pane .tab-response').textContent`), `"ok"`) {
 			t.Error("the response tab does not show the handler's body")
 		}
-		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .tab[data-tab=request]`)))
+		tb.click(`.detail-pane .tab[data-tab=request]`)
 
 		// Keyboard: a second capture, then k/j and Enter move and open.
 		s.send(t, "/webhooks/voice", event("call.started", callID, time.Now(), nil))
@@ -480,7 +500,7 @@ func TestBrowser(t *testing.T) {
 		tb := newTab(t, browser, s.InspectorURL)
 		tb.open("/requests/" + orig) // a client route, straight from the address bar
 		tb.waitFor("the detail", `!!document.querySelector('.detail-pane .act-edit')`)
-		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .act-edit`)))
+		tb.click(`.detail-pane .act-edit`)
 		tb.waitFor("the dialog", `document.querySelector('dialog.replay-dlg')?.open`)
 
 		setBody := func(v string) {
@@ -499,7 +519,7 @@ func TestBrowser(t *testing.T) {
 		tb.waitFor("the JSON to validate", `document.querySelector('.r-body-status .good') && !document.querySelector('.r-send').disabled`)
 		tb.js(`(p => { p.value = '/webhooks/edited?x=1'; })(document.querySelector('.r-path'))`)
 		tb.shot("edit")
-		tb.do(chromedp.Click(chromedp.CSS(`.r-send`)))
+		tb.click(`.r-send`)
 		tb.waitFor("the dialog to close", `!document.querySelector('dialog.replay-dlg').open`)
 
 		// The edited request reached the handler.
@@ -524,13 +544,13 @@ func TestBrowser(t *testing.T) {
 		}
 		tb.waitFor("the replay in the list", rowFor(replayID)+`?.querySelector('.f-replay')`)
 		tb.waitFor("the toast", `document.querySelector('.toast a')?.getAttribute('href') === '/requests/`+replayID+`'`)
-		tb.do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-view=requests] .vrow[data-key=%q] .c-path`, replayID))))
+		tb.click(fmt.Sprintf(`[data-view=requests] .vrow[data-key=%q] .c-path`, replayID))
 		tb.waitFor("the replay's detail", `document.querySelector('.detail-pane .d-meta .rel a')?.getAttribute('href') === '/requests/`+orig+`'`)
 		tb.shot("replayed")
 
 		// One click replays unchanged.
 		before = len(s.h.received())
-		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .act-replay`)))
+		tb.click(`.detail-pane .act-replay`)
 		inspectortest.Eventually(t, wait, func() bool { return len(s.h.received()) > before }, "one-click replay never reached the handler")
 		if got := s.h.received()[before]; string(got.Body) != edited {
 			t.Errorf("one-click replay of the replay sent %s", got.Body)
@@ -544,12 +564,12 @@ func TestBrowser(t *testing.T) {
 		tb := newTab(t, browser, s.InspectorURL)
 		tb.open("/requests/" + orig)
 		tb.waitFor("the detail", `!!document.querySelector('.detail-pane .act-edit')`)
-		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .act-edit`)))
+		tb.click(`.detail-pane .act-edit`)
 		tb.waitFor("the dialog", `document.querySelector('dialog.replay-dlg')?.open`)
 		s.h.fail.Store(2) // two 503s, then 200: three attempts
-		tb.do(chromedp.Click(chromedp.CSS(`.r-retry`)))
+		tb.click(`.r-retry`)
 		tb.js(`(i => { i.value = '0.001'; })(document.querySelector('.r-scale'))`)
-		tb.do(chromedp.Click(chromedp.CSS(`.r-send`)))
+		tb.click(`.r-send`)
 		tb.waitFor("the dialog to close", `!document.querySelector('dialog.replay-dlg').open`)
 		inspectortest.Eventually(t, wait, func() bool { return len(s.h.received()) == 4 }, "the handler did not get three attempts")
 		var replayID string
@@ -559,9 +579,9 @@ func TestBrowser(t *testing.T) {
 			}
 		}
 		tb.waitFor("the replay to succeed in the list", rowFor(replayID)+`?.querySelector('.c-status')?.textContent === '200'`)
-		tb.do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-view=requests] .vrow[data-key=%q] .c-time`, replayID))))
+		tb.click(fmt.Sprintf(`[data-view=requests] .vrow[data-key=%q] .c-time`, replayID))
 		tb.waitFor("the replay's detail", `!!document.querySelector('.detail-pane .tab[data-tab=history]')`)
-		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .tab[data-tab=history]`)))
+		tb.click(`.detail-pane .tab[data-tab=history]`)
 		tb.waitFor("three attempts in the history", `document.querySelectorAll('.detail-pane .tab-history table.grid')[0]?.tBodies[0].rows.length === 3`)
 		statuses := tb.str(`[...document.querySelectorAll('.detail-pane .tab-history table.grid')[0].tBodies[0].rows].map(r => r.cells[2].textContent).join(' ')`)
 		if statuses != "503 503 200" {
@@ -607,7 +627,7 @@ func TestBrowser(t *testing.T) {
 		if got := tb.str(`location.search`); got != "?event=call.ended&status_class=none" {
 			t.Errorf("URL query %q", got)
 		}
-		tb.do(chromedp.Click(chromedp.CSS(`.filters .f-clear`)))
+		tb.click(`.filters .f-clear`)
 		tb.waitFor("the whole list back", visibleRows+`.length === 5 && location.search === ''`)
 		tb.do(chromedp.Click(chromedp.CSS(`.filters .f-q`)), chromedp.SendKeys(chromedp.CSS(`.filters .f-q`), "ping\r"))
 		tb.waitFor("the full-text search", visibleRows+`.length === 1 && location.search === '?q=ping'`)
@@ -659,10 +679,10 @@ func TestBrowser(t *testing.T) {
 
 		tb := newTab(t, browser, s.InspectorURL)
 		tb.open("/")
-		tb.do(chromedp.Click(chromedp.CSS(`.topbar .navlink[data-view=calls]`)))
+		tb.click(`.topbar .navlink[data-view=calls]`)
 		callRow := fmt.Sprintf(`[data-view=calls] .vrow[data-key=%q]`, callID)
 		tb.waitFor("the call in the calls list", `location.pathname === '/calls' && document.querySelector('`+callRow+` .c-n')?.textContent === '4'`)
-		tb.do(chromedp.Click(chromedp.CSS(callRow + ` .c-time`)))
+		tb.click(callRow + ` .c-time`)
 		tb.waitFor("the call's timeline", `location.pathname === '/calls/`+callID+`' && document.querySelectorAll('[data-view=calls] .tl-lane:not(.tl-head)').length === 4`)
 		lanes := tb.str(`[...document.querySelectorAll('[data-view=calls] .tl-lane:not(.tl-head)')].map(l => l.dataset.event).join(' ')`)
 		if want := "call.started call.connected call.ended call.analysis_completed"; lanes != want {
@@ -753,10 +773,10 @@ func TestBrowser(t *testing.T) {
 		s.send(t, "/webhooks/"+`%3Cimg%20src=x%20onerror=alert(3)%3E`, body, "X-Evil", img)
 		id := s.captures(t)[0].ID
 		tb.waitFor("the capture", rowFor(id))
-		tb.do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-view=requests] .vrow[data-key=%q] .c-time`, id))))
+		tb.click(fmt.Sprintf(`[data-view=requests] .vrow[data-key=%q] .c-time`, id))
 		tb.waitFor("the detail", `!!document.querySelector('.detail-pane .jtree')`)
 		// Raw view too: the whole body as text.
-		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .seg-btn[data-mode=raw]`)))
+		tb.click(`.detail-pane .seg-btn[data-mode=raw]`)
 		tb.waitFor("the raw body", `!!document.querySelector('.detail-pane pre.raw')`)
 		shown := tb.str(`document.querySelector('.detail-pane').textContent`)
 		for _, want := range []string{script, img} {
@@ -764,7 +784,7 @@ func TestBrowser(t *testing.T) {
 				t.Errorf("the detail does not show %q as text", want)
 			}
 		}
-		tb.do(chromedp.Click(chromedp.CSS(`.detail-pane .seg-btn[data-mode=pretty]`)))
+		tb.click(`.detail-pane .seg-btn[data-mode=pretty]`)
 		tb.shot("hostile")
 		if n := tb.str(`String(document.querySelectorAll('#app script, #app img:not(.brand img), #app iframe, #app [onerror], #app [onclick]').length)`); n != "0" {
 			t.Errorf("%s elements were made from the payload", n)

@@ -1,0 +1,146 @@
+package storage
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// The full-text index is kept off the commit path. WriteCaptures saves a
+// capture and its body; the index (captures_fts) takes them later, in
+// batches: when the agent's writer is idle (IndexSearch), and before any
+// text search runs (so a search always sees every capture saved before
+// it). Tokenising a body costs as much as saving it — about half of a
+// commit with real event bodies, full of ids and timestamps — so a burst
+// of requests is saved at twice the rate and indexed once it is over.
+//
+// The backlog is bounded: beyond searchBacklogMax unindexed captures,
+// each commit also indexes as many of the oldest as it saves, so a
+// sustained load pays for its index as it goes and the first search after
+// a long burst has at most that many to catch up on.
+
+// searchBacklogMax is the default bound of the backlog.
+const searchBacklogMax = 50_000
+
+// searchState is the indexer's position. It is changed only by the
+// holder of the write connection, after a commit; mu lets readers ask.
+type searchState struct {
+	mu     sync.Mutex
+	loaded bool  // guarded by mu
+	upto   int64 // guarded by mu: every capture with seq ≤ upto has been indexed (or is not indexable)
+	last   int64 // guarded by mu: newest capture seq
+	max    int64 // the backlog's bound; set at Open
+}
+
+func (s *searchState) get() (upto, last int64, loaded bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.upto, s.last, s.loaded
+}
+
+func (s *searchState) set(upto, last int64) {
+	s.mu.Lock()
+	s.upto, s.last, s.loaded = upto, last, true
+	s.mu.Unlock()
+}
+
+// load reads the position on the write connection, the first time.
+func (s *searchState) load(w *rawConn) (upto, last int64, err error) {
+	if upto, last, ok := s.get(); ok {
+		return upto, last, nil
+	}
+	if _, err := w.queryRow(`SELECT indexed_upto FROM search_progress WHERE id = 1`, nil, &upto); err != nil {
+		return 0, 0, fmt.Errorf("storage: read search progress: %w", err)
+	}
+	if _, err := w.queryRow(`SELECT coalesce(max(seq), 0) FROM captures`, nil, &last); err != nil {
+		return 0, 0, fmt.Errorf("storage: newest capture: %w", err)
+	}
+	s.set(upto, last)
+	return upto, last, nil
+}
+
+// SearchBacklog is how many saved captures the full-text index has not
+// taken yet (0 until the writer has run once).
+func (db *DB) SearchBacklog() int64 {
+	upto, last, _ := db.search.get()
+	return last - upto
+}
+
+// IndexSearch adds up to max of the oldest unindexed captures to the
+// full-text index in one transaction and returns the backlog left.
+func (db *DB) IndexSearch(ctx context.Context, max int) (int64, error) {
+	var upto, last int64
+	err := db.writeRaw(ctx, func(w *rawConn) error {
+		var err error
+		if upto, last, err = db.search.load(w); err != nil {
+			return err
+		}
+		if upto >= last {
+			return nil
+		}
+		upto, err = w.indexBodies(upto, max)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	db.search.set(upto, last)
+	return last - upto, nil
+}
+
+// catchUpSearch indexes the whole backlog, so a search sees every capture.
+func (db *DB) catchUpSearch(ctx context.Context) error {
+	if _, _, ok := db.search.get(); ok && db.SearchBacklog() == 0 {
+		return nil
+	}
+	for {
+		left, err := db.IndexSearch(ctx, 2048)
+		if err != nil || left == 0 {
+			return err
+		}
+	}
+}
+
+const (
+	qBodiesAfter = `SELECT seq, CASE WHEN length(body) <= ` + maxIndexedBodyText + ` THEN body END
+		FROM capture_bodies WHERE seq > ? ORDER BY seq LIMIT ?`
+	qSearchUpto = `UPDATE search_progress SET indexed_upto = ? WHERE id = 1`
+)
+
+// indexBodies indexes up to max captures after upto, inside the caller's
+// transaction, and returns the new position. Bodies are read one at a
+// time: a batch of 1 MiB bodies is never held at once.
+func (w *rawConn) indexBodies(upto int64, max int) (int64, error) {
+	st, err := w.stmt(qBodiesAfter)
+	if err != nil {
+		return upto, err
+	}
+	rows, err := st.(driver.StmtQueryContext).QueryContext(context.Background(),
+		[]driver.NamedValue{{Ordinal: 1, Value: upto}, {Ordinal: 2, Value: int64(max)}})
+	if err != nil {
+		return upto, fmt.Errorf("storage: read bodies to index: %w", err)
+	}
+	defer rows.Close()
+	vals := make([]driver.Value, 2)
+	for {
+		if err := rows.Next(vals); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return upto, fmt.Errorf("storage: read bodies to index: %w", err)
+		}
+		seq, _ := vals[0].(int64)
+		if body, _ := vals[1].([]byte); indexable(body) {
+			if _, err := w.exec(qFtsIns, seq, string(body)); err != nil {
+				return upto, fmt.Errorf("storage: index capture body: %w", err)
+			}
+		}
+		upto = seq
+	}
+	if _, err := w.exec(qSearchUpto, upto); err != nil {
+		return upto, fmt.Errorf("storage: save search progress: %w", err)
+	}
+	return upto, nil
+}
