@@ -117,8 +117,16 @@ func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 		bytesSum += len(t.body)
 	}
 	const batch = 256
-	for _, withResponse := range []bool{false, true} {
-		db, err := storage.Open(ctx, filepath.Join(dir, fmt.Sprintf("agent-%v.db", withResponse)), storage.SchemaAgent)
+	// The store indexes captures for search after saving them (when the
+	// writer is idle, or beyond a backlog of 50,000), so a burst is saved
+	// without indexing; a sustained load pays for its index as it goes.
+	// Both are measured; the target is for the sustained one.
+	const burstMax = 45_000
+	for _, mode := range []struct {
+		withResponse, keepIndex bool
+	}{{false, false}, {true, false}, {true, true}} {
+		withResponse := mode.withResponse
+		db, err := storage.Open(ctx, filepath.Join(dir, fmt.Sprintf("agent-%v-%v.db", withResponse, mode.keepIndex)), storage.SchemaAgent)
 		if err != nil {
 			return err
 		}
@@ -148,9 +156,9 @@ func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 			}
 		}()
 		var prev []*storage.Capture
-		var n int
+		var n, total int
 		write := func(until time.Time) error {
-			for time.Now().Before(until) {
+			for time.Now().Before(until) && (mode.keepIndex || total < burstMax) {
 				ins := <-batches
 				var upd []*storage.Capture
 				if withResponse {
@@ -161,8 +169,14 @@ func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 				if err := db.WriteCaptures(ctx, ins, upd); err != nil {
 					return err
 				}
+				if mode.keepIndex {
+					if _, err := db.IndexSearch(ctx, len(ins)); err != nil {
+						return err
+					}
+				}
 				prev = ins
 				n += len(ins)
+				total += len(ins)
 			}
 			return nil
 		}
@@ -181,11 +195,16 @@ func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 		db.Close()
 		rate := float64(n) / el.Seconds()
 		avg := float64(bytesSum) / float64(len(pool))
-		if withResponse {
-			res.add(row{Measure: fmt.Sprintf("Capture store: captures/s, each saved and then its response recorded (%.1f KB events, batches of %d)", avg/1000, batch),
+		shape := fmt.Sprintf("%.1f KB events, batches of %d", avg/1000, batch)
+		switch {
+		case mode.keepIndex:
+			res.add(row{Measure: "Capture store: captures/s sustained, each saved, its response recorded and indexed for search (" + shape + ")",
 				Calltap: fmtRate(rate, "/s"), Target: "≥ 20,000 /s", Met: verdict(rate >= 20000)})
-		} else {
-			res.add(row{Measure: fmt.Sprintf("Capture store: captures/s, insert only (%.1f KB events, batches of %d)", avg/1000, batch),
+		case withResponse:
+			res.add(row{Measure: "Capture store: captures/s in a burst (≤ 45,000, search index deferred), each saved and its response recorded (" + shape + ")",
+				Calltap: fmtRate(rate, "/s")})
+		default:
+			res.add(row{Measure: "Capture store: captures/s in a burst (≤ 45,000, search index deferred), insert only (" + shape + ")",
 				Calltap: fmtRate(rate, "/s")})
 		}
 	}
