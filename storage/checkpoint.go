@@ -23,7 +23,7 @@ import (
 const (
 	checkpointEvery = 100 * time.Millisecond // at most one background checkpoint per interval
 	walBound        = 64 << 20               // bytes of WAL before the writer checkpoints itself
-	walKeep         = 16 << 20               // journal_size_limit: the WAL file kept after it starts over
+	walKeep         = walBound               // journal_size_limit: the WAL file kept after it starts over (a smaller file is grown again, zeroing fresh pages, at every cycle)
 )
 
 type checkpointer struct {

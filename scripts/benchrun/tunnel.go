@@ -80,7 +80,7 @@ func cmdTunnel(ctx context.Context, args []string) error {
 			runCalltap := func() error {
 				fmt.Fprintf(os.Stderr, "tunnel: round %d/%d  %-22s through calltap\n", round+1, *rounds, c.name)
 				perf := ""
-				if *perfDir != "" && round == 0 && c.conns > 1 {
+				if *perfDir != "" && round == 0 {
 					perf = filepath.Join(*perfDir, fmt.Sprintf("%dk-c%d", len(c.body)>>10, c.conns))
 				}
 				return c.runCalltap(ctx, *bin, filepath.Join(dir, fmt.Sprintf("ct-%d", round)), hurl, *warm, *dur, perf)
