@@ -336,8 +336,9 @@ func (cc *clientConn) readLoop() error {
 				return fmt.Errorf("relay going away: %s", g.Message)
 			}
 		default:
+			typ := b[0] // b is the buffer's: read it before the buffer goes back
 			putBuf(buf)
-			return fmt.Errorf("%w: unexpected frame type 0x%02x from relay", errMalformed, b[0])
+			return fmt.Errorf("%w: unexpected frame type 0x%02x from relay", errMalformed, typ)
 		}
 	}
 }
