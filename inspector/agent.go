@@ -384,7 +384,11 @@ func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 		c.Late = true
 		c.ArrivedAt = time.UnixMicro(req.ArrivedAt).UTC()
 	}
-	a.ops <- writeOp{insert: c, ack: s, after: func(err error) {
+	op := writeOp{insert: c}
+	if req.Queued {
+		op.ack = s // the relay forgets a queued request once it is saved
+	}
+	op.after = func(err error) {
 		if err != nil {
 			s.Release()
 			if !req.Queued {
@@ -407,14 +411,25 @@ func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 			default:
 			}
 		default:
+			// The response of a live request tells the relay it was saved:
+			// a separate ack (a write, and a wake-up of the relay, in the
+			// middle of the handler's work) goes only if the handler is
+			// slow to answer.
+			ackLater := time.AfterFunc(liveAckDelay, s.Ack)
 			go func() {
 				resp := a.deliverWith(context.Background(), c, 1, req.Header)
+				ackLater.Stop()
 				s.Respond(resp)
 				s.Release()
 			}()
 		}
-	}}
+	}
+	a.ops <- op
 }
+
+// liveAckDelay is how long a live request's ack waits for the response
+// that makes it unneeded.
+const liveAckDelay = 2 * time.Millisecond
 
 // newCapture builds a capture of a request and indexes it if it is a call event.
 func (a *Agent) newCapture(source, method, uri string, h relay.Header, body []byte) *storage.Capture {

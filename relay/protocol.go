@@ -12,6 +12,7 @@ package relay
 //	  | <-------------- request -------------- |  a sender hit /t/<tunnel>/...; or a queued one
 //	  |  (agent saves it in SQLite)            |
 //	  | ---------------- ack ----------------> |  saved: the relay may now forget a queued one
+//	  |                                        |  (live: left out when the response follows at once)
 //	  |  (agent forwards it to the handler)    |
 //	  | --------------- response ------------> |  status, headers, body (live requests only)
 //	  |                                        |
@@ -19,7 +20,9 @@ package relay
 //	  | <-------------- goaway --------------- |  why the relay is closing this connection
 //
 // Each frame is exactly one binary websocket message, so a request costs one
-// message each way plus the ack. Keepalive uses websocket ping/pong control
+// message each way (plus the ack, for a queued request or a slow handler).
+// Frames written together leave in one system call (batchConn). Keepalive
+// uses websocket ping/pong control
 // frames. Many requests are in flight at once; stream ids tie the frames of
 // one request together and are chosen by the relay, unique per connection.
 //

@@ -452,9 +452,9 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *tunnel, ac *
 		s.fail(w, api.Errorf(http.StatusBadGateway, api.CodeBadGateway, "the agent saved the request but disconnected before the local handler answered"))
 		return
 	default:
-		log.Warn("agent lost before saving the request", "err", err)
+		log.Warn("agent lost before it confirmed saving the request", "err", err)
 		w.Header().Set("Retry-After", "5")
-		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeAgentOffline, "the agent disconnected before saving the request; retry"))
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeAgentOffline, "the agent disconnected before it confirmed saving the request; retry"))
 		return
 	}
 	switch resp.Result {
