@@ -200,7 +200,7 @@ func (c *wsConn) sendLoop() {
 	ping := time.NewTicker(c.keep.PongWait * 9 / 10)
 	defer ping.Stop()
 	defer c.drainSendq()
-	batch := make([]outFrame, 0, maxBatchFrames) // owned by sendLoop
+	var batch []outFrame // owned by sendLoop; grown only by a busy connection
 	for {
 		select {
 		case <-c.wake:

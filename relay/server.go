@@ -665,7 +665,6 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		TunnelID: t.id, Name: t.name, PublicURL: s.TunnelURL(t.id), MaxBody: s.cfg.MaxBody, Queued: queued, Version: s.cfg.Version,
 	})})
 	go ac.drainLoop()
-	go ac.dequeueLoop()
 	err = ac.readLoop()
 	ac.close(err)
 	ac.failPending()
@@ -722,7 +721,7 @@ type agentConn struct {
 	pending map[uint64]*pending // guarded by mu: live requests by stream
 	queued  map[uint64]int64    // guarded by mu: queued requests sent, stream → queue seq
 	window  chan struct{}       // semaphore of queued requests awaiting ack
-	acked   chan int64          // queue seqs the agent acknowledged, for dequeueLoop
+	acked   chan int64          // queue seqs the agent acknowledged, for drainLoop to delete
 }
 
 // pending is a live request waiting for its ack and response.
@@ -867,43 +866,34 @@ func (ac *agentConn) handleAck(stream uint64) {
 		return
 	}
 	// Ack means the agent saved it: only now may the relay forget it.
-	// dequeueLoop deletes it, with the other acks that came meanwhile.
+	// drainLoop deletes it, with the other acks that came meanwhile.
 	ac.acked <- seq // never blocks: at most drainWindow are unacknowledged
 }
 
-// dequeueLoop removes the queued requests the agent acknowledged from the
-// queue, all of those acknowledged meanwhile in one transaction (a commit
-// per request capped a drain at ~1,600/s), and only then counts them out
-// and opens the window for more. It stops with the connection, after
-// removing what was acknowledged before.
-func (ac *agentConn) dequeueLoop() {
-	seqs := make([]int64, 0, drainWindow)
+// dequeueAcked removes the queued requests the agent acknowledged from the
+// queue: first and all others acknowledged meanwhile, in one transaction (a
+// commit per request capped a drain at ~1,600/s), and only then counts them
+// out and opens the window for more. drainLoop calls it whenever it waits.
+func (ac *agentConn) dequeueAcked(first int64) {
+	seqs := []int64{first}
 	for {
-		seqs = seqs[:0]
 		select {
 		case seq := <-ac.acked:
 			seqs = append(seqs, seq)
-		case <-ac.done:
-		}
-	more:
-		for {
-			select {
-			case seq := <-ac.acked:
-				seqs = append(seqs, seq)
-			default:
-				break more
-			}
-		}
-		if len(seqs) > 0 {
-			ac.dequeue(seqs)
-		}
-		select {
-		case <-ac.done:
-			if len(ac.acked) == 0 {
-				return
-			}
+			continue
 		default:
 		}
+		break
+	}
+	ac.dequeue(seqs)
+}
+
+// flushAcked removes what was acknowledged before the connection closed.
+func (ac *agentConn) flushAcked() {
+	select {
+	case seq := <-ac.acked:
+		ac.dequeueAcked(seq)
+	default:
 	}
 }
 
@@ -928,7 +918,8 @@ func (ac *agentConn) dequeue(seqs []int64) {
 }
 
 // drainLoop delivers the tunnel's offline queue in arrival order, keeping
-// at most drainWindow requests unacknowledged.
+// at most drainWindow requests unacknowledged, and removes from the queue
+// what the agent acknowledged.
 func (ac *agentConn) drainLoop() {
 	t := ac.t
 	var after int64
@@ -954,16 +945,26 @@ func (ac *agentConn) drainLoop() {
 			select {
 			case <-t.kick:
 			case <-retry:
+			case seq := <-ac.acked:
+				ac.dequeueAcked(seq)
 			case <-ac.done:
+				ac.flushAcked()
 				return
 			}
 			continue
 		}
 		for _, q := range batch {
-			select {
-			case ac.window <- struct{}{}:
-			case <-ac.done:
-				return
+		room:
+			for {
+				select {
+				case ac.window <- struct{}{}:
+					break room
+				case seq := <-ac.acked:
+					ac.dequeueAcked(seq)
+				case <-ac.done:
+					ac.flushAcked()
+					return
+				}
 			}
 			hdr, err := decodeHeaderBytes(q.Headers)
 			if err != nil {
