@@ -114,7 +114,7 @@ func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) er
 				saved++
 			}
 		}
-		if saved > 0 && last-upto > db.search.max {
+		if saved > 0 && last-upto > db.search.bound() {
 			if upto, err = w.indexBodies(upto, saved); err != nil {
 				return err
 			}

@@ -32,7 +32,13 @@ type searchState struct {
 	loaded bool  // guarded by mu
 	upto   int64 // guarded by mu: every capture with seq ≤ upto has been indexed (or is not indexable)
 	last   int64 // guarded by mu: newest capture seq
-	max    int64 // the backlog's bound; set at Open
+	max    int64 // guarded by mu: the backlog's bound
+}
+
+func (s *searchState) bound() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.max
 }
 
 func (s *searchState) get() (upto, last int64, loaded bool) {
@@ -60,6 +66,14 @@ func (s *searchState) load(w *rawConn) (upto, last int64, err error) {
 	}
 	s.set(upto, last)
 	return upto, last, nil
+}
+
+// SetSearchBacklogMax sets the bound of the backlog (default 50,000); 0
+// indexes every capture in the commit that saves it.
+func (db *DB) SetSearchBacklogMax(n int64) {
+	db.search.mu.Lock()
+	db.search.max = max(n, 0)
+	db.search.mu.Unlock()
 }
 
 // SearchBacklog is how many saved captures the full-text index has not

@@ -60,7 +60,7 @@ func TestSearchSeesCapturesNotYetIndexed(t *testing.T) {
 func TestSearchBacklogIsBounded(t *testing.T) {
 	ctx := context.Background()
 	db := openAgentDB(t)
-	db.search.max = 5
+	db.SetSearchBacklogMax(5)
 	for i := range 20 {
 		if err := db.WriteCaptures(ctx, []*Capture{testCapture(i, []byte(`{"city":"Austin"}`))}, nil); err != nil {
 			t.Fatal(err)
