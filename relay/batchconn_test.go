@@ -1,0 +1,202 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gorilla/websocket"
+)
+
+// countingConn counts the writes that reach a real socket.
+type countingConn struct {
+	net.Conn
+	writes atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// tcpPair is a connected pair of loopback TCP sockets.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server = <-accepted
+	if server == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+func TestBatchConnWritesABatchAtOnce(t *testing.T) {
+	client, server := tcpPair(t)
+	cc := &countingConn{Conn: client}
+	bc := newBatchConn(cc)
+
+	var want bytes.Buffer
+	write := func(p []byte) {
+		t.Helper()
+		if n, err := bc.Write(p); err != nil || n != len(p) {
+			t.Fatalf("Write: %d, %v", n, err)
+		}
+		want.Write(p)
+	}
+	// Outside a batch every write goes straight out.
+	write([]byte("hello "))
+	if n := cc.writes.Load(); n != 1 {
+		t.Fatalf("a write outside a batch made %d socket writes", n)
+	}
+	// A batch of small frames leaves in one write, at release.
+	bc.begin()
+	for range 100 {
+		write([]byte("frame;"))
+	}
+	if n := cc.writes.Load(); n != 1 {
+		t.Fatalf("writes inside a batch reached the socket before release: %d", n)
+	}
+	if err := bc.release(); err != nil {
+		t.Fatal(err)
+	}
+	if n := cc.writes.Load(); n != 2 {
+		t.Fatalf("a batch of 100 frames took %d socket writes, want 1", n-1)
+	}
+	// A large body does not go through the buffer: what was collected goes
+	// first, then the body as it is.
+	bc.begin()
+	write([]byte("head;"))
+	big := bytes.Repeat([]byte{'x'}, 3*batchFlushAt)
+	write(big)
+	write([]byte(";tail"))
+	if err := bc.release(); err != nil {
+		t.Fatal(err)
+	}
+	if n := cc.writes.Load(); n != 5 {
+		t.Errorf("head, large body, tail: %d socket writes, want 3", n-2)
+	}
+	if bc.buf != nil {
+		t.Error("an idle connection still holds a batch buffer")
+	}
+	client.Close()
+	got, err := io.ReadAll(server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Errorf("the bytes arrived changed or out of order (%d bytes, want %d)", len(got), want.Len())
+	}
+}
+
+// wsPair is a websocket over loopback TCP with a wsConn at each end, as the
+// relay and the agent make them.
+func wsPair(t *testing.T) (sender, receiver *wsConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *wsConn, 1)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hw := &hijackBatch{ResponseWriter: w}
+		up := websocket.Upgrader{}
+		ws, err := up.Upgrade(hw, r, nil)
+		if err != nil {
+			return
+		}
+		got <- newWSConn(ws, hw.bc, 1<<20, Keepalive{})
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	var bc *batchConn
+	d := websocket.Dialer{NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		bc = newBatchConn(c)
+		return bc, nil
+	}}
+	ws, _, err := d.Dial("ws://"+ln.Addr().String()+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sender = newWSConn(ws, bc, 1<<20, Keepalive{})
+	receiver = <-got
+	go sender.sendLoop()
+	go receiver.sendLoop()
+	t.Cleanup(func() { sender.close(nil); receiver.close(nil) })
+	return sender, receiver
+}
+
+// Senders writing their own frames and senders queueing behind a busy
+// writer mix, yet each sender's frames arrive in the order it sent them,
+// and every written callback runs once.
+func TestWSConnKeepsEachSendersOrder(t *testing.T) {
+	sender, receiver := wsPair(t)
+	const senders, each = 8, 300
+	var callbacks atomic.Int64
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				f := outFrame{head: appendAck([]byte{byte(s)}, uint64(i)), written: func() { callbacks.Add(1) }}
+				if i%10 == 0 {
+					// Several frames at once, as the agent's acks of a commit go.
+					if err := sender.sendAll([]outFrame{f}, nil); err != nil {
+						t.Error(err)
+						return
+					}
+					continue
+				}
+				if err := sender.send(f, nil); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	next := make([]uint64, senders)
+	for n := 0; n < senders*each; n++ {
+		buf, err := receiver.readFrame()
+		if err != nil {
+			t.Fatalf("after %d frames: %v", n, err)
+		}
+		b := buf.Bytes()
+		s := int(b[0])
+		i, err := decodeAck(b[1:])
+		putBuf(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i != next[s] {
+			t.Fatalf("sender %d: frame %d arrived when %d was next", s, i, next[s])
+		}
+		next[s]++
+	}
+	wg.Wait()
+	if n := callbacks.Load(); n != senders*each {
+		t.Errorf("%d written callbacks for %d frames", n, senders*each)
+	}
+}
