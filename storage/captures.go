@@ -424,16 +424,22 @@ func (db *DB) listWhere(ctx context.Context, where string, args []any, p Page) (
 	if err != nil {
 		return nil, 0, err
 	}
+	out, err := scanCaptures(rows, p.Limit)
+	return out, count, err
+}
+
+// scanCaptures reads every row of a captureColumns query and closes rows.
+func scanCaptures(rows *sql.Rows, capacity int) ([]*Capture, error) {
 	defer rows.Close()
-	out := make([]*Capture, 0, max(p.Limit, 0))
+	out := make([]*Capture, 0, max(capacity, 0))
 	for rows.Next() {
 		c, err := scanCapture(rows)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		out = append(out, c)
 	}
-	return out, count, rows.Err()
+	return out, rows.Err()
 }
 
 // Attempt is one try at delivering a capture to the local handler.

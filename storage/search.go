@@ -108,14 +108,6 @@ func (db *DB) capturesBySeq(ctx context.Context, seqs []int64, count int) ([]*Ca
 	if err != nil {
 		return nil, 0, fmt.Errorf("storage: load search matches: %w", err)
 	}
-	defer rows.Close()
-	out := make([]*Capture, 0, len(seqs))
-	for rows.Next() {
-		c, err := scanCapture(rows)
-		if err != nil {
-			return nil, 0, err
-		}
-		out = append(out, c)
-	}
-	return out, count, rows.Err()
+	out, err := scanCaptures(rows, len(seqs))
+	return out, count, err
 }
