@@ -80,6 +80,11 @@ func (hc *handlerClient) do(ctx context.Context, req *http.Request) (*handlerRes
 		if err == nil {
 			return resp, nil
 		}
+		if ctx.Err() != nil {
+			// Cancelled (the deadline set to stop the exchange made it a
+			// time-out): say so, as net/http's client does.
+			return nil, hc.urlError(req, ctx.Err())
+		}
 		// A kept-alive connection the handler closed just as we wrote
 		// never had the request read: try once more on a new one.
 		if reused && try == 0 && staleConn(err) && (req.Body == nil || req.GetBody != nil) {

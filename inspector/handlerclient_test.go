@@ -163,6 +163,17 @@ func TestHandlerClientLimitsAndTimeouts(t *testing.T) {
 	if !errors.As(err, &ue) || !ue.Timeout() {
 		t.Errorf("a handler that never answers: %v, want a timeout", err)
 	}
+	// A cancelled context ends the exchange and says so.
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/slow", strings.NewReader("{}"))
+	slow := newHandlerClient(time.Minute, 10)
+	defer slow.closeIdle()
+	done := make(chan error, 1)
+	go func() { _, err := slow.do(ctx, req); done <- err }()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v, want context.Canceled", err)
+	}
 	// Nobody listening: the error names the method and URL, as net/http's does.
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := ln.Addr().String()
