@@ -37,7 +37,8 @@ type Stream struct {
 }
 
 // Ack tells the relay the request is saved. A queued request is removed
-// from the relay's queue only after this.
+// from the relay's queue only after this; for a live one the response says
+// it too, so the agent acks one only when its handler is slow.
 func (s *Stream) Ack() {
 	s.c.trySendWait(outFrame{head: appendAck(nil, s.stream)})
 }
@@ -278,8 +279,9 @@ type clientConn struct {
 	helloSeen bool // owned by readLoop
 }
 
-// trySendWait queues a frame, waiting for room; dropped if the connection
-// is gone (the relay then treats the request as not acknowledged).
+// trySendWait sends a frame, written at once or queued while waiting for
+// room; dropped if the connection is gone (the relay then treats the
+// request as not acknowledged).
 func (cc *clientConn) trySendWait(f outFrame) {
 	cc.send(f, nil)
 }
