@@ -25,8 +25,11 @@ import (
 // searchBacklogMax is the default bound of the backlog.
 const searchBacklogMax = 50_000
 
-// searchState is the indexer's position. It is changed only by the
-// holder of the write connection, after a commit; mu lets readers ask.
+// searchState is what this process last saw of the indexer's position.
+// The position itself is in the database (search_progress, and the newest
+// capture): another process may write the same store (calltap backfill
+// beside calltap listen), so every write transaction reads it again, and
+// this copy only tells the agent's idle writer whether to index.
 type searchState struct {
 	mu     sync.Mutex
 	loaded bool  // guarded by mu
@@ -53,18 +56,14 @@ func (s *searchState) set(upto, last int64) {
 	s.mu.Unlock()
 }
 
-// load reads the position on the write connection, the first time.
+// load reads the position inside w's transaction.
 func (s *searchState) load(w *rawConn) (upto, last int64, err error) {
-	if upto, last, ok := s.get(); ok {
-		return upto, last, nil
-	}
 	if _, err := w.queryRow(`SELECT indexed_upto FROM search_progress WHERE id = 1`, nil, &upto); err != nil {
 		return 0, 0, fmt.Errorf("storage: read search progress: %w", err)
 	}
 	if _, err := w.queryRow(`SELECT coalesce(max(seq), 0) FROM captures`, nil, &last); err != nil {
 		return 0, 0, fmt.Errorf("storage: newest capture: %w", err)
 	}
-	s.set(upto, last)
 	return upto, last, nil
 }
 
@@ -76,8 +75,9 @@ func (db *DB) SetSearchBacklogMax(n int64) {
 	db.search.mu.Unlock()
 }
 
-// SearchBacklog is how many saved captures the full-text index has not
-// taken yet (0 until the writer has run once).
+// SearchBacklog is how many saved captures the full-text index had not
+// taken as of this process's last write (0 before its first); searches do
+// not rely on it.
 func (db *DB) SearchBacklog() int64 {
 	upto, last, _ := db.search.get()
 	return last - upto
@@ -107,15 +107,18 @@ func (db *DB) IndexSearch(ctx context.Context, max int) (int64, error) {
 
 // catchUpSearch indexes the whole backlog, so a search sees every capture.
 func (db *DB) catchUpSearch(ctx context.Context) error {
-	if _, _, ok := db.search.get(); ok && db.SearchBacklog() == 0 {
-		return nil
+	var backlog int64
+	err := db.read.QueryRowContext(ctx, `SELECT coalesce((SELECT max(seq) FROM captures), 0) -
+		(SELECT indexed_upto FROM search_progress WHERE id = 1)`).Scan(&backlog)
+	if err != nil {
+		return fmt.Errorf("storage: search backlog: %w", err)
 	}
-	for {
-		left, err := db.IndexSearch(ctx, 2048)
-		if err != nil || left == 0 {
+	for backlog > 0 {
+		if backlog, err = db.IndexSearch(ctx, 2048); err != nil {
 			return err
 		}
 	}
+	return nil
 }
 
 const (

@@ -96,3 +96,46 @@ func TestSearchBacklogSurvivesReopen(t *testing.T) {
 		t.Errorf("search after reopening: %v", got)
 	}
 }
+
+// Two processes on one store (calltap backfill beside calltap listen): one
+// indexing what the other saved must not make either index a capture twice
+// or miss one.
+func TestSearchIndexWithTwoWriters(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	a, err := Open(ctx, path, SchemaAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(ctx, path, SchemaAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	a.SetSearchBacklogMax(3)
+	write := func(db *DB, n int) {
+		t.Helper()
+		if err := db.WriteCaptures(ctx, []*Capture{testCapture(n, fmt.Appendf(nil, `{"city":"Chicago","n":"N%d"}`, n))}, nil); err != nil {
+			t.Fatalf("capture %d: %v", n, err)
+		}
+	}
+	for n := range 3 {
+		write(a, n)
+	}
+	if got := searchIDs(t, b, "Chicago"); len(got) != 3 { // b indexes what a saved
+		t.Fatalf("b's search: %d matches, want 3", len(got))
+	}
+	for n := 3; n < 10; n++ { // a goes past its bound: it indexes as it saves
+		write(a, n)
+	}
+	write(b, 10)
+	if left, err := a.IndexSearch(ctx, 100); err != nil || left != 0 {
+		t.Fatalf("a indexing: %d left, %v", left, err)
+	}
+	for _, db := range []*DB{a, b} {
+		if got := searchIDs(t, db, "Chicago"); len(got) != 11 {
+			t.Errorf("search: %d matches, want 11", len(got))
+		}
+	}
+}
