@@ -115,7 +115,7 @@ func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) er
 			}
 		}
 		if saved > 0 && last-upto > db.search.bound() {
-			if upto, err = w.indexBodies(upto, saved); err != nil {
+			if upto, err = w.indexBodies(upto, last, saved); err != nil {
 				return err
 			}
 		}

@@ -95,7 +95,7 @@ func (db *DB) IndexSearch(ctx context.Context, max int) (int64, error) {
 		if upto >= last {
 			return nil
 		}
-		upto, err = w.indexBodies(upto, max)
+		upto, err = w.indexBodies(upto, last, max)
 		return err
 	})
 	if err != nil {
@@ -130,7 +130,11 @@ const (
 // indexBodies indexes up to max captures after upto, inside the caller's
 // transaction, and returns the new position. Bodies are read one at a
 // time: a batch of 1 MiB bodies is never held at once.
-func (w *rawConn) indexBodies(upto int64, max int) (int64, error) {
+//
+// last is the newest capture: when no body is left to read below it (a
+// capture without a body row), the position moves to it all the same, so
+// that a backlog always ends.
+func (w *rawConn) indexBodies(upto, last int64, max int) (int64, error) {
 	st, err := w.stmt(qBodiesAfter)
 	if err != nil {
 		return upto, err
@@ -142,6 +146,7 @@ func (w *rawConn) indexBodies(upto int64, max int) (int64, error) {
 	}
 	defer rows.Close()
 	vals := make([]driver.Value, 2)
+	read := 0
 	for {
 		if err := rows.Next(vals); errors.Is(err, io.EOF) {
 			break
@@ -155,6 +160,10 @@ func (w *rawConn) indexBodies(upto int64, max int) (int64, error) {
 			}
 		}
 		upto = seq
+		read++
+	}
+	if read < max {
+		upto = last // nothing more to read up to the newest capture
 	}
 	if _, err := w.exec(qSearchUpto, upto); err != nil {
 		return upto, fmt.Errorf("storage: save search progress: %w", err)

@@ -139,3 +139,23 @@ func TestSearchIndexWithTwoWriters(t *testing.T) {
 		}
 	}
 }
+
+// A capture whose body row is missing does not hold the backlog open (a
+// search would otherwise index forever).
+func TestSearchBacklogEndsPastAMissingBody(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	a, b := testCapture(1, []byte(`{"city":"Austin"}`)), testCapture(2, []byte(`{"city":"Austin"}`))
+	if err := db.WriteCaptures(ctx, []*Capture{a, b}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.write.ExecContext(ctx, `DELETE FROM capture_bodies WHERE seq = ?`, b.Seq); err != nil {
+		t.Fatal(err)
+	}
+	if got := searchIDs(t, db, "Austin"); len(got) != 1 || got[0] != a.ID {
+		t.Errorf("search: %v", got)
+	}
+	if left, err := db.IndexSearch(ctx, 10); err != nil || left != 0 {
+		t.Errorf("backlog after the search: %d, %v", left, err)
+	}
+}
