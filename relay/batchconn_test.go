@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 )
@@ -196,6 +197,12 @@ func TestWSConnKeepsEachSendersOrder(t *testing.T) {
 		next[s]++
 	}
 	wg.Wait()
+	// sendLoop runs a batch's callbacks after the batch has left, so the
+	// last ones may still be running when the frames have all arrived.
+	deadline := time.Now().Add(5 * time.Second)
+	for callbacks.Load() < senders*each && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	if n := callbacks.Load(); n != senders*each {
 		t.Errorf("%d written callbacks for %d frames", n, senders*each)
 	}

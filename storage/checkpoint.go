@@ -33,7 +33,6 @@ type checkpointer struct {
 	done     sync.WaitGroup
 	pageSize int64
 	needSync atomic.Bool // the WAL passed walBound: the writer checkpoints
-	runs     atomic.Int64
 }
 
 func startCheckpointer(ctx context.Context, dsn string) (*checkpointer, error) {
@@ -96,7 +95,6 @@ func (c *checkpointer) checkpoint() error {
 	if err := c.db.QueryRowContext(context.Background(), `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &frames, &done); err != nil {
 		return err
 	}
-	c.runs.Add(1)
 	if frames*c.pageSize > walBound {
 		c.needSync.Store(true)
 	}

@@ -31,11 +31,10 @@ const searchBacklogMax = 50_000
 // beside calltap listen), so every write transaction reads it again, and
 // this copy only tells the agent's idle writer whether to index.
 type searchState struct {
-	mu     sync.Mutex
-	loaded bool  // guarded by mu
-	upto   int64 // guarded by mu: every capture with seq ≤ upto has been indexed (or is not indexable)
-	last   int64 // guarded by mu: newest capture seq
-	max    int64 // guarded by mu: the backlog's bound
+	mu   sync.Mutex
+	upto int64 // guarded by mu: every capture with seq ≤ upto has been indexed (or is not indexable)
+	last int64 // guarded by mu: newest capture seq
+	max  int64 // guarded by mu: the backlog's bound
 }
 
 func (s *searchState) bound() int64 {
@@ -44,15 +43,15 @@ func (s *searchState) bound() int64 {
 	return s.max
 }
 
-func (s *searchState) get() (upto, last int64, loaded bool) {
+func (s *searchState) backlog() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.upto, s.last, s.loaded
+	return s.last - s.upto
 }
 
 func (s *searchState) set(upto, last int64) {
 	s.mu.Lock()
-	s.upto, s.last, s.loaded = upto, last, true
+	s.upto, s.last = upto, last
 	s.mu.Unlock()
 }
 
@@ -79,8 +78,7 @@ func (db *DB) SetSearchBacklogMax(n int64) {
 // taken as of this process's last write (0 before its first); searches do
 // not rely on it.
 func (db *DB) SearchBacklog() int64 {
-	upto, last, _ := db.search.get()
-	return last - upto
+	return db.search.backlog()
 }
 
 // IndexSearch adds up to max of the oldest unindexed captures to the
