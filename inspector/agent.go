@@ -220,29 +220,11 @@ func (a *Agent) writeLoop(ctx context.Context) {
 	var acks []*relay.Stream
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
-	idle := time.NewTimer(time.Hour)
-	idle.Stop()
-	idleAfter := searchIdle
 	for {
 		batch = batch[:0]
-		// An idle writer adds what was saved to the full-text index, a
-		// chunk at a time, so that requests never wait for long behind it.
-		var indexNow <-chan time.Time
-		if a.store.SearchBacklog() > 0 {
-			idle.Reset(idleAfter)
-			indexNow = idle.C
-		}
 		select {
 		case op := <-a.ops:
-			idle.Stop()
-			idleAfter = searchIdle
 			batch = append(batch, op)
-		case <-indexNow:
-			if _, err := a.store.IndexSearch(ctx, searchChunk); err != nil && ctx.Err() == nil {
-				a.log.Error("indexing captures for search", "err", err)
-			}
-			idleAfter = 0 // still idle: the next chunk at once
-			continue
 		case <-ctx.Done():
 			return
 		}
@@ -324,13 +306,6 @@ func (a *Agent) writeLoop(ctx context.Context) {
 		}
 	}
 }
-
-// The writer indexes saved captures for search once it has had nothing to
-// write for searchIdle, searchChunk captures per transaction.
-const (
-	searchIdle  = 50 * time.Millisecond
-	searchChunk = 256
-)
 
 // responseLinger is how long a batch of recorded responses alone waits for
 // an insert to share its commit.

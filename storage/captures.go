@@ -91,17 +91,17 @@ func fromMicros(n sql.NullInt64) time.Time {
 // prepared once, no goroutine per statement. ctx is only checked between
 // statements.
 //
-// Captures reach the full-text index later (see searchindex.go), except
-// that a commit beyond the backlog's bound also indexes as many of the
-// oldest as it saves.
+// Captures reach the full-text index later, in a file of their own (see
+// searchindex.go). While the index is further behind than its bound allows,
+// WriteCaptures first waits for it.
 func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) error {
-	var upto, last int64
-	err := db.writeRaw(ctx, func(w *rawConn) error {
-		var err error
-		if upto, last, err = db.search.load(w); err != nil {
+	if db.index != nil && len(inserts) > 0 {
+		if err := db.index.waitRoom(ctx); err != nil {
 			return err
 		}
-		saved := 0
+	}
+	var last int64
+	err := db.writeRaw(ctx, func(w *rawConn) error {
 		for _, c := range inserts {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -111,12 +111,6 @@ func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) er
 			}
 			if !c.Redelivered {
 				last = max(last, c.Seq)
-				saved++
-			}
-		}
-		if saved > 0 && last-upto > db.search.bound() {
-			if upto, err = w.indexBodies(upto, last, saved); err != nil {
-				return err
 			}
 		}
 		for _, c := range updates {
@@ -132,7 +126,9 @@ func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) er
 	if err != nil {
 		return err
 	}
-	db.search.set(upto, last)
+	if db.index != nil && last > 0 {
+		db.index.saved(last)
+	}
 	return nil
 }
 
@@ -144,7 +140,6 @@ const (
 		request_headers, size, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, max_attempts)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	qBodyIns = `INSERT INTO capture_bodies (seq, body) VALUES (?, ?)`
-	qFtsIns  = `INSERT INTO captures_fts (docid, body) VALUES (?, ?)`
 	qUpdate  = `UPDATE captures SET status = ?, response_status = ?, response_headers = ?, response_body = ?,
 		error = ?, duration_us = ?, delivered_at = ?, attempts = ?, max_attempts = ?, target = ? WHERE id = ?`
 	qAttIns = `INSERT OR REPLACE INTO attempts (capture_id, n, at, response_status, error, duration_us) VALUES (?, ?, ?, ?, ?, ?)`
@@ -324,7 +319,7 @@ type CaptureFilter struct {
 func (f *CaptureFilter) where() (string, []any) {
 	conds, args := f.conds()
 	if q := ftsQuery(f.Text); q != "" {
-		conds = append(conds, "seq IN (SELECT docid FROM captures_fts WHERE captures_fts MATCH ?)")
+		conds = append(conds, "seq IN (SELECT docid FROM search.captures_fts WHERE body MATCH ?)")
 		args = append(args, q)
 	}
 	return joinWhere(conds), args

@@ -26,7 +26,7 @@ import (
 	"sync"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3"
+	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
 //go:embed migrations
@@ -57,7 +57,7 @@ type DB struct {
 
 	ckpt *checkpointer // agent databases: WAL checkpoints off the commit path
 
-	search searchState // agent databases: the full-text indexer's position
+	index *indexer // agent databases: the full-text index, a file of its own
 }
 
 // Open opens (creating if needed) the database at path and applies any
@@ -66,16 +66,16 @@ func Open(ctx context.Context, path string, schema Schema) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("storage: create data directory: %w", err)
 	}
-	dsn := func(extra string) string {
+	dsn := func(txlock, extra string) string {
 		q := url.Values{}
 		q.Set("_journal_mode", "WAL")
 		q.Set("_busy_timeout", "10000")
 		q.Set("_synchronous", "NORMAL")
 		q.Set("_foreign_keys", "on")
-		q.Set("_txlock", "immediate")
+		q.Set("_txlock", txlock)
 		return "file:" + path + "?" + q.Encode() + extra
 	}
-	w, err := sql.Open("sqlite3", dsn(""))
+	w, err := sql.Open("sqlite3", dsn("immediate", ""))
 	if err != nil {
 		return nil, fmt.Errorf("storage: open %s: %w", path, err)
 	}
@@ -83,32 +83,37 @@ func Open(ctx context.Context, path string, schema Schema) (*DB, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	db := &DB{path: path, schema: schema, write: w}
-	db.search.max = searchBacklogMax
-	if err := w.PingContext(ctx); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("storage: open %s: %w", path, err)
-	}
-	if err := db.migrate(ctx); err != nil {
-		w.Close()
+	fail := func(err error) (*DB, error) {
+		db.Close()
 		return nil, err
 	}
-	r, err := sql.Open("sqlite3", dsn("&mode=ro&_query_only=1"))
-	if err != nil {
-		w.Close()
-		return nil, fmt.Errorf("storage: open %s read-only: %w", path, err)
+	if err := w.PingContext(ctx); err != nil {
+		return fail(fmt.Errorf("storage: open %s: %w", path, err))
+	}
+	if err := db.migrate(ctx); err != nil {
+		return fail(err)
+	}
+	readDSN := dsn("immediate", "&mode=ro&_query_only=1")
+	if schema == SchemaAgent {
+		// The full-text index is a file of its own (see searchindex.go),
+		// attached to every read connection.
+		if db.index, err = openIndexer(ctx, dsn("deferred", ""), path); err != nil {
+			return fail(err)
+		}
+		drv := &sqlite3.SQLiteDriver{ConnectHook: attachSearch(SearchIndexPath(path), true)}
+		db.read = sql.OpenDB(connector{drv: drv, dsn: readDSN})
+	} else if db.read, err = sql.Open("sqlite3", readDSN); err != nil {
+		return fail(fmt.Errorf("storage: open %s read-only: %w", path, err))
 	}
 	n := runtime.GOMAXPROCS(0) * 2
 	if n < 4 {
 		n = 4
 	}
-	r.SetMaxOpenConns(n)
-	r.SetMaxIdleConns(n)
-	db.read = r
+	db.read.SetMaxOpenConns(n)
+	db.read.SetMaxIdleConns(n)
 	if schema == SchemaAgent {
-		if db.ckpt, err = startCheckpointer(ctx, dsn("")); err != nil {
-			r.Close()
-			w.Close()
-			return nil, err
+		if db.ckpt, err = startCheckpointer(ctx, dsn("immediate", "")); err != nil {
+			return fail(err)
 		}
 	}
 	return db, nil
@@ -117,11 +122,14 @@ func Open(ctx context.Context, path string, schema Schema) (*DB, error) {
 // Path is the database file.
 func (db *DB) Path() string { return db.path }
 
-// Close stops the checkpointer and closes the connections.
+// Close stops the indexer and the checkpointer and closes the connections.
 func (db *DB) Close() error {
 	var errs []error
 	if db.read != nil {
 		errs = append(errs, db.read.Close())
+	}
+	if db.index != nil {
+		errs = append(errs, db.index.close())
 	}
 	if db.ckpt != nil {
 		errs = append(errs, db.ckpt.close())

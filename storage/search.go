@@ -49,7 +49,7 @@ func (db *DB) searchCaptures(ctx context.Context, f CaptureFilter, q string) ([]
 		return db.listWhere(ctx, joinWhere(conds), args, f.Page)
 	case len(conds) == 0:
 		var count int
-		if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM captures_fts WHERE captures_fts MATCH ?`, q).Scan(&count); err != nil {
+		if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM search.captures_fts WHERE body MATCH ?`, q).Scan(&count); err != nil {
 			return nil, 0, fmt.Errorf("storage: count search matches: %w", err)
 		}
 		if seqs, err = db.ftsSeqs(ctx, q, "DESC", f.Limit, f.Offset); err != nil {
@@ -74,7 +74,7 @@ func (db *DB) ftsSeqs(ctx context.Context, q, order string, limit, offset int) (
 	if order != "ASC" && order != "DESC" {
 		return nil, fmt.Errorf("storage: search order %q", order)
 	}
-	rows, err := db.read.QueryContext(ctx, `SELECT docid FROM captures_fts WHERE captures_fts MATCH ? ORDER BY docid `+order+` LIMIT ? OFFSET ?`,
+	rows, err := db.read.QueryContext(ctx, `SELECT docid FROM search.captures_fts WHERE body MATCH ? ORDER BY docid `+order+` LIMIT ? OFFSET ?`,
 		q, limit, offset)
 	if err != nil {
 		return nil, fmt.Errorf("storage: search: %w", err)

@@ -2,112 +2,412 @@ package storage
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
+	"strings"
 	"sync"
+	"time"
+
+	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
-// The full-text index is kept off the commit path. WriteCaptures saves a
-// capture and its body; the index (captures_fts) takes them later, in
-// batches: when the agent's writer is idle (IndexSearch), and before any
-// text search runs (so a search always sees every capture saved before
-// it). Tokenising a body costs as much as saving it — about half of a
-// commit with real event bodies, full of ids and timestamps — so a burst
-// of requests is saved at twice the rate and indexed once it is over.
+// The full-text index of an agent store lives in a database file of its
+// own beside the store (SearchIndexPath), written by an indexer on a
+// connection of its own. SQLite lets one connection at a time write a
+// file: with the index in the store, tokenising a body (as costly as
+// saving it: real events are full of ids and timestamps) took the capture
+// writer's time; in a file of its own it takes another core's.
 //
-// The backlog is bounded: beyond searchBacklogMax unindexed captures,
-// each commit also indexes as many of the oldest as it saves, so a
-// sustained load pays for its index as it goes and the first search after
-// a long burst has at most that many to catch up on.
+// WriteCaptures saves a capture and its body; the indexer reads the body
+// back (the store's capture_bodies) and adds it to the index later:
+//
+//   - when this process has written nothing for searchIdle, a chunk of
+//     searchChunk at a time, so a burst is saved at full speed and indexed
+//     once it is over;
+//   - at once, beside the writer, while more than the backlog's bound
+//     (searchBacklogMax) is unindexed. Beyond the bound plus searchLead,
+//     WriteCaptures waits for the indexer: a load the indexer cannot keep
+//     up with is slowed to its pace, and the backlog stays bounded;
+//   - before any text search, which indexes the whole backlog first, so
+//     that results always include every capture saved before the search.
+//
+// The indexer's position (indexed_upto) is in the index file and is read
+// inside every indexing transaction, after taking the file's write lock:
+// another process may index the same store (calltap backfill beside
+// calltap listen). The index is derived data: a missing file, one of an
+// older format, or one recorded for another store (a copied or restored
+// agent.db) is rebuilt from the bodies.
 
-// searchBacklogMax is the default bound of the backlog.
-const searchBacklogMax = 50_000
+const (
+	searchBacklogMax = 50_000                // default bound of the backlog
+	searchLead       = 4 * searchChunk       // how far past the bound the writer may go before it waits
+	searchChunk      = 1024                  // captures per background indexing transaction
+	searchIdle       = 50 * time.Millisecond // no write for this long: the writer is idle
+	searchFormat     = 1                     // the index file's user_version; another value rebuilds it
+)
 
-// searchState is what this process last saw of the indexer's position.
-// The position itself is in the database (search_progress, and the newest
-// capture): another process may write the same store (calltap backfill
-// beside calltap listen), so every write transaction reads it again, and
-// this copy only tells the agent's idle writer whether to index.
-type searchState struct {
-	mu   sync.Mutex
-	upto int64 // guarded by mu: every capture with seq ≤ upto has been indexed (or is not indexable)
-	last int64 // guarded by mu: newest capture seq
-	max  int64 // guarded by mu: the backlog's bound
+// SearchIndexPath is the full-text index file of the agent store at path:
+// agent-search.db for agent.db. It can be deleted; it is rebuilt.
+func SearchIndexPath(path string) string {
+	return strings.TrimSuffix(path, ".db") + "-search.db"
 }
 
-func (s *searchState) bound() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.max
+// indexer keeps an agent store's full-text index.
+type indexer struct {
+	db   *sql.DB       // one connection: the store, with the index attached as "search"
+	wake chan struct{} // a commit saved captures
+	stop chan struct{} // closed by close
+	done chan struct{} // closed when run returns
+
+	mu        sync.Mutex
+	upto      int64         // guarded by mu: every capture with seq ≤ upto is indexed (or not indexable)
+	last      int64         // guarded by mu: newest capture seq seen
+	bound     int64         // guarded by mu: the backlog's bound
+	idle      time.Duration // guarded by mu: searchIdle (tests wait longer)
+	lastWrite time.Time     // guarded by mu: this process's latest commit of captures
+	failed    error         // guarded by mu: the background indexer's last error, nil after a success
+	moved     chan struct{} // guarded by mu: closed (and replaced) when upto moves or indexing fails
 }
 
-func (s *searchState) backlog() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.last - s.upto
-}
-
-func (s *searchState) set(upto, last int64) {
-	s.mu.Lock()
-	s.upto, s.last = upto, last
-	s.mu.Unlock()
-}
-
-// load reads the position inside w's transaction.
-func (s *searchState) load(w *rawConn) (upto, last int64, err error) {
-	if _, err := w.queryRow(`SELECT indexed_upto FROM search_progress WHERE id = 1`, nil, &upto); err != nil {
-		return 0, 0, fmt.Errorf("storage: read search progress: %w", err)
+// openIndexer opens the index file beside the store (creating or
+// rebuilding it) and starts the background indexer. dsn opens the store.
+func openIndexer(ctx context.Context, dsn, path string) (*indexer, error) {
+	drv := &sqlite3.SQLiteDriver{ConnectHook: attachSearch(SearchIndexPath(path), false)}
+	idb := sql.OpenDB(connector{drv: drv, dsn: dsn})
+	idb.SetMaxOpenConns(1)
+	idb.SetMaxIdleConns(1)
+	idb.SetConnMaxLifetime(0)
+	ix := &indexer{db: idb, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		bound: searchBacklogMax, idle: searchIdle, moved: make(chan struct{})}
+	if err := ix.prepare(ctx); err != nil {
+		idb.Close()
+		return nil, err
 	}
-	if _, err := w.queryRow(`SELECT coalesce(max(seq), 0) FROM captures`, nil, &last); err != nil {
-		return 0, 0, fmt.Errorf("storage: newest capture: %w", err)
+	go ix.run()
+	ix.poke() // a backlog left by an earlier process is indexed now
+	return ix, nil
+}
+
+// connector opens SQLite connections to dsn with drv (and its hook).
+type connector struct {
+	drv *sqlite3.SQLiteDriver
+	dsn string
+}
+
+func (c connector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
+func (c connector) Driver() driver.Driver                        { return c.drv }
+
+// attachSearch attaches the index file at path to every new connection as
+// "search", read-only if ro (the read pool) or creating it if missing.
+func attachSearch(path string, ro bool) func(*sqlite3.SQLiteConn) error {
+	uri := "file:" + path
+	if ro {
+		uri += "?mode=ro"
 	}
-	return upto, last, nil
+	return func(c *sqlite3.SQLiteConn) error {
+		if _, err := c.Exec(`ATTACH DATABASE ? AS search`, []driver.Value{uri}); err != nil {
+			return fmt.Errorf("storage: attach the search index %s: %w", path, err)
+		}
+		return nil
+	}
+}
+
+// prepare makes the index file current: the right format, this store's,
+// and no further along than the store (an older copy of agent.db put back
+// beside a newer index). It then reads the position.
+func (ix *indexer) prepare(ctx context.Context) error {
+	conn, err := ix.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("storage: search index: %w", err)
+	}
+	defer conn.Close()
+	for _, q := range []string{`PRAGMA search.journal_mode = WAL`, `PRAGMA search.synchronous = NORMAL`, `PRAGMA search.cache_size = -32768`, `PRAGMA wal_autocheckpoint = 8192`} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("storage: search index: %s: %w", q, err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		return fmt.Errorf("storage: search index: %w", err)
+	}
+	defer conn.ExecContext(context.Background(), `ROLLBACK`) // after COMMIT: an error, ignored
+	var format int64
+	var store, have string
+	var upto, last int64
+	if err := conn.QueryRowContext(ctx, `PRAGMA search.user_version`).Scan(&format); err != nil {
+		return fmt.Errorf("storage: search index: %w", err)
+	}
+	if err := conn.QueryRowContext(ctx, `SELECT uuid FROM store_identity WHERE id = 1`).Scan(&store); err != nil {
+		return fmt.Errorf("storage: store identity: %w", err)
+	}
+	if err := conn.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM captures`).Scan(&last); err != nil {
+		return fmt.Errorf("storage: newest capture: %w", err)
+	}
+	if format == searchFormat {
+		err := conn.QueryRowContext(ctx, `SELECT store, indexed_upto FROM search.search_progress WHERE id = 1`).Scan(&have, &upto)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("storage: search progress: %w", err)
+		}
+	}
+	if format != searchFormat || have != store || upto > last {
+		upto = 0
+		for _, q := range []string{
+			`DROP TABLE IF EXISTS search.captures_fts`,
+			`DROP TABLE IF EXISTS search.search_progress`,
+			`CREATE VIRTUAL TABLE search.captures_fts USING fts4 (content="", body, tokenize=unicode61)`,
+			`CREATE TABLE search.search_progress (id INTEGER PRIMARY KEY CHECK (id = 1), store TEXT NOT NULL, indexed_upto INTEGER NOT NULL)`,
+			fmt.Sprintf(`PRAGMA search.user_version = %d`, searchFormat),
+		} {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("storage: create the search index: %w", err)
+			}
+		}
+		if _, err := conn.ExecContext(ctx, `INSERT INTO search.search_progress (id, store, indexed_upto) VALUES (1, ?, 0)`, store); err != nil {
+			return fmt.Errorf("storage: create the search index: %w", err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
+		return fmt.Errorf("storage: search index: %w", err)
+	}
+	ix.setPosition(upto, last)
+	return nil
+}
+
+func (ix *indexer) poke() {
+	select {
+	case ix.wake <- struct{}{}:
+	default:
+	}
+}
+
+// saved tells the indexer that this process committed captures up to seq.
+func (ix *indexer) saved(seq int64) {
+	ix.mu.Lock()
+	ix.last = max(ix.last, seq)
+	ix.lastWrite = time.Now()
+	ix.mu.Unlock()
+	ix.poke()
+}
+
+// setPosition records a position read in an indexing transaction and wakes
+// writers waiting for it.
+func (ix *indexer) setPosition(upto, last int64) {
+	ix.mu.Lock()
+	ix.upto, ix.last, ix.failed = upto, max(ix.last, last), nil
+	close(ix.moved)
+	ix.moved = make(chan struct{})
+	ix.mu.Unlock()
+}
+
+func (ix *indexer) fail(err error) {
+	ix.mu.Lock()
+	ix.failed = err
+	close(ix.moved)
+	ix.moved = make(chan struct{})
+	ix.mu.Unlock()
+}
+
+func (ix *indexer) backlog() int64 {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.last - ix.upto
+}
+
+// waitRoom returns once the backlog is within its bound plus searchLead,
+// or at once while the indexer is failing: a broken index must not stop
+// captures from being saved (searches report its error).
+func (ix *indexer) waitRoom(ctx context.Context) error {
+	for {
+		ix.mu.Lock()
+		over := ix.last-ix.upto > ix.bound+searchLead && ix.failed == nil
+		moved := ix.moved
+		ix.mu.Unlock()
+		if !over {
+			return nil
+		}
+		ix.poke()
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// run is the background indexer; see the comment at the top of the file.
+func (ix *indexer) run() {
+	defer close(ix.done)
+	idle := time.NewTimer(time.Hour)
+	idle.Stop()
+	for {
+		select {
+		case <-ix.stop:
+			return
+		case <-ix.wake:
+		}
+		for {
+			ix.mu.Lock()
+			backlog, bound, wait := ix.last-ix.upto, ix.bound, ix.idle-time.Since(ix.lastWrite)
+			ix.mu.Unlock()
+			if backlog <= 0 {
+				break
+			}
+			if backlog <= bound && wait > 0 {
+				idle.Reset(wait)
+				select {
+				case <-ix.stop:
+					idle.Stop()
+					return
+				case <-idle.C:
+				}
+				continue
+			}
+			if _, err := ix.index(context.Background(), searchChunk); err != nil {
+				// Tried again after the next commit; a search reports it.
+				ix.fail(err)
+				slog.Warn("storage: indexing captures for search", "err", err)
+				break
+			}
+		}
+	}
+}
+
+func (ix *indexer) close() error {
+	close(ix.stop)
+	<-ix.done
+	ix.fail(errors.New("storage: closed")) // writers waiting for room go on
+	return ix.db.Close()
+}
+
+const (
+	qBodiesAfter = `SELECT seq, CASE WHEN length(body) <= ` + maxIndexedBodyText + ` THEN body END
+		FROM capture_bodies WHERE seq > ? ORDER BY seq LIMIT ?`
+	qFtsIns = `INSERT INTO search.captures_fts (docid, body) VALUES (?, ?)`
+)
+
+// index adds up to max of the oldest unindexed captures to the index in
+// one transaction and returns the backlog left. Bodies are read one at a
+// time: a chunk of 1 MiB bodies is never held at once.
+//
+// When no body is left to read below the newest capture (a capture
+// without a body row), the position moves to it all the same, so that a
+// backlog always ends.
+//
+// Statements run with context.Background() (no watcher goroutine per
+// statement); ctx is checked before the transaction begins.
+func (ix *indexer) index(ctx context.Context, max int) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	bg := context.Background()
+	tx, err := ix.db.BeginTx(bg, nil)
+	if err != nil {
+		return 0, fmt.Errorf("storage: begin indexing: %w", err)
+	}
+	defer tx.Rollback()
+	// The index's write lock first (BEGIN is deferred on this connection,
+	// which writes only the index): the position read next is then the
+	// latest, whoever indexed last.
+	if _, err := tx.ExecContext(bg, `UPDATE search.search_progress SET indexed_upto = indexed_upto WHERE id = 1`); err != nil {
+		return 0, fmt.Errorf("storage: lock the search index: %w", err)
+	}
+	var upto, last int64
+	if err := tx.QueryRowContext(bg, `SELECT indexed_upto FROM search.search_progress WHERE id = 1`).Scan(&upto); err != nil {
+		return 0, fmt.Errorf("storage: read search progress: %w", err)
+	}
+	if err := tx.QueryRowContext(bg, `SELECT coalesce(max(seq), 0) FROM captures`).Scan(&last); err != nil {
+		return 0, fmt.Errorf("storage: newest capture: %w", err)
+	}
+	if upto < last {
+		if upto, err = indexBodies(tx, upto, last, max); err != nil {
+			return 0, err
+		}
+		if _, err := tx.ExecContext(bg, `UPDATE search.search_progress SET indexed_upto = ? WHERE id = 1`, upto); err != nil {
+			return 0, fmt.Errorf("storage: save search progress: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("storage: commit indexing: %w", err)
+	}
+	ix.setPosition(upto, last)
+	return last - upto, nil
+}
+
+func indexBodies(tx *sql.Tx, upto, last int64, max int) (int64, error) {
+	bg := context.Background()
+	ins, err := tx.PrepareContext(bg, qFtsIns)
+	if err != nil {
+		return upto, fmt.Errorf("storage: index capture body: %w", err)
+	}
+	defer ins.Close()
+	rows, err := tx.QueryContext(bg, qBodiesAfter, upto, max)
+	if err != nil {
+		return upto, fmt.Errorf("storage: read bodies to index: %w", err)
+	}
+	defer rows.Close()
+	read := 0
+	for rows.Next() {
+		var seq int64
+		var body sql.RawBytes // valid until the next row: not copied
+		if err := rows.Scan(&seq, &body); err != nil {
+			return upto, fmt.Errorf("storage: read bodies to index: %w", err)
+		}
+		if indexable(body) {
+			if _, err := ins.ExecContext(bg, seq, string(body)); err != nil {
+				return upto, fmt.Errorf("storage: index capture body: %w", err)
+			}
+		}
+		upto = seq
+		read++
+	}
+	if err := rows.Err(); err != nil {
+		return upto, fmt.Errorf("storage: read bodies to index: %w", err)
+	}
+	if read < max {
+		upto = last // nothing more to read up to the newest capture
+	}
+	return upto, nil
 }
 
 // SetSearchBacklogMax sets the bound of the backlog (default 50,000); 0
-// indexes every capture in the commit that saves it.
+// indexes every capture as soon as it is saved, beside the writer.
 func (db *DB) SetSearchBacklogMax(n int64) {
-	db.search.mu.Lock()
-	db.search.max = max(n, 0)
-	db.search.mu.Unlock()
+	if db.index == nil {
+		return
+	}
+	db.index.mu.Lock()
+	db.index.bound = max(n, 0)
+	db.index.mu.Unlock()
+	db.index.poke()
 }
 
 // SearchBacklog is how many saved captures the full-text index had not
-// taken as of this process's last write (0 before its first); searches do
-// not rely on it.
+// taken as this process last saw; searches do not rely on it.
 func (db *DB) SearchBacklog() int64 {
-	return db.search.backlog()
+	if db.index == nil {
+		return 0
+	}
+	return db.index.backlog()
 }
 
 // IndexSearch adds up to max of the oldest unindexed captures to the
 // full-text index in one transaction and returns the backlog left.
 func (db *DB) IndexSearch(ctx context.Context, max int) (int64, error) {
-	var upto, last int64
-	err := db.writeRaw(ctx, func(w *rawConn) error {
-		var err error
-		if upto, last, err = db.search.load(w); err != nil {
-			return err
-		}
-		if upto >= last {
-			return nil
-		}
-		upto, err = w.indexBodies(upto, last, max)
-		return err
-	})
-	if err != nil {
-		return 0, err
+	if db.index == nil {
+		return 0, fmt.Errorf("storage: %s databases have no search index", db.schema)
 	}
-	db.search.set(upto, last)
-	return last - upto, nil
+	return db.index.index(ctx, max)
 }
 
 // catchUpSearch indexes the whole backlog, so a search sees every capture.
+// The backlog is read from the files, not this process's view: another
+// process may have saved captures.
 func (db *DB) catchUpSearch(ctx context.Context) error {
 	var backlog int64
 	err := db.read.QueryRowContext(ctx, `SELECT coalesce((SELECT max(seq) FROM captures), 0) -
-		(SELECT indexed_upto FROM search_progress WHERE id = 1)`).Scan(&backlog)
+		(SELECT indexed_upto FROM search.search_progress WHERE id = 1)`).Scan(&backlog)
 	if err != nil {
 		return fmt.Errorf("storage: search backlog: %w", err)
 	}
@@ -117,54 +417,4 @@ func (db *DB) catchUpSearch(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-const (
-	qBodiesAfter = `SELECT seq, CASE WHEN length(body) <= ` + maxIndexedBodyText + ` THEN body END
-		FROM capture_bodies WHERE seq > ? ORDER BY seq LIMIT ?`
-	qSearchUpto = `UPDATE search_progress SET indexed_upto = ? WHERE id = 1`
-)
-
-// indexBodies indexes up to max captures after upto, inside the caller's
-// transaction, and returns the new position. Bodies are read one at a
-// time: a batch of 1 MiB bodies is never held at once.
-//
-// last is the newest capture: when no body is left to read below it (a
-// capture without a body row), the position moves to it all the same, so
-// that a backlog always ends.
-func (w *rawConn) indexBodies(upto, last int64, max int) (int64, error) {
-	st, err := w.stmt(qBodiesAfter)
-	if err != nil {
-		return upto, err
-	}
-	rows, err := st.(driver.StmtQueryContext).QueryContext(context.Background(),
-		[]driver.NamedValue{{Ordinal: 1, Value: upto}, {Ordinal: 2, Value: int64(max)}})
-	if err != nil {
-		return upto, fmt.Errorf("storage: read bodies to index: %w", err)
-	}
-	defer rows.Close()
-	vals := make([]driver.Value, 2)
-	read := 0
-	for {
-		if err := rows.Next(vals); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return upto, fmt.Errorf("storage: read bodies to index: %w", err)
-		}
-		seq, _ := vals[0].(int64)
-		if body, _ := vals[1].([]byte); indexable(body) {
-			if _, err := w.exec(qFtsIns, seq, string(body)); err != nil {
-				return upto, fmt.Errorf("storage: index capture body: %w", err)
-			}
-		}
-		upto = seq
-		read++
-	}
-	if read < max {
-		upto = last // nothing more to read up to the newest capture
-	}
-	if _, err := w.exec(qSearchUpto, upto); err != nil {
-		return upto, fmt.Errorf("storage: save search progress: %w", err)
-	}
-	return upto, nil
 }

@@ -2,9 +2,12 @@ package storage
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func searchIDs(t *testing.T, db *DB, text string) []string {
@@ -19,12 +22,21 @@ func searchIDs(t *testing.T, db *DB, text string) []string {
 	return ids(rows)
 }
 
+// idleForever keeps db's background indexer from indexing a backlog within
+// its bound, so that a test sees the backlog it left.
+func idleForever(db *DB) {
+	db.index.mu.Lock()
+	db.index.idle = time.Hour
+	db.index.mu.Unlock()
+}
+
 // A capture is found by text search as soon as it is saved, though the
 // full-text index takes it later; indexing then leaves no backlog and the
 // same answers.
 func TestSearchSeesCapturesNotYetIndexed(t *testing.T) {
 	ctx := context.Background()
 	db := openAgentDB(t)
+	idleForever(db)
 	var cs []*Capture
 	for i := range 10 {
 		cs = append(cs, testCapture(i, fmt.Appendf(nil, `{"city":"Denver","lead_id":"L-%d"}`, i)))
@@ -56,21 +68,68 @@ func TestSearchSeesCapturesNotYetIndexed(t *testing.T) {
 	}
 }
 
-// Beyond the bound, each commit indexes as many old captures as it saves.
-func TestSearchBacklogIsBounded(t *testing.T) {
+// Left alone, the background indexer takes a backlog once writes stop.
+func TestSearchIndexedWhenIdle(t *testing.T) {
 	ctx := context.Background()
 	db := openAgentDB(t)
-	db.SetSearchBacklogMax(5)
-	for i := range 20 {
-		if err := db.WriteCaptures(ctx, []*Capture{testCapture(i, []byte(`{"city":"Austin"}`))}, nil); err != nil {
-			t.Fatal(err)
-		}
-		if n := db.SearchBacklog(); n > 6 {
-			t.Fatalf("after capture %d the backlog is %d, bound 5", i, n)
-		}
+	if err := db.WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{"city":"Austin"}`))}, nil); err != nil {
+		t.Fatal(err)
 	}
-	if got := searchIDs(t, db, "Austin"); len(got) != 20 {
-		t.Errorf("search: %d matches, want 20", len(got))
+	deadline := time.Now().Add(10 * time.Second)
+	for db.SearchBacklog() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("backlog still %d after 10 s of no writes", db.SearchBacklog())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var upto int64
+	if err := db.read.QueryRowContext(ctx, `SELECT indexed_upto FROM search.search_progress`).Scan(&upto); err != nil || upto != 1 {
+		t.Fatalf("indexed up to %d, %v", upto, err)
+	}
+}
+
+// Beyond the bound, the indexer works beside the writer, and a writer that
+// outruns it by more than searchLead waits for it: here the index file is
+// locked by another connection until the second write has begun, so that
+// write can only leave the backlog within bound+searchLead(+1) by waiting.
+func TestSearchBacklogIsBounded(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db, err := Open(ctx, path, SchemaAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetSearchBacklogMax(0)
+	lock, err := sql.Open("sqlite3", "file:"+SearchIndexPath(path)+"?_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	tx, err := lock.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []*Capture
+	for i := range searchLead + 100 {
+		first = append(first, testCapture(i, []byte(`{"city":"Austin"}`)))
+	}
+	if err := db.WriteCaptures(ctx, first, nil); err != nil {
+		t.Fatal(err)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		wrote <- db.WriteCaptures(ctx, []*Capture{testCapture(searchLead+100, []byte(`{"city":"Austin"}`))}, nil)
+	}()
+	tx.Rollback() // the indexer goes on
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if n := db.SearchBacklog(); n > searchLead+1 {
+		t.Fatalf("the second write left a backlog of %d, bound 0 + %d", n, searchLead)
+	}
+	if _, n, err := db.Captures(ctx, CaptureFilter{Text: "Austin", Page: Page{Limit: 1}}); err != nil || n != searchLead+101 {
+		t.Errorf("search count %d, %v; want %d", n, err, searchLead+101)
 	}
 }
 
@@ -157,5 +216,64 @@ func TestSearchBacklogEndsPastAMissingBody(t *testing.T) {
 	}
 	if left, err := db.IndexSearch(ctx, 10); err != nil || left != 0 {
 		t.Errorf("backlog after the search: %d, %v", left, err)
+	}
+}
+
+// The index is derived data: deleted, it is rebuilt; one recorded for
+// another store (a copied or restored agent.db beside it) is rebuilt, not
+// trusted.
+func TestSearchIndexRebuilt(t *testing.T) {
+	ctx := context.Background()
+	dirA, dirB := t.TempDir(), t.TempDir()
+	pathA, pathB := filepath.Join(dirA, "agent.db"), filepath.Join(dirB, "agent.db")
+	save := func(path, body string) {
+		t.Helper()
+		db, err := Open(ctx, path, SchemaAgent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.WriteCaptures(ctx, []*Capture{testCapture(1, []byte(body))}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if left, err := db.IndexSearch(ctx, 10); err != nil || left != 0 {
+			t.Fatalf("indexing: %d left, %v", left, err)
+		}
+	}
+	save(pathA, `{"city":"Austin"}`)
+	save(pathB, `{"city":"Boston"}`)
+	search := func(path string, want map[string]int) {
+		t.Helper()
+		db, err := Open(ctx, path, SchemaAgent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for text, n := range want {
+			if got := searchIDs(t, db, text); len(got) != n {
+				t.Errorf("%s: search %s: %d matches, want %d", path, text, len(got), n)
+			}
+		}
+	}
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		os.Remove(SearchIndexPath(pathA) + suffix)
+	}
+	search(pathA, map[string]int{"Austin": 1})
+
+	index, err := os.ReadFile(SearchIndexPath(pathB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(SearchIndexPath(pathA), index, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	search(pathA, map[string]int{"Austin": 1, "Boston": 0})
+}
+
+// SQLite took the option that keeps the writer and the indexer off a
+// shared mutex (sqliteconfig.go): it was set before SQLite initialised.
+func TestSQLiteMemstatusOff(t *testing.T) {
+	if memstatusOff != 0 {
+		t.Fatalf("sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0) = %d, want SQLITE_OK", memstatusOff)
 	}
 }

@@ -117,10 +117,12 @@ func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 		bytesSum += len(t.body)
 	}
 	const batch = 256
-	// The store indexes captures for search after saving them (when the
-	// writer is idle, or beyond a backlog of 50,000), so a burst is saved
-	// without indexing; a sustained load pays for its index as it goes.
-	// Both are measured; the target is for the sustained one.
+	// The store indexes captures for search after saving them, into a file
+	// of its own (when the writer is idle, or beside it beyond a backlog of
+	// 50,000), so a burst is saved without indexing; a sustained load is
+	// held to the indexer's pace. Both are measured; the target is for the
+	// sustained one, which counts the time until every capture saved is
+	// also indexed.
 	const burstMax = 45_000
 	for _, mode := range []struct {
 		withResponse, keepIndex bool
@@ -131,8 +133,8 @@ func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 			return err
 		}
 		if mode.keepIndex {
-			// What a sustained load beyond the backlog's bound does: each
-			// commit indexes as many captures as it saves.
+			// What a sustained load beyond the backlog's bound meets: the
+			// indexer works beside the writer from the first capture.
 			db.SetSearchBacklogMax(0)
 		}
 		// A producer builds captures the way the agent's read loop does,
@@ -188,6 +190,13 @@ func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 		if err := write(t0.Add(dur)); err != nil {
 			return err
 		}
+		if mode.keepIndex {
+			for left := int64(1); left > 0; {
+				if left, err = db.IndexSearch(ctx, 2048); err != nil {
+					return err
+				}
+			}
+		}
 		el := time.Since(t0)
 		close(stop)
 		for range batches {
@@ -198,7 +207,7 @@ func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 		shape := fmt.Sprintf("%.1f KB events, batches of %d", avg/1000, batch)
 		switch {
 		case mode.keepIndex:
-			res.add(row{Measure: "Capture store: captures/s sustained, each saved, its response recorded and indexed for search (" + shape + ")",
+			res.add(row{Measure: "Capture store: captures/s sustained, each saved, its response recorded and indexed for search (" + shape + "; index beside the writer)",
 				Calltap: fmtRate(rate, "/s"), Target: "≥ 20,000 /s", Met: verdict(rate >= 20000)})
 		case withResponse:
 			res.add(row{Measure: "Capture store: captures/s in a burst (≤ 45,000, search index deferred), each saved and its response recorded (" + shape + ")",
@@ -260,6 +269,7 @@ func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (stri
 	building := filepath.Join(cacheDir, "building-"+key+".db")
 	for _, suffix := range []string{"", "-wal", "-shm"} {
 		os.Remove(building + suffix)
+		os.Remove(storage.SearchIndexPath(building) + suffix)
 	}
 	fmt.Fprintf(os.Stderr, "store: building %d captures in %s (once; kept for later runs)\n", size, path)
 	db, err := storage.Open(ctx, building, storage.SchemaAgent)
@@ -312,15 +322,27 @@ func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (stri
 		db.Close()
 		return "", err
 	}
+	for left := int64(1); left > 0; { // the store is cached with its search index complete
+		if left, err = db.IndexSearch(ctx, 10_000); err != nil {
+			db.Close()
+			return "", err
+		}
+	}
 	if err := db.Close(); err != nil {
 		return "", err
 	}
-	for _, suffix := range []string{"-wal", "-shm"} {
-		if _, err := os.Stat(building + suffix); err == nil {
-			if err := os.Rename(building+suffix, path+suffix); err != nil {
-				return "", err
+	// The store and its search index file, each with any WAL left.
+	for _, f := range [][2]string{{building, path}, {storage.SearchIndexPath(building), storage.SearchIndexPath(path)}} {
+		for _, suffix := range []string{"-wal", "-shm"} {
+			if _, err := os.Stat(f[0] + suffix); err == nil {
+				if err := os.Rename(f[0]+suffix, f[1]+suffix); err != nil {
+					return "", err
+				}
 			}
 		}
+	}
+	if err := os.Rename(storage.SearchIndexPath(building), storage.SearchIndexPath(path)); err != nil {
+		return "", err
 	}
 	return path, os.Rename(building, path)
 }
