@@ -350,56 +350,66 @@ func (a *Agent) settle(ctx context.Context) {
 // Flush waits until every write queued before it is committed.
 func (a *Agent) Flush(ctx context.Context) error { return a.save(ctx, writeOp{}) }
 
-// ServeTunnel takes a request from the relay: save, ack, then forward. It
-// runs on the connection's read loop, so it only queues work.
+// ServeTunnel takes a request from the relay. It runs on the connection's
+// read loop, so it only queues work.
+//
+// A live request is forwarded while its capture is committed, and the relay
+// gets the handler's answer once both are done: the sender's answer still
+// means the capture is saved, and the handler no longer waits for the
+// commit. A queued request is saved and acknowledged, then forwarded in
+// arrival order (lateLoop).
 func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 	c := a.newCapture(SourceTunnel, req.Method, req.URI, req.Header, req.Body)
 	c.RelayID = req.ID
-	if req.Queued {
-		c.Late = true
-		c.ArrivedAt = time.UnixMicro(req.ArrivedAt).UTC()
+	if !req.Queued {
+		a.serveLive(c, req.Header, s)
+		return
 	}
-	op := writeOp{insert: c}
-	if req.Queued {
-		op.ack = s // the relay forgets a queued request once it is saved
-	}
-	op.after = func(err error) {
-		if err != nil {
-			s.Release()
-			if !req.Queued {
-				s.Respond(&relay.Response{Result: relay.ResultUnreachable, Error: "the agent could not save the request"})
-			}
+	c.Late = true
+	c.ArrivedAt = time.UnixMicro(req.ArrivedAt).UTC()
+	a.ops <- writeOp{insert: c, ack: s, after: func(err error) { // the relay forgets a queued request once it is saved
+		s.Release()
+		if err != nil || c.Redelivered {
 			return
 		}
-		switch {
-		case c.Redelivered:
-			s.Release()
-		case req.Queued:
-			// Queued requests reach the handler one at a time, in the order
-			// they reached the relay; the body is read back from the store.
-			s.Release()
-			a.lateMu.Lock()
-			a.lateList = append(a.lateList, c.ID)
-			a.lateMu.Unlock()
-			select {
-			case a.late <- struct{}{}:
-			default:
-			}
+		// The body is read back from the store.
+		a.lateMu.Lock()
+		a.lateList = append(a.lateList, c.ID)
+		a.lateMu.Unlock()
+		select {
+		case a.late <- struct{}{}:
 		default:
-			// The response of a live request tells the relay it was saved:
-			// a separate ack (a write, and a wake-up of the relay, in the
-			// middle of the handler's work) goes only if the handler is
-			// slow to answer.
-			ackLater := time.AfterFunc(liveAckDelay, s.Ack)
-			go func() {
-				resp := a.deliverWith(context.Background(), c, 1, req.Header)
-				ackLater.Stop()
-				s.Respond(resp)
-				s.Release()
-			}()
 		}
-	}
-	a.ops <- op
+	}}
+}
+
+// serveLive saves and forwards a live request side by side; see ServeTunnel.
+func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
+	out := *c // what the forward reads: writeLoop owns c until its commit
+	// The commit's outcome: nil if it failed, else the timer of the ack
+	// the relay needs only if the handler is slow to answer (the response
+	// of a live request tells the relay it was saved).
+	saved := make(chan *time.Timer, 1)
+	a.ops <- writeOp{insert: c, after: func(err error) {
+		if err != nil {
+			saved <- nil
+			return
+		}
+		saved <- time.AfterFunc(liveAckDelay, s.Ack)
+	}}
+	go func() {
+		defer s.Release()
+		res := a.send(context.Background(), &out, h)
+		ack := <-saved
+		if ack == nil {
+			// The handler may have seen it; the sender, told it failed,
+			// sends it again, and that one is saved.
+			s.Respond(&relay.Response{Result: relay.ResultUnreachable, Error: "the agent could not save the request"})
+			return
+		}
+		ack.Stop()
+		s.Respond(a.record(context.Background(), c, 1, res))
+	}()
 }
 
 // liveAckDelay is how long a live request's ack waits for the response
@@ -490,13 +500,12 @@ func (a *Agent) lateLoop(ctx context.Context) {
 // deliver sends c to its target once (attempt n), records the outcome and
 // returns it in the relay's terms.
 func (a *Agent) deliver(ctx context.Context, c *storage.Capture, n int) *relay.Response {
-	return a.deliverWith(ctx, c, n, nil)
+	return a.record(ctx, c, n, a.send(ctx, c, nil))
 }
 
-// deliverWith is deliver with the request's headers at hand (a live
-// request), sparing a parse of the stored JSON; h nil parses it.
-func (a *Agent) deliverWith(ctx context.Context, c *storage.Capture, n int, h relay.Header) *relay.Response {
-	res := a.send(ctx, c, h)
+// record writes attempt n's result res into c, queues its update, prints
+// its console line and returns the response for the relay.
+func (a *Agent) record(ctx context.Context, c *storage.Capture, n int, res sendResult) *relay.Response {
 	c.Attempts = n
 	c.Duration = res.duration
 	c.DeliveredAt = time.Now().UTC()
@@ -548,6 +557,9 @@ type sendResult struct {
 	duration time.Duration
 }
 
+// send tries c's request at its target once. h is the request's headers
+// when at hand (a live request), sparing a parse of the stored JSON; nil
+// parses it.
 func (a *Agent) send(ctx context.Context, c *storage.Capture, h relay.Header) sendResult {
 	start := time.Now()
 	res := a.sendOnce(ctx, c, h)
