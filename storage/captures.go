@@ -92,11 +92,11 @@ func fromMicros(n sql.NullInt64) time.Time {
 // statements.
 //
 // Captures reach the full-text index later, in a file of their own (see
-// searchindex.go). While the index is further behind than its bound allows,
-// WriteCaptures first waits for it.
+// searchindex.go). While the index is further behind than its bound,
+// WriteCaptures keeps to the indexer's pace.
 func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) error {
 	if db.index != nil && len(inserts) > 0 {
-		if err := db.index.waitRoom(ctx); err != nil {
+		if err := db.index.waitRoom(ctx, len(inserts)); err != nil {
 			return err
 		}
 	}

@@ -28,9 +28,12 @@ import (
 //     searchChunk at a time, so a burst is saved at full speed and indexed
 //     once it is over;
 //   - at once, beside the writer, while more than the backlog's bound
-//     (searchBacklogMax) is unindexed. Beyond the bound plus searchLead,
-//     WriteCaptures waits for the indexer: a load the indexer cannot keep
-//     up with is slowed to its pace, and the backlog stays bounded;
+//     (searchBacklogMax) is unindexed. Past the bound the writer saves no
+//     more than the indexer indexes (plus searchLead): WriteCaptures waits
+//     for it, so a load it cannot keep up with is slowed to its pace and
+//     the backlog stops growing, and a backlog the writer did not make (an
+//     index being rebuilt) slows writes to the indexer's pace, never stops
+//     them;
 //   - before any text search, which indexes the whole backlog first, so
 //     that results always include every capture saved before the search.
 //
@@ -43,7 +46,7 @@ import (
 
 const (
 	searchBacklogMax = 50_000                // default bound of the backlog
-	searchLead       = 4 * searchChunk       // how far past the bound the writer may go before it waits
+	searchLead       = 4 * searchChunk       // captures the writer may save past the bound before the indexer's pace holds it
 	searchChunk      = 1024                  // captures per background indexing transaction
 	searchIdle       = 50 * time.Millisecond // no write for this long: the writer is idle
 	searchFormat     = 1                     // the index file's user_version; another value rebuilds it
@@ -68,6 +71,7 @@ type indexer struct {
 	bound     int64         // guarded by mu: the backlog's bound
 	idle      time.Duration // guarded by mu: searchIdle (tests wait longer)
 	lastWrite time.Time     // guarded by mu: this process's latest commit of captures
+	credit    int64         // guarded by mu: captures the writer may still save while past the bound
 	failed    error         // guarded by mu: the background indexer's last error, nil after a success
 	moved     chan struct{} // guarded by mu: closed (and replaced) when upto moves or indexing fails
 }
@@ -81,7 +85,7 @@ func openIndexer(ctx context.Context, dsn, path string) (*indexer, error) {
 	idb.SetMaxIdleConns(1)
 	idb.SetConnMaxLifetime(0)
 	ix := &indexer{db: idb, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		bound: searchBacklogMax, idle: searchIdle, moved: make(chan struct{})}
+		bound: searchBacklogMax, idle: searchIdle, credit: searchLead, moved: make(chan struct{})}
 	if err := ix.prepare(ctx); err != nil {
 		idb.Close()
 		return nil, err
@@ -195,6 +199,7 @@ func (ix *indexer) saved(seq int64) {
 // writers waiting for it.
 func (ix *indexer) setPosition(upto, last int64) {
 	ix.mu.Lock()
+	ix.credit = min(ix.credit+max(upto-ix.upto, 0), searchLead)
 	ix.upto, ix.last, ix.failed = upto, max(ix.last, last), nil
 	close(ix.moved)
 	ix.moved = make(chan struct{})
@@ -215,18 +220,25 @@ func (ix *indexer) backlog() int64 {
 	return ix.last - ix.upto
 }
 
-// waitRoom returns once the backlog is within its bound plus searchLead,
-// or at once while the indexer is failing: a broken index must not stop
-// captures from being saved (searches report its error).
-func (ix *indexer) waitRoom(ctx context.Context) error {
+// waitRoom returns once n more captures may be saved: at once within the
+// bound, else once the indexer has given the writer credit (each capture
+// it indexes is one more the writer may save), or while the indexer is
+// failing: a broken index must not stop captures from being saved
+// (searches report its error).
+func (ix *indexer) waitRoom(ctx context.Context, n int) error {
 	for {
 		ix.mu.Lock()
-		over := ix.last-ix.upto > ix.bound+searchLead && ix.failed == nil
-		moved := ix.moved
-		ix.mu.Unlock()
-		if !over {
+		within := ix.last-ix.upto <= ix.bound || ix.failed != nil
+		if within || ix.credit > 0 {
+			if within {
+				ix.credit = searchLead // a fresh lead, which this write starts to spend
+			}
+			ix.credit -= int64(n)
+			ix.mu.Unlock()
 			return nil
 		}
+		moved := ix.moved
+		ix.mu.Unlock()
 		ix.poke()
 		select {
 		case <-moved:

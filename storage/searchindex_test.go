@@ -277,3 +277,49 @@ func TestSQLiteMemstatusOff(t *testing.T) {
 		t.Fatalf("sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0) = %d, want SQLITE_OK", memstatusOff)
 	}
 }
+
+// A backlog the writer's pace did not make (an index being rebuilt, a bound
+// lowered) slows writes to the indexer's pace but does not stop them: with
+// the index file locked, so that the indexer makes no progress at all, the
+// writer still has its lead.
+func TestSearchBacklogDoesNotStopWrites(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db, err := Open(ctx, path, SchemaAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	idleForever(db)
+	db.SetSearchBacklogMax(1 << 40)
+	n := 0
+	for range 12 {
+		var batch []*Capture
+		for range searchLead / 4 {
+			batch = append(batch, testCapture(n, []byte(`{"city":"Denver"}`)))
+			n++
+		}
+		if err := db.WriteCaptures(ctx, batch, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lock, err := sql.Open("sqlite3", "file:"+SearchIndexPath(path)+"?_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	tx, err := lock.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetSearchBacklogMax(0) // 3 leads behind
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := db.WriteCaptures(wctx, []*Capture{testCapture(n, []byte(`{"city":"Denver"}`))}, nil); err != nil {
+		t.Fatalf("a write behind a backlog it did not make: %v", err)
+	}
+	tx.Rollback()
+	if _, count, err := db.Captures(ctx, CaptureFilter{Text: "Denver", Page: Page{Limit: 1}}); err != nil || count != n+1 {
+		t.Errorf("search: %d matches, %v; want %d", count, err, n+1)
+	}
+}
