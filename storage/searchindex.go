@@ -49,6 +49,7 @@ const (
 	searchLead       = 4 * searchChunk       // captures the writer may save past the bound before the indexer's pace holds it
 	searchChunk      = 1024                  // captures per background indexing transaction
 	searchIdle       = 50 * time.Millisecond // no write for this long: the writer is idle
+	searchRetry      = time.Second           // after a failed chunk, the background indexer waits this long
 	searchFormat     = 1                     // the index file's user_version; another value rebuilds it
 )
 
@@ -136,7 +137,12 @@ func (ix *indexer) prepare(ctx context.Context) error {
 	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
 		return fmt.Errorf("storage: search index: %w", err)
 	}
-	defer conn.ExecContext(context.Background(), `ROLLBACK`) // after COMMIT: an error, ignored
+	committed := false
+	defer func() {
+		if !committed {
+			conn.ExecContext(context.Background(), `ROLLBACK`)
+		}
+	}()
 	var format int64
 	var store, have string
 	var upto, last int64
@@ -175,6 +181,7 @@ func (ix *indexer) prepare(ctx context.Context) error {
 	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
 		return fmt.Errorf("storage: search index: %w", err)
 	}
+	committed = true
 	ix.setPosition(upto, last)
 	return nil
 }
@@ -277,9 +284,18 @@ func (ix *indexer) run() {
 				continue
 			}
 			if _, err := ix.index(context.Background(), searchChunk); err != nil {
-				// Tried again after the next commit; a search reports it.
+				// Tried again after the next commit, but not at once: a
+				// failure that lasts (a full disk) is not retried, and
+				// logged, at the pace of requests. A search reports it.
 				ix.fail(err)
 				slog.Warn("storage: indexing captures for search", "err", err)
+				idle.Reset(searchRetry)
+				select {
+				case <-ix.stop:
+					idle.Stop()
+					return
+				case <-idle.C:
+				}
 				break
 			}
 		}
