@@ -11,12 +11,7 @@ import (
 
 func openAgentDB(t *testing.T) *DB {
 	t.Helper()
-	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "agent.db"), SchemaAgent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
+	return openAgentAt(t, filepath.Join(t.TempDir(), "agent.db"))
 }
 
 var callsT0 = time.Date(2025, 3, 14, 15, 0, 0, 0, time.UTC)

@@ -88,6 +88,34 @@ func TestSearchIndexedWhenIdle(t *testing.T) {
 	}
 }
 
+// openAgentAt opens the agent store at path; the test's end closes it.
+func openAgentAt(t *testing.T, path string) *DB {
+	t.Helper()
+	db, err := Open(context.Background(), path, SchemaAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// lockSearchIndex holds the write lock of the index file of the store at
+// path from a connection of its own, so that no indexer makes progress,
+// until unlock is called (or the test ends).
+func lockSearchIndex(t *testing.T, path string) (unlock func()) {
+	t.Helper()
+	lock, err := sql.Open("sqlite3", "file:"+SearchIndexPath(path)+"?_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Close() })
+	tx, err := lock.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() { tx.Rollback() }
+}
+
 // Beyond the bound, the indexer works beside the writer, and a writer that
 // outruns it by more than searchLead waits for it: here the index file is
 // locked by another connection until the second write has begun, so that
@@ -95,21 +123,9 @@ func TestSearchIndexedWhenIdle(t *testing.T) {
 func TestSearchBacklogIsBounded(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db, err := Open(ctx, path, SchemaAgent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openAgentAt(t, path)
 	db.SetSearchBacklogMax(0)
-	lock, err := sql.Open("sqlite3", "file:"+SearchIndexPath(path)+"?_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	tx, err := lock.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
+	unlock := lockSearchIndex(t, path)
 	var first []*Capture
 	for i := range searchLead + 100 {
 		first = append(first, testCapture(i, []byte(`{"city":"Austin"}`)))
@@ -121,7 +137,7 @@ func TestSearchBacklogIsBounded(t *testing.T) {
 	go func() {
 		wrote <- db.WriteCaptures(ctx, []*Capture{testCapture(searchLead+100, []byte(`{"city":"Austin"}`))}, nil)
 	}()
-	tx.Rollback() // the indexer goes on
+	unlock() // the indexer goes on
 	if err := <-wrote; err != nil {
 		t.Fatal(err)
 	}
@@ -162,16 +178,8 @@ func TestSearchBacklogSurvivesReopen(t *testing.T) {
 func TestSearchIndexWithTwoWriters(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	a, err := Open(ctx, path, SchemaAgent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := Open(ctx, path, SchemaAgent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a := openAgentAt(t, path)
+	b := openAgentAt(t, path)
 	a.SetSearchBacklogMax(3)
 	write := func(db *DB, n int) {
 		t.Helper()
@@ -285,11 +293,7 @@ func TestSQLiteMemstatusOff(t *testing.T) {
 func TestSearchBacklogDoesNotStopWrites(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db, err := Open(ctx, path, SchemaAgent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openAgentAt(t, path)
 	idleForever(db)
 	db.SetSearchBacklogMax(1 << 40)
 	n := 0
@@ -303,22 +307,14 @@ func TestSearchBacklogDoesNotStopWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lock, err := sql.Open("sqlite3", "file:"+SearchIndexPath(path)+"?_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	tx, err := lock.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
+	unlock := lockSearchIndex(t, path)
 	db.SetSearchBacklogMax(0) // 3 leads behind
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := db.WriteCaptures(wctx, []*Capture{testCapture(n, []byte(`{"city":"Denver"}`))}, nil); err != nil {
 		t.Fatalf("a write behind a backlog it did not make: %v", err)
 	}
-	tx.Rollback()
+	unlock()
 	if _, count, err := db.Captures(ctx, CaptureFilter{Text: "Denver", Page: Page{Limit: 1}}); err != nil || count != n+1 {
 		t.Errorf("search: %d matches, %v; want %d", count, err, n+1)
 	}
