@@ -2,6 +2,7 @@ package inspector
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -106,7 +107,7 @@ func (hc *handlerClient) exchange(ctx context.Context, conn *handlerConn, req *h
 			conn.Close()
 		}
 	}()
-	if err := req.Write(conn.bw); err != nil {
+	if err := req.Write(reqWriter{conn.bw}); err != nil {
 		return nil, err
 	}
 	if err := conn.bw.Flush(); err != nil {
@@ -133,6 +134,24 @@ func (hc *handlerClient) exchange(ctx context.Context, conn *handlerConn, req *h
 	}
 	keep = !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols
 	return &handlerResponse{status: resp.StatusCode, header: resp.Header, body: body}, nil
+}
+
+// reqWriter is what a request is written to: the connection's buffered
+// writer, and a ReadFrom that sends an in-memory body from its own slice.
+// net/http writes a body with io.Copy from a LimitedReader, which a
+// bufio.Writer and a TCP connection copy through a 32 KiB buffer: a copy
+// of every byte, 12% of the agent's CPU with 1 MiB bodies.
+type reqWriter struct{ *bufio.Writer }
+
+func (w reqWriter) ReadFrom(r io.Reader) (int64, error) {
+	if lr, ok := r.(*io.LimitedReader); ok {
+		if br, ok := lr.R.(*bytes.Reader); ok && int64(br.Len()) <= lr.N {
+			n, err := br.WriteTo(w.Writer)
+			lr.N -= n
+			return n, err
+		}
+	}
+	return w.Writer.ReadFrom(r)
 }
 
 // get returns a live idle connection to addr, or dials one.

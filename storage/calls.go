@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"time"
 )
@@ -35,7 +36,8 @@ func (f *CallFilter) where() (string, []any) {
 		// outcome_code is not a column: read it from the bodies of the
 		// call's captures. Bodies are BLOBs, which SQLite's JSON functions
 		// would take for JSONB, hence the cast; json_valid keeps a body
-		// that is not JSON from failing the whole query.
+		// that is not JSON from failing the whole query. Bodies kept in
+		// files (256 KiB and more) are not read: call events are small.
 		conds = append(conds, `call_id IN (SELECT c.call_id FROM captures c JOIN capture_bodies b ON b.seq = c.seq
 			WHERE c.call_id IS NOT NULL AND c.event IS NOT NULL
 			AND json_valid(CAST(b.body AS TEXT)) AND json_extract(CAST(b.body AS TEXT), '$.call.outcome_code') = ?)`)
@@ -90,14 +92,19 @@ func (db *DB) CallCaptures(ctx context.Context, callIDs ...string) (map[string][
 			args[i] = id
 		}
 		marks := strings.TrimSuffix(strings.Repeat("?,", len(batch)), ",")
-		rows, err := db.read.QueryContext(ctx, `SELECT `+capturePrefixed+`, b.body
+		rows, err := db.read.QueryContext(ctx, `SELECT `+capturePrefixed+`, b.body, b.file, b.file_offset
 			FROM captures c LEFT JOIN capture_bodies b ON b.seq = c.seq WHERE c.call_id IN (`+marks+`) ORDER BY c.seq`, args...)
 		if err != nil {
 			return nil, err
 		}
 		for rows.Next() {
 			var body []byte
-			c, err := scanCapture(rows, &body)
+			var file sql.NullString
+			var offset sql.NullInt64
+			c, err := scanCapture(rows, &body, &file, &offset)
+			if err == nil && file.Valid {
+				body, err = db.readFileBody(file.String, offset.Int64, int64(c.Size))
+			}
 			if err != nil {
 				rows.Close()
 				return nil, err

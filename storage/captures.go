@@ -139,7 +139,7 @@ const (
 	qInsert   = `INSERT INTO captures (id, relay_id, source, created_at, arrived_at, late, method, path, query,
 		request_headers, size, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, max_attempts)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	qBodyIns = `INSERT INTO capture_bodies (seq, body) VALUES (?, ?)`
+	qBodyIns = `INSERT INTO capture_bodies (seq, body, file, file_offset) VALUES (?, ?, ?, ?)`
 	qUpdate  = `UPDATE captures SET status = ?, response_status = ?, response_headers = ?, response_body = ?,
 		error = ?, duration_us = ?, delivered_at = ?, attempts = ?, max_attempts = ?, target = ? WHERE id = ?`
 	qAttIns = `INSERT OR REPLACE INTO attempts (capture_id, n, at, response_status, error, duration_us) VALUES (?, ?, ?, ?, ?, ?)`
@@ -193,6 +193,14 @@ func (w *rawConn) insertCapture(c *Capture) error {
 		c.Body = []byte{}
 	}
 	c.Size = len(c.Body)
+	stored, file, offset := c.Body, driver.Value(nil), driver.Value(nil)
+	if len(c.Body) >= fileBodyMin {
+		name, off, err := w.seg.append(c.Body)
+		if err != nil {
+			return err
+		}
+		stored, file, offset = []byte{}, name, off
+	}
 	seq, err := w.exec(qInsert,
 		c.ID, nstr(c.RelayID), c.Source, c.CreatedAt.UnixMicro(), nmicros(c.ArrivedAt), c.Late, c.Method, c.Path, c.Query,
 		c.RequestHeaders, int64(len(c.Body)), c.Target, nstr(c.Event), nstr(c.CallID), nstr(c.DeliveryID), nstr(c.OccurredAt),
@@ -201,7 +209,7 @@ func (w *rawConn) insertCapture(c *Capture) error {
 		return fmt.Errorf("storage: insert capture: %w", err)
 	}
 	c.Seq = seq
-	if _, err := w.exec(qBodyIns, seq, c.Body); err != nil {
+	if _, err := w.exec(qBodyIns, seq, stored, file, offset); err != nil {
 		return fmt.Errorf("storage: insert capture body: %w", err)
 	}
 	return nil
@@ -286,13 +294,20 @@ func scanCapture(sc interface{ Scan(...any) error }, extra ...any) (*Capture, er
 func (db *DB) Capture(ctx context.Context, id string) (*Capture, error) {
 	var respHeaders sql.NullString
 	var body, respBody []byte
-	row := db.read.QueryRowContext(ctx, `SELECT `+capturePrefixed+`, b.body, c.response_headers, c.response_body
+	var file sql.NullString
+	var offset sql.NullInt64
+	row := db.read.QueryRowContext(ctx, `SELECT `+capturePrefixed+`, b.body, b.file, b.file_offset, c.response_headers, c.response_body
 		FROM captures c LEFT JOIN capture_bodies b ON b.seq = c.seq WHERE c.id = ?`, id)
-	c, err := scanCapture(row, &body, &respHeaders, &respBody)
+	c, err := scanCapture(row, &body, &file, &offset, &respHeaders, &respBody)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
 	} else if err != nil {
 		return nil, err
+	}
+	if file.Valid {
+		if body, err = db.readFileBody(file.String, offset.Int64, int64(c.Size)); err != nil {
+			return nil, err
+		}
 	}
 	c.Body, c.ResponseHeaders, c.ResponseBody = body, respHeaders.String, respBody
 	if c.Body == nil {

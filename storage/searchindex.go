@@ -61,10 +61,11 @@ func SearchIndexPath(path string) string {
 
 // indexer keeps an agent store's full-text index.
 type indexer struct {
-	db   *sql.DB       // one connection: the store, with the index attached as "search"
-	wake chan struct{} // a commit saved captures
-	stop chan struct{} // closed by close
-	done chan struct{} // closed when run returns
+	db     *sql.DB       // one connection: the store, with the index attached as "search"
+	bodies string        // the folder of large bodies (BodiesDir)
+	wake   chan struct{} // a commit saved captures
+	stop   chan struct{} // closed by close
+	done   chan struct{} // closed when run returns
 
 	mu        sync.Mutex
 	upto      int64         // guarded by mu: every capture with seq ≤ upto is indexed (or not indexable)
@@ -85,7 +86,7 @@ func openIndexer(ctx context.Context, dsn, path string) (*indexer, error) {
 	idb.SetMaxOpenConns(1)
 	idb.SetMaxIdleConns(1)
 	idb.SetConnMaxLifetime(0)
-	ix := &indexer{db: idb, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	ix := &indexer{db: idb, bodies: BodiesDir(path), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		bound: searchBacklogMax, idle: searchIdle, credit: searchLead, moved: make(chan struct{})}
 	if err := ix.prepare(ctx); err != nil {
 		idb.Close()
@@ -310,8 +311,10 @@ func (ix *indexer) close() error {
 }
 
 const (
-	qBodiesAfter = `SELECT seq, CASE WHEN length(body) <= ` + maxIndexedBodyText + ` THEN body END
-		FROM capture_bodies WHERE seq > ? ORDER BY seq LIMIT ?`
+	// A body kept in a segment comes back as NULL with where it is: the
+	// indexer reads it from there if it is small enough to index.
+	qBodiesAfter = `SELECT b.seq, b.file, b.file_offset, c.size, CASE WHEN b.file IS NULL AND length(b.body) <= ` + maxIndexedBodyText + ` THEN b.body END
+		FROM capture_bodies b JOIN captures c ON c.seq = b.seq WHERE b.seq > ? ORDER BY b.seq LIMIT ?`
 	qFtsIns = `INSERT INTO search.captures_fts (docid, body) VALUES (?, ?)`
 )
 
@@ -349,7 +352,7 @@ func (ix *indexer) index(ctx context.Context, max int) (int64, error) {
 		return 0, fmt.Errorf("storage: newest capture: %w", err)
 	}
 	if upto < last {
-		if upto, err = indexBodies(tx, upto, last, max); err != nil {
+		if upto, err = ix.indexBodies(tx, upto, last, max); err != nil {
 			return 0, err
 		}
 		if _, err := tx.ExecContext(bg, `UPDATE search.search_progress SET indexed_upto = ? WHERE id = 1`, upto); err != nil {
@@ -363,7 +366,7 @@ func (ix *indexer) index(ctx context.Context, max int) (int64, error) {
 	return last - upto, nil
 }
 
-func indexBodies(tx *sql.Tx, upto, last int64, max int) (int64, error) {
+func (ix *indexer) indexBodies(tx *sql.Tx, upto, last int64, max int) (int64, error) {
 	bg := context.Background()
 	ins, err := tx.PrepareContext(bg, qFtsIns)
 	if err != nil {
@@ -377,10 +380,19 @@ func indexBodies(tx *sql.Tx, upto, last int64, max int) (int64, error) {
 	defer rows.Close()
 	read := 0
 	for rows.Next() {
-		var seq int64
+		var seq, size int64
+		var file sql.NullString
+		var offset sql.NullInt64
 		var body sql.RawBytes // valid until the next row: not copied
-		if err := rows.Scan(&seq, &body); err != nil {
+		if err := rows.Scan(&seq, &file, &offset, &size, &body); err != nil {
 			return upto, fmt.Errorf("storage: read bodies to index: %w", err)
+		}
+		if file.Valid && size <= maxIndexedBody {
+			b, err := readBody(ix.bodies, file.String, offset.Int64, size)
+			if err != nil {
+				return upto, err
+			}
+			body = b
 		}
 		if indexable(body) {
 			if _, err := ins.ExecContext(bg, seq, string(body)); err != nil {

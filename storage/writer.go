@@ -26,6 +26,7 @@ type rawConn struct {
 	conn  *sqlite3.SQLiteConn
 	stmts map[string]driver.Stmt
 	args  []driver.NamedValue // reused between statements
+	seg   segment             // where this connection appends large bodies
 }
 
 // writerPragmas are set on the write connection of an agent database when
@@ -54,7 +55,7 @@ func (db *DB) rawFor(dc any) (*rawConn, error) {
 		db.raw.close() // a connection database/sql dropped
 		db.raw = nil
 	}
-	w := &rawConn{conn: sc, stmts: map[string]driver.Stmt{}}
+	w := &rawConn{conn: sc, stmts: map[string]driver.Stmt{}, seg: segment{dir: BodiesDir(db.path)}}
 	for _, q := range writerPragmas {
 		if _, err := sc.Exec(q, nil); err != nil {
 			return nil, fmt.Errorf("storage: %s: %w", q, err)
@@ -65,7 +66,7 @@ func (db *DB) rawFor(dc any) (*rawConn, error) {
 }
 
 func (w *rawConn) close() error {
-	var errs []error
+	errs := []error{w.seg.close()}
 	for _, st := range w.stmts {
 		errs = append(errs, st.Close())
 	}

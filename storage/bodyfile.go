@@ -1,0 +1,177 @@
+package storage
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// Request bodies of fileBodyMin bytes or more are kept out of the database,
+// appended to segment files in a folder beside the store (BodiesDir);
+// capture_bodies keeps an empty body, the segment's name and the offset.
+//
+// In the database, a 1 MiB body is 256 page writes into the WAL, then the
+// checkpoint's copy of each page into the database: two buffered writes of
+// every byte. On the machine the benchmarks run on, buffered writes of
+// fresh data are what saving large bodies is bound by (each page-cache page
+// is zeroed, then copied, and writeback does not keep up: sustained, ~2.8 ms
+// a MiB). In a segment a body is written once, with O_DIRECT where the file
+// system takes it (bodyfile_linux.go): the bytes go to the device without
+// the page cache (~0.25 ms a MiB there). Segments, not a file per body:
+// creating a file cost as much as writing 1 MiB into it.
+//
+// Each write connection appends to a segment of its own (another process on
+// the same store has its own), each body at an offset aligned for O_DIRECT,
+// and starts a new segment past segmentMax. A body is written before the
+// transaction that records it commits, so a committed capture always has
+// its body; a crash in between leaves bytes that no capture names, which
+// nothing reads. Segments are not synced, as the WAL is not
+// (synchronous=NORMAL): an application crash loses neither, a power cut
+// may.
+
+const (
+	fileBodyMin = 256 << 10 // bodies this large or larger go to segments
+	segmentMax  = 1 << 30   // a segment takes no new body past this size
+)
+
+// BodiesDir is the folder of large request bodies of the agent store at
+// path: agent-bodies for agent.db.
+func BodiesDir(path string) string {
+	return strings.TrimSuffix(path, ".db") + "-bodies"
+}
+
+// segmentPath is the file of segment name in the folder dir. Names are
+// made here (newSegmentName); one read from the database that could leave
+// the folder is refused.
+func segmentPath(dir, name string) (string, error) {
+	if name == "" || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
+		return "", fmt.Errorf("storage: %q cannot name a body segment", name)
+	}
+	return filepath.Join(dir, name), nil
+}
+
+// newSegmentName names a segment: time first, so that a listing is in the
+// order they were started, then random, so that two processes never share
+// one.
+func newSegmentName() string {
+	var r [6]byte
+	rand.Read(r[:]) // never fails (crypto/rand)
+	return fmt.Sprintf("%016x-%s.seg", time.Now().UnixNano(), hex.EncodeToString(r[:]))
+}
+
+// segment is the segment a write connection appends to. Owned by the
+// connection's writer (one goroutine at a time, under the write connection).
+type segment struct {
+	dir  string   // BodiesDir
+	name string   // "": none open yet
+	f    *os.File // open for writing, O_DIRECT where possible
+	size int64    // next body's offset, a multiple of directAlign
+}
+
+// append writes body to the segment, starting one if needed, and returns
+// where it is.
+func (s *segment) append(body []byte) (name string, offset int64, err error) {
+	if s.f == nil || s.size >= segmentMax {
+		if err := s.close(); err != nil {
+			return "", 0, err
+		}
+		if err := os.MkdirAll(s.dir, 0o700); err != nil {
+			return "", 0, fmt.Errorf("storage: body folder: %w", err)
+		}
+		name := newSegmentName()
+		f, err := openSegment(filepath.Join(s.dir, name))
+		if err != nil {
+			return "", 0, fmt.Errorf("storage: start a body segment: %w", err)
+		}
+		s.name, s.f, s.size = name, f, 0
+	}
+	n, err := writeAligned(s.f, s.size, body)
+	if err != nil {
+		// The segment may hold part of this body at its end; the next
+		// body goes into a new one.
+		return "", 0, errors.Join(fmt.Errorf("storage: write body to segment %s: %w", s.name, err), s.close())
+	}
+	offset = s.size
+	s.size += n
+	return s.name, offset, nil
+}
+
+func (s *segment) close() error {
+	if s.f == nil {
+		return nil
+	}
+	err := s.f.Close()
+	s.f, s.name = nil, ""
+	return err
+}
+
+// writeAligned writes body at offset off of f (a multiple of directAlign),
+// through aligned buffers, a chunk at a time, the last one padded with
+// zeros to directAlign; it returns the bytes written, padding included.
+func writeAligned(f *os.File, off int64, body []byte) (int64, error) {
+	bp := directBufs.Get().(*[]byte)
+	defer directBufs.Put(bp)
+	buf := *bp
+	var written int64
+	for pos := 0; pos < len(body); pos += directChunk {
+		n := copy(buf, body[pos:])
+		padded := (n + directAlign - 1) &^ (directAlign - 1)
+		clear(buf[n:padded])
+		if _, err := f.WriteAt(buf[:padded], off+written); err != nil {
+			return written, err
+		}
+		written += int64(padded)
+	}
+	return written, nil
+}
+
+// readBody reads the size bytes at offset in segment name of the folder dir.
+func readBody(dir, name string, offset, size int64) ([]byte, error) {
+	path, err := segmentPath(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("storage: body segment: %w", err)
+	}
+	defer f.Close()
+	body := make([]byte, size)
+	if _, err := f.ReadAt(body, offset); err != nil && !(errors.Is(err, io.EOF) && size == 0) {
+		return nil, fmt.Errorf("storage: body in segment %s at %d: %w", name, offset, err)
+	}
+	return body, nil
+}
+
+// readFileBody reads a body kept in a segment of this store.
+func (db *DB) readFileBody(name string, offset, size int64) ([]byte, error) {
+	return readBody(BodiesDir(db.path), name, offset, size)
+}
+
+// directChunk is the size of the aligned buffers O_DIRECT writes go
+// through: a body is copied into one and written a chunk at a time.
+const directChunk = 1 << 20
+
+// directAlign is what O_DIRECT needs buffers, offsets and lengths aligned
+// to: the logical block size, 4096 or a divisor of it on the file systems
+// calltap runs on.
+const directAlign = 4096
+
+// directBufs holds *[]byte of directChunk bytes, aligned to directAlign.
+var directBufs = sync.Pool{New: func() any {
+	b := make([]byte, directChunk+directAlign)
+	off := int(uintptr(unsafe.Pointer(&b[0])) & (directAlign - 1))
+	if off != 0 {
+		off = directAlign - off
+	}
+	b = b[off : off+directChunk : off+directChunk]
+	return &b
+}}
