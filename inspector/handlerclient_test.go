@@ -183,3 +183,39 @@ func TestHandlerClientLimitsAndTimeouts(t *testing.T) {
 		t.Errorf("nobody listening: %v", err)
 	}
 }
+
+// An in-memory body leaves from its own slice (reqWriter) and arrives
+// whole, with its length, small or large, and the connection stays usable
+// for the next request.
+func TestHandlerClientSendsBodiesWhole(t *testing.T) {
+	got := make(chan []byte, 4)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil || r.ContentLength != int64(len(b)) {
+			w.WriteHeader(400)
+			return
+		}
+		got <- b
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	hc := newHandlerClient(10*time.Second, 8<<20)
+	for _, n := range []int{0, 1, 4096, 1<<20 + 7} {
+		body := bytes.Repeat([]byte{'a', 0, 0xff}, n/3+1)[:n]
+		req, err := http.NewRequest("POST", "http://"+ln.Addr().String()+"/x", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.do(context.Background(), req)
+		if err != nil || resp.status != 200 {
+			t.Fatalf("%d bytes: %+v, %v", n, resp, err)
+		}
+		if b := <-got; !bytes.Equal(b, body) {
+			t.Errorf("%d bytes sent, %d arrived (or not the same)", n, len(b))
+		}
+	}
+}
