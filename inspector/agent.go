@@ -390,13 +390,28 @@ func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
 	// the relay needs only if the handler is slow to answer (the response
 	// of a live request tells the relay it was saved).
 	saved := make(chan *time.Timer, 1)
-	a.ops <- writeOp{insert: c, after: func(err error) {
+	op := writeOp{insert: c, after: func(err error) {
 		if err != nil {
 			saved <- nil
 			return
 		}
 		saved <- time.AfterFunc(liveAckDelay, s.Ack)
 	}}
+	if storage.KeptApart(len(c.Body)) {
+		// A large body is written to its file here, beside the others
+		// (writeLoop would write them one at a time, each waiting for the
+		// device), and the capture queued once it is; its place in the
+		// store's order is then when it was written. Should this fail,
+		// WriteCaptures tries again.
+		go func() {
+			if err := a.store.StageBody(c); err != nil {
+				a.log.Warn("writing a large body", "err", err)
+			}
+			a.ops <- op
+		}()
+	} else {
+		a.ops <- op
+	}
 	go func() {
 		defer s.Release()
 		res := a.send(context.Background(), &out, h)

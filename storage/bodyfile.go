@@ -28,14 +28,17 @@ import (
 // the page cache (~0.25 ms a MiB there). Segments, not a file per body:
 // creating a file cost as much as writing 1 MiB into it.
 //
-// Each write connection appends to a segment of its own (another process on
-// the same store has its own), each body at an offset aligned for O_DIRECT,
-// and starts a new segment past segmentMax. A body is written before the
-// transaction that records it commits, so a committed capture always has
-// its body; a crash in between leaves bytes that no capture names, which
-// nothing reads. Segments are not synced, as the WAL is not
-// (synchronous=NORMAL): an application crash loses neither, a power cut
-// may.
+// A store (a DB) appends to a segment of its own (another process on the
+// same store has its own), each body at an offset aligned for O_DIRECT,
+// and starts a new segment past segmentMax. Appends run side by side: each
+// reserves its span under a lock and writes it unlocked, so the agent
+// writes large bodies from the goroutines that received them (StageBody)
+// rather than one at a time in its writer, each waiting for the device.
+// A body is written before the transaction that records it commits, so a
+// committed capture always has its body; a crash in between, or a failed
+// transaction, leaves bytes that no capture names, which nothing reads.
+// Segments are not synced, as the WAL is not (synchronous=NORMAL): an
+// application crash loses neither, a power cut may.
 
 const (
 	fileBodyMin = 256 << 10 // bodies this large or larger go to segments
@@ -67,50 +70,79 @@ func newSegmentName() string {
 	return fmt.Sprintf("%016x-%s.seg", time.Now().UnixNano(), hex.EncodeToString(r[:]))
 }
 
-// segment is the segment a write connection appends to. Owned by the
-// connection's writer (one goroutine at a time, under the write connection).
-type segment struct {
-	dir  string   // BodiesDir
-	name string   // "": none open yet
-	f    *os.File // open for writing, O_DIRECT where possible
-	size int64    // next body's offset, a multiple of directAlign
+// KeptApart reports whether a body of n bytes is kept in a segment rather
+// than in the database.
+func KeptApart(n int) bool { return n >= fileBodyMin }
+
+// bodyStore is where a store's large bodies are appended.
+type bodyStore struct {
+	dir string // BodiesDir
+
+	mu    sync.Mutex
+	name  string     // guarded by mu: the segment appended to; "" before the first
+	f     *os.File   // guarded by mu: its file, open for writing (O_DIRECT where possible)
+	size  int64      // guarded by mu: its next free offset, a multiple of directAlign
+	files []*os.File // guarded by mu: every segment opened, closed by close (appends to a full one may still be running)
 }
 
-// append writes body to the segment, starting one if needed, and returns
-// where it is.
-func (s *segment) append(body []byte) (name string, offset int64, err error) {
-	if s.f == nil || s.size >= segmentMax {
-		if err := s.close(); err != nil {
-			return "", 0, err
-		}
-		if err := os.MkdirAll(s.dir, 0o700); err != nil {
-			return "", 0, fmt.Errorf("storage: body folder: %w", err)
+// reserve returns a span of n bytes (a multiple of directAlign) in the
+// current segment, starting a new one if this one is full.
+func (bs *bodyStore) reserve(n int64) (name string, f *os.File, off int64, err error) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if bs.f == nil || (bs.size > 0 && bs.size+n > segmentMax) {
+		if err := os.MkdirAll(bs.dir, 0o700); err != nil {
+			return "", nil, 0, fmt.Errorf("storage: body folder: %w", err)
 		}
 		name := newSegmentName()
-		f, err := openSegment(filepath.Join(s.dir, name))
+		f, err := openSegment(filepath.Join(bs.dir, name))
 		if err != nil {
-			return "", 0, fmt.Errorf("storage: start a body segment: %w", err)
+			return "", nil, 0, fmt.Errorf("storage: start a body segment: %w", err)
 		}
-		s.name, s.f, s.size = name, f, 0
+		bs.name, bs.f, bs.size = name, f, 0
+		bs.files = append(bs.files, f)
 	}
-	n, err := writeAligned(s.f, s.size, body)
-	if err != nil {
-		// The segment may hold part of this body at its end; the next
-		// body goes into a new one.
-		return "", 0, errors.Join(fmt.Errorf("storage: write body to segment %s: %w", s.name, err), s.close())
-	}
-	offset = s.size
-	s.size += n
-	return s.name, offset, nil
+	off = bs.size
+	bs.size += n
+	return bs.name, bs.f, off, nil
 }
 
-func (s *segment) close() error {
-	if s.f == nil {
+// append writes body to a segment and returns where it is.
+func (bs *bodyStore) append(body []byte) (name string, offset int64, err error) {
+	name, f, off, err := bs.reserve(int64((len(body) + directAlign - 1) &^ (directAlign - 1)))
+	if err != nil {
+		return "", 0, err
+	}
+	if _, err := writeAligned(f, off, body); err != nil {
+		return "", 0, fmt.Errorf("storage: write body to segment %s: %w", name, err)
+	}
+	return name, off, nil
+}
+
+func (bs *bodyStore) close() error {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	var errs []error
+	for _, f := range bs.files {
+		errs = append(errs, f.Close())
+	}
+	bs.files, bs.f, bs.name = nil, nil, ""
+	return errors.Join(errs...)
+}
+
+// StageBody writes c's body to a segment now, if it is kept apart, from
+// the caller's goroutine; WriteCaptures then only records where it is.
+// WriteCaptures writes an unstaged body itself.
+func (db *DB) StageBody(c *Capture) error {
+	if db.bodies == nil || !KeptApart(len(c.Body)) || c.bodyFile != "" {
 		return nil
 	}
-	err := s.f.Close()
-	s.f, s.name = nil, ""
-	return err
+	name, off, err := db.bodies.append(c.Body)
+	if err != nil {
+		return err
+	}
+	c.bodyFile, c.bodyOffset = name, off
+	return nil
 }
 
 // writeAligned writes body at offset off of f (a multiple of directAlign),

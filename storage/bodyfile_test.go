@@ -64,7 +64,7 @@ func TestLargeBodiesInFiles(t *testing.T) {
 // against O_DIRECT's blocks and the chunks it is written in, and a full
 // segment is followed by a new one.
 func TestSegmentAppend(t *testing.T) {
-	seg := segment{dir: filepath.Join(t.TempDir(), "agent-bodies")}
+	seg := &bodyStore{dir: filepath.Join(t.TempDir(), "agent-bodies")}
 	defer seg.close()
 	type at struct {
 		name   string
@@ -101,6 +101,33 @@ func TestSegmentAppend(t *testing.T) {
 	for _, bad := range []string{"", "..", "../agent.db", `a\b`} {
 		if _, err := readBody(seg.dir, bad, 0, 1); err == nil {
 			t.Errorf("segment name %q was read", bad)
+		}
+	}
+}
+
+// Bodies staged side by side, from many goroutines, land in spans of their
+// own, and the captures that name them read back whole.
+func TestStageBodiesSideBySide(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	cs := make([]*Capture, 16)
+	errs := make(chan error, len(cs))
+	for i := range cs {
+		cs[i] = testCapture(i, bytes.Repeat([]byte{byte(i), 0xff}, fileBodyMin/2+i*1001))
+		go func(c *Capture) { errs <- db.StageBody(c) }(cs[i])
+	}
+	for range cs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.WriteCaptures(ctx, cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cs {
+		got, err := db.Capture(ctx, c.ID)
+		if err != nil || !bytes.Equal(got.Body, c.Body) {
+			t.Errorf("capture %d: %d bytes back, want %d, %v", i, len(got.Body), len(c.Body), err)
 		}
 	}
 }

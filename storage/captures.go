@@ -54,6 +54,9 @@ type Capture struct {
 	// RelayID was saved before: the relay sent a queued request again
 	// because our ack was lost. The existing row is kept.
 	Redelivered bool
+
+	bodyFile   string // the segment holding Body once written (StageBody); "" before
+	bodyOffset int64  // where in it
 }
 
 // Capture status values.
@@ -194,12 +197,15 @@ func (w *rawConn) insertCapture(c *Capture) error {
 	}
 	c.Size = len(c.Body)
 	stored, file, offset := c.Body, driver.Value(nil), driver.Value(nil)
-	if len(c.Body) >= fileBodyMin {
-		name, off, err := w.seg.append(c.Body)
-		if err != nil {
-			return err
+	if KeptApart(len(c.Body)) && w.bodies != nil {
+		if c.bodyFile == "" { // not staged
+			name, off, err := w.bodies.append(c.Body)
+			if err != nil {
+				return err
+			}
+			c.bodyFile, c.bodyOffset = name, off
 		}
-		stored, file, offset = []byte{}, name, off
+		stored, file, offset = []byte{}, c.bodyFile, c.bodyOffset
 	}
 	seq, err := w.exec(qInsert,
 		c.ID, nstr(c.RelayID), c.Source, c.CreatedAt.UnixMicro(), nmicros(c.ArrivedAt), c.Late, c.Method, c.Path, c.Query,

@@ -58,6 +58,8 @@ type DB struct {
 	ckpt *checkpointer // agent databases: WAL checkpoints off the commit path
 
 	index *indexer // agent databases: the full-text index, a file of its own
+
+	bodies *bodyStore // agent databases: large request bodies (bodyfile.go)
 }
 
 // Open opens (creating if needed) the database at path and applies any
@@ -95,6 +97,7 @@ func Open(ctx context.Context, path string, schema Schema) (*DB, error) {
 	}
 	readDSN := dsn("immediate", "&mode=ro&_query_only=1")
 	if schema == SchemaAgent {
+		db.bodies = &bodyStore{dir: BodiesDir(path)}
 		// The full-text index is a file of its own (see searchindex.go),
 		// attached to every read connection.
 		if db.index, err = openIndexer(ctx, dsn("deferred", ""), path); err != nil {
@@ -141,6 +144,9 @@ func (db *DB) Close() error {
 	}
 	db.rawMu.Unlock()
 	errs = append(errs, db.write.Close())
+	if db.bodies != nil {
+		errs = append(errs, db.bodies.close())
+	}
 	return errors.Join(errs...)
 }
 

@@ -23,10 +23,10 @@ import (
 // rawConn is the write connection's driver connection with the writer's
 // prepared statements.
 type rawConn struct {
-	conn  *sqlite3.SQLiteConn
-	stmts map[string]driver.Stmt
-	args  []driver.NamedValue // reused between statements
-	seg   segment             // where this connection appends large bodies
+	conn   *sqlite3.SQLiteConn
+	stmts  map[string]driver.Stmt
+	args   []driver.NamedValue // reused between statements
+	bodies *bodyStore          // where large bodies go
 }
 
 // writerPragmas are set on the write connection of an agent database when
@@ -55,7 +55,7 @@ func (db *DB) rawFor(dc any) (*rawConn, error) {
 		db.raw.close() // a connection database/sql dropped
 		db.raw = nil
 	}
-	w := &rawConn{conn: sc, stmts: map[string]driver.Stmt{}, seg: segment{dir: BodiesDir(db.path)}}
+	w := &rawConn{conn: sc, stmts: map[string]driver.Stmt{}, bodies: db.bodies}
 	for _, q := range writerPragmas {
 		if _, err := sc.Exec(q, nil); err != nil {
 			return nil, fmt.Errorf("storage: %s: %w", q, err)
@@ -66,7 +66,7 @@ func (db *DB) rawFor(dc any) (*rawConn, error) {
 }
 
 func (w *rawConn) close() error {
-	errs := []error{w.seg.close()}
+	var errs []error
 	for _, st := range w.stmts {
 		errs = append(errs, st.Close())
 	}
