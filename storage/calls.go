@@ -37,7 +37,7 @@ func (f *CallFilter) where() (string, []any) {
 		// call's captures. Bodies are BLOBs, which SQLite's JSON functions
 		// would take for JSONB, hence the cast; json_valid keeps a body
 		// that is not JSON from failing the whole query. Bodies kept in
-		// files (256 KiB and more) are not read: call events are small.
+		// segment files (256 KiB and more) are not read: call events are small.
 		conds = append(conds, `call_id IN (SELECT c.call_id FROM captures c JOIN capture_bodies b ON b.seq = c.seq
 			WHERE c.call_id IS NOT NULL AND c.event IS NOT NULL
 			AND json_valid(CAST(b.body AS TEXT)) AND json_extract(CAST(b.body AS TEXT), '$.call.outcome_code') = ?)`)
