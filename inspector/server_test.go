@@ -336,3 +336,24 @@ func (j *cookieJar) Cookies(*url.URL) []*http.Cookie {
 	defer j.mu.Unlock()
 	return j.cookies
 }
+
+// A live request whose capture cannot be saved is refused (502), so that
+// its sender sends it again, though the handler, reached while the commit
+// ran, may have answered it: an answer to the sender means a saved capture.
+func TestLiveRequestNotSavedIsRefused(t *testing.T) {
+	h := &handler{}
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	send(t, st.TunnelURL+"/hook", event("call.started", "call-1", 1))
+	st.AgentDB.Close() // every write fails from now on
+	resp, err := http.Post(st.TunnelURL+"/hook", "application/json", strings.NewReader(event("call.ended", "call-1", 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "could not save") {
+		t.Fatalf("a request the agent could not save: %d %s", resp.StatusCode, body)
+	}
+}

@@ -60,6 +60,9 @@ type DB struct {
 	index *indexer // agent databases: the full-text index, a file of its own
 
 	bodies *bodyStore // agent databases: large request bodies (bodyfile.go)
+
+	closeOnce sync.Once
+	closeErr  error // set by closeOnce
 }
 
 // Open opens (creating if needed) the database at path and applies any
@@ -126,7 +129,13 @@ func Open(ctx context.Context, path string, schema Schema) (*DB, error) {
 func (db *DB) Path() string { return db.path }
 
 // Close stops the indexer and the checkpointer and closes the connections.
+// A second Close returns what the first did.
 func (db *DB) Close() error {
+	db.closeOnce.Do(func() { db.closeErr = db.close() })
+	return db.closeErr
+}
+
+func (db *DB) close() error {
 	var errs []error
 	if db.read != nil {
 		errs = append(errs, db.read.Close())

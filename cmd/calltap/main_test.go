@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http/httptest"
@@ -14,7 +13,7 @@ import (
 
 func runCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb bytes.Buffer
+	var out, errb syncBuffer // safe for concurrent writes, as os.Stdout and os.Stderr are: a command's goroutines log while it prints
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	code := run(ctx, args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})

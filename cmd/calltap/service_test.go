@@ -22,7 +22,7 @@ import (
 // runFn runs one command function with captured output.
 func runFn(t *testing.T, fn func(context.Context, []string, Stdio) int, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb bytes.Buffer
+	var out, errb syncBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	code := fn(ctx, args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
