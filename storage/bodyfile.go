@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 )
@@ -78,11 +79,12 @@ func KeptApart(n int) bool { return n >= fileBodyMin }
 type bodyStore struct {
 	dir string // BodiesDir
 
-	mu    sync.Mutex
-	name  string     // guarded by mu: the segment appended to; "" before the first
-	f     *os.File   // guarded by mu: its file, open for writing (O_DIRECT where possible)
-	size  int64      // guarded by mu: its next free offset, a multiple of directAlign
-	files []*os.File // guarded by mu: every segment opened, closed by close (appends to a full one may still be running)
+	mu       sync.Mutex
+	name     string     // guarded by mu: the segment appended to; "" before the first
+	f        *os.File   // guarded by mu: its file, open for writing (O_DIRECT where possible)
+	size     int64      // guarded by mu: its next free offset, a multiple of directAlign
+	files    []*os.File // guarded by mu: every segment opened, closed by close (appends to a full one may still be running)
+	buffered bool       // guarded by mu: O_DIRECT refused a write here; segments are plain files from then on
 }
 
 // reserve returns a span of n bytes (a multiple of directAlign) in the
@@ -91,32 +93,53 @@ func (bs *bodyStore) reserve(n int64) (name string, f *os.File, off int64, err e
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
 	if bs.f == nil || (bs.size > 0 && bs.size+n > segmentMax) {
-		if err := os.MkdirAll(bs.dir, 0o700); err != nil {
-			return "", nil, 0, fmt.Errorf("storage: body folder: %w", err)
+		if err := bs.startSegment(); err != nil {
+			return "", nil, 0, err
 		}
-		name := newSegmentName()
-		f, err := openSegment(filepath.Join(bs.dir, name))
-		if err != nil {
-			return "", nil, 0, fmt.Errorf("storage: start a body segment: %w", err)
-		}
-		bs.name, bs.f, bs.size = name, f, 0
-		bs.files = append(bs.files, f)
 	}
 	off = bs.size
 	bs.size += n
 	return bs.name, bs.f, off, nil
 }
 
+// startSegment opens a new segment to append to. Guarded by mu.
+func (bs *bodyStore) startSegment() error {
+	if err := os.MkdirAll(bs.dir, 0o700); err != nil {
+		return fmt.Errorf("storage: body folder: %w", err)
+	}
+	name := newSegmentName()
+	f, err := openSegment(filepath.Join(bs.dir, name), !bs.buffered)
+	if err != nil {
+		return fmt.Errorf("storage: start a body segment: %w", err)
+	}
+	bs.name, bs.f, bs.size = name, f, 0
+	bs.files = append(bs.files, f)
+	return nil
+}
+
 // append writes body to a segment and returns where it is.
 func (bs *bodyStore) append(body []byte) (name string, offset int64, err error) {
-	name, f, off, err := bs.reserve(int64((len(body) + directAlign - 1) &^ (directAlign - 1)))
-	if err != nil {
-		return "", 0, err
+	for retried := false; ; retried = true {
+		name, f, off, err := bs.reserve(int64((len(body) + directAlign - 1) &^ (directAlign - 1)))
+		if err != nil {
+			return "", 0, err
+		}
+		_, err = writeAligned(f, off, body)
+		if err == nil {
+			return name, off, nil
+		}
+		if !errors.Is(err, syscall.EINVAL) || retried {
+			return "", 0, fmt.Errorf("storage: write body to segment %s: %w", name, err)
+		}
+		// The device wants O_DIRECT writes aligned beyond directAlign:
+		// plain files from now on, starting with a new segment.
+		bs.mu.Lock()
+		if !bs.buffered {
+			bs.buffered = true
+			bs.f = nil
+		}
+		bs.mu.Unlock()
 	}
-	if _, err := writeAligned(f, off, body); err != nil {
-		return "", 0, fmt.Errorf("storage: write body to segment %s: %w", name, err)
-	}
-	return name, off, nil
 }
 
 func (bs *bodyStore) close() error {
