@@ -156,13 +156,18 @@ func TestWSConnKeepsEachSendersOrder(t *testing.T) {
 	sender, receiver := wsPair(t)
 	const senders, each = 8, 300
 	var callbacks atomic.Int64
+	allWritten := make(chan struct{})
 	var wg sync.WaitGroup
 	for s := range senders {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				f := outFrame{head: appendAck([]byte{byte(s)}, uint64(i)), written: func() { callbacks.Add(1) }}
+				f := outFrame{head: appendAck([]byte{byte(s)}, uint64(i)), written: func() {
+					if callbacks.Add(1) == senders*each {
+						close(allWritten)
+					}
+				}}
 				if i%10 == 0 {
 					// Several frames at once, as the agent's acks of a commit go.
 					if err := sender.sendAll([]outFrame{f}, nil); err != nil {
@@ -199,9 +204,9 @@ func TestWSConnKeepsEachSendersOrder(t *testing.T) {
 	wg.Wait()
 	// sendLoop runs a batch's callbacks after the batch has left, so the
 	// last ones may still be running when the frames have all arrived.
-	deadline := time.Now().Add(5 * time.Second)
-	for callbacks.Load() < senders*each && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	select {
+	case <-allWritten:
+	case <-time.After(5 * time.Second):
 	}
 	if n := callbacks.Load(); n != senders*each {
 		t.Errorf("%d written callbacks for %d frames", n, senders*each)

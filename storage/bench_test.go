@@ -169,14 +169,8 @@ func BenchmarkCaptures(b *testing.B) {
 	}
 	// Searches are measured on a store whose full-text index has caught up,
 	// as it has once the agent's writer was idle.
-	for {
-		left, err := db.IndexSearch(ctx, 10_000)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if left == 0 {
-			break
-		}
+	if err := db.CatchUpSearch(ctx); err != nil {
+		b.Fatal(err)
 	}
 	mid := benchCapture(benchStoreSize / 2)
 	page := storage.Page{Limit: 50}

@@ -117,8 +117,8 @@ func (bs *bodyStore) startSegment() error {
 	return nil
 }
 
-// append writes body to a segment and returns where it is.
-func (bs *bodyStore) append(body []byte) (name string, offset int64, err error) {
+// append writes body to a segment and returns which and where.
+func (bs *bodyStore) append(body []byte) (string, int64, error) {
 	for retried := false; ; retried = true {
 		name, f, off, err := bs.reserve(int64((len(body) + directAlign - 1) &^ (directAlign - 1)))
 		if err != nil {

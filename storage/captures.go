@@ -414,7 +414,7 @@ func ftsQuery(s string) string {
 // match the filter.
 func (db *DB) Captures(ctx context.Context, f CaptureFilter) ([]*Capture, int, error) {
 	if q := ftsQuery(f.Text); q != "" {
-		if err := db.catchUpSearch(ctx); err != nil {
+		if err := db.CatchUpSearch(ctx); err != nil {
 			return nil, 0, err
 		}
 		return db.searchCaptures(ctx, f, q)

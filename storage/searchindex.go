@@ -441,10 +441,10 @@ func (db *DB) IndexSearch(ctx context.Context, max int) (int64, error) {
 	return db.index.index(ctx, max)
 }
 
-// catchUpSearch indexes the whole backlog, so a search sees every capture.
-// The backlog is read from the files, not this process's view: another
-// process may have saved captures.
-func (db *DB) catchUpSearch(ctx context.Context) error {
+// CatchUpSearch indexes the whole backlog, so a search sees every capture;
+// every text search does it first. The backlog is read from the files, not
+// this process's view: another process may have saved captures.
+func (db *DB) CatchUpSearch(ctx context.Context) error {
 	var backlog int64
 	err := db.read.QueryRowContext(ctx, `SELECT coalesce((SELECT max(seq) FROM captures), 0) -
 		(SELECT indexed_upto FROM search.search_progress WHERE id = 1)`).Scan(&backlog)

@@ -75,12 +75,19 @@ func TestSearchIndexedWhenIdle(t *testing.T) {
 	if err := db.WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{"city":"Austin"}`))}, nil); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for db.SearchBacklog() != 0 {
-		if time.Now().After(deadline) {
+	deadline := time.After(10 * time.Second)
+	for {
+		db.index.mu.Lock()
+		backlog, moved := db.index.last-db.index.upto, db.index.moved
+		db.index.mu.Unlock()
+		if backlog == 0 {
+			break
+		}
+		select {
+		case <-moved: // the indexer's position moved
+		case <-deadline:
 			t.Fatalf("backlog still %d after 10 s of no writes", db.SearchBacklog())
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	var upto int64
 	if err := db.read.QueryRowContext(ctx, `SELECT indexed_upto FROM search.search_progress`).Scan(&upto); err != nil || upto != 1 {

@@ -191,10 +191,8 @@ func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 			return err
 		}
 		if mode.keepIndex {
-			for left := int64(1); left > 0; {
-				if left, err = db.IndexSearch(ctx, 2048); err != nil {
-					return err
-				}
+			if err := db.CatchUpSearch(ctx); err != nil {
+				return err
 			}
 		}
 		el := time.Since(t0)
@@ -322,11 +320,9 @@ func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (stri
 		db.Close()
 		return "", err
 	}
-	for left := int64(1); left > 0; { // the store is cached with its search index complete
-		if left, err = db.IndexSearch(ctx, 10_000); err != nil {
-			db.Close()
-			return "", err
-		}
+	if err := db.CatchUpSearch(ctx); err != nil { // the store is cached with its search index complete
+		db.Close()
+		return "", err
 	}
 	if err := db.Close(); err != nil {
 		return "", err
