@@ -192,20 +192,6 @@ func (hc *handlerClient) put(conn *handlerConn) {
 	hc.idle[conn.addr] = append(hc.idle[conn.addr], conn)
 }
 
-// alive reports whether an idle connection is still open: the handler may
-// have closed it (Node closes idle ones after 5 s), and an early answer or
-// stray bytes make it unusable too. One non-blocking read tells.
-func (c *handlerConn) alive() bool {
-	if c.br.Buffered() > 0 {
-		return false
-	}
-	c.SetReadDeadline(time.Now())
-	_, err := c.br.Peek(1)
-	c.SetReadDeadline(time.Time{})
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
 // closeIdle closes the idle connections.
 func (hc *handlerClient) closeIdle() {
 	hc.mu.Lock()
