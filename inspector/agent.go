@@ -609,28 +609,30 @@ func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header
 	if req.URL.Scheme == "http" {
 		resp, err := a.handler.do(ctx, req)
 		if err != nil {
-			var ue *url.Error
-			timeout := errors.As(err, &ue) && ue.Timeout()
-			return sendResult{err: err.Error(), timeout: timeout}
+			return sendFailed("", err)
 		}
 		return sendResult{status: resp.status, header: relay.HeaderFrom(resp.header, ""), body: resp.body}
 	}
 	resp, err := a.client.Do(req)
 	if err != nil {
-		var ue *url.Error
-		timeout := errors.As(err, &ue) && ue.Timeout()
-		return sendResult{err: err.Error(), timeout: timeout}
+		return sendFailed("", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, a.cfg.MaxBody+1))
 	if err != nil {
-		var ue *url.Error
-		return sendResult{status: 0, err: "reading the response: " + err.Error(), timeout: errors.As(err, &ue) && ue.Timeout()}
+		return sendFailed("reading the response: ", err)
 	}
 	if int64(len(body)) > a.cfg.MaxBody {
 		return sendResult{err: fmt.Sprintf("the response body is larger than %d bytes", a.cfg.MaxBody)}
 	}
 	return sendResult{status: resp.StatusCode, header: relay.HeaderFrom(resp.Header, ""), body: body}
+}
+
+// sendFailed is the result of a try that got no answer; the client's
+// *url.Error tells whether it timed out.
+func sendFailed(prefix string, err error) sendResult {
+	var ue *url.Error
+	return sendResult{err: prefix + err.Error(), timeout: errors.As(err, &ue) && ue.Timeout()}
 }
 
 // retryable is the voice service's rule (documentation 6.8).

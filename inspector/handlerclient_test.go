@@ -114,66 +114,6 @@ func TestHandlerClientHandlerClosedIdleConnection(t *testing.T) {
 	}
 }
 
-func TestHandlerConnAlive(t *testing.T) {
-	// An idle connection is reusable while the handler keeps it open and
-	// has sent nothing; once it closes its end (or sends stray bytes) the
-	// pool must see that before writing a request into it.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	peers := make(chan net.Conn, 2)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			peers <- c
-		}
-	}()
-	dial := func() (*handlerConn, net.Conn) {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		peer := <-peers
-		t.Cleanup(func() { peer.Close() })
-		return &handlerConn{Conn: c, br: bufio.NewReader(c)}, peer
-	}
-	becomes := func(hc *handlerConn, want bool, what string) {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); hc.alive() != want; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: alive() stayed %v", what, !want)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-
-	open, _ := dial()
-	if !open.alive() {
-		t.Fatal("an open idle connection is reported dead")
-	}
-	closed, peer := dial()
-	peer.Close()
-	becomes(closed, false, "after the handler closed its end")
-
-	chatty, peer := dial()
-	io.WriteString(peer, "HTTP/1.1 200 OK\r\n")
-	becomes(chatty, false, "after the handler sent bytes unasked")
-	// Peeking took nothing: the stray bytes are still there to read.
-	line, err := chatty.br.ReadString('\n')
-	if err != nil || line != "HTTP/1.1 200 OK\r\n" {
-		t.Fatalf("after alive(): read %q, %v", line, err)
-	}
-	if !open.alive() {
-		t.Fatal("the open connection is reported dead after a while")
-	}
-}
-
 func TestHandlerClientChunkedAfterEarlyHints(t *testing.T) {
 	addr, _ := rawHandler(t, func(br *bufio.Reader, c net.Conn) {
 		for {
