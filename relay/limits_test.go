@@ -3,8 +3,10 @@ package relay_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +27,88 @@ func notConnected(st *inspectortest.Stack) (relay.ConnState, bool) {
 		default:
 			return relay.ConnState{}, false
 		}
+	}
+}
+
+// An answer larger than the relay takes fails alone: its sender gets a 502
+// naming the limit, the capture says why, and the requests in flight beside
+// it on the same websocket get their answers.
+func TestLargeAnswerFailsAloneAndTunnelStaysUp(t *testing.T) {
+	const maxBody = 1 << 20
+	big := bytes.Repeat([]byte("x"), 3<<20)
+	var inside atomic.Int32
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	_, h := startHandler(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			w.Write(big)
+			return
+		}
+		inside.Add(1)
+		<-release
+		fmt.Fprintf(w, "answer for %s", r.URL.Path)
+	})
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.MaxBody = maxBody }})
+
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			path := fmt.Sprintf("/small%d", i)
+			resp, err := http.Post(st.TunnelURL+path, "text/plain", strings.NewReader("x"))
+			if err != nil {
+				errs <- err
+				return
+			}
+			b := readAll(resp)
+			if resp.StatusCode != 200 || b != "answer for "+path {
+				errs <- fmt.Errorf("%s: %d %s", path, resp.StatusCode, b)
+			}
+		}(i)
+	}
+	inspectortest.Eventually(t, 10*time.Second, func() bool { return inside.Load() == n }, "the small requests were not in flight together")
+
+	resp, body := post(t, st.TunnelURL+"/big", "{}")
+	if resp.StatusCode != http.StatusBadGateway || errorCode(t, body) != "bad_gateway" || !strings.Contains(body, "1048576") {
+		t.Errorf("the large answer: %d %s, want 502 bad_gateway naming the limit", resp.StatusCode, body)
+	}
+
+	releaseOnce.Do(func() { close(release) })
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if cs, ok := notConnected(st); ok {
+		t.Errorf("the agent's connection changed state: %s (%v)", cs.State, cs.Err)
+	}
+
+	var page struct {
+		Data struct {
+			Results []struct {
+				Path   string `json:"path"`
+				Status string `json:"status"`
+				Error  string `json:"error"`
+			} `json:"results"`
+		} `json:"data"`
+	}
+	getJSON(t, st.InspectorURL+"/api/v1/ext/webhooks/?limit=100", &page)
+	found := false
+	for _, c := range page.Data.Results {
+		if c.Path != "/big" {
+			continue
+		}
+		found = true
+		if c.Status != "failed" || !strings.Contains(c.Error, "1048576") {
+			t.Errorf("capture of the large answer: status %q error %q, want failed with the limit named", c.Status, c.Error)
+		}
+	}
+	if !found {
+		t.Error("no capture of the large answer")
 	}
 }
 
