@@ -414,7 +414,7 @@ func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
 	}
 	go func() {
 		defer s.Release()
-		res := a.send(context.Background(), &out, h)
+		res := a.send(context.Background(), &out, h, s.Limits())
 		ack := <-saved
 		if ack == nil {
 			// The handler may have seen it; the sender, told it failed,
@@ -515,7 +515,7 @@ func (a *Agent) lateLoop(ctx context.Context) {
 // deliver sends c to its target once (attempt n), records the outcome and
 // returns it in the relay's terms.
 func (a *Agent) deliver(ctx context.Context, c *storage.Capture, n int) *relay.Response {
-	return a.record(ctx, c, n, a.send(ctx, c, nil))
+	return a.record(ctx, c, n, a.send(ctx, c, nil, relay.Limits{}))
 }
 
 // record writes attempt n's result res into c, queues its update, prints
@@ -556,6 +556,8 @@ func (a *Agent) record(ctx context.Context, c *storage.Capture, n int, res sendR
 	switch {
 	case res.timeout:
 		out.Result = relay.ResultTimeout
+	case res.tooLarge:
+		out.Result = relay.ResultTooLarge
 	case res.status == 0:
 		out.Result = relay.ResultUnreachable
 	}
@@ -569,20 +571,27 @@ type sendResult struct {
 	body     []byte
 	err      string
 	timeout  bool
+	tooLarge bool // the handler answered, but more than can be passed on
 	duration time.Duration
 }
 
 // send tries c's request at its target once. h is the request's headers
 // when at hand (a live request), sparing a parse of the stored JSON; nil
-// parses it.
-func (a *Agent) send(ctx context.Context, c *storage.Capture, h relay.Header) sendResult {
+// parses it. lim is what the relay takes in answer to a live request: an
+// answer over it is not read past the limit and fails as too large.
+func (a *Agent) send(ctx context.Context, c *storage.Capture, h relay.Header, lim relay.Limits) sendResult {
 	start := time.Now()
-	res := a.sendOnce(ctx, c, h)
+	res := a.sendOnce(ctx, c, h, lim)
 	res.duration = time.Since(start)
+	if res.err == "" {
+		if err := lim.Check(&relay.Response{Status: res.status, Header: res.header, Body: res.body}); err != nil {
+			res = sendResult{err: err.Error(), tooLarge: true, duration: res.duration}
+		}
+	}
 	return res
 }
 
-func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header) sendResult {
+func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header, lim relay.Limits) sendResult {
 	if c.Target == "" {
 		return sendResult{err: "no local target: start the agent with --forward-to or replay with --to"}
 	}
@@ -606,8 +615,15 @@ func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header
 		req.Header.Add(f.Name, f.Value)
 	}
 	req.ContentLength = int64(len(c.Body))
+	maxBody, whose := a.cfg.MaxBody, "agent"
+	if lim.MaxBody > 0 && lim.MaxBody < maxBody {
+		maxBody, whose = lim.MaxBody, "relay"
+	}
 	if req.URL.Scheme == "http" {
-		resp, err := a.handler.do(ctx, req)
+		resp, err := a.handler.doLimited(ctx, req, maxBody)
+		if tl := (*bodyTooLargeError)(nil); errors.As(err, &tl) {
+			return answerTooLarge(whose, maxBody)
+		}
 		if err != nil {
 			return sendFailed("", err)
 		}
@@ -618,14 +634,20 @@ func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header
 		return sendFailed("", err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, a.cfg.MaxBody+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
 		return sendFailed("reading the response: ", err)
 	}
-	if int64(len(body)) > a.cfg.MaxBody {
-		return sendResult{err: fmt.Sprintf("the response body is larger than %d bytes", a.cfg.MaxBody)}
+	if int64(len(body)) > maxBody {
+		return answerTooLarge(whose, maxBody)
 	}
 	return sendResult{status: resp.StatusCode, header: relay.HeaderFrom(resp.Header, ""), body: body}
+}
+
+// answerTooLarge is the result of a try whose answer's body is over the
+// limit of whose ("agent" or "relay").
+func answerTooLarge(whose string, limit int64) sendResult {
+	return sendResult{err: fmt.Sprintf("the handler's answer is larger than the %s's limit of %d bytes", whose, limit), tooLarge: true}
 }
 
 // sendFailed is the result of a try that got no answer; the client's

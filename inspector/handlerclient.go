@@ -55,12 +55,22 @@ type handlerResponse struct {
 	body   []byte
 }
 
-// errBodyTooLarge is returned for a response body over maxBody.
-var errBodyTooLarge = errors.New("response body too large")
+// bodyTooLargeError is returned for a response body over the limit; only
+// that much (and one byte) was read.
+type bodyTooLargeError struct{ limit int64 }
+
+func (e *bodyTooLargeError) Error() string {
+	return fmt.Sprintf("the response body is larger than %d bytes", e.limit)
+}
 
 // do sends req (an http URL, a body of known length) and reads the answer.
 // Errors are *url.Error, as net/http's client returns them.
 func (hc *handlerClient) do(ctx context.Context, req *http.Request) (*handlerResponse, error) {
+	return hc.doLimited(ctx, req, hc.maxBody)
+}
+
+// doLimited is do with a response body limit of its own.
+func (hc *handlerClient) doLimited(ctx context.Context, req *http.Request, maxBody int64) (*handlerResponse, error) {
 	addr := req.URL.Host
 	if req.URL.Port() == "" {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
@@ -77,7 +87,7 @@ func (hc *handlerClient) do(ctx context.Context, req *http.Request) (*handlerRes
 				return nil, hc.urlError(req, err)
 			}
 		}
-		resp, err := hc.exchange(ctx, conn, req, deadline)
+		resp, err := hc.exchange(ctx, conn, req, deadline, maxBody)
 		if err == nil {
 			return resp, nil
 		}
@@ -95,7 +105,7 @@ func (hc *handlerClient) do(ctx context.Context, req *http.Request) (*handlerRes
 	}
 }
 
-func (hc *handlerClient) exchange(ctx context.Context, conn *handlerConn, req *http.Request, deadline time.Time) (*handlerResponse, error) {
+func (hc *handlerClient) exchange(ctx context.Context, conn *handlerConn, req *http.Request, deadline time.Time, maxBody int64) (*handlerResponse, error) {
 	conn.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -124,13 +134,13 @@ func (hc *handlerClient) exchange(ctx context.Context, conn *handlerConn, req *h
 		}
 		resp.Body.Close() // an informational answer (103): the real one follows
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, hc.maxBody+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	resp.Body.Close()
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(body)) > hc.maxBody {
-		return nil, errBodyTooLarge
+	if int64(len(body)) > maxBody {
+		return nil, &bodyTooLargeError{maxBody}
 	}
 	keep = !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols
 	return &handlerResponse{status: resp.StatusCode, header: resp.Header, body: body}, nil
@@ -211,9 +221,6 @@ func staleConn(err error) bool {
 }
 
 func (hc *handlerClient) urlError(req *http.Request, err error) error {
-	if errors.Is(err, errBodyTooLarge) {
-		err = fmt.Errorf("the response body is larger than %d bytes", hc.maxBody)
-	}
 	op := req.Method[:1] + strings.ToLower(req.Method[1:])
 	return &url.Error{Op: op, URL: req.URL.String(), Err: err}
 }

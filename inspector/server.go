@@ -23,7 +23,9 @@ type ServerConfig struct {
 
 	// AllowedHosts are extra Host names accepted besides localhost,
 	// 127.0.0.1 and [::1] (--inspect-host): anything else is refused, so a
-	// DNS-rebinding page cannot read captures.
+	// DNS-rebinding page cannot read captures. An entry may instead be a
+	// whole origin (https://inspector.example.com, for an inspector behind a
+	// proxy): its host is accepted, and the origin exactly as given.
 	AllowedHosts []string
 	// Token, when set, is required on every request (--inspect-token); it
 	// must be set when listening beyond loopback.
@@ -34,20 +36,28 @@ type ServerConfig struct {
 
 // Server is the inspector's JSON API and UI.
 type Server struct {
-	cfg   ServerConfig
-	agent *Agent
-	mux   *http.ServeMux
-	hosts map[string]bool
-	bg    context.Context // outlives requests: background replays
+	cfg     ServerConfig
+	agent   *Agent
+	mux     *http.ServeMux
+	hosts   map[string]bool
+	origins map[string]bool // accepted whole, besides the inspector's own
+	bg      context.Context // outlives requests: background replays
 }
 
 // NewServer builds the handler. bg bounds background work such as replays
 // on the service's schedule.
 func NewServer(bg context.Context, cfg ServerConfig) *Server {
 	s := &Server{cfg: cfg, agent: cfg.Agent, mux: http.NewServeMux(), bg: bg,
-		hosts: map[string]bool{"localhost": true, "127.0.0.1": true, "::1": true}}
+		hosts: map[string]bool{"localhost": true, "127.0.0.1": true, "::1": true}, origins: map[string]bool{}}
 	for _, h := range cfg.AllowedHosts {
-		s.hosts[strings.ToLower(h)] = true
+		if !strings.Contains(h, "://") {
+			s.hosts[strings.ToLower(strings.Trim(h, "[]"))] = true
+			continue
+		}
+		if u, err := parseOrigin(h); err == nil {
+			s.hosts[strings.ToLower(u.Hostname())] = true
+			s.origins[u.String()] = true
+		}
 	}
 	m := s.mux
 	m.HandleFunc("GET /api/v1/ext/webhooks/", s.listCaptures)
@@ -83,7 +93,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	stateChanging := r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions
 	if origin := r.Header.Get("Origin"); origin != "" && (stateChanging || isUpgrade(r) || strings.HasPrefix(r.URL.Path, "/api/")) {
-		if !s.originAllowed(origin) {
+		if !s.originAllowed(r, origin) {
 			api.WriteError(w, api.Errorf(http.StatusForbidden, api.CodeForbidden, "origin %q is not allowed", origin))
 			return
 		}
@@ -111,12 +121,80 @@ func (s *Server) hostAllowed(hostport string) bool {
 	return s.hosts[host]
 }
 
-func (s *Server) originAllowed(origin string) bool {
-	u, err := url.Parse(origin)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return false
+// originAllowed reports whether origin is the inspector's own: its scheme
+// (http; https when served over TLS), a host name it accepts, and the port
+// it listens on, so that no other page on the same machine — another port
+// of localhost — can act through the user's browser. An origin given whole
+// in AllowedHosts is accepted as well.
+func (s *Server) originAllowed(r *http.Request, origin string) bool {
+	u, err := parseOrigin(origin)
+	if err != nil {
+		return false // "null" among them: a sandboxed page, a file, a redirect
 	}
-	return s.hostAllowed(u.Host)
+	if s.origins[u.String()] {
+		return true
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return u.Scheme == scheme && s.hostAllowed(u.Host) && portOf(u.Host, scheme) == listenPort(r, scheme)
+}
+
+// parseOrigin reads an origin (scheme://host[:port], nothing more) in the
+// form browsers send: lower case, without the scheme's default port.
+func parseOrigin(origin string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimSuffix(origin, "/"))
+	if err != nil {
+		return nil, err
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("origin %q: want http(s)://host[:port]", origin)
+	}
+	u.Scheme = strings.ToLower(u.Scheme)
+	u.Host = strings.ToLower(u.Host)
+	if u.Port() == defaultPort(u.Scheme) {
+		u.Host = strings.TrimSuffix(u.Host, ":"+u.Port())
+	}
+	return u, nil
+}
+
+// ValidInspectHost checks an --inspect-host value: a host name, or an origin.
+func ValidInspectHost(h string) error {
+	if !strings.Contains(h, "://") {
+		if h == "" || strings.Contains(h, "/") || (strings.Contains(h, ":") && net.ParseIP(strings.Trim(h, "[]")) == nil) {
+			return fmt.Errorf("%q: want a host name, or an origin such as https://inspector.example.com", h)
+		}
+		return nil
+	}
+	_, err := parseOrigin(h)
+	return err
+}
+
+func defaultPort(scheme string) string {
+	if scheme == "https" {
+		return "443"
+	}
+	return "80"
+}
+
+// portOf is the port of host[:port], or the scheme's default.
+func portOf(hostport, scheme string) string {
+	if _, p, err := net.SplitHostPort(hostport); err == nil && p != "" {
+		return p
+	}
+	return defaultPort(scheme)
+}
+
+// listenPort is the port the inspector received r on; without a listener
+// (a handler called directly), the port r was addressed to.
+func listenPort(r *http.Request, scheme string) string {
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		if _, p, err := net.SplitHostPort(a.String()); err == nil {
+			return p
+		}
+	}
+	return portOf(r.Host, scheme)
 }
 
 // authorized accepts the token as a bearer header or a cookie; a GET with

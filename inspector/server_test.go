@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -355,5 +356,101 @@ func TestLiveRequestNotSavedIsRefused(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "could not save") {
 		t.Fatalf("a request the agent could not save: %d %s", resp.StatusCode, body)
+	}
+}
+
+// The inspector's Origin check accepts its own origin only: scheme, host
+// and port, not just a loopback name.
+func TestInspectorOriginMustBeItsOwn(t *testing.T) {
+	h := &handler{}
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	srv := httptest.NewServer(inspector.NewServer(context.Background(), inspector.ServerConfig{Agent: st.Agent,
+		AllowedHosts: []string{"inspector.test", "https://inspector.example.com"}}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	port := u.Port()
+	otherPort := fmt.Sprint(mustAtoi(t, port) + 1)
+	cases := []struct {
+		origin, host string
+		allowed      bool
+	}{
+		{"http://127.0.0.1:" + port, "", true},
+		{"http://localhost:" + port, "", true},
+		{"http://[::1]:" + port, "", true},
+		{"http://inspector.test:" + port, "inspector.test:" + port, true},
+		{"https://inspector.example.com", "inspector.example.com", true}, // behind a TLS proxy, as configured
+		{"http://localhost:" + otherPort, "", false},                     // another local page
+		{"http://127.0.0.1:" + otherPort, "", false},
+		{"http://127.0.0.1", "", false},          // port 80
+		{"https://127.0.0.1:" + port, "", false}, // it serves plain http
+		{"https://inspector.test:" + port, "", false},
+		{"http://inspector.example.com", "", false}, // only as configured: https
+		{"http://evil.example:" + port, "", false},
+		{"null", "", false},
+	}
+	for _, c := range cases {
+		hdr := []string{"Origin", c.origin}
+		if c.host != "" {
+			hdr = append(hdr, "Host", c.host)
+		}
+		// A state-changing endpoint: an unknown id is 404 once past the check.
+		code, env := do(t, "POST", srv.URL+"/api/v1/ext/webhooks/replay/", `{"id":"x"}`, hdr...)
+		switch {
+		case c.allowed && code != http.StatusNotFound:
+			t.Errorf("replay with Origin %s: %d %+v, want 404 (allowed, unknown id)", c.origin, code, env.Error)
+		case !c.allowed && (code != http.StatusForbidden || env.Error == nil || env.Error.Code != "forbidden"):
+			t.Errorf("replay with Origin %s: %d %+v, want 403 forbidden", c.origin, code, env.Error)
+		}
+		// The live stream.
+		if got := streamStatus(t, srv.URL+"/api/v1/ext/stream", hdr...); c.allowed != (got == http.StatusOK) || (!c.allowed && got != http.StatusForbidden) {
+			t.Errorf("stream with Origin %s: %d, allowed %v", c.origin, got, c.allowed)
+		}
+	}
+}
+
+// streamStatus opens the event stream and returns its status, then closes it.
+func streamStatus(t *testing.T, url string, hdr ...string) int {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestValidInspectHost(t *testing.T) {
+	for h, ok := range map[string]bool{
+		"inspector.test": true, "fd00::5": true, "[fd00::5]": true,
+		"https://inspector.example.com": true, "http://localhost:8080": true,
+		"": false, "inspector.test:4040": false, "https://inspector.example.com/ui": false, "ftp://x": false,
+	} {
+		if err := inspector.ValidInspectHost(h); (err == nil) != ok {
+			t.Errorf("ValidInspectHost(%q) = %v, want ok %v", h, err, ok)
+		}
 	}
 }

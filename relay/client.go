@@ -13,8 +13,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -68,9 +70,28 @@ func AckAll(ss []*Stream) {
 
 // Respond sends the local handler's answer (live requests only). Call it at
 // most once. It does not release the request's body: call Release for that.
+//
+// An answer over the relay's limits (see Limits) goes as ResultTooLarge
+// instead, which fails this request alone; the caller should check first
+// with Limits().Check, to record why.
 func (s *Stream) Respond(r *Response) {
 	r.Stream = s.stream
+	if err := s.Limits().Check(r); err != nil {
+		s.c.client.log.Warn("the handler's answer exceeds the relay's limits", "err", err)
+		r = &Response{Stream: s.stream, Result: ResultTooLarge, Error: err.Error()}
+	}
+	if r.Result == ResultTooLarge && !s.c.knowsTooLarge.Load() {
+		r.Result = ResultUnreachable // what an older relay understands, with the same 502
+	}
 	s.c.trySendWait(outFrame{head: appendResponseHead(nil, r), body: r.Body})
+}
+
+// Limits are what the relay takes on this request's connection.
+func (s *Stream) Limits() Limits {
+	if l := s.c.limits.Load(); l != nil {
+		return *l
+	}
+	return Limits{}
 }
 
 // Release returns the request body's buffer once nothing uses it.
@@ -221,6 +242,7 @@ func (c *Client) backoff(attempt int) time.Duration {
 func (c *Client) connectOnce(ctx context.Context) (bool, error) {
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+c.cfg.Token)
+	h.Set(MaxFrameHeader, strconv.FormatInt(c.cfg.MaxFrame, 10))
 	for _, v := range c.cfg.RequireHeaders {
 		h.Add(RequireHeaderHeader, v)
 	}
@@ -275,8 +297,10 @@ func errorMessage(r io.Reader) string {
 // clientConn is the agent's end of one websocket.
 type clientConn struct {
 	*wsConn
-	client    *Client
-	helloSeen bool // owned by readLoop
+	client        *Client
+	helloSeen     bool                   // owned by readLoop
+	limits        atomic.Pointer[Limits] // the relay's, from its hello
+	knowsTooLarge atomic.Bool            // the relay understands ResultTooLarge
 }
 
 // trySendWait sends a frame, written at once or queued while waiting for
@@ -303,6 +327,14 @@ func (cc *clientConn) readLoop() error {
 				return err
 			}
 			cc.helloSeen = true
+			l := limitsOf(&hello)
+			cc.limits.Store(&l)
+			if l.MaxFrame > 0 {
+				cc.setPeerMax(l.MaxFrame)
+			}
+			// A relay that announces its frame limit is one that knows
+			// ResultTooLarge: both came together.
+			cc.knowsTooLarge.Store(hello.MaxFrame > 0)
 			cfg.OnState(ConnState{State: StateConnected, Hello: &hello})
 		case frameRequest:
 			if !cc.helloSeen {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -55,8 +56,9 @@ type outFrame struct {
 // writeMu, and a sender writes directly only when nothing is queued.
 type wsConn struct {
 	ws       *websocket.Conn
-	bc       *batchConn // the socket under ws; batches the writer's frames
-	maxFrame int64
+	bc       *batchConn   // the socket under ws; batches the writer's frames
+	maxFrame int64        // the largest frame this end reads
+	peerMax  atomic.Int64 // the largest frame the peer reads; larger sends are refused
 	keep     Keepalive
 
 	writeMu sync.Mutex    // held while frames are written; see above
@@ -80,6 +82,7 @@ func newWSConn(ws *websocket.Conn, bc *batchConn, maxFrame int64, keep Keepalive
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
+	c.peerMax.Store(maxFrame) // until the peer says otherwise
 	ws.SetReadLimit(maxFrame)
 	ws.SetReadDeadline(time.Now().Add(keep.PongWait))
 	ws.SetPongHandler(func(string) error {
@@ -116,11 +119,17 @@ func (c *wsConn) send(f outFrame, cancel <-chan struct{}) error {
 	return c.sendAll([]outFrame{f}, cancel)
 }
 
+// setPeerMax records the largest frame the peer reads.
+func (c *wsConn) setPeerMax(n int64) { c.peerMax.Store(n) }
+
 // sendAll sends frames in order, as one batch when it can write them
-// itself.
+// itself. A frame larger than the peer reads is refused (errFrameTooLarge),
+// with the frames after it: written, it would make the peer close the
+// connection.
 func (c *wsConn) sendAll(fs []outFrame, cancel <-chan struct{}) error {
+	peerMax := c.peerMax.Load()
 	for i, f := range fs {
-		if int64(len(f.head)+len(f.body)) > c.maxFrame {
+		if int64(len(f.head)+len(f.body)) > peerMax {
 			for _, f := range fs[i:] {
 				if f.written != nil {
 					f.written()

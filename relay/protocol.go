@@ -7,6 +7,7 @@ package relay
 //	agent                                   relay
 //	  | -- GET /_calltap/connect (upgrade) --> |  Authorization: Bearer <token>
 //	  |    Sec-WebSocket-Protocol: calltap.v1  |  Calltap-Require-Header: <name: value> (0..n)
+//	  |                                        |  Calltap-Max-Frame: <agent's read limit>
 //	  | <---------------- hello -------------- |  tunnel id, public URL, limits
 //	  |                                        |
 //	  | <-------------- request -------------- |  a sender hit /t/<tunnel>/...; or a queued one
@@ -41,8 +42,12 @@ package relay
 //
 // The body is the rest of the frame: it is never length-prefixed, so it is
 // written straight after the header bytes without being copied into a new
-// buffer. The maximum frame size (Limits.MaxFrame) is checked by both ends
-// on read (websocket read limit) and on write (encode refuses).
+// buffer. Each end reads frames up to its own limit (websocket read limit)
+// and tells the other: the agent in its handshake (Calltap-Max-Frame), the
+// relay in its hello (max_frame, with max_body, the largest body it takes
+// either way). A frame the peer would not read is never written: a
+// connection's frames share one websocket, and an oversized one would close
+// it under every request in flight.
 
 import (
 	"encoding/binary"
@@ -63,6 +68,10 @@ const ConnectPath = "/_calltap/connect"
 // RequireHeaderHeader carries, in the agent's handshake, a header every
 // sender must present (calltap listen --require-header).
 const RequireHeaderHeader = "Calltap-Require-Header"
+
+// MaxFrameHeader carries, in the agent's handshake, the largest frame the
+// agent reads (its websocket read limit): the relay sends nothing larger.
+const MaxFrameHeader = "Calltap-Max-Frame"
 
 // Frame types.
 const (
@@ -149,8 +158,9 @@ type Hello struct {
 	TunnelID  string `json:"tunnel_id"`
 	Name      string `json:"name"`       // the token's name
 	PublicURL string `json:"public_url"` // where senders reach this tunnel
-	MaxBody   int64  `json:"max_body"`
-	Queued    int    `json:"queued"` // requests waiting in the offline queue
+	MaxBody   int64  `json:"max_body"`   // largest body the relay takes, in requests and in answers
+	MaxFrame  int64  `json:"max_frame"`  // largest frame the relay reads; 0 from a relay older than ResultTooLarge
+	Queued    int    `json:"queued"`     // requests waiting in the offline queue
 	Version   string `json:"version"`
 }
 
@@ -191,7 +201,37 @@ const (
 	ResultOK          Result = 0 // Status, Header and Body are the handler's
 	ResultUnreachable Result = 1 // refused, reset, DNS: the relay answers 502
 	ResultTimeout     Result = 2 // slower than the forward timeout: 504
+	ResultTooLarge    Result = 3 // the answer exceeds the relay's limits (Error says which): 502
 )
+
+// Limits are what the relay of one connection takes from the agent, as its
+// hello announced them. Zero fields are not limited.
+type Limits struct {
+	MaxBody  int64 // largest body of an answer
+	MaxFrame int64 // largest frame, head and body together
+}
+
+// limitsOf reads the limits a hello announces. A relay that announces no
+// frame limit reads MaxBody plus the 1 MiB of room its default gives.
+func limitsOf(h *Hello) Limits {
+	l := Limits{MaxBody: h.MaxBody, MaxFrame: h.MaxFrame}
+	if l.MaxFrame <= 0 && l.MaxBody > 0 {
+		l.MaxFrame = l.MaxBody + 1<<20
+	}
+	return l
+}
+
+// Check returns why r cannot be sent to the relay under l, naming the
+// limit, or nil when it fits.
+func (l Limits) Check(r *Response) error {
+	if l.MaxBody > 0 && int64(len(r.Body)) > l.MaxBody {
+		return fmt.Errorf("the handler's answer is larger than the relay's limit of %d bytes", l.MaxBody)
+	}
+	if l.MaxFrame > 0 && int64(responseHeadLen(r)+len(r.Body)) > l.MaxFrame {
+		return fmt.Errorf("the handler's answer with its headers is larger than the relay's limit of %d bytes per frame", l.MaxFrame)
+	}
+	return nil
+}
 
 // GoAway reasons.
 type GoAwayReason byte
@@ -251,6 +291,25 @@ func appendResponseHead(b []byte, r *Response) []byte {
 	b = append(b, byte(r.Result))
 	b = appendString(b, r.Error)
 	return appendHeader(b, r.Header)
+}
+
+// responseHeadLen is len(appendResponseHead(nil, r)), without encoding it.
+func responseHeadLen(r *Response) int {
+	n := 1 + uvarintLen(r.Stream) + uvarintLen(uint64(r.Status)) + 1 + stringLen(r.Error) + uvarintLen(uint64(len(r.Header)))
+	for _, f := range r.Header {
+		n += stringLen(f.Name) + stringLen(f.Value)
+	}
+	return n
+}
+
+func stringLen(s string) int { return uvarintLen(uint64(len(s))) + len(s) }
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for ; x >= 0x80; x >>= 7 {
+		n++
+	}
+	return n
 }
 
 func appendAck(b []byte, stream uint64) []byte {
@@ -377,7 +436,7 @@ func decodeResponse(b []byte) (*Response, error) {
 	if r.Result == ResultOK && (status < 100 || status > 999) {
 		return nil, errMalformed
 	}
-	if r.Result > ResultTimeout {
+	if r.Result > ResultTooLarge {
 		return nil, errMalformed
 	}
 	r.Status = int(status)

@@ -120,3 +120,28 @@ func BenchmarkDecodeRequest(b *testing.B) {
 		}
 	}
 }
+
+// Limits.Check measures a response's frame without encoding it: the
+// measure must be the encoding's length, to the byte.
+func TestResponseHeadLen(t *testing.T) {
+	long := string(bytes.Repeat([]byte("v"), 300))
+	for _, r := range []*Response{
+		{},
+		{Stream: 1 << 40, Status: 200, Header: Header{{"Content-Type", "text/plain"}, {"X-Long", long}}},
+		{Stream: 7, Result: ResultTooLarge, Error: long},
+	} {
+		if got, want := responseHeadLen(r), len(appendResponseHead(nil, r)); got != want {
+			t.Errorf("responseHeadLen = %d, encoded head is %d bytes", got, want)
+		}
+	}
+	lim := Limits{MaxBody: 10, MaxFrame: 64}
+	if err := lim.Check(&Response{Status: 200, Body: make([]byte, 10)}); err != nil {
+		t.Errorf("a body at the limit: %v", err)
+	}
+	if err := lim.Check(&Response{Status: 200, Body: make([]byte, 11)}); err == nil {
+		t.Error("a body over the limit passed")
+	}
+	if err := lim.Check(&Response{Status: 200, Header: Header{{"X-Long", long}}}); err == nil {
+		t.Error("a frame over the limit passed")
+	}
+}

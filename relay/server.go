@@ -441,6 +441,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *tunnel, ac *
 	switch {
 	case err == nil:
 		defer resp.release()
+	case errors.Is(err, errFrameTooLarge):
+		// Written, it would have closed the websocket under every request in flight.
+		log.Warn("request larger than the agent reads", "size", len(req.Body), "agent_max_frame", ac.peerMax.Load())
+		s.fail(w, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "the request is larger than the agent accepts (%d bytes with its headers)", ac.peerMax.Load()))
+		return
 	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
 		log.Warn("local handler too slow", "timeout", s.cfg.ForwardTimeout, "saved", acked)
 		s.fail(w, api.Errorf(http.StatusGatewayTimeout, api.CodeGatewayTimeout, "the local handler did not answer within %s", s.cfg.ForwardTimeout))
@@ -463,6 +468,9 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *tunnel, ac *
 		return
 	case ResultTimeout:
 		s.fail(w, api.Errorf(http.StatusGatewayTimeout, api.CodeGatewayTimeout, "the local handler did not answer in time"))
+		return
+	case ResultTooLarge:
+		s.fail(w, api.Errorf(http.StatusBadGateway, api.CodeBadGateway, "the local handler's answer could not be relayed: %s", resp.Error))
 		return
 	}
 	h := w.Header()
@@ -625,6 +633,16 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		}
 		require = append(require, HeaderField{strings.TrimSpace(name), strings.TrimSpace(value)})
 	}
+	// An agent that does not say reads what calltap's agents always did.
+	agentMax := int64(DefaultMaxFrame)
+	if v := r.Header.Get(MaxFrameHeader); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			s.fail(w, api.Invalid("%s must be a positive number of bytes", MaxFrameHeader))
+			return
+		}
+		agentMax = n
+	}
 	s.mu.Lock()
 	closing := s.closing
 	s.mu.Unlock()
@@ -648,6 +666,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		window:  make(chan struct{}, drainWindow),
 		acked:   make(chan int64, drainWindow),
 	}
+	ac.setPeerMax(agentMax)
 	t.mu.Lock()
 	old := t.agent
 	t.agent = ac
@@ -662,7 +681,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	log.Info("agent connected", "remote", r.RemoteAddr, "queued", queued)
 	go ac.sendLoop()
 	ac.trySend(outFrame{head: appendJSON(nil, frameHello, Hello{
-		TunnelID: t.id, Name: t.name, PublicURL: s.TunnelURL(t.id), MaxBody: s.cfg.MaxBody, Queued: queued, Version: s.cfg.Version,
+		TunnelID: t.id, Name: t.name, PublicURL: s.TunnelURL(t.id), MaxBody: s.cfg.MaxBody, MaxFrame: s.cfg.MaxFrame, Queued: queued, Version: s.cfg.Version,
 	})})
 	go ac.drainLoop()
 	err = ac.readLoop()

@@ -38,7 +38,7 @@ type agentFlags struct {
 func (f *agentFlags) register(fs *flagSet) {
 	fs.StringVar(&f.forwardTo, "forward-to", "", "the local handler, e.g. http://127.0.0.1:3000/webhooks (the rest of the tunnel path and the query are appended)")
 	fs.StringVar(&f.inspect, "inspect", "127.0.0.1:4040", "address of the inspector (browser UI and JSON API); empty to disable")
-	fs.Var(&f.inspectHosts, "inspect-host", "extra Host name the inspector accepts (repeatable)")
+	fs.Var(&f.inspectHosts, "inspect-host", "extra Host name the inspector accepts, or its whole origin when a proxy serves it (https://name) (repeatable)")
 	fs.StringVar(&f.inspectToken, "inspect-token", "", "token the inspector requires (needed to bind beyond loopback)")
 	fs.StringVar(&f.dataDir, "data", defaultDataDir(), "data directory: captures, saved media")
 	fs.DurationVar(&f.forwardTimeout, "handler-timeout", 30*time.Second, "how long the local handler may take")
@@ -52,6 +52,11 @@ func (f *agentFlags) register(fs *flagSet) {
 func (f *agentFlags) validate() error {
 	if _, err := inspector.ParseTarget(f.forwardTo); err != nil {
 		return fmt.Errorf("--forward-to: %v", err)
+	}
+	for _, h := range f.inspectHosts {
+		if err := inspector.ValidInspectHost(h); err != nil {
+			return fmt.Errorf("--inspect-host %v", err)
+		}
 	}
 	if f.inspect != "" {
 		host, _, err := net.SplitHostPort(f.inspect)

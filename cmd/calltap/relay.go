@@ -39,7 +39,7 @@ type relayFlags struct {
 
 func (f *relayFlags) register(fs *flagSet) {
 	fs.DurationVar(&f.forwardTimeout, "forward-timeout", 30*time.Second, "how long a sender waits for the local handler before `504`")
-	fs.Int64Var(&f.maxBody, "max-body", 10<<20, "largest request body in bytes (larger → 413)")
+	fs.Int64Var(&f.maxBody, "max-body", 10<<20, "largest body in bytes: a larger request → 413, a larger answer of the local handler → 502")
 	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request head in bytes (larger → 431)")
 	fs.StringVar(&f.offline, "offline", relay.OfflineQueue, "while a tunnel has no agent: queue (store, answer 202) or reject (503 + Retry-After)")
 	fs.IntVar(&f.queueMaxCount, "queue-max-count", 10000, "most requests held per offline tunnel (more → 503)")
