@@ -45,7 +45,7 @@ func (e *DamagedError) Unwrap() []error { return []error{ErrDamaged, e.Err} }
 // APIError is how an API answers a request that met the damage: the
 // message is meant for the user of the machine the store is on.
 func (e *DamagedError) APIError() (status int, code, message string) {
-	return 500, "store_damaged", e.Error()
+	return 500, "store_damaged", e.Error() // api.CodeStoreDamaged
 }
 
 // recoverAdvice is what to do with a damaged database that holds data of

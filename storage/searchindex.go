@@ -66,6 +66,7 @@ func SearchIndexPath(path string) string {
 type indexer struct {
 	db     *sql.DB       // one connection: the store, with the index attached as "search"
 	path   string        // the index file (SearchIndexPath)
+	store  string        // the store's file
 	bodies string        // the folder of large bodies (BodiesDir)
 	wake   chan struct{} // a commit saved captures
 	stop   chan struct{} // closed by close
@@ -122,7 +123,7 @@ func openIndexerOnce(ctx context.Context, dsn, path string) (*indexer, error) {
 	idb.SetMaxOpenConns(1)
 	idb.SetMaxIdleConns(1)
 	idb.SetConnMaxLifetime(0)
-	ix := &indexer{db: idb, path: SearchIndexPath(path), bodies: BodiesDir(path), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	ix := &indexer{db: idb, path: SearchIndexPath(path), store: path, bodies: BodiesDir(path), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		bound: searchBacklogMax, idle: searchIdle, credit: searchLead, moved: make(chan struct{})}
 	if err := ix.prepare(ctx); err != nil {
 		idb.Close()
@@ -333,6 +334,9 @@ func (ix *indexer) run() {
 				continue
 			}
 			if _, err := ix.index(context.Background(), searchChunk); err != nil {
+				if isCorrupt(err) && !errors.Is(err, ErrDamaged) { // not the index's: the store's
+					err = &DamagedError{Path: ix.store, Advice: recoverAdvice(ix.store), Err: err}
+				}
 				// Tried again after the next commit, but not at once: a
 				// failure that lasts (a full disk) is not retried, and
 				// logged, at the pace of requests. A search reports it.
