@@ -49,6 +49,7 @@ var ErrNotFound = errors.New("not found")
 type DB struct {
 	path   string
 	schema Schema
+	sync   SyncMode
 	write  *sql.DB // one connection: every write goes through it
 	read   *sql.DB // read-only pool
 
@@ -136,7 +137,7 @@ func Open(ctx context.Context, path string, schema Schema, opts ...Option) (*DB,
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
-	db := &DB{path: path, schema: schema, write: w}
+	db := &DB{path: path, schema: schema, sync: o.sync, write: w}
 	fail := func(err error) (*DB, error) {
 		db.Close()
 		db.explain(&err)
@@ -177,6 +178,9 @@ func Open(ctx context.Context, path string, schema Schema, opts ...Option) (*DB,
 
 // Path is the database file.
 func (db *DB) Path() string { return db.path }
+
+// SyncMode is how durable the database's commits are (WithSync).
+func (db *DB) SyncMode() SyncMode { return db.sync }
 
 // Close stops the indexer and the checkpointer and closes the connections.
 // A second Close returns what the first did.

@@ -38,8 +38,8 @@ func TestSyncModeOfWriter(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if got := synchronous(t, db); got != tc.want {
-				t.Errorf("%s store opened with %d options: synchronous = %d, want %d", schema, len(tc.opts), got, tc.want)
+			if got := synchronous(t, db); got != tc.want || (got == 2) != (db.SyncMode() == SyncFull) {
+				t.Errorf("%s store opened with %d options: synchronous = %d (mode %s), want %d", schema, len(tc.opts), got, db.SyncMode(), tc.want)
 			}
 			db.Close()
 		}
