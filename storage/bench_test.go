@@ -51,9 +51,9 @@ func responded(c *storage.Capture) *storage.Capture {
 	return &u
 }
 
-func openBenchDB(b *testing.B, dir string) *storage.DB {
+func openBenchDB(b *testing.B, dir string, opts ...storage.Option) *storage.DB {
 	b.Helper()
-	db, err := storage.Open(context.Background(), filepath.Join(dir, "agent.db"), storage.SchemaAgent)
+	db, err := storage.Open(context.Background(), filepath.Join(dir, "agent.db"), storage.SchemaAgent, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -64,8 +64,20 @@ func openBenchDB(b *testing.B, dir string) *storage.DB {
 // BenchmarkWriteCaptures is the agent's writer: one transaction per batch
 // of whatever queued up. ns/op is per capture. "insert+update" also
 // records each capture's response in a later batch, as the agent does for
-// every live request.
+// every live request. Stores are durable (storage.SyncFull), as by
+// default; "sync=normal" repeats a few cases with commits synced only at
+// checkpoints, to show what durability costs.
 func BenchmarkWriteCaptures(b *testing.B) {
+	benchWriteCaptures(b, nil, nil)
+	b.Run("sync=normal", func(b *testing.B) {
+		benchWriteCaptures(b, map[string]bool{"insert+update/batch=1": true, "insert+update/batch=256": true, "1MiB-binary": true},
+			[]storage.Option{storage.WithSync(storage.SyncNormal)})
+	})
+}
+
+// benchWriteCaptures runs the cases of BenchmarkWriteCaptures named in
+// only (nil: all of them) on stores opened with opts.
+func benchWriteCaptures(b *testing.B, only map[string]bool, opts []storage.Option) {
 	ctx := context.Background()
 	for _, bc := range []struct {
 		name   string
@@ -79,8 +91,11 @@ func BenchmarkWriteCaptures(b *testing.B) {
 		{"insert+update/batch=32", 32, true},
 		{"insert+update/batch=256", 256, true},
 	} {
+		if only != nil && !only[bc.name] {
+			continue
+		}
 		b.Run(bc.name, func(b *testing.B) {
-			db := openBenchDB(b, b.TempDir())
+			db := openBenchDB(b, b.TempDir(), opts...)
 			pool := make([]*storage.Capture, 1024)
 			for i := range pool {
 				pool[i] = benchCapture(i)
@@ -125,8 +140,11 @@ func BenchmarkWriteCaptures(b *testing.B) {
 			if update {
 				name += "+update" // its response recorded in the next batch
 			}
+			if only != nil && !only[name] {
+				continue
+			}
 			b.Run(name, func(b *testing.B) {
-				db := openBenchDB(b, b.TempDir())
+				db := openBenchDB(b, b.TempDir(), opts...)
 				b.SetBytes(int64(len(bc.body)))
 				i := 0
 				var prev *storage.Capture

@@ -38,8 +38,17 @@ import (
 // A body is written before the transaction that records it commits, so a
 // committed capture always has its body; a crash in between, or a failed
 // transaction, leaves bytes that no capture names, which nothing reads.
-// Segments are not synced, as the WAL is not (synchronous=NORMAL): an
-// application crash loses neither, a power cut may.
+//
+// Under SyncFull, a commit is durable when it returns, so the segments a
+// transaction names must be on stable storage before it commits: O_DIRECT
+// takes the bytes past the page cache, not past the device's own cache,
+// nor does it make the file's new size durable. Each append marks its
+// segment written; the writer syncs every segment written since its last
+// commit once, just before the next (syncWritten), so a batch of bodies
+// costs one sync per segment, as a batch of captures costs one of the WAL.
+// A new segment's name is made durable by syncing the folder when it is
+// created. Under SyncNormal segments are not synced, as the WAL is not:
+// an application crash loses neither, a power cut may.
 
 const (
 	fileBodyMin = 256 << 10 // bodies this large or larger go to segments
@@ -77,14 +86,67 @@ func KeptApart(n int) bool { return n >= fileBodyMin }
 
 // bodyStore is where a store's large bodies are appended.
 type bodyStore struct {
-	dir string // BodiesDir
+	dir    string               // BodiesDir
+	synced bool                 // SyncFull: segments are synced before a commit names their bodies
+	sync   func(*os.File) error // syncs a file; (*os.File).Sync, which tests watch
+
+	syncMu sync.Mutex // held by syncWritten: a second call waits for the first's syncs
 
 	mu       sync.Mutex
-	name     string     // guarded by mu: the segment appended to; "" before the first
-	f        *os.File   // guarded by mu: its file, open for writing (O_DIRECT where possible)
-	size     int64      // guarded by mu: its next free offset, a multiple of directAlign
-	files    []*os.File // guarded by mu: every segment opened, closed by close (appends to a full one may still be running)
-	buffered bool       // guarded by mu: O_DIRECT refused a write here; segments are plain files from then on
+	name     string            // guarded by mu: the segment appended to; "" before the first
+	f        *os.File          // guarded by mu: its file, open for writing (O_DIRECT where possible)
+	size     int64             // guarded by mu: its next free offset, a multiple of directAlign
+	files    []*os.File        // guarded by mu: every segment opened, closed by close (appends to a full one may still be running)
+	buffered bool              // guarded by mu: O_DIRECT refused a write here; segments are plain files from then on
+	written  map[*os.File]bool // guarded by mu: segments appended to since the last syncWritten (when synced)
+}
+
+// newBodyStore is the body store in folder dir, synced before commits if
+// synced.
+func newBodyStore(dir string, synced bool) *bodyStore {
+	return &bodyStore{dir: dir, synced: synced, sync: (*os.File).Sync, written: map[*os.File]bool{}}
+}
+
+// errSegmentSync marks a failed sync of segments: what was written to them
+// may not be on the device, and a later sync may not say so again.
+var errSegmentSync = errors.New("storage: sync body segments")
+
+// syncWritten syncs every segment appended to since it last ran. A
+// segment it cannot sync is written to no more.
+func (bs *bodyStore) syncWritten() error {
+	if !bs.synced {
+		return nil
+	}
+	bs.syncMu.Lock()
+	defer bs.syncMu.Unlock()
+	bs.mu.Lock()
+	files := make([]*os.File, 0, len(bs.written))
+	for f := range bs.written {
+		files = append(files, f)
+	}
+	clear(bs.written)
+	bs.mu.Unlock()
+	for _, f := range files {
+		if err := bs.sync(f); err != nil {
+			bs.mu.Lock()
+			if bs.f == f {
+				bs.f = nil // the next append starts a new segment
+			}
+			bs.mu.Unlock()
+			return fmt.Errorf("%w: %s: %w", errSegmentSync, filepath.Base(f.Name()), err)
+		}
+	}
+	return nil
+}
+
+// syncDir makes the names of the segments in the folder durable.
+func (bs *bodyStore) syncDir() error {
+	d, err := os.Open(bs.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return bs.sync(d)
 }
 
 // reserve returns a span of n bytes (a multiple of directAlign) in the
@@ -112,8 +174,13 @@ func (bs *bodyStore) startSegment() error {
 	if err != nil {
 		return fmt.Errorf("storage: start a body segment: %w", err)
 	}
-	bs.name, bs.f, bs.size = name, f, 0
 	bs.files = append(bs.files, f)
+	if bs.synced {
+		if err := bs.syncDir(); err != nil {
+			return fmt.Errorf("storage: sync the body folder: %w", err)
+		}
+	}
+	bs.name, bs.f, bs.size = name, f, 0
 	return nil
 }
 
@@ -126,6 +193,11 @@ func (bs *bodyStore) append(body []byte) (string, int64, error) {
 		}
 		_, err = writeAligned(f, off, body)
 		if err == nil {
+			if bs.synced {
+				bs.mu.Lock()
+				bs.written[f] = true
+				bs.mu.Unlock()
+			}
 			return name, off, nil
 		}
 		if !errors.Is(err, syscall.EINVAL) || retried {

@@ -97,14 +97,15 @@ func fromMicros(n sql.NullInt64) time.Time {
 // Captures reach the full-text index later, in a file of their own (see
 // searchindex.go). While the index is further behind than its bound,
 // WriteCaptures keeps to the indexer's pace.
-func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) error {
+func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) (err error) {
+	defer db.explain(&err)
 	if db.index != nil && len(inserts) > 0 {
 		if err := db.index.waitRoom(ctx, len(inserts)); err != nil {
 			return err
 		}
 	}
 	var last int64
-	err := db.writeRaw(ctx, func(w *rawConn) error {
+	err = db.writeRaw(ctx, func(w *rawConn) error {
 		for _, c := range inserts {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -126,6 +127,13 @@ func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) er
 		}
 		return nil
 	})
+	if errors.Is(err, errSegmentSync) {
+		// The bodies staged in the segment that failed are written again
+		// to a new one, should the caller try again.
+		for _, c := range inserts {
+			c.bodyFile, c.bodyOffset = "", 0
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -297,7 +305,8 @@ func scanCapture(sc interface{ Scan(...any) error }, extra ...any) (*Capture, er
 }
 
 // Capture loads one capture with its request and response bodies.
-func (db *DB) Capture(ctx context.Context, id string) (*Capture, error) {
+func (db *DB) Capture(ctx context.Context, id string) (_ *Capture, err error) {
+	defer db.explain(&err)
 	var respHeaders sql.NullString
 	var body, respBody []byte
 	var file sql.NullString
@@ -412,7 +421,8 @@ func ftsQuery(s string) string {
 
 // Captures lists captures newest first, without bodies, and counts all that
 // match the filter.
-func (db *DB) Captures(ctx context.Context, f CaptureFilter) ([]*Capture, int, error) {
+func (db *DB) Captures(ctx context.Context, f CaptureFilter) (_ []*Capture, _ int, err error) {
+	defer db.explain(&err)
 	if q := ftsQuery(f.Text); q != "" {
 		if err := db.CatchUpSearch(ctx); err != nil {
 			return nil, 0, err
@@ -468,7 +478,8 @@ type Attempt struct {
 }
 
 // Attempts lists a capture's tries in order.
-func (db *DB) Attempts(ctx context.Context, captureID string) ([]Attempt, error) {
+func (db *DB) Attempts(ctx context.Context, captureID string) (_ []Attempt, err error) {
+	defer db.explain(&err)
 	rows, err := db.read.QueryContext(ctx, `SELECT n, at, response_status, error, duration_us FROM attempts WHERE capture_id = ? ORDER BY n`, captureID)
 	if err != nil {
 		return nil, err
@@ -492,7 +503,8 @@ func (db *DB) Attempts(ctx context.Context, captureID string) ([]Attempt, error)
 // UndeliveredLate lists, oldest first, the captures that came from the
 // relay's offline queue but were never sent to the handler: the agent
 // stopped after saving them. The agent sends them on its next start.
-func (db *DB) UndeliveredLate(ctx context.Context) ([]string, error) {
+func (db *DB) UndeliveredLate(ctx context.Context) (_ []string, err error) {
+	defer db.explain(&err)
 	rows, err := db.read.QueryContext(ctx, `SELECT id FROM captures WHERE late = 1 AND attempts = 0 ORDER BY seq`)
 	if err != nil {
 		return nil, err

@@ -49,6 +49,7 @@ var ErrNotFound = errors.New("not found")
 type DB struct {
 	path   string
 	schema Schema
+	sync   SyncMode
 	write  *sql.DB // one connection: every write goes through it
 	read   *sql.DB // read-only pool
 
@@ -65,17 +66,66 @@ type DB struct {
 	closeErr  error // set by closeOnce
 }
 
+// SyncMode is how far a commit goes before it returns.
+type SyncMode string
+
+const (
+	// SyncFull makes every commit durable before it returns: the WAL is
+	// synced at each commit (synchronous=FULL), and an agent store's body
+	// segments are synced before the transaction naming them commits. A
+	// batch of captures is one commit, so one sync.
+	SyncFull SyncMode = "full"
+	// SyncNormal syncs only at checkpoints (synchronous=NORMAL): a commit
+	// survives calltap crashing, but a power cut or an OS crash may take
+	// the last commits back, after they were acknowledged.
+	SyncNormal SyncMode = "normal"
+)
+
+// ParseSyncMode reads a SyncMode from its name.
+func ParseSyncMode(s string) (SyncMode, error) {
+	switch m := SyncMode(strings.ToLower(s)); m {
+	case SyncFull, SyncNormal:
+		return m, nil
+	}
+	return "", fmt.Errorf("sync mode %q: want %q or %q", s, SyncFull, SyncNormal)
+}
+
+// Option changes how Open opens a database.
+type Option func(*options)
+
+type options struct {
+	sync SyncMode
+}
+
+// WithSync sets how durable commits are; the default is SyncFull.
+func WithSync(m SyncMode) Option { return func(o *options) { o.sync = m } }
+
 // Open opens (creating if needed) the database at path and applies any
 // migrations of schema not yet applied. The parent directory is created.
-func Open(ctx context.Context, path string, schema Schema) (*DB, error) {
+//
+// An existing file of zero bytes is refused when files of the store it
+// held are beside it (see checkEmpty); a file SQLite finds damaged is
+// reported as a *DamagedError. An agent store's search index that SQLite
+// cannot read is deleted and rebuilt.
+func Open(ctx context.Context, path string, schema Schema, opts ...Option) (*DB, error) {
+	o := options{sync: SyncFull}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if _, err := ParseSyncMode(string(o.sync)); err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("storage: create data directory: %w", err)
+	}
+	if err := checkEmpty(path, schema); err != nil {
+		return nil, err
 	}
 	dsn := func(txlock, extra string) string {
 		q := url.Values{}
 		q.Set("_journal_mode", "WAL")
 		q.Set("_busy_timeout", "10000")
-		q.Set("_synchronous", "NORMAL")
+		q.Set("_synchronous", strings.ToUpper(string(o.sync)))
 		q.Set("_foreign_keys", "on")
 		q.Set("_txlock", txlock)
 		return "file:" + path + "?" + q.Encode() + extra
@@ -87,9 +137,10 @@ func Open(ctx context.Context, path string, schema Schema) (*DB, error) {
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
-	db := &DB{path: path, schema: schema, write: w}
+	db := &DB{path: path, schema: schema, sync: o.sync, write: w}
 	fail := func(err error) (*DB, error) {
 		db.Close()
+		db.explain(&err)
 		return nil, err
 	}
 	if err := w.PingContext(ctx); err != nil {
@@ -100,7 +151,7 @@ func Open(ctx context.Context, path string, schema Schema) (*DB, error) {
 	}
 	readDSN := dsn("immediate", "&mode=ro&_query_only=1")
 	if schema == SchemaAgent {
-		db.bodies = &bodyStore{dir: BodiesDir(path)}
+		db.bodies = newBodyStore(BodiesDir(path), o.sync == SyncFull)
 		// The full-text index is a file of its own (see searchindex.go),
 		// attached to every read connection.
 		if db.index, err = openIndexer(ctx, dsn("deferred", ""), path); err != nil {
@@ -127,6 +178,9 @@ func Open(ctx context.Context, path string, schema Schema) (*DB, error) {
 
 // Path is the database file.
 func (db *DB) Path() string { return db.path }
+
+// SyncMode is how durable the database's commits are (WithSync).
+func (db *DB) SyncMode() SyncMode { return db.sync }
 
 // Close stops the indexer and the checkpointer and closes the connections.
 // A second Close returns what the first did.
@@ -155,6 +209,9 @@ func (db *DB) close() error {
 	errs = append(errs, db.write.Close())
 	if db.bodies != nil {
 		errs = append(errs, db.bodies.close())
+	}
+	if db.index != nil {
+		errs = append(errs, db.index.removeIfDamaged(db.path))
 	}
 	return errors.Join(errs...)
 }

@@ -45,6 +45,7 @@ const (
 // row is reset to pending and returned with start=true, so the caller
 // tries again. A new row gets f's fields and start=true.
 func (db *DB) ClaimMedia(ctx context.Context, f *MediaFile) (row *MediaFile, start bool, err error) {
+	defer db.explain(&err)
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, false, err
@@ -81,12 +82,13 @@ func (db *DB) ClaimMedia(ctx context.Context, f *MediaFile) (row *MediaFile, sta
 }
 
 // UpdateMedia records the progress of a download.
-func (db *DB) UpdateMedia(ctx context.Context, f *MediaFile) error {
+func (db *DB) UpdateMedia(ctx context.Context, f *MediaFile) (err error) {
+	defer db.explain(&err)
 	var size sql.NullInt64
 	if f.Status == MediaSaved {
 		size = sql.NullInt64{Int64: f.Size, Valid: true}
 	}
-	_, err := db.write.ExecContext(ctx, `UPDATE media_files SET status = ?, attempts = ?, error = ?, file = ?, size = ?, content_type = ?,
+	_, err = db.write.ExecContext(ctx, `UPDATE media_files SET status = ?, attempts = ?, error = ?, file = ?, size = ?, content_type = ?,
 		sha256 = ?, updated_at = ?, saved_at = ? WHERE id = ?`,
 		f.Status, f.Attempts, nullString(f.Error), nullString(f.File), size, nullString(f.ContentType), nullString(f.SHA256),
 		f.UpdatedAt.UnixMicro(), micros(f.SavedAt), f.ID)
@@ -114,7 +116,8 @@ func scanMedia(sc interface{ Scan(...any) error }) (*MediaFile, error) {
 }
 
 // Media loads one media file record.
-func (db *DB) Media(ctx context.Context, id string) (*MediaFile, error) {
+func (db *DB) Media(ctx context.Context, id string) (_ *MediaFile, err error) {
+	defer db.explain(&err)
 	f, err := scanMedia(db.read.QueryRowContext(ctx, `SELECT `+mediaColumns+` FROM media_files WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
@@ -134,7 +137,8 @@ type MediaFilter struct {
 }
 
 // MediaFiles lists media files, newest first, and counts all that match.
-func (db *DB) MediaFiles(ctx context.Context, f MediaFilter) ([]*MediaFile, int, error) {
+func (db *DB) MediaFiles(ctx context.Context, f MediaFilter) (_ []*MediaFile, _ int, err error) {
+	defer db.explain(&err)
 	var conds []string
 	var args []any
 	for _, c := range []struct{ col, v string }{

@@ -26,9 +26,10 @@ func HashToken(token string) []byte {
 }
 
 // CreateToken stores a new token for name, bound to tunnelID.
-func (db *DB) CreateToken(ctx context.Context, name, token, tunnelID string) (*Token, error) {
+func (db *DB) CreateToken(ctx context.Context, name, token, tunnelID string) (_ *Token, err error) {
+	defer db.explain(&err)
 	now := time.Now().UTC()
-	_, err := db.write.ExecContext(ctx, `INSERT INTO tokens (name, token_hash, tunnel_id, created_at) VALUES (?, ?, ?, ?)`,
+	_, err = db.write.ExecContext(ctx, `INSERT INTO tokens (name, token_hash, tunnel_id, created_at) VALUES (?, ?, ?, ?)`,
 		name, HashToken(token), tunnelID, now.UnixMicro())
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") {
@@ -43,7 +44,8 @@ func (db *DB) CreateToken(ctx context.Context, name, token, tunnelID string) (*T
 var ErrConflict = errors.New("conflict")
 
 // Authenticate returns the live token whose hash matches token.
-func (db *DB) Authenticate(ctx context.Context, token string) (*Token, error) {
+func (db *DB) Authenticate(ctx context.Context, token string) (_ *Token, err error) {
+	defer db.explain(&err)
 	want := HashToken(token)
 	var (
 		t       Token
@@ -51,7 +53,7 @@ func (db *DB) Authenticate(ctx context.Context, token string) (*Token, error) {
 		created int64
 		revoked sql.NullInt64
 	)
-	err := db.read.QueryRowContext(ctx, `SELECT name, token_hash, tunnel_id, created_at, revoked_at FROM tokens WHERE token_hash = ?`, want).
+	err = db.read.QueryRowContext(ctx, `SELECT name, token_hash, tunnel_id, created_at, revoked_at FROM tokens WHERE token_hash = ?`, want).
 		Scan(&t.Name, &hash, &t.TunnelID, &created, &revoked)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
@@ -67,7 +69,8 @@ func (db *DB) Authenticate(ctx context.Context, token string) (*Token, error) {
 }
 
 // TokenByName returns one token, revoked or not.
-func (db *DB) TokenByName(ctx context.Context, name string) (*Token, error) {
+func (db *DB) TokenByName(ctx context.Context, name string) (_ *Token, err error) {
+	defer db.explain(&err)
 	ts, err := db.listTokens(ctx, `WHERE name = ?`, name)
 	if err != nil {
 		return nil, err
@@ -79,7 +82,10 @@ func (db *DB) TokenByName(ctx context.Context, name string) (*Token, error) {
 }
 
 // Tokens lists every token, oldest first.
-func (db *DB) Tokens(ctx context.Context) ([]*Token, error) { return db.listTokens(ctx, "") }
+func (db *DB) Tokens(ctx context.Context) (_ []*Token, err error) {
+	defer db.explain(&err)
+	return db.listTokens(ctx, "")
+}
 
 func (db *DB) listTokens(ctx context.Context, where string, args ...any) ([]*Token, error) {
 	rows, err := db.read.QueryContext(ctx, `SELECT name, tunnel_id, created_at, revoked_at FROM tokens `+where+` ORDER BY created_at`, args...)
@@ -108,7 +114,8 @@ func (db *DB) listTokens(ctx context.Context, where string, args ...any) ([]*Tok
 }
 
 // RevokeToken marks name's token revoked. Its tunnel id stays reserved.
-func (db *DB) RevokeToken(ctx context.Context, name string) error {
+func (db *DB) RevokeToken(ctx context.Context, name string) (err error) {
+	defer db.explain(&err)
 	res, err := db.write.ExecContext(ctx, `UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL`, time.Now().UnixMicro(), name)
 	if err != nil {
 		return err
@@ -120,14 +127,16 @@ func (db *DB) RevokeToken(ctx context.Context, name string) error {
 }
 
 // TunnelLive reports whether tunnelID belongs to a token that is not revoked.
-func (db *DB) TunnelLive(ctx context.Context, tunnelID string) (bool, error) {
+func (db *DB) TunnelLive(ctx context.Context, tunnelID string) (_ bool, err error) {
+	defer db.explain(&err)
 	var n int
-	err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM tokens WHERE tunnel_id = ? AND revoked_at IS NULL`, tunnelID).Scan(&n)
+	err = db.read.QueryRowContext(ctx, `SELECT count(*) FROM tokens WHERE tunnel_id = ? AND revoked_at IS NULL`, tunnelID).Scan(&n)
 	return n > 0, err
 }
 
 // RevokedTunnels returns the tunnel ids of every revoked token.
-func (db *DB) RevokedTunnels(ctx context.Context) (map[string]bool, error) {
+func (db *DB) RevokedTunnels(ctx context.Context) (_ map[string]bool, err error) {
+	defer db.explain(&err)
 	rows, err := db.read.QueryContext(ctx, `SELECT tunnel_id FROM tokens WHERE revoked_at IS NOT NULL`)
 	if err != nil {
 		return nil, err
@@ -145,9 +154,10 @@ func (db *DB) RevokedTunnels(ctx context.Context) (map[string]bool, error) {
 }
 
 // Setting returns a relay setting, or "" when unset.
-func (db *DB) Setting(ctx context.Context, key string) (string, error) {
+func (db *DB) Setting(ctx context.Context, key string) (_ string, err error) {
+	defer db.explain(&err)
 	var v string
-	err := db.read.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, key).Scan(&v)
+	err = db.read.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, key).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil
 	}
@@ -155,8 +165,9 @@ func (db *DB) Setting(ctx context.Context, key string) (string, error) {
 }
 
 // SetSetting stores a relay setting.
-func (db *DB) SetSetting(ctx context.Context, key, value string) error {
-	_, err := db.write.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
+func (db *DB) SetSetting(ctx context.Context, key, value string) (err error) {
+	defer db.explain(&err)
+	_, err = db.write.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
 	return err
 }
 
@@ -179,7 +190,8 @@ type QueueStats struct {
 }
 
 // Enqueue appends r to its tunnel's queue.
-func (db *DB) Enqueue(ctx context.Context, r *QueuedRequest) error {
+func (db *DB) Enqueue(ctx context.Context, r *QueuedRequest) (err error) {
+	defer db.explain(&err)
 	res, err := db.write.ExecContext(ctx, `INSERT INTO queue (id, tunnel_id, arrived_at, method, uri, headers, body, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.TunnelID, r.ArrivedAt, r.Method, r.URI, r.Headers, r.Body, len(r.Body)+len(r.Headers)+len(r.URI))
 	if err != nil {
@@ -190,7 +202,8 @@ func (db *DB) Enqueue(ctx context.Context, r *QueuedRequest) error {
 }
 
 // QueuedAfter returns up to limit requests of tunnelID with seq > after, in order.
-func (db *DB) QueuedAfter(ctx context.Context, tunnelID string, after int64, limit int) ([]*QueuedRequest, error) {
+func (db *DB) QueuedAfter(ctx context.Context, tunnelID string, after int64, limit int) (_ []*QueuedRequest, err error) {
+	defer db.explain(&err)
 	rows, err := db.read.QueryContext(ctx, `SELECT seq, id, arrived_at, method, uri, headers, body FROM queue WHERE tunnel_id = ? AND seq > ? ORDER BY seq LIMIT ?`, tunnelID, after, limit)
 	if err != nil {
 		return nil, err
@@ -208,7 +221,8 @@ func (db *DB) QueuedAfter(ctx context.Context, tunnelID string, after int64, lim
 }
 
 // Dequeue removes delivered requests by seq.
-func (db *DB) Dequeue(ctx context.Context, seqs ...int64) error {
+func (db *DB) Dequeue(ctx context.Context, seqs ...int64) (err error) {
+	defer db.explain(&err)
 	if len(seqs) == 0 {
 		return nil
 	}
@@ -231,7 +245,8 @@ func (db *DB) Dequeue(ctx context.Context, seqs ...int64) error {
 }
 
 // QueueStatsByTunnel sizes every tunnel's queue.
-func (db *DB) QueueStatsByTunnel(ctx context.Context) (map[string]QueueStats, error) {
+func (db *DB) QueueStatsByTunnel(ctx context.Context) (_ map[string]QueueStats, err error) {
+	defer db.explain(&err)
 	rows, err := db.read.QueryContext(ctx, `SELECT tunnel_id, count(*), coalesce(sum(size), 0) FROM queue GROUP BY tunnel_id`)
 	if err != nil {
 		return nil, err
@@ -251,7 +266,8 @@ func (db *DB) QueueStatsByTunnel(ctx context.Context) (map[string]QueueStats, er
 
 // ExpireQueued drops queued requests that arrived before cutoff and returns
 // how many went, per tunnel.
-func (db *DB) ExpireQueued(ctx context.Context, cutoff time.Time) (int64, error) {
+func (db *DB) ExpireQueued(ctx context.Context, cutoff time.Time) (_ int64, err error) {
+	defer db.explain(&err)
 	res, err := db.write.ExecContext(ctx, `DELETE FROM queue WHERE arrived_at < ?`, cutoff.UnixMicro())
 	if err != nil {
 		return 0, err

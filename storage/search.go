@@ -50,7 +50,7 @@ func (db *DB) searchCaptures(ctx context.Context, f CaptureFilter, q string) ([]
 	case len(conds) == 0:
 		var count int
 		if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM search.captures_fts WHERE body MATCH ?`, q).Scan(&count); err != nil {
-			return nil, 0, fmt.Errorf("storage: count search matches: %w", err)
+			return nil, 0, db.index.damage(fmt.Errorf("storage: count search matches: %w", err))
 		}
 		if seqs, err = db.ftsSeqs(ctx, q, "DESC", f.Limit, f.Offset); err != nil {
 			return nil, 0, err
@@ -70,7 +70,8 @@ func page(seqs []int64, p Page) []int64 {
 
 // ftsSeqs returns the seqs of the captures whose body matches FTS query
 // q, in order ("ASC" or "DESC").
-func (db *DB) ftsSeqs(ctx context.Context, q, order string, limit, offset int) ([]int64, error) {
+func (db *DB) ftsSeqs(ctx context.Context, q, order string, limit, offset int) (_ []int64, err error) {
+	defer func() { err = db.index.damage(err) }() // these statements read the index alone
 	if order != "ASC" && order != "DESC" {
 		return nil, fmt.Errorf("storage: search order %q", order)
 	}

@@ -6,9 +6,12 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
@@ -62,6 +65,8 @@ func SearchIndexPath(path string) string {
 // indexer keeps an agent store's full-text index.
 type indexer struct {
 	db     *sql.DB       // one connection: the store, with the index attached as "search"
+	path   string        // the index file (SearchIndexPath)
+	store  string        // the store's file
 	bodies string        // the folder of large bodies (BodiesDir)
 	wake   chan struct{} // a commit saved captures
 	stop   chan struct{} // closed by close
@@ -76,17 +81,49 @@ type indexer struct {
 	credit    int64         // guarded by mu: captures the writer may still save while past the bound
 	failed    error         // guarded by mu: the background indexer's last error, nil after a success
 	moved     chan struct{} // guarded by mu: closed (and replaced) when upto moves or indexing fails
+
+	damaged atomic.Bool // SQLite found the index damaged: close deletes it
 }
 
 // openIndexer opens the index file beside the store (creating or
 // rebuilding it) and starts the background indexer. dsn opens the store.
+// An index SQLite finds damaged is deleted and made again: it is derived
+// from the store. Should the second try fail the same way, the damage is
+// the store's, and the error says so (the caller explains it).
 func openIndexer(ctx context.Context, dsn, path string) (*indexer, error) {
+	ix, err := openIndexerOnce(ctx, dsn, path)
+	if err == nil || !isCorrupt(err) {
+		return ix, err
+	}
+	slog.Warn("storage: the search index is damaged; rebuilding it from the captures", "path", SearchIndexPath(path), "err", err)
+	if err := removeSearchIndex(path); err != nil {
+		return nil, err
+	}
+	return openIndexerOnce(ctx, dsn, path)
+}
+
+// removeSearchIndex deletes the index file of the store at path, with its
+// WAL, shared-memory and journal files.
+func removeSearchIndex(path string) error {
+	var errs []error
+	for _, suffix := range []string{"", "-wal", "-shm", "-journal"} {
+		if err := os.Remove(SearchIndexPath(path) + suffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("storage: remove the damaged search index: %w", err)
+	}
+	return nil
+}
+
+func openIndexerOnce(ctx context.Context, dsn, path string) (*indexer, error) {
 	drv := &sqlite3.SQLiteDriver{ConnectHook: attachSearch(SearchIndexPath(path), false)}
 	idb := sql.OpenDB(connector{drv: drv, dsn: dsn})
 	idb.SetMaxOpenConns(1)
 	idb.SetMaxIdleConns(1)
 	idb.SetConnMaxLifetime(0)
-	ix := &indexer{db: idb, bodies: BodiesDir(path), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	ix := &indexer{db: idb, path: SearchIndexPath(path), store: path, bodies: BodiesDir(path), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		bound: searchBacklogMax, idle: searchIdle, credit: searchLead, moved: make(chan struct{})}
 	if err := ix.prepare(ctx); err != nil {
 		idb.Close()
@@ -95,6 +132,18 @@ func openIndexer(ctx context.Context, dsn, path string) (*indexer, error) {
 	go ix.run()
 	ix.poke() // a backlog left by an earlier process is indexed now
 	return ix, nil
+}
+
+// damage turns a corruption error of a statement on the index alone into
+// a *DamagedError naming the index, and marks the index for deletion when
+// the store closes, so that the next Open rebuilds it.
+func (ix *indexer) damage(err error) error {
+	if ix == nil || err == nil || !isCorrupt(err) || errors.Is(err, ErrDamaged) {
+		return err
+	}
+	ix.damaged.Store(true)
+	return &DamagedError{Path: ix.path, Err: err,
+		Advice: "It is derived from the captures: calltap deletes it when it stops and rebuilds it at the next start (restart calltap to search again)."}
 }
 
 // connector opens SQLite connections to dsn with drv (and its hook).
@@ -285,6 +334,9 @@ func (ix *indexer) run() {
 				continue
 			}
 			if _, err := ix.index(context.Background(), searchChunk); err != nil {
+				if isCorrupt(err) && !errors.Is(err, ErrDamaged) { // not the index's: the store's
+					err = &DamagedError{Path: ix.store, Advice: recoverAdvice(ix.store), Err: err}
+				}
 				// Tried again after the next commit, but not at once: a
 				// failure that lasts (a full disk) is not retried, and
 				// logged, at the pace of requests. A search reports it.
@@ -308,6 +360,16 @@ func (ix *indexer) close() error {
 	<-ix.done
 	ix.fail(errors.New("storage: closed")) // writers waiting for room go on
 	return ix.db.Close()
+}
+
+// removeIfDamaged deletes the index file once no connection of this store
+// has it open any more, if SQLite found it damaged.
+func (ix *indexer) removeIfDamaged(storePath string) error {
+	if !ix.damaged.Load() {
+		return nil
+	}
+	slog.Warn("storage: deleting the damaged search index; the next start rebuilds it", "path", ix.path)
+	return removeSearchIndex(storePath)
 }
 
 const (
@@ -342,11 +404,11 @@ func (ix *indexer) index(ctx context.Context, max int) (int64, error) {
 	// which writes only the index): the position read next is then the
 	// latest, whoever indexed last.
 	if _, err := tx.ExecContext(bg, `UPDATE search.search_progress SET indexed_upto = indexed_upto WHERE id = 1`); err != nil {
-		return 0, fmt.Errorf("storage: lock the search index: %w", err)
+		return 0, ix.damage(fmt.Errorf("storage: lock the search index: %w", err))
 	}
 	var upto, last int64
 	if err := tx.QueryRowContext(bg, `SELECT indexed_upto FROM search.search_progress WHERE id = 1`).Scan(&upto); err != nil {
-		return 0, fmt.Errorf("storage: read search progress: %w", err)
+		return 0, ix.damage(fmt.Errorf("storage: read search progress: %w", err))
 	}
 	if err := tx.QueryRowContext(bg, `SELECT coalesce(max(seq), 0) FROM captures`).Scan(&last); err != nil {
 		return 0, fmt.Errorf("storage: newest capture: %w", err)
@@ -356,11 +418,11 @@ func (ix *indexer) index(ctx context.Context, max int) (int64, error) {
 			return 0, err
 		}
 		if _, err := tx.ExecContext(bg, `UPDATE search.search_progress SET indexed_upto = ? WHERE id = 1`, upto); err != nil {
-			return 0, fmt.Errorf("storage: save search progress: %w", err)
+			return 0, ix.damage(fmt.Errorf("storage: save search progress: %w", err))
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("storage: commit indexing: %w", err)
+		return 0, ix.damage(fmt.Errorf("storage: commit indexing: %w", err))
 	}
 	ix.setPosition(upto, last)
 	return last - upto, nil
@@ -396,7 +458,7 @@ func (ix *indexer) indexBodies(tx *sql.Tx, upto, last int64, max int) (int64, er
 		}
 		if indexable(body) {
 			if _, err := ins.ExecContext(bg, seq, string(body)); err != nil {
-				return upto, fmt.Errorf("storage: index capture body: %w", err)
+				return upto, ix.damage(fmt.Errorf("storage: index capture body: %w", err))
 			}
 		}
 		upto = seq
@@ -434,7 +496,8 @@ func (db *DB) SearchBacklog() int64 {
 
 // IndexSearch adds up to max of the oldest unindexed captures to the
 // full-text index in one transaction and returns the backlog left.
-func (db *DB) IndexSearch(ctx context.Context, max int) (int64, error) {
+func (db *DB) IndexSearch(ctx context.Context, max int) (_ int64, err error) {
+	defer db.explain(&err)
 	if db.index == nil {
 		return 0, fmt.Errorf("storage: %s databases have no search index", db.schema)
 	}
@@ -444,14 +507,17 @@ func (db *DB) IndexSearch(ctx context.Context, max int) (int64, error) {
 // CatchUpSearch indexes the whole backlog, so a search sees every capture;
 // every text search does it first. The backlog is read from the files, not
 // this process's view: another process may have saved captures.
-func (db *DB) CatchUpSearch(ctx context.Context) error {
-	var backlog int64
-	err := db.read.QueryRowContext(ctx, `SELECT coalesce((SELECT max(seq) FROM captures), 0) -
-		(SELECT indexed_upto FROM search.search_progress WHERE id = 1)`).Scan(&backlog)
-	if err != nil {
+func (db *DB) CatchUpSearch(ctx context.Context) (err error) {
+	defer db.explain(&err)
+	// One query per file, so that damage found is put down to the right one.
+	var last, upto int64
+	if err := db.read.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM captures`).Scan(&last); err != nil {
 		return fmt.Errorf("storage: search backlog: %w", err)
 	}
-	for backlog > 0 {
+	if err := db.read.QueryRowContext(ctx, `SELECT indexed_upto FROM search.search_progress WHERE id = 1`).Scan(&upto); err != nil {
+		return db.index.damage(fmt.Errorf("storage: search backlog: %w", err))
+	}
+	for backlog := last - upto; backlog > 0; {
 		if backlog, err = db.IndexSearch(ctx, 2048); err != nil {
 			return err
 		}

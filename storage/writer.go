@@ -176,6 +176,12 @@ func (db *DB) writeRaw(ctx context.Context, fn func(*rawConn) error) error {
 		if err := fn(w); err != nil {
 			return errors.Join(err, w.rollback())
 		}
+		if w.bodies != nil {
+			// The bodies this transaction names are durable before it is.
+			if err := w.bodies.syncWritten(); err != nil {
+				return errors.Join(err, w.rollback())
+			}
+		}
 		if _, err := w.exec(`COMMIT`); err != nil {
 			return errors.Join(fmt.Errorf("storage: commit: %w", err), w.rollback())
 		}

@@ -41,7 +41,7 @@ func cmdDev(ctx context.Context, args []string, stdio Stdio) int {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	db, err := relayDB(ctx, af.dataDir)
+	db, err := relayDB(ctx, af.dataDir, af.sync.option())
 	if err != nil {
 		return fail(stdio, "dev", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/calltap/calltap/storage"
 )
 
 // flagSet is a flag.FlagSet that knows its usage line and description.
@@ -99,6 +101,37 @@ type stringList []string
 
 func (l *stringList) String() string     { return strings.Join(*l, ", ") }
 func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+// syncFlag is --sync: how durable the data directory's commits are.
+type syncFlag struct{ mode storage.SyncMode }
+
+func (f *syncFlag) register(fs *flagSet) {
+	fs.Var(f, "sync", "`full`: what is acknowledged is on disk before the answer (survives a power cut);\nnormal: synced at checkpoints only, faster, a power cut may lose the last acknowledged requests")
+}
+
+func (f *syncFlag) String() string {
+	if f.mode == "" {
+		return string(storage.SyncFull)
+	}
+	return string(f.mode)
+}
+
+func (f *syncFlag) Set(s string) error {
+	m, err := storage.ParseSyncMode(s)
+	if err != nil {
+		return err
+	}
+	f.mode = m
+	return nil
+}
+
+// option is the storage option of the flag's value.
+func (f *syncFlag) option() storage.Option {
+	if f.mode == "" {
+		return storage.WithSync(storage.SyncFull)
+	}
+	return storage.WithSync(f.mode)
+}
 
 // defaultDataDir is $XDG_DATA_HOME/calltap or ~/.local/share/calltap.
 func defaultDataDir() string {

@@ -33,6 +33,7 @@ type agentFlags struct {
 	rewriteMedia   bool
 	allowPrivate   bool
 	pendingAfter   time.Duration
+	sync           syncFlag
 }
 
 func (f *agentFlags) register(fs *flagSet) {
@@ -47,6 +48,7 @@ func (f *agentFlags) register(fs *flagSet) {
 	fs.BoolVar(&f.rewriteMedia, "rewrite-media", false, "replays point media links at the copies the agent saved (the signed originals expire)")
 	fs.BoolVar(&f.allowPrivate, "allow-private-media", false, "let media links point at loopback or private addresses (on in dev)")
 	fs.DurationVar(&f.pendingAfter, "analysis-pending-after", 15*time.Minute, "flag a call whose call.analysis_completed has not come this long after call.ended")
+	f.sync.register(fs)
 }
 
 func (f *agentFlags) validate() error {
@@ -72,8 +74,8 @@ func (f *agentFlags) validate() error {
 	return nil
 }
 
-func agentDB(ctx context.Context, dataDir string) (*storage.DB, error) {
-	return storage.Open(ctx, filepath.Join(dataDir, "agent.db"), storage.SchemaAgent)
+func agentDB(ctx context.Context, dataDir string, opts ...storage.Option) (*storage.DB, error) {
+	return storage.Open(ctx, filepath.Join(dataDir, "agent.db"), storage.SchemaAgent, opts...)
 }
 
 // agentRuntime is a running agent with its inspector.
@@ -88,7 +90,7 @@ type agentRuntime struct {
 
 // startAgent opens the store, starts the agent's loops and the inspector.
 func startAgent(ctx context.Context, f *agentFlags, stdio Stdio, log *slog.Logger) (*agentRuntime, error) {
-	db, err := agentDB(ctx, f.dataDir)
+	db, err := agentDB(ctx, f.dataDir, f.sync.option())
 	if err != nil {
 		return nil, err
 	}

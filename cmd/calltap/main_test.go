@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/storage"
 )
 
 func runCmd(t *testing.T, args ...string) (int, string, string) {
@@ -34,6 +36,9 @@ func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
 		{"dev", "--forward-to", "http://127.0.0.1:3000", "--inspect", "0.0.0.0:4040"},
 		{"requests", "--limit", "x"},
 		{"requests", "--status", "7xx", "--data", t.TempDir()},
+		{"relay", "--sync", "sometimes"},
+		{"dev", "--forward-to", "http://127.0.0.1:3000", "--sync", "off"},
+		{"listen", "--relay", "http://x", "--token", "t", "--forward-to", "http://127.0.0.1:3000", "--sync", ""},
 	} {
 		code, _, stderr := runCmd(t, args...)
 		if code != 2 {
@@ -101,5 +106,30 @@ func TestListenExitsOnWrongToken(t *testing.T) {
 	code, _, stderr := runCmd(t, "listen", "--relay", st.RelayURL, "--token", "ct_wrong", "--forward-to", h.URL, "--inspect", "", "--data", t.TempDir())
 	if code != 1 || !strings.Contains(stderr, "refused the token") {
 		t.Fatalf("listen with a wrong token: exit %d, %q", code, stderr)
+	}
+}
+
+// --sync reaches the store: durable unless normal is asked for.
+func TestSyncFlagOpensStoreSo(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want storage.SyncMode
+	}{{nil, storage.SyncFull}, {[]string{"--sync", "normal"}, storage.SyncNormal}, {[]string{"--sync", "FULL"}, storage.SyncFull}} {
+		fs := newFlagSet("listen", "", "")
+		var f syncFlag
+		f.register(fs)
+		if ok, _ := parseFlags(fs, tc.args, Stdio{Out: io.Discard, Err: io.Discard}); !ok {
+			t.Fatalf("%v refused", tc.args)
+		}
+		for _, open := range []func(context.Context, string, ...storage.Option) (*storage.DB, error){agentDB, relayDB} {
+			db, err := open(context.Background(), t.TempDir(), f.option())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := db.SyncMode(); got != tc.want {
+				t.Errorf("%v: store opened %s, want %s", tc.args, got, tc.want)
+			}
+			db.Close()
+		}
 	}
 }

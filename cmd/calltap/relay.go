@@ -69,8 +69,8 @@ func (f *relayFlags) validate() error {
 	return nil
 }
 
-func relayDB(ctx context.Context, dataDir string) (*storage.DB, error) {
-	return storage.Open(ctx, filepath.Join(dataDir, "relay.db"), storage.SchemaRelay)
+func relayDB(ctx context.Context, dataDir string, opts ...storage.Option) (*storage.DB, error) {
+	return storage.Open(ctx, filepath.Join(dataDir, "relay.db"), storage.SchemaRelay, opts...)
 }
 
 func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
@@ -88,7 +88,9 @@ func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 		rf         relayFlags
 		jsonLogs   = fs.Bool("log-json", false, "log as JSON")
 		logVerbose = fs.Bool("v", false, "log each forwarded request")
+		sync       syncFlag
 	)
+	sync.register(fs)
 	tf.register(fs)
 	rf.register(fs)
 	if ok, code := parseFlags(fs, args, stdio); !ok {
@@ -104,7 +106,7 @@ func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 		return usageError(stdio, "relay", "%v", err)
 	}
 	log := newLogger(stdio, *jsonLogs, *logVerbose)
-	db, err := relayDB(ctx, *dataDir)
+	db, err := relayDB(ctx, *dataDir, sync.option())
 	if err != nil {
 		return fail(stdio, "relay", err)
 	}

@@ -48,6 +48,7 @@ const (
 	CodeTooLarge        = "payload_too_large"   // 413
 	CodeRateLimited     = "rate_limited"        // 429
 	CodeInternal        = "internal"            // 500
+	CodeStoreDamaged    = "store_damaged"       // 500: a database file calltap cannot read
 	CodeBadGateway      = "bad_gateway"         // 502
 	CodeUnavailable     = "unavailable"         // 503
 	CodeGatewayTimeout  = "gateway_timeout"     // 504
@@ -79,10 +80,15 @@ func WriteData(w http.ResponseWriter, status int, message string, data any) {
 }
 
 // WriteError writes err as an error envelope. An error that is not an
-// *Error is reported as a 500 without its text, which may hold internals.
+// *Error is reported as a 500 without its text, which may hold internals,
+// unless it says how it is answered (storage's damaged files).
 func WriteError(w http.ResponseWriter, err error) {
 	var e *Error
-	if !errors.As(err, &e) {
+	var told interface{ APIError() (int, string, string) }
+	if errors.As(err, &told) {
+		status, code, message := told.APIError()
+		e = Errorf(status, code, "%s", message)
+	} else if !errors.As(err, &e) {
 		e = Errorf(http.StatusInternalServerError, CodeInternal, "internal error")
 	}
 	status := e.Status

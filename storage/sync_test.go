@@ -1,0 +1,124 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// synchronous is the write connection's PRAGMA synchronous: 1 NORMAL, 2 FULL.
+func synchronous(t *testing.T, db *DB) int {
+	t.Helper()
+	var n int
+	if err := db.write.QueryRowContext(context.Background(), `PRAGMA synchronous`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Commits are synced by default (synchronous=FULL on the write
+// connection), and only at checkpoints with SyncNormal; for every schema.
+func TestSyncModeOfWriter(t *testing.T) {
+	ctx := context.Background()
+	for _, schema := range []Schema{SchemaAgent, SchemaRelay} {
+		for _, tc := range []struct {
+			opts []Option
+			want int
+		}{{nil, 2}, {[]Option{WithSync(SyncFull)}, 2}, {[]Option{WithSync(SyncNormal)}, 1}} {
+			db, err := Open(ctx, filepath.Join(t.TempDir(), string(schema)+".db"), schema, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if schema == SchemaAgent {
+				// The capture writer's own connection.
+				if err := db.WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{}`))}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := synchronous(t, db); got != tc.want || (got == 2) != (db.SyncMode() == SyncFull) {
+				t.Errorf("%s store opened with %d options: synchronous = %d (mode %s), want %d", schema, len(tc.opts), got, db.SyncMode(), tc.want)
+			}
+			db.Close()
+		}
+	}
+	if _, err := Open(ctx, filepath.Join(t.TempDir(), "agent.db"), SchemaAgent, WithSync("sometimes")); err == nil {
+		t.Error("opened with an unknown sync mode")
+	}
+}
+
+// watchSyncs records the files db's body store syncs, and whether the
+// capture with id was visible to a reader at each sync.
+func watchSyncs(t *testing.T, db *DB, id string) (synced func() map[string]bool) {
+	mu := sync.Mutex{}
+	seen := map[string]bool{}
+	db.bodies.sync = func(f *os.File) error {
+		var n int
+		if err := db.read.QueryRow(`SELECT count(*) FROM captures WHERE id = ?`, id).Scan(&n); err != nil {
+			t.Error(err)
+		} else if n != 0 {
+			t.Errorf("%s synced after the capture naming it committed", f.Name())
+		}
+		mu.Lock()
+		seen[filepath.Base(f.Name())] = true
+		mu.Unlock()
+		return f.Sync()
+	}
+	return func() map[string]bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen
+	}
+}
+
+// A large body's segment, and the folder that names it, are synced before
+// the transaction that records the body commits, whether the body was
+// staged or written by the writer; with SyncNormal they are not.
+func TestSegmentsSyncedBeforeCommit(t *testing.T) {
+	ctx := context.Background()
+	big := bytes.Repeat([]byte("x"), fileBodyMin)
+	for _, staged := range []bool{false, true} {
+		db := openAgentAt(t, filepath.Join(t.TempDir(), "agent.db"))
+		c := testCapture(1, big)
+		synced := watchSyncs(t, db, c.ID)
+		if staged {
+			if err := db.StageBody(c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.WriteCaptures(ctx, []*Capture{c}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if c.bodyFile == "" {
+			t.Fatal("the body was not kept in a segment")
+		}
+		got := synced()
+		if !got[c.bodyFile] || !got[filepath.Base(BodiesDir(db.path))] {
+			t.Errorf("staged=%v: synced %v, want the segment %s and the folder", staged, got, c.bodyFile)
+		}
+		// A commit that names no new body syncs nothing again.
+		clear(got)
+		if err := db.WriteCaptures(ctx, []*Capture{testCapture(2, []byte(`{}`))}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := synced(); len(got) != 0 {
+			t.Errorf("synced %v for a commit without a large body", got)
+		}
+	}
+
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "agent.db"), SchemaAgent, WithSync(SyncNormal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	c := testCapture(1, big)
+	synced := watchSyncs(t, db, c.ID)
+	if err := db.WriteCaptures(ctx, []*Capture{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := synced(); len(got) != 0 {
+		t.Errorf("SyncNormal synced %v", got)
+	}
+}
