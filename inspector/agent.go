@@ -60,6 +60,11 @@ type Config struct {
 	// AnalysisPendingAfter is how long after call.ended a call without
 	// call.analysis_completed is flagged; 0 means 15 minutes.
 	AnalysisPendingAfter time.Duration
+
+	// writeCaptures replaces Store.WriteCaptures in writeLoop; nil uses it.
+	// Only tests set it (export_test.go), to make commits fail the way a
+	// full disk does without needing one.
+	writeCaptures func(ctx context.Context, inserts, updates []*storage.Capture) error
 }
 
 // Agent captures, forwards and replays requests.
@@ -121,6 +126,9 @@ func NewAgent(cfg Config) (*Agent, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.writeCaptures == nil {
+		cfg.writeCaptures = cfg.Store.WriteCaptures
 	}
 	a := &Agent{
 		cfg:   cfg,
@@ -268,7 +276,7 @@ func (a *Agent) writeLoop(ctx context.Context) {
 				updates = append(updates, op.update)
 			}
 		}
-		err := a.store.WriteCaptures(context.WithoutCancel(ctx), inserts, updates)
+		err := a.cfg.writeCaptures(context.WithoutCancel(ctx), inserts, updates)
 		for _, op := range batch {
 			if op.update != nil && op.after == nil {
 				a.unsettled.Add(-1)
