@@ -73,6 +73,11 @@ func (s *Stream) Respond(r *Response) {
 	s.c.trySendWait(outFrame{head: appendResponseHead(nil, r), body: r.Body})
 }
 
+// ForwardTimeout is how long the relay waits for this request's response
+// before answering its sender 504, as its hello said; 0 from a relay that
+// does not say, which also does not understand ResultQueued.
+func (s *Stream) ForwardTimeout() time.Duration { return s.c.forwardTimeout }
+
 // Release returns the request body's buffer once nothing uses it.
 func (s *Stream) Release() {
 	s.once.Do(func() { putBuf(s.buf) })
@@ -277,6 +282,10 @@ type clientConn struct {
 	*wsConn
 	client    *Client
 	helloSeen bool // owned by readLoop
+
+	// forwardTimeout is the relay's, from its hello; set by readLoop
+	// before it hands over any request.
+	forwardTimeout time.Duration
 }
 
 // trySendWait sends a frame, written at once or queued while waiting for
@@ -303,6 +312,7 @@ func (cc *clientConn) readLoop() error {
 				return err
 			}
 			cc.helloSeen = true
+			cc.forwardTimeout = time.Duration(hello.ForwardTimeoutMS) * time.Millisecond
 			cfg.OnState(ConnState{State: StateConnected, Hello: &hello})
 		case frameRequest:
 			if !cc.helloSeen {

@@ -464,6 +464,10 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *tunnel, ac *
 	case ResultTimeout:
 		s.fail(w, api.Errorf(http.StatusGatewayTimeout, api.CodeGatewayTimeout, "the local handler did not answer in time"))
 		return
+	case ResultQueued:
+		log.Info("queued by the agent behind earlier requests", "method", req.Method, "uri", req.URI)
+		s.answerQueued(w, req.ID, "queued: the agent saved the request and delivers it after the ones that arrived before it")
+		return
 	}
 	h := w.Header()
 	for _, f := range resp.Header {
@@ -551,9 +555,14 @@ func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, 
 	default:
 	}
 	log.Info("queued for offline agent", "method", req.Method, "uri", req.URI)
+	s.answerQueued(w, req.ID, "queued: the agent is offline; the request will be delivered when it reconnects")
+}
+
+// answerQueued tells a sender its request is kept and will be delivered
+// later: 202 with the request's id.
+func (s *Server) answerQueued(w http.ResponseWriter, id, message string) {
 	s.metrics.countStatus(http.StatusAccepted)
-	api.WriteData(w, http.StatusAccepted, "queued: the agent is offline; the request will be delivered when it reconnects",
-		map[string]any{"id": req.ID, "queued": true, "status": "queued"})
+	api.WriteData(w, http.StatusAccepted, message, map[string]any{"id": id, "queued": true, "status": "queued"})
 }
 
 // allow takes a token from the tunnel's rate limiter.
@@ -663,6 +672,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	go ac.sendLoop()
 	ac.trySend(outFrame{head: appendJSON(nil, frameHello, Hello{
 		TunnelID: t.id, Name: t.name, PublicURL: s.TunnelURL(t.id), MaxBody: s.cfg.MaxBody, Queued: queued, Version: s.cfg.Version,
+		ForwardTimeoutMS: s.cfg.ForwardTimeout.Milliseconds(),
 	})})
 	go ac.drainLoop()
 	err = ac.readLoop()
