@@ -88,6 +88,9 @@ type Agent struct {
 	turnWake chan struct{} // cap 1: wakes turnLoop
 	waiting  atomic.Int64  // turns not done, the one at the handler included; 0 lets a live request go straight
 
+	stopped context.Context // done once Run has returned
+	stop    context.CancelFunc
+
 	console *console // nil when Config.Console is
 
 	media       *MediaSaver // nil when MediaDir is empty
@@ -149,6 +152,7 @@ func NewAgent(cfg Config) (*Agent, error) {
 		ops:      make(chan writeOp, 1024),
 		turnWake: make(chan struct{}, 1),
 	}
+	a.stopped, a.stop = context.WithCancel(context.Background())
 	if cfg.ForwardTo != "" {
 		u, err := ParseTarget(cfg.ForwardTo)
 		if err != nil {
@@ -214,6 +218,7 @@ func (a *Agent) Store() *storage.DB { return a.store }
 // Run runs the writer and the in-order delivery worker until ctx ends,
 // then stops the media downloads.
 func (a *Agent) Run(ctx context.Context) error {
+	defer a.stop()
 	go a.turnLoop(ctx)
 	a.writeLoop(ctx)
 	if a.media != nil {
@@ -265,7 +270,9 @@ func (a *Agent) writeLoop(ctx context.Context) {
 			a.abandon(batch, ctx.Err())
 			return
 		}
-		again.Stop()
+		if wake != nil {
+			again.Stop()
+		}
 	more:
 		for len(batch) < maxBatch {
 			select {
@@ -589,14 +596,18 @@ func (a *Agent) deferTurn(t *turn) {
 	}
 	defer close(t.answered)
 	defer t.s.Release() // from now on the body is read back from the store
-	<-t.saved
+	select {
+	case <-t.saved:
+	case <-a.stopped.Done():
+		return
+	}
 	if t.err != nil {
 		t.s.Respond(notSaved)
 		return
 	}
 	late := *t.c
 	late.Late, late.ArrivedAt = true, t.arrivedAt
-	if err := a.save(context.Background(), writeOp{update: &late, keep: true}); err != nil {
+	if err := a.save(a.stopped, writeOp{update: &late, keep: true}); err != nil {
 		t.s.Respond(notSaved) // the agent is stopping
 		return
 	}

@@ -385,9 +385,9 @@ func TestNewRequestsDuringDrainKeepArrivalOrder(t *testing.T) {
 // handler later, in order.
 func TestNewRequestWaitingPastForwardTimeoutIsQueued(t *testing.T) {
 	rec, h := slowHandler(t)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.ForwardTimeout = time.Second }})
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.ForwardTimeout = 2 * time.Second }})
 	st.StopAgent()
-	const queued, fresh = 100, 4
+	const queued, fresh = 150, 4 // the queue holds the handler for 3 s at least
 	queueWhileAway(t, st, queued)
 	st.StartAgent()
 	relayQueueEmpty(t, st)
