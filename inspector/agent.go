@@ -60,6 +60,11 @@ type Config struct {
 	// AnalysisPendingAfter is how long after call.ended a call without
 	// call.analysis_completed is flagged; 0 means 15 minutes.
 	AnalysisPendingAfter time.Duration
+
+	// writeCaptures replaces Store.WriteCaptures in writeLoop; nil uses it.
+	// Only tests set it (export_test.go), to make commits fail the way a
+	// full disk does without needing one.
+	writeCaptures func(ctx context.Context, inserts, updates []*storage.Capture) error
 }
 
 // Agent captures, forwards and replays requests.
@@ -75,9 +80,16 @@ type Agent struct {
 	ops       chan writeOp // to writeLoop
 	unsettled atomic.Int64 // responses queued for writeLoop and not yet committed
 
-	late     chan struct{} // cap 1: wakes lateLoop
-	lateMu   sync.Mutex
-	lateList []string // guarded by lateMu: ids of queued captures to forward, in arrival order
+	// Tunnel requests that reach the handler one at a time, in arrival
+	// order: the relay's queued ones, those an earlier run saved but did
+	// not send, and live ones that arrived behind them (turnLoop).
+	turnMu   sync.Mutex
+	turns    []*turn       // guarded by turnMu: not yet taken by turnLoop, in arrival order
+	turnWake chan struct{} // cap 1: wakes turnLoop
+	waiting  atomic.Int64  // turns not done, the one at the handler included; 0 lets a live request go straight
+
+	stopped context.Context // done once Run has returned
+	stop    context.CancelFunc
 
 	console *console // nil when Config.Console is
 
@@ -106,6 +118,13 @@ type writeOp struct {
 	update *storage.Capture
 	ack    *relay.Stream // acknowledged to the relay once the insert is committed
 	after  func(error)
+	// keep: should the commit fail, the write is tried again (with the
+	// next one, or after a pause) until it succeeds, and after is called
+	// only then. For writes nobody can be told failed: a queued request
+	// (its sender has its 202 and the relay waits for the ack, in order)
+	// and a response already passed on. A live request is not kept: its
+	// sender gets a 502 and sends it again.
+	keep bool
 }
 
 // NewAgent builds an agent over cfg.Store.
@@ -122,20 +141,36 @@ func NewAgent(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Agent{
-		cfg:   cfg,
-		store: cfg.Store,
-		log:   cfg.Logger,
-		hub:   newHub(),
-		ops:   make(chan writeOp, 1024),
-		late:  make(chan struct{}, 1),
+	if cfg.writeCaptures == nil {
+		cfg.writeCaptures = cfg.Store.WriteCaptures
 	}
+	a := &Agent{
+		cfg:      cfg,
+		store:    cfg.Store,
+		log:      cfg.Logger,
+		hub:      newHub(),
+		ops:      make(chan writeOp, 1024),
+		turnWake: make(chan struct{}, 1),
+	}
+	a.stopped, a.stop = context.WithCancel(context.Background())
 	if cfg.ForwardTo != "" {
 		u, err := ParseTarget(cfg.ForwardTo)
 		if err != nil {
 			return nil, err
 		}
 		a.forwardTo = u
+	}
+	if a.forwardTo != nil && cfg.ResumeQueued {
+		// Queued requests saved by an earlier run that stopped before
+		// sending them take the first turns, before any request of this
+		// run can arrive.
+		ids, err := a.store.UndeliveredLate(context.Background())
+		if err != nil {
+			a.log.Error("reading undelivered queued requests", "err", err)
+		}
+		for _, id := range ids {
+			a.addTurn(&turn{saved: closedChan, id: id})
+		}
 	}
 	a.handler = newHandlerClient(cfg.ForwardTimeout, cfg.MaxBody)
 	a.client = &http.Client{
@@ -180,21 +215,11 @@ func ParseTarget(s string) (*url.URL, error) {
 // Store is the agent's capture store.
 func (a *Agent) Store() *storage.DB { return a.store }
 
-// Run runs the writer and the late-delivery worker until ctx ends, then
-// stops the media downloads.
+// Run runs the writer and the in-order delivery worker until ctx ends,
+// then stops the media downloads.
 func (a *Agent) Run(ctx context.Context) error {
-	// Queued requests saved by an earlier run that stopped before sending
-	// them go first, still in arrival order.
-	if a.forwardTo != nil && a.cfg.ResumeQueued {
-		ids, err := a.store.UndeliveredLate(ctx)
-		if err != nil {
-			a.log.Error("reading undelivered queued requests", "err", err)
-		}
-		a.lateMu.Lock()
-		a.lateList = append(ids, a.lateList...)
-		a.lateMu.Unlock()
-	}
-	go a.lateLoop(ctx)
+	defer a.stop()
+	go a.turnLoop(ctx)
 	a.writeLoop(ctx)
 	if a.media != nil {
 		a.mediaCancel()
@@ -213,20 +238,40 @@ func (a *Agent) FlushConsole() {
 }
 
 // writeLoop owns every capture write: it commits whatever queued up while
-// the previous transaction ran in one transaction.
+// the previous transaction ran in one transaction. The kept writes of a
+// failed commit (writeOp.keep) go first into the next one, in their order,
+// which is tried with the next write or after a pause, whichever comes
+// first: a full disk that gets room again is used again by itself.
 func (a *Agent) writeLoop(ctx context.Context) {
 	const maxBatch = 256
 	batch := make([]writeOp, 0, maxBatch)
-	var acks []*relay.Stream
+	var (
+		acks  []*relay.Stream
+		kept  []writeOp     // of the last commit, which failed
+		pause time.Duration // before trying them again
+	)
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
+	again := time.NewTimer(time.Hour)
+	again.Stop()
 	for {
-		batch = batch[:0]
+		batch = append(batch[:0], kept...)
+		kept = kept[:0]
+		var wake <-chan time.Time
+		if len(batch) > 0 {
+			again.Reset(pause)
+			wake = again.C
+		}
 		select {
 		case op := <-a.ops:
 			batch = append(batch, op)
+		case <-wake:
 		case <-ctx.Done():
+			a.abandon(batch, ctx.Err())
 			return
+		}
+		if wake != nil {
+			again.Stop()
 		}
 	more:
 		for len(batch) < maxBatch {
@@ -268,14 +313,22 @@ func (a *Agent) writeLoop(ctx context.Context) {
 				updates = append(updates, op.update)
 			}
 		}
-		err := a.store.WriteCaptures(context.WithoutCancel(ctx), inserts, updates)
+		err := a.cfg.writeCaptures(context.WithoutCancel(ctx), inserts, updates)
+		if err != nil {
+			for _, op := range batch {
+				if op.keep {
+					kept = append(kept, op)
+				}
+			}
+			pause = min(max(2*pause, minWritePause), maxWritePause)
+			a.log.Error("saving captures", "err", err, "inserts", len(inserts), "updates", len(updates), "trying_again", len(kept), "in", pause)
+		} else {
+			pause = 0
+		}
 		for _, op := range batch {
-			if op.update != nil && op.after == nil {
+			if op.update != nil && op.after == nil && (err == nil || !op.keep) {
 				a.unsettled.Add(-1)
 			}
-		}
-		if err != nil {
-			a.log.Error("saving captures", "err", err, "inserts", len(inserts), "updates", len(updates))
 		}
 		if err == nil {
 			// One write for all of the commit's acks, before any delivery.
@@ -288,6 +341,9 @@ func (a *Agent) writeLoop(ctx context.Context) {
 			relay.AckAll(acks)
 		}
 		for _, op := range batch {
+			if err != nil && op.keep {
+				continue // in kept
+			}
 			c := op.insert
 			if c == nil {
 				c = op.update
@@ -310,6 +366,27 @@ func (a *Agent) writeLoop(ctx context.Context) {
 // responseLinger is how long a batch of recorded responses alone waits for
 // an insert to share its commit.
 const responseLinger = 5 * time.Millisecond
+
+// The pause before kept writes are tried again starts at minWritePause and
+// doubles while commits keep failing, up to maxWritePause: a full disk is
+// not hammered, and one that has room again is found soon.
+const (
+	minWritePause = 50 * time.Millisecond
+	maxWritePause = 2 * time.Second
+)
+
+// abandon ends the writes writeLoop still holds when the agent stops. A
+// queued request not acknowledged is sent again by the relay next time.
+func (a *Agent) abandon(ops []writeOp, err error) {
+	for _, op := range ops {
+		if op.update != nil && op.after == nil {
+			a.unsettled.Add(-1)
+		}
+		if op.after != nil {
+			op.after(err)
+		}
+	}
+}
 
 // onlyResponses reports a batch of response updates that nobody waits on.
 func onlyResponses(batch []writeOp) bool {
@@ -357,29 +434,33 @@ func (a *Agent) Flush(ctx context.Context) error { return a.save(ctx, writeOp{})
 // gets the handler's answer once both are done: the sender's answer still
 // means the capture is saved, and the handler no longer waits for the
 // commit. A queued request is saved and acknowledged, then forwarded in
-// arrival order (lateLoop).
+// arrival order (turnLoop); so is a live request that arrives while any
+// request before it still waits for the handler (serveInTurn).
 func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 	c := a.newCapture(SourceTunnel, req.Method, req.URI, req.Header, req.Body)
 	c.RelayID = req.ID
 	if !req.Queued {
-		a.serveLive(c, req.Header, s)
+		if a.waiting.Load() == 0 {
+			a.serveLive(c, req.Header, s)
+		} else {
+			a.serveInTurn(c, req, s)
+		}
 		return
 	}
 	c.Late = true
 	c.ArrivedAt = time.UnixMicro(req.ArrivedAt).UTC()
-	a.ops <- writeOp{insert: c, ack: s, after: func(err error) { // the relay forgets a queued request once it is saved
-		s.Release()
-		if err != nil || c.Redelivered {
-			return
-		}
-		// The body is read back from the store.
-		a.lateMu.Lock()
-		a.lateList = append(a.lateList, c.ID)
-		a.lateMu.Unlock()
-		select {
-		case a.late <- struct{}{}:
-		default:
-		}
+	t := &turn{saved: make(chan struct{})}
+	a.addTurn(t) // now, so that its place is its arrival, however long the save takes
+	id := c.ID
+	// The relay forgets a queued request once it is saved.
+	a.ops <- writeOp{insert: c, ack: s, keep: true, after: func(err error) {
+		s.Release() // the body is read back from the store
+		t.id, t.err = c.ID, err
+		// The relay sent it again because our ack was lost: the first
+		// copy has its turn. (A save tried again may find its own first
+		// try, committed after all: that one keeps its id.)
+		t.skip = c.Redelivered && c.ID != id
+		close(t.saved)
 	}}
 }
 
@@ -390,13 +471,34 @@ func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
 	// the relay needs only if the handler is slow to answer (the response
 	// of a live request tells the relay it was saved).
 	saved := make(chan *time.Timer, 1)
-	op := writeOp{insert: c, after: func(err error) {
+	a.insert(writeOp{insert: c, after: func(err error) {
 		if err != nil {
 			saved <- nil
 			return
 		}
 		saved <- time.AfterFunc(liveAckDelay, s.Ack)
-	}}
+	}})
+	go func() {
+		defer s.Release()
+		res := a.send(context.Background(), &out, h, s.Limits())
+		ack := <-saved
+		if ack == nil {
+			// The handler may have seen it; the sender, told it failed,
+			// sends it again, and that one is saved.
+			s.Respond(notSaved)
+			return
+		}
+		ack.Stop()
+		s.Respond(a.record(context.Background(), c, 1, res))
+	}()
+}
+
+// notSaved is the answer to a live request whose capture could not be saved.
+var notSaved = &relay.Response{Result: relay.ResultUnreachable, Error: "the agent could not save the request"}
+
+// insert queues the insert of a live request's capture.
+func (a *Agent) insert(op writeOp) {
+	c := op.insert
 	if storage.KeptApart(len(c.Body)) {
 		// A large body is written to its file here, beside the others
 		// (writeLoop would write them one at a time, each waiting for the
@@ -409,27 +511,196 @@ func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
 			}
 			a.ops <- op
 		}()
-	} else {
-		a.ops <- op
+		return
 	}
-	go func() {
-		defer s.Release()
-		res := a.send(context.Background(), &out, h, s.Limits())
-		ack := <-saved
-		if ack == nil {
-			// The handler may have seen it; the sender, told it failed,
-			// sends it again, and that one is saved.
-			s.Respond(&relay.Response{Result: relay.ResultUnreachable, Error: "the agent could not save the request"})
-			return
-		}
-		ack.Stop()
-		s.Respond(a.record(context.Background(), c, 1, res))
-	}()
+	a.ops <- op
 }
 
 // liveAckDelay is how long a live request's ack waits for the response
 // that makes it unneeded.
 const liveAckDelay = 2 * time.Millisecond
+
+// turn is a tunnel request waiting for its turn at the handler.
+type turn struct {
+	saved chan struct{} // closed once the capture's save is over
+	id    string        // the capture's; set before saved is closed
+	err   error         // why the save failed; set before saved is closed
+	skip  bool          // a queued request sent again: nothing to deliver
+
+	// A live request only (s != nil).
+	s         *relay.Stream
+	c         *storage.Capture // writeLoop's until saved
+	out       storage.Capture  // what the forward reads
+	h         relay.Header
+	arrivedAt time.Time
+	state     atomic.Int32  // turnWaiting, then turnSending (turnLoop) or turnDeferred (the timer)
+	timer     *time.Timer   // defers it before the relay's forward timeout runs out
+	answered  chan struct{} // a deferred one: closed once the relay has its answer
+	queued    bool          // a deferred one: answered "queued" (else refused); set before answered is closed
+}
+
+// States of a live request's turn.
+const (
+	turnWaiting int32 = iota
+	turnSending
+	turnDeferred
+)
+
+// closedChan is the saved channel of a capture saved before this run.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// addTurn puts t at the end of the line.
+func (a *Agent) addTurn(t *turn) {
+	a.waiting.Add(1)
+	a.turnMu.Lock()
+	a.turns = append(a.turns, t)
+	a.turnMu.Unlock()
+	select {
+	case a.turnWake <- struct{}{}:
+	default:
+	}
+}
+
+// serveInTurn saves a live request at once but sends it to the handler
+// only after the requests that arrived before it. Its sender still gets the
+// handler's answer, unless the wait would outlast the relay's forward
+// timeout: then the agent answers "queued" (the sender gets 202) and
+// delivers it later, in its turn, like a queued request.
+func (a *Agent) serveInTurn(c *storage.Capture, req *relay.Request, s *relay.Stream) {
+	t := &turn{saved: make(chan struct{}), s: s, c: c, out: *c, h: req.Header,
+		arrivedAt: time.UnixMicro(req.ArrivedAt).UTC(), answered: make(chan struct{})}
+	if ft := s.ForwardTimeout(); ft > 0 {
+		t.timer = time.AfterFunc(ft-deferMargin(ft), func() { a.deferTurn(t) })
+	}
+	a.addTurn(t)
+	a.insert(writeOp{insert: c, after: func(err error) {
+		t.id, t.err = c.ID, err
+		close(t.saved)
+		if err == nil {
+			s.Ack() // its answer may be a while: the relay learns it is saved
+		}
+	}})
+}
+
+// deferMargin is how long before the relay's forward timeout a live request
+// still waiting for its turn is answered "queued": time for the answer to
+// reach the relay.
+func deferMargin(ft time.Duration) time.Duration { return min(ft/4, 2*time.Second) }
+
+// deferTurn answers a live request still waiting for its turn "queued",
+// once it is saved and marked late, so that a restart before its turn still
+// sends it (UndeliveredLate).
+func (a *Agent) deferTurn(t *turn) {
+	if !t.state.CompareAndSwap(turnWaiting, turnDeferred) {
+		return // turnLoop took it
+	}
+	defer close(t.answered)
+	defer t.s.Release() // from now on the body is read back from the store
+	select {
+	case <-t.saved:
+	case <-a.stopped.Done():
+		return
+	}
+	if t.err != nil {
+		t.s.Respond(notSaved)
+		return
+	}
+	late := *t.c
+	late.Late, late.ArrivedAt = true, t.arrivedAt
+	if err := a.save(a.stopped, writeOp{update: &late, keep: true}); err != nil {
+		t.s.Respond(notSaved) // the agent is stopping
+		return
+	}
+	t.queued = true
+	t.s.Respond(&relay.Response{Result: relay.ResultQueued})
+}
+
+// turnLoop sends the tunnel's requests that must wait for their turn to the
+// handler, one at a time, in arrival order.
+func (a *Agent) turnLoop(ctx context.Context) {
+	for {
+		a.turnMu.Lock()
+		var t *turn
+		if len(a.turns) > 0 {
+			t = a.turns[0]
+			a.turns[0] = nil
+			a.turns = a.turns[1:]
+		}
+		a.turnMu.Unlock()
+		if t == nil {
+			select {
+			case <-a.turnWake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		a.takeTurn(ctx, t)
+		a.waiting.Add(-1)
+	}
+}
+
+// takeTurn sends t's request to the handler and waits for the answer.
+func (a *Agent) takeTurn(ctx context.Context, t *turn) {
+	if t.s != nil {
+		if t.state.CompareAndSwap(turnWaiting, turnSending) {
+			if t.timer != nil {
+				t.timer.Stop()
+			}
+			a.sendLive(ctx, t)
+			return
+		}
+		select { // deferred: sent as a queued one, once the relay has its answer
+		case <-t.answered:
+		case <-ctx.Done():
+			return
+		}
+		if !t.queued {
+			return
+		}
+	}
+	select {
+	case <-t.saved:
+	case <-ctx.Done():
+		return
+	}
+	if t.err != nil || t.skip {
+		return
+	}
+	c, err := a.store.Capture(ctx, t.id)
+	if err != nil {
+		a.log.Error("load queued capture", "id", t.id, "err", err)
+		return
+	}
+	if c.Target == "" && a.forwardTo != nil {
+		c.Target = joinTarget(a.forwardTo, c.Path, c.Query)
+	}
+	a.deliver(ctx, c, 1)
+}
+
+// sendLive sends a live request whose turn came, as serveLive does.
+func (a *Agent) sendLive(ctx context.Context, t *turn) {
+	defer t.s.Release()
+	select {
+	case <-t.saved:
+		if t.err != nil {
+			t.s.Respond(notSaved) // its sender sends it again: the handler need not see it now
+			return
+		}
+	default:
+	}
+	res := a.send(context.Background(), &t.out, t.h, t.s.Limits())
+	select {
+	case <-t.saved:
+	case <-ctx.Done():
+		return
+	}
+	if t.err != nil {
+		t.s.Respond(notSaved)
+		return
+	}
+	t.s.Respond(a.record(context.Background(), t.c, 1, res))
+}
 
 // newCapture builds a capture of a request and indexes it if it is a call event.
 func (a *Agent) newCapture(source, method, uri string, h relay.Header, body []byte) *storage.Capture {
@@ -483,35 +754,6 @@ func joinTarget(base *url.URL, path, query string) string {
 	return u.String()
 }
 
-func (a *Agent) lateLoop(ctx context.Context) {
-	for {
-		a.lateMu.Lock()
-		var id string
-		if len(a.lateList) > 0 {
-			id = a.lateList[0]
-			a.lateList = a.lateList[1:]
-		}
-		a.lateMu.Unlock()
-		if id == "" {
-			select {
-			case <-a.late:
-				continue
-			case <-ctx.Done():
-				return
-			}
-		}
-		c, err := a.store.Capture(ctx, id)
-		if err != nil {
-			a.log.Error("load queued capture", "id", id, "err", err)
-			continue
-		}
-		if c.Target == "" && a.forwardTo != nil {
-			c.Target = joinTarget(a.forwardTo, c.Path, c.Query)
-		}
-		a.deliver(ctx, c, 1)
-	}
-}
-
 // deliver sends c to its target once (attempt n), records the outcome and
 // returns it in the relay's terms.
 func (a *Agent) deliver(ctx context.Context, c *storage.Capture, n int) *relay.Response {
@@ -547,7 +789,7 @@ func (a *Agent) record(ctx context.Context, c *storage.Capture, n int, res sendR
 	update := *c
 	a.unsettled.Add(1)
 	select {
-	case a.ops <- writeOp{update: &update}:
+	case a.ops <- writeOp{update: &update, keep: true}:
 	case <-ctx.Done():
 		a.unsettled.Add(-1)
 	}

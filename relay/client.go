@@ -94,6 +94,11 @@ func (s *Stream) Limits() Limits {
 	return Limits{}
 }
 
+// ForwardTimeout is how long the relay waits for this request's response
+// before answering its sender 504, as its hello said; 0 from a relay that
+// does not say, which also does not understand ResultQueued.
+func (s *Stream) ForwardTimeout() time.Duration { return s.c.forwardTimeout }
+
 // Release returns the request body's buffer once nothing uses it.
 func (s *Stream) Release() {
 	s.once.Do(func() { putBuf(s.buf) })
@@ -301,6 +306,10 @@ type clientConn struct {
 	helloSeen     bool                   // owned by readLoop
 	limits        atomic.Pointer[Limits] // the relay's, from its hello
 	knowsTooLarge atomic.Bool            // the relay understands ResultTooLarge
+
+	// forwardTimeout is the relay's, from its hello; set by readLoop
+	// before it hands over any request.
+	forwardTimeout time.Duration
 }
 
 // trySendWait sends a frame, written at once or queued while waiting for
@@ -335,6 +344,7 @@ func (cc *clientConn) readLoop() error {
 			// A relay that announces its frame limit is one that knows
 			// ResultTooLarge: both came together.
 			cc.knowsTooLarge.Store(hello.MaxFrame > 0)
+			cc.forwardTimeout = time.Duration(hello.ForwardTimeoutMS) * time.Millisecond
 			cfg.OnState(ConnState{State: StateConnected, Hello: &hello})
 		case frameRequest:
 			if !cc.helloSeen {

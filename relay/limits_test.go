@@ -195,3 +195,33 @@ func TestRespondKeepsWithinRelayLimits(t *testing.T) {
 		t.Errorf("%d connections, %d losses; want the one connection kept", n, l)
 	}
 }
+
+// A queued request larger than the connecting agent reads stays in the
+// relay's queue, and the requests queued behind it still reach the handler,
+// in order, over a connection that stays up.
+func TestQueuedRequestLargerThanAgentReadsDoesNotStallTheQueue(t *testing.T) {
+	rec, h := startHandler(t, nil)
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, NoAgent: true,
+		Relay:  func(c *relay.Config) { c.MaxBody = 4 << 20 },
+		Client: func(c *relay.ClientConfig) { c.MaxFrame = 1 << 20 },
+	})
+	for _, body := range []string{`{"seq":0}`, strings.Repeat("x", 2<<20), `{"seq":1}`} {
+		resp, b := post(t, st.TunnelURL+"/hook", body)
+		queuedID(t, resp, b)
+	}
+	st.StartAgent()
+	inspectortest.Eventually(t, 10*time.Second, func() bool { return len(rec.all()) >= 2 }, "the requests queued behind the large one were not delivered")
+	if got := rec.all(); len(got) != 2 || string(got[0].Body) != `{"seq":0}` || string(got[1].Body) != `{"seq":1}` {
+		t.Fatalf("the handler saw %d requests, want {\"seq\":0} then {\"seq\":1}", len(got))
+	}
+	stats, err := st.RelayDB.QueueStatsByTunnel(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats[st.TunnelID].Count != 1 {
+		t.Errorf("the relay's queue holds %d requests, want the large one kept", stats[st.TunnelID].Count)
+	}
+	if cs, ok := notConnected(st); ok {
+		t.Errorf("the agent's connection changed state: %s (%v)", cs.State, cs.Err)
+	}
+}

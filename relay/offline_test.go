@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -288,4 +289,159 @@ func TestSavedButUnsentQueuedRequestIsSentOnRestart(t *testing.T) {
 	if r := rec.all()[0]; string(r.Body) != `{"late":true}` || r.Path != "/late" {
 		t.Errorf("sent %s %s", r.Path, r.Body)
 	}
+}
+
+// slowHandler records requests in the order they reach it and answers 201
+// after a moment, so that a drain takes a while.
+func slowHandler(t *testing.T) (*recorder, *httptest.Server) {
+	return startHandler(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond) // a handler's work, not a wait for readiness
+		w.WriteHeader(http.StatusCreated)
+	})
+}
+
+// queueWhileAway queues n requests {"seq":0}… for an absent agent.
+func queueWhileAway(t *testing.T, st *inspectortest.Stack, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		resp, body := post(t, st.TunnelURL+"/hook", fmt.Sprintf(`{"seq":%d}`, i))
+		queuedID(t, resp, body)
+	}
+}
+
+// relayQueueEmpty waits until the relay has handed its whole queue over.
+func relayQueueEmpty(t *testing.T, st *inspectortest.Stack) {
+	t.Helper()
+	inspectortest.Eventually(t, 10*time.Second, func() bool {
+		stats, err := st.RelayDB.QueueStatsByTunnel(context.Background())
+		return err == nil && stats[st.TunnelID].Count == 0
+	}, "the relay did not hand its queue over")
+}
+
+// sendInOrder sends {"seq":from}…{"seq":to-1} one after another, so their
+// arrival order is known, and checks each sender's answer.
+func sendInOrder(t *testing.T, st *inspectortest.Stack, from, to int) (answered, queued int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		resp, body := post(t, st.TunnelURL+"/hook", fmt.Sprintf(`{"seq":%d}`, i))
+		switch resp.StatusCode {
+		case http.StatusCreated:
+			answered++
+		case http.StatusAccepted:
+			queuedID(t, resp, body)
+			queued++
+		default:
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	return answered, queued
+}
+
+// handlerSawInOrder waits for n deliveries and checks they are
+// {"seq":0}…{"seq":n-1}, each once.
+func handlerSawInOrder(t *testing.T, rec *recorder, n int) {
+	t.Helper()
+	inspectortest.Eventually(t, 30*time.Second, func() bool { return len(rec.all()) >= n }, "not every request reached the handler")
+	got := rec.all()
+	var order []string
+	bad := false
+	for i, r := range got {
+		order = append(order, strings.TrimSuffix(strings.TrimPrefix(string(r.Body), `{"seq":`), "}"))
+		if i >= n || string(r.Body) != fmt.Sprintf(`{"seq":%d}`, i) {
+			bad = true
+		}
+	}
+	if bad {
+		t.Fatalf("the handler saw %d requests in this order, want 0…%d each once: %s", len(got), n-1, strings.Join(order, " "))
+	}
+}
+
+// Requests sent while the agent delivers what was queued in its absence
+// reach the handler after it, in arrival order, and their senders still get
+// the handler's answer.
+func TestNewRequestsDuringDrainKeepArrivalOrder(t *testing.T) {
+	rec, h := slowHandler(t)
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st.StopAgent()
+	const queued, fresh = 100, 20
+	queueWhileAway(t, st, queued)
+	st.StartAgent()
+	sendInOrder(t, st, queued, queued+5) // while the relay may still be handing its queue over
+	relayQueueEmpty(t, st)
+	// From here on the relay sends each new request live, while the agent
+	// is still delivering the queue to the handler.
+	if len(rec.all()) >= queued {
+		t.Fatal("the handler finished the queue too soon for this test to mean anything")
+	}
+	answered, _ := sendInOrder(t, st, queued+5, queued+fresh)
+	handlerSawInOrder(t, rec, queued+fresh)
+	if answered == 0 {
+		t.Error("no sender got the handler's answer; with the default forward timeout they all should")
+	}
+}
+
+// A new request that would wait behind the queue longer than the relay's
+// forward timeout is answered 202, like a queued one, and reaches the
+// handler later, in order.
+func TestNewRequestWaitingPastForwardTimeoutIsQueued(t *testing.T) {
+	rec, h := slowHandler(t)
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.ForwardTimeout = 2 * time.Second }})
+	st.StopAgent()
+	const queued, fresh = 150, 4 // the queue holds the handler for 3 s at least
+	queueWhileAway(t, st, queued)
+	st.StartAgent()
+	relayQueueEmpty(t, st)
+	_, deferred := sendInOrder(t, st, queued, queued+fresh)
+	if deferred == 0 {
+		t.Error("no sender was answered 202 though the queue held the handler past the forward timeout")
+	}
+	handlerSawInOrder(t, rec, queued+fresh)
+	// Each was saved once and its answer recorded.
+	st.Agent.Flush(context.Background())
+	caps, count, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 200}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count != queued+fresh {
+		t.Fatalf("agent stored %d captures, want %d", count, queued+fresh)
+	}
+	late := 0
+	for _, c := range caps {
+		if c.ResponseStatus != http.StatusCreated {
+			t.Errorf("capture %s: response %d recorded, want 201", c.ID, c.ResponseStatus)
+		}
+		if c.Late {
+			late++
+		}
+	}
+	// Those answered 202 by the agent are marked late like queued ones,
+	// so that a restart before their turn still sends them.
+	if late != queued+deferred {
+		t.Errorf("%d captures marked late, want %d", late, queued+deferred)
+	}
+}
+
+// Queued requests an earlier run saved but did not send go to the handler
+// before a request that arrives once the agent is back.
+func TestUnsentQueuedRequestsGoBeforeNewOnes(t *testing.T) {
+	rec, h := slowHandler(t)
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st.StopAgent()
+	db, err := storage.Open(context.Background(), st.Dir+"/agent.db", storage.SchemaAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const unsent = 30
+	var cs []*storage.Capture
+	for i := 0; i < unsent; i++ {
+		cs = append(cs, &storage.Capture{ID: fmt.Sprintf("6f1c1c7e-2b7e-4f52-a0a4-5b0d1f7e%04d", i), RelayID: fmt.Sprintf("r-%d", i), Source: "tunnel",
+			CreatedAt: time.Now(), ArrivedAt: time.Now(), Late: true, Method: "POST", Path: "/hook", Body: []byte(fmt.Sprintf(`{"seq":%d}`, i)), Duration: -1})
+	}
+	if err := db.WriteCaptures(context.Background(), cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	st.StartAgent()
+	sendInOrder(t, st, unsent, unsent+3)
+	handlerSawInOrder(t, rec, unsent+3)
 }

@@ -15,7 +15,8 @@ package relay
 //	  | ---------------- ack ----------------> |  saved: the relay may now forget a queued one
 //	  |                                        |  (live: left out when the response follows at once)
 //	  |  (agent forwards it to the handler)    |
-//	  | --------------- response ------------> |  status, headers, body (live requests only)
+//	  | --------------- response ------------> |  status, headers, body (live requests only),
+//	  |                                        |  or "queued" (ResultQueued, below)
 //	  |                                        |
 //	  | <-------------- notice --------------- |  counters the agent's console shows
 //	  | <-------------- goaway --------------- |  why the relay is closing this connection
@@ -37,8 +38,19 @@ package relay
 //	request  = 0x02 stream flags arrivedAt(µs) id:string method:string uri:string headers body...
 //	ack      = 0x03 stream
 //	response = 0x04 stream status result error:string headers body...
+//	           result: 0 ok, 1 unreachable, 2 timeout, 3 queued (Result);
+//	           status, headers and body mean something only with 0
 //	notice   = 0x05 json(Notice)
 //	goaway   = 0x06 reason:byte message:string
+//
+// The agent hands requests to its handler one at a time, in arrival order,
+// while any it got from the offline queue (or saved but did not send before
+// it last stopped) are still waiting; a live request arriving then waits
+// its turn. One that would still be waiting when the relay's forward
+// timeout (Hello.ForwardTimeoutMS) runs out is answered with result 4,
+// "queued", once saved: the relay answers its sender 202 as for a request
+// it queued itself, and the agent delivers it later, in order. An agent
+// sends result 4 only to a relay whose hello gives its forward timeout.
 //
 // The body is the rest of the frame: it is never length-prefixed, so it is
 // written straight after the header bytes without being copied into a new
@@ -162,6 +174,10 @@ type Hello struct {
 	MaxFrame  int64  `json:"max_frame"`  // largest frame the relay reads; 0 from a relay older than ResultTooLarge
 	Queued    int    `json:"queued"`     // requests waiting in the offline queue
 	Version   string `json:"version"`
+	// ForwardTimeoutMS is how long the relay waits for a live request's
+	// response before answering its sender 504. A relay that sends it
+	// understands ResultQueued; an older one leaves it out.
+	ForwardTimeoutMS int64 `json:"forward_timeout_ms,omitempty"`
 }
 
 // Notice carries counters for the agent's console; sent when they change.
@@ -202,6 +218,10 @@ const (
 	ResultUnreachable Result = 1 // refused, reset, DNS: the relay answers 502
 	ResultTimeout     Result = 2 // slower than the forward timeout: 504
 	ResultTooLarge    Result = 3 // the answer exceeds the relay's limits (Error says which): 502
+	// ResultQueued: saved, but requests that arrived before it hold the
+	// handler past the relay's forward timeout; the agent delivers it after
+	// them and the relay answers its sender 202, as for a queued request.
+	ResultQueued Result = 4
 )
 
 // Limits are what the relay of one connection takes from the agent, as its
@@ -436,7 +456,7 @@ func decodeResponse(b []byte) (*Response, error) {
 	if r.Result == ResultOK && (status < 100 || status > 999) {
 		return nil, errMalformed
 	}
-	if r.Result > ResultTooLarge {
+	if r.Result > ResultQueued {
 		return nil, errMalformed
 	}
 	r.Status = int(status)

@@ -41,6 +41,13 @@ func TestResponseRoundTrip(t *testing.T) {
 	if err != nil || out.Result != ResultUnreachable || out.Error != "connection refused" {
 		t.Fatalf("unreachable: %+v %v", out, err)
 	}
+	out, err = decodeResponse(appendResponseHead(nil, &Response{Stream: 9, Result: ResultQueued}))
+	if err != nil || out.Result != ResultQueued {
+		t.Fatalf("queued: %+v %v", out, err)
+	}
+	if _, err := decodeResponse(appendResponseHead(nil, &Response{Stream: 10, Result: ResultQueued + 1})); err == nil {
+		t.Error("a result past ResultQueued: no error")
+	}
 }
 
 func TestDecodeRejectsMalformed(t *testing.T) {

@@ -472,6 +472,10 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *tunnel, ac *
 	case ResultTooLarge:
 		s.fail(w, api.Errorf(http.StatusBadGateway, api.CodeBadGateway, "the local handler's answer could not be relayed: %s", resp.Error))
 		return
+	case ResultQueued:
+		log.Info("queued by the agent behind earlier requests", "method", req.Method, "uri", req.URI)
+		s.answerQueued(w, req.ID, "queued: the agent saved the request and delivers it after the ones that arrived before it")
+		return
 	}
 	h := w.Header()
 	for _, f := range resp.Header {
@@ -559,9 +563,14 @@ func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, 
 	default:
 	}
 	log.Info("queued for offline agent", "method", req.Method, "uri", req.URI)
+	s.answerQueued(w, req.ID, "queued: the agent is offline; the request will be delivered when it reconnects")
+}
+
+// answerQueued tells a sender its request is kept and will be delivered
+// later: 202 with the request's id.
+func (s *Server) answerQueued(w http.ResponseWriter, id, message string) {
 	s.metrics.countStatus(http.StatusAccepted)
-	api.WriteData(w, http.StatusAccepted, "queued: the agent is offline; the request will be delivered when it reconnects",
-		map[string]any{"id": req.ID, "queued": true, "status": "queued"})
+	api.WriteData(w, http.StatusAccepted, message, map[string]any{"id": id, "queued": true, "status": "queued"})
 }
 
 // allow takes a token from the tunnel's rate limiter.
@@ -682,6 +691,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	go ac.sendLoop()
 	ac.trySend(outFrame{head: appendJSON(nil, frameHello, Hello{
 		TunnelID: t.id, Name: t.name, PublicURL: s.TunnelURL(t.id), MaxBody: s.cfg.MaxBody, MaxFrame: s.cfg.MaxFrame, Queued: queued, Version: s.cfg.Version,
+		ForwardTimeoutMS: s.cfg.ForwardTimeout.Milliseconds(),
 	})})
 	go ac.drainLoop()
 	err = ac.readLoop()
@@ -996,7 +1006,16 @@ func (ac *agentConn) drainLoop() {
 			ac.mu.Lock()
 			ac.queued[req.Stream] = q.Seq
 			ac.mu.Unlock()
-			if err := ac.send(outFrame{head: appendRequestHead(nil, req), body: q.Body}, nil); err != nil {
+			if err := ac.send(outFrame{head: appendRequestHead(nil, req), body: q.Body}, nil); errors.Is(err, errFrameTooLarge) {
+				// This agent reads smaller frames than the relay took: the
+				// request stays queued, for an agent that reads it, rather
+				// than stalling every request behind it.
+				ac.srv.log.Warn("queued request larger than the agent reads; kept for another agent", "tunnel", t.id, "id", q.ID, "bytes", len(q.Body))
+				ac.mu.Lock()
+				delete(ac.queued, req.Stream)
+				ac.mu.Unlock()
+				<-ac.window
+			} else if err != nil {
 				return
 			}
 			after = q.Seq

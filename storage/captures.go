@@ -20,7 +20,7 @@ type Capture struct {
 	Source         string // tunnel | replay | backfill | trigger
 	CreatedAt      time.Time
 	ArrivedAt      time.Time // at the relay; zero unless delivered late
-	Late           bool      // came from the relay's offline queue
+	Late           bool      // its sender was answered 202 before the handler saw it (the relay's offline queue); an update sets it, never clears it
 	Method         string
 	Path           string
 	Query          string
@@ -152,7 +152,8 @@ const (
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	qBodyIns = `INSERT INTO capture_bodies (seq, body, file, file_offset) VALUES (?, ?, ?, ?)`
 	qUpdate  = `UPDATE captures SET status = ?, response_status = ?, response_headers = ?, response_body = ?,
-		error = ?, duration_us = ?, delivered_at = ?, attempts = ?, max_attempts = ?, target = ? WHERE id = ?`
+		error = ?, duration_us = ?, delivered_at = ?, attempts = ?, max_attempts = ?, target = ?,
+		late = late OR ?, arrived_at = COALESCE(arrived_at, ?) WHERE id = ?`
 	qAttIns = `INSERT OR REPLACE INTO attempts (capture_id, n, at, response_status, error, duration_us) VALUES (?, ?, ?, ?, ?, ?)`
 )
 
@@ -248,7 +249,7 @@ func (w *rawConn) updateCapture(c *Capture) error {
 	}
 	if _, err := w.exec(qUpdate,
 		c.Status, status, nstr(c.ResponseHeaders), respBody, nstr(c.Error), dur, nmicros(c.DeliveredAt),
-		int64(c.Attempts), int64(c.MaxAttempts), c.Target, c.ID); err != nil {
+		int64(c.Attempts), int64(c.MaxAttempts), c.Target, c.Late, nmicros(c.ArrivedAt), c.ID); err != nil {
 		return fmt.Errorf("storage: record response: %w", err)
 	}
 	if c.LastAttempt == nil {

@@ -1,0 +1,155 @@
+package inspector_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/storage"
+)
+
+// fullDisk makes the agent's commits fail the way a full disk does: from
+// the first commit that saves {"seq":fillAt} or later until free is called.
+type fullDisk struct {
+	fillAt int
+	filled chan struct{} // closed when the disk fills
+
+	mu      sync.Mutex
+	full    bool
+	failed  int // commits refused
+	updates int // responses in the refused commits
+}
+
+func (d *fullDisk) free() { d.mu.Lock(); d.full = false; d.mu.Unlock() }
+
+func (d *fullDisk) refused() (commits, updates int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.failed, d.updates
+}
+
+// install routes the agent's commits through d.
+func (d *fullDisk) install(c *inspector.Config) {
+	store := c.Store
+	inspector.SetWriteCaptures(c, func(ctx context.Context, inserts, updates []*storage.Capture) error {
+		d.mu.Lock()
+		for _, c := range inserts {
+			var b struct{ Seq int }
+			if json.Unmarshal(c.Body, &b) == nil && b.Seq >= d.fillAt && d.fillAt > 0 {
+				d.full, d.fillAt = true, 0
+				close(d.filled)
+			}
+		}
+		if d.full {
+			d.failed++
+			d.updates += len(updates)
+			d.mu.Unlock()
+			return fmt.Errorf("storage: insert capture: %w", syscall.ENOSPC)
+		}
+		d.mu.Unlock()
+		return store.WriteCaptures(ctx, inserts, updates)
+	})
+}
+
+// When saves fail while the agent takes in the relay's queue, the tunnel
+// carries on by itself once there is room again: every request reaches the
+// handler once, in order, every answer is recorded, and a restart sends
+// nothing a second time.
+func TestQueuedRequestsRecoverFromFailedSaves(t *testing.T) {
+	// The relay sends no more than a window (32) of queued requests before
+	// the agent acknowledges one, so the first commit, which holds
+	// {"seq":0}, succeeds; the handler answers it only once the disk is
+	// full, so that recording its answer fails too.
+	disk := &fullDisk{fillAt: 64, filled: make(chan struct{})}
+	h := &handler{}
+	var first sync.Once
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first.Do(func() {
+			select {
+			case <-disk.filled:
+			case <-time.After(10 * time.Second):
+			}
+		})
+		h.ServeHTTP(w, r)
+	}))
+	defer hs.Close()
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Agent: disk.install})
+	st.StopAgent()
+	const queued = 200
+	for i := 0; i < queued; i++ {
+		resp, err := http.Post(st.TunnelURL+"/hook", "application/json", strings.NewReader(fmt.Sprintf(`{"seq":%d}`, i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("request %d while away: %d", i, resp.StatusCode)
+		}
+	}
+	st.StartAgent()
+	inspectortest.Eventually(t, 10*time.Second, func() bool { _, updates := disk.refused(); return updates > 0 }, "the disk did not fill up")
+	if h.count() >= queued {
+		t.Fatal("every request was delivered though the disk was full")
+	}
+	disk.free()
+	inspectortest.Eventually(t, 30*time.Second, func() bool { return h.count() >= queued }, "the tunnel did not recover once the disk had room")
+	for i := queued; i < queued+3; i++ {
+		send(t, st.TunnelURL+"/hook", fmt.Sprintf(`{"seq":%d}`, i))
+	}
+	checkSeqs(t, h, queued+3)
+
+	// Every answer was recorded, so a restart has nothing left to send.
+	if err := st.Agent.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	caps, count, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 300}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count != queued+3 {
+		t.Errorf("agent stored %d captures, want %d", count, queued+3)
+	}
+	for _, c := range caps {
+		if c.Attempts != 1 || c.ResponseStatus != http.StatusOK {
+			t.Errorf("capture %s: %d attempts, response %d recorded; want 1 attempt answered 200", c.ID, c.Attempts, c.ResponseStatus)
+		}
+	}
+	st.StopAgent()
+	st.StartAgent()
+	send(t, st.TunnelURL+"/hook", fmt.Sprintf(`{"seq":%d}`, queued+3))
+	checkSeqs(t, h, queued+4)
+	stats, _ := st.RelayDB.QueueStatsByTunnel(context.Background())
+	if stats[st.TunnelID].Count != 0 {
+		t.Errorf("relay still holds %d", stats[st.TunnelID].Count)
+	}
+}
+
+// checkSeqs checks the handler got {"seq":0}…{"seq":n-1}, each once, in order.
+func checkSeqs(t *testing.T, h *handler, n int) {
+	t.Helper()
+	h.mu.Lock()
+	got := append([]string(nil), h.bodies...)
+	h.mu.Unlock()
+	bad := len(got) != n
+	var order []string
+	for i, b := range got {
+		order = append(order, strings.TrimSuffix(strings.TrimPrefix(b, `{"seq":`), "}"))
+		if i < n && b != fmt.Sprintf(`{"seq":%d}`, i) {
+			bad = true
+		}
+	}
+	if bad {
+		t.Fatalf("the handler saw %d requests in this order, want 0…%d each once: %s", len(got), n-1, strings.Join(order, " "))
+	}
+}
