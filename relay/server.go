@@ -59,6 +59,16 @@ type Config struct {
 	RateLimit   float64 // requests per second per tunnel, 50
 	RateBurst   int     // 200
 	MaxInFlight int     // concurrent live requests per tunnel, 256
+
+	// A body must arrive at MinBodyRate bytes/s on average once BodyGrace
+	// has passed, or the sender gets 408. A body still arriving after
+	// BodyGrace takes one of the tunnel's MaxSlowBodies places; a sender
+	// that finds none free gets 408 too.
+	BodyGrace     time.Duration // 2 s
+	MinBodyRate   int64         // 16 KiB/s
+	MaxSlowBodies int           // per tunnel, 32
+
+	NoticeInterval time.Duration // 1 s: at most one refusal notice per tunnel per interval
 }
 
 func (c Config) withDefaults() Config {
@@ -102,6 +112,18 @@ func (c Config) withDefaults() Config {
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 256
 	}
+	if c.BodyGrace <= 0 {
+		c.BodyGrace = 2 * time.Second
+	}
+	if c.MinBodyRate <= 0 {
+		c.MinBodyRate = 16 << 10
+	}
+	if c.MaxSlowBodies <= 0 {
+		c.MaxSlowBodies = 32
+	}
+	if c.NoticeInterval <= 0 {
+		c.NoticeInterval = time.Second
+	}
 	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
 	return c
 }
@@ -131,6 +153,13 @@ type tunnel struct {
 	queuedBytes int64         // guarded by mu
 	require     []HeaderField // guarded by mu; set by the agent holding (or last holding) the tunnel
 	limiter     tokenBucket   // guarded by mu
+
+	// Refusals reach the agent as a count, at most one notice per
+	// noticeEvery: a flood of refused senders must not become a flood of
+	// frames (and console lines) on the developer's laptop.
+	noticeEvery time.Duration
+	noticedAt   time.Time // guarded by mu; when the last refusal notice went
+	noticeDue   bool      // guarded by mu; a notice is scheduled and will carry the latest count
 
 	inflight chan struct{} // semaphore of live requests
 	rejected atomic.Int64  // senders refused by require
@@ -299,11 +328,12 @@ func (s *Server) tunnelFor(id, name string) *tunnel {
 	t := s.tunnels[id]
 	if t == nil {
 		t = &tunnel{
-			id:       id,
-			name:     name,
-			inflight: make(chan struct{}, s.cfg.MaxInFlight),
-			kick:     make(chan struct{}, 1),
-			limiter:  tokenBucket{rate: s.cfg.RateLimit, burst: float64(s.cfg.RateBurst), tokens: float64(s.cfg.RateBurst), last: time.Now()},
+			id:          id,
+			name:        name,
+			inflight:    make(chan struct{}, s.cfg.MaxInFlight),
+			kick:        make(chan struct{}, 1),
+			limiter:     tokenBucket{rate: s.cfg.RateLimit, burst: float64(s.cfg.RateBurst), tokens: float64(s.cfg.RateBurst), last: time.Now()},
+			noticeEvery: s.cfg.NoticeInterval,
 		}
 		s.tunnels[id] = t
 	}
@@ -370,22 +400,24 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 	// With formats its attributes at once, which a hot path cannot afford.
 	log := reqLogger{s.log, t.id, ""}
 
+	// Refused senders spend the tunnel's allowance too: refusing is work,
+	// and a flood must be cut off by the rate limit whatever it carries.
+	if wait, ok := t.allow(time.Now()); !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		s.fail(w, api.Errorf(http.StatusTooManyRequests, api.CodeRateLimited, "too many requests for this tunnel"))
+		return
+	}
 	t.mu.Lock()
 	require := t.require
 	t.mu.Unlock()
 	for _, f := range require {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get(f.Name)), []byte(f.Value)) != 1 {
-			n := t.rejected.Add(1)
-			t.notify(Notice{Rejected: n})
+			t.rejected.Add(1)
+			t.notifyRefused()
 			log.Info("sender refused: required header missing or wrong", "header", f.Name)
 			s.fail(w, api.Errorf(http.StatusUnauthorized, api.CodeHeaderRejected, "the %s header is missing or wrong", f.Name))
 			return
 		}
-	}
-	if wait, ok := t.allow(time.Now()); !ok {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-		s.fail(w, api.Errorf(http.StatusTooManyRequests, api.CodeRateLimited, "too many requests for this tunnel"))
-		return
 	}
 	select {
 	case t.inflight <- struct{}{}:
@@ -563,13 +595,39 @@ func (t *tunnel) allow(now time.Time) (time.Duration, bool) {
 	return t.limiter.take(now)
 }
 
-// notify sends counters to the agent, if one is connected; never blocks.
-func (t *tunnel) notify(n Notice) {
+// notifyRefused tells the agent the count of refused senders: at once if
+// no notice went in the last noticeEvery, else once that interval is over,
+// with the count as it is then. Never blocks.
+func (t *tunnel) notifyRefused() {
+	now := time.Now()
+	t.mu.Lock()
+	if t.noticeDue {
+		t.mu.Unlock()
+		return
+	}
+	wait := t.noticedAt.Add(t.noticeEvery).Sub(now)
+	if wait <= 0 {
+		t.noticedAt = now
+		t.mu.Unlock()
+		t.notify()
+		return
+	}
+	t.noticeDue = true
+	t.mu.Unlock()
+	time.AfterFunc(wait, func() {
+		t.mu.Lock()
+		t.noticeDue = false
+		t.noticedAt = time.Now()
+		t.mu.Unlock()
+		t.notify()
+	})
+}
+
+// notify sends the counters to the agent, if one is connected; never blocks.
+func (t *tunnel) notify() {
 	t.mu.Lock()
 	ac := t.agent
-	if n.Queued == 0 {
-		n.Queued = t.queued
-	}
+	n := Notice{Rejected: t.rejected.Load(), Queued: t.queued}
 	t.mu.Unlock()
 	if ac != nil {
 		ac.trySend(outFrame{head: appendJSON(nil, frameNotice, n)})
