@@ -1,11 +1,16 @@
 package relay_test
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,4 +129,141 @@ func TestRefusalNoticesAreCoalesced(t *testing.T) {
 	if most := int(time.Since(start)/interval) + 1; notices > most {
 		t.Errorf("%d refusals sent %d notices to the agent, want at most %d (one per %s)", n, notices, most, interval)
 	}
+}
+
+// slowSender posts a 100 kB body to path over and over, chunk bytes every
+// 50 ms, until stop is closed; it counts the answers by status and error code.
+type slowSender struct {
+	addr, path string
+	chunk      int
+
+	mu      sync.Mutex
+	answers map[string]int // "408 request_timeout" → count
+	conns   map[net.Conn]bool
+	closed  bool
+	started atomic.Int32 // request heads sent
+}
+
+func (s *slowSender) run(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		conn, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			conn.Close()
+			return
+		}
+		s.conns[conn] = true
+		s.mu.Unlock()
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n", s.path)
+		s.started.Add(1)
+		answered := make(chan struct{})
+		go func() {
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			chunk := bytes.Repeat([]byte("a"), s.chunk)
+			for {
+				select {
+				case <-tick.C:
+					if _, err := conn.Write(chunk); err != nil {
+						return
+					}
+				case <-answered:
+					return
+				}
+			}
+		}()
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		close(answered)
+		if err == nil {
+			var env struct {
+				Error struct {
+					Code string `json:"code"`
+				} `json:"error"`
+			}
+			json.NewDecoder(resp.Body).Decode(&env)
+			s.mu.Lock()
+			s.answers[fmt.Sprintf("%d %s", resp.StatusCode, env.Error.Code)]++
+			s.mu.Unlock()
+		}
+		conn.Close()
+		s.mu.Lock()
+		delete(s.conns, conn)
+		s.mu.Unlock()
+	}
+}
+
+func (s *slowSender) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+}
+
+func TestSlowBodiesDoNotLockTheTunnel(t *testing.T) {
+	rec, h := startHandler(t, nil)
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) {
+		c.RateLimit, c.RateBurst = 1e6, 1e6
+		c.MaxInFlight = 8
+		c.BodyGrace = 200 * time.Millisecond
+		c.MinBodyRate = 1000
+		c.MaxSlowBodies = 4
+	}})
+	path := "/t/" + st.TunnelID + "/slow"
+	// More senders than the tunnel has places for live requests: some far
+	// below the minimum rate, some above it but slow.
+	trickle := &slowSender{addr: st.RelayAddr, path: path, chunk: 1, answers: map[string]int{}, conns: map[net.Conn]bool{}}
+	steady := &slowSender{addr: st.RelayAddr, path: path, chunk: 100, answers: map[string]int{}, conns: map[net.Conn]bool{}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ {
+		for _, s := range []*slowSender{trickle, steady} {
+			wg.Add(1)
+			go func() { defer wg.Done(); s.run(stop) }()
+		}
+	}
+	defer func() {
+		close(stop)
+		trickle.closeAll()
+		steady.closeAll()
+		wg.Wait()
+	}()
+	inspectortest.Eventually(t, 10*time.Second, func() bool {
+		return trickle.started.Load() >= 6 && steady.started.Load() >= 6
+	}, "the slow senders did not start")
+
+	// The tunnel keeps serving everyone else while they go on.
+	for i := 0; i < 20; i++ {
+		resp, body := post(t, st.TunnelURL+"/ok", "{}")
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("request %d beside slow senders: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	for _, r := range rec.all() {
+		if r.Path == "/slow" {
+			t.Errorf("a slow body reached the handler (%d bytes)", len(r.Body))
+		}
+	}
+	// Senders below the minimum rate are cut off.
+	inspectortest.Eventually(t, 10*time.Second, func() bool {
+		trickle.mu.Lock()
+		defer trickle.mu.Unlock()
+		return trickle.answers["408 request_timeout"] > 0
+	}, "senders below the minimum rate were not answered 408")
+	// Those above it beyond MaxSlowBodies are cut off as well.
+	inspectortest.Eventually(t, 10*time.Second, func() bool {
+		steady.mu.Lock()
+		defer steady.mu.Unlock()
+		return steady.answers["408 request_timeout"] > 0
+	}, "slow senders beyond the tunnel's places were not answered 408")
 }
