@@ -267,3 +267,93 @@ func TestSlowBodiesDoNotLockTheTunnel(t *testing.T) {
 		return steady.answers["408 request_timeout"] > 0
 	}, "slow senders beyond the tunnel's places were not answered 408")
 }
+
+// rawPost sends a request line exactly as given, so that no client cleans
+// the path on the way, and returns the status and the body of the answer.
+func rawPost(t *testing.T, addr, target string) (int, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", target)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("POST %s: %v", target, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestDotSegmentsAreRefused(t *testing.T) {
+	rec, h := startHandler(t, nil)
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL + "/wh"})
+	prefix := "/t/" + st.TunnelID
+	for _, p := range []string{
+		"/../../admin",
+		"/..",
+		"/a/./b",
+		"/%2e%2e/%2e%2e/admin",
+		"/%2E%2E/admin",
+		"/..%2f..%2fadmin",
+		"/%2e%2e%2f%2e%2e%2fadmin",
+		"/.%2e/admin",
+		"/%2e./admin",
+		"/..%5c..%5cadmin",
+		"/%2e%2e%5cadmin",
+		`/..\..\admin`,
+		"/%252e%252e/admin",
+		"/..;/admin",
+		"/a/..?x=1",
+	} {
+		status, body := rawPost(t, st.RelayAddr, prefix+p)
+		if status != http.StatusBadRequest || errorCode(t, body) != "invalid_request" || !strings.Contains(body, "dot") {
+			t.Errorf("POST %s: %d %s, want 400 invalid_request", p, status, body)
+		}
+	}
+	if got := rec.all(); len(got) != 0 {
+		t.Errorf("the handler saw %d of them, the first at %s", len(got), got[0].Path)
+	}
+	var page struct {
+		Data struct {
+			Count int `json:"count"`
+		} `json:"data"`
+	}
+	getJSON(t, st.InspectorURL+"/api/v1/ext/webhooks/", &page)
+	if page.Data.Count != 0 {
+		t.Errorf("the agent saved %d of them", page.Data.Count)
+	}
+	// Dots inside a segment are just names.
+	status, body := rawPost(t, st.RelayAddr, prefix+"/.well-known/a..b/...")
+	if status != http.StatusCreated {
+		t.Fatalf("a path with dots in names: %d %s", status, body)
+	}
+	if got := rec.all(); len(got) != 1 || got[0].Path != "/wh/.well-known/a..b/..." {
+		t.Errorf("the handler saw %+v", got)
+	}
+}
+
+func TestHasDotSegment(t *testing.T) {
+	for p, want := range map[string]bool{
+		"/":                  false,
+		"/calls/events":      false,
+		"/a..b/.c/c./...":    false,
+		"/%2e%2ex":           false,
+		"/100%":              false,
+		"/%":                 false,
+		"/%zz/%2e":           true, // a bad escape does not hide a good one
+		"/%25zz/%25%32%65":   true, // %25%32%65 → %2e → .
+		"/a/%2e%2e%3b/b":     true, // ..;
+		"/a/..%5Cb":          true,
+		"/a\\.\\b":           true,
+		"/a%2F..%2Fb":        true,
+		"/.":                 true,
+		"/%2e%2e%252f%2e%2e": true,
+	} {
+		if got := relay.HasDotSegment(p); got != want {
+			t.Errorf("HasDotSegment(%q) = %v, want %v", p, got, want)
+		}
+	}
+}

@@ -369,6 +369,69 @@ func validTunnelID(id string) bool {
 	return true
 }
 
+// HasDotSegment reports whether an escaped URL path has a "." or ".."
+// segment in any spelling that a server on the way to the handler might
+// decode into one: percent-encoded (once or more), split at an encoded
+// slash or at a backslash, or with a ";" parameter after it. Such a path
+// could climb out of the base path the agent forwards to.
+func HasDotSegment(path string) bool {
+	if !strings.ContainsAny(path, ".%") {
+		return false // neither a dot nor an escape that could make one
+	}
+	for {
+		if plainDotSegment(path) {
+			return true
+		}
+		dec := unescapeLenient(path)
+		if dec == path {
+			return false
+		}
+		path = dec
+	}
+}
+
+func plainDotSegment(path string) bool {
+	for _, seg := range strings.FieldsFunc(path, func(r rune) bool { return r == '/' || r == '\\' }) {
+		seg, _, _ = strings.Cut(seg, ";")
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// unescapeLenient decodes every valid %XX and keeps anything else as it
+// is, so that one bad escape does not hide the others.
+func unescapeLenient(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if hi, lo := unhex(s[i+1]), unhex(s[i+2]); hi >= 0 && lo >= 0 {
+				b.WriteByte(byte(hi<<4 | lo))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func unhex(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c - 'a' + 10)
+	case c >= 'A' && c <= 'F':
+		return int(c - 'A' + 10)
+	}
+	return -1
+}
+
 // ServeHTTP routes the relay's public paths.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch p := r.URL.Path; {
@@ -397,6 +460,7 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/t/")
 	id, uri, _ := strings.Cut(rest, "/")
 	uri = "/" + uri
+	dotted := HasDotSegment(uri)
 	if r.URL.RawQuery != "" {
 		uri += "?" + r.URL.RawQuery
 	}
@@ -432,6 +496,13 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, api.Errorf(http.StatusUnauthorized, api.CodeHeaderRejected, "the %s header is missing or wrong", f.Name))
 			return
 		}
+	}
+	if dotted {
+		// The path is appended to the base path of the agent's local
+		// handler: a "." or ".." segment could lead out of it.
+		log.Info("sender refused: dot segment in the path", "uri", uri)
+		s.fail(w, api.Invalid("the path after the tunnel id must not have a dot segment (. or ..), in any encoding"))
+		return
 	}
 	if r.ContentLength > s.cfg.MaxBody {
 		s.fail(w, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "body larger than %d bytes", s.cfg.MaxBody))
