@@ -721,10 +721,16 @@ func (a *Agent) newCapture(source, method, uri string, h relay.Header, body []by
 	}
 	indexCapture(c)
 	if a.forwardTo != nil {
-		c.Target = joinTarget(a.forwardTo, path, query)
+		if c.Target = joinTarget(a.forwardTo, path, query); c.Target == "" {
+			c.Error = errOutsideBase
+		}
 	}
 	return c
 }
+
+// errOutsideBase is the error recorded for a request whose path could lead
+// out of the --forward-to base path; it is not sent.
+const errOutsideBase = "refused: the path has a dot segment (. or ..) that could lead outside the --forward-to base path"
 
 // newCaptureID makes a capture's id: a UUIDv7, whose leading timestamp
 // keeps the store's unique index on id appending instead of scattering.
@@ -737,8 +743,13 @@ func newCaptureID() string {
 }
 
 // joinTarget appends the path the sender used after the tunnel prefix to
-// the local handler's URL.
+// the local handler's URL; "" when the path has a dot segment in any
+// encoding, which the handler (or a server before it) could resolve to a
+// place outside the base path.
 func joinTarget(base *url.URL, path, query string) string {
+	if relay.HasDotSegment(path) {
+		return ""
+	}
 	u := *base
 	if path != "" && path != "/" {
 		// path is as the sender escaped it; keep it so (an encoded slash
@@ -835,6 +846,9 @@ func (a *Agent) send(ctx context.Context, c *storage.Capture, h relay.Header, li
 
 func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header, lim relay.Limits) sendResult {
 	if c.Target == "" {
+		if c.Error == errOutsideBase {
+			return sendResult{err: c.Error}
+		}
 		return sendResult{err: "no local target: start the agent with --forward-to or replay with --to"}
 	}
 	req, err := http.NewRequestWithContext(ctx, c.Method, c.Target, bytes.NewReader(c.Body))

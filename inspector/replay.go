@@ -3,6 +3,7 @@ package inspector
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/calltap/calltap/inspector/api"
@@ -95,6 +96,9 @@ func (a *Agent) prepareReplay(ctx context.Context, o ReplayOptions) (*storage.Ca
 	if o.Path != nil {
 		if len(*o.Path) == 0 || (*o.Path)[0] != '/' {
 			return nil, api.Invalid("path must start with /")
+		}
+		if p, _, _ := strings.Cut(*o.Path, "?"); relay.HasDotSegment(p) {
+			return nil, api.Invalid("path must not have a dot segment (. or ..), in any encoding")
 		}
 		uri = *o.Path
 	}

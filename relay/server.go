@@ -14,10 +14,12 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +61,21 @@ type Config struct {
 	RateLimit   float64 // requests per second per tunnel, 50
 	RateBurst   int     // 200
 	MaxInFlight int     // concurrent live requests per tunnel, 256
+
+	// A body is read before its request takes one of the MaxInFlight
+	// places, so a slow sender holds only its own connection. It must
+	// arrive at MinBodyRate bytes/s on average once BodyGrace has passed,
+	// or the sender gets 408. A body still arriving after BodyGrace takes
+	// one of the tunnel's MaxSlowBodies places, and a sender that finds
+	// none free gets 408 too: slow senders crowd out only each other. The
+	// bodies a tunnel reads at once are so bounded: those within their
+	// grace by the rate limit (RateBurst + RateLimit × BodyGrace), the
+	// others by MaxSlowBodies; each holds at most MaxBody.
+	BodyGrace     time.Duration // 2 s
+	MinBodyRate   int64         // 16 KiB/s
+	MaxSlowBodies int           // per tunnel, 32
+
+	NoticeInterval time.Duration // 1 s: at most one refusal notice per tunnel per interval
 }
 
 func (c Config) withDefaults() Config {
@@ -102,6 +119,18 @@ func (c Config) withDefaults() Config {
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 256
 	}
+	if c.BodyGrace <= 0 {
+		c.BodyGrace = 2 * time.Second
+	}
+	if c.MinBodyRate <= 0 {
+		c.MinBodyRate = 16 << 10
+	}
+	if c.MaxSlowBodies <= 0 {
+		c.MaxSlowBodies = 32
+	}
+	if c.NoticeInterval <= 0 {
+		c.NoticeInterval = time.Second
+	}
 	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
 	return c
 }
@@ -132,9 +161,17 @@ type tunnel struct {
 	require     []HeaderField // guarded by mu; set by the agent holding (or last holding) the tunnel
 	limiter     tokenBucket   // guarded by mu
 
-	inflight chan struct{} // semaphore of live requests
-	rejected atomic.Int64  // senders refused by require
-	kick     chan struct{} // cap 1: wakes the drain loop after an enqueue
+	// Refusals reach the agent as a count, at most one notice per
+	// noticeEvery: a flood of refused senders must not become a flood of
+	// frames (and console lines) on the developer's laptop.
+	noticeEvery time.Duration
+	noticedAt   time.Time // guarded by mu; when the last refusal notice went
+	noticeDue   bool      // guarded by mu; a notice is scheduled and will carry the latest count
+
+	inflight   chan struct{} // semaphore of live requests
+	slowBodies chan struct{} // semaphore of bodies still arriving after the grace
+	rejected   atomic.Int64  // senders refused by require
+	kick       chan struct{} // cap 1: wakes the drain loop after an enqueue
 }
 
 // NewServer builds a relay over cfg.DB and loads the queue left by a
@@ -185,13 +222,18 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 		Addr:              addr,
 		Handler:           s,
 		ReadHeaderTimeout: s.cfg.AuthTimeout,
-		ReadTimeout:       s.cfg.ForwardTimeout + 30*time.Second,
+		ReadTimeout:       s.readTimeout(),
 		WriteTimeout:      s.cfg.ForwardTimeout + 30*time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 }
+
+// readTimeout bounds reading a whole request, from its head to the end of
+// the wait for the agent's answer (the server watches the connection for a
+// sender going away meanwhile).
+func (s *Server) readTimeout() time.Duration { return s.cfg.ForwardTimeout + 30*time.Second }
 
 // Run expires old queued requests and drops agents whose token was revoked,
 // until ctx ends; then it tells every agent the relay is going away.
@@ -299,11 +341,13 @@ func (s *Server) tunnelFor(id, name string) *tunnel {
 	t := s.tunnels[id]
 	if t == nil {
 		t = &tunnel{
-			id:       id,
-			name:     name,
-			inflight: make(chan struct{}, s.cfg.MaxInFlight),
-			kick:     make(chan struct{}, 1),
-			limiter:  tokenBucket{rate: s.cfg.RateLimit, burst: float64(s.cfg.RateBurst), tokens: float64(s.cfg.RateBurst), last: time.Now()},
+			id:          id,
+			name:        name,
+			inflight:    make(chan struct{}, s.cfg.MaxInFlight),
+			slowBodies:  make(chan struct{}, s.cfg.MaxSlowBodies),
+			kick:        make(chan struct{}, 1),
+			limiter:     tokenBucket{rate: s.cfg.RateLimit, burst: float64(s.cfg.RateBurst), tokens: float64(s.cfg.RateBurst), last: time.Now()},
+			noticeEvery: s.cfg.NoticeInterval,
 		}
 		s.tunnels[id] = t
 	}
@@ -323,6 +367,69 @@ func validTunnelID(id string) bool {
 		}
 	}
 	return true
+}
+
+// HasDotSegment reports whether an escaped URL path has a "." or ".."
+// segment in any spelling that a server on the way to the handler might
+// decode into one: percent-encoded (once or more), split at an encoded
+// slash or at a backslash, or with a ";" parameter after it. Such a path
+// could climb out of the base path the agent forwards to.
+func HasDotSegment(path string) bool {
+	if !strings.ContainsAny(path, ".%") {
+		return false // neither a dot nor an escape that could make one
+	}
+	for {
+		if plainDotSegment(path) {
+			return true
+		}
+		dec := unescapeLenient(path)
+		if dec == path {
+			return false
+		}
+		path = dec
+	}
+}
+
+func plainDotSegment(path string) bool {
+	for _, seg := range strings.FieldsFunc(path, func(r rune) bool { return r == '/' || r == '\\' }) {
+		seg, _, _ = strings.Cut(seg, ";")
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// unescapeLenient decodes every valid %XX and keeps anything else as it
+// is, so that one bad escape does not hide the others.
+func unescapeLenient(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if hi, lo := unhex(s[i+1]), unhex(s[i+2]); hi >= 0 && lo >= 0 {
+				b.WriteByte(byte(hi<<4 | lo))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func unhex(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c - 'a' + 10)
+	case c >= 'A' && c <= 'F':
+		return int(c - 'A' + 10)
+	}
+	return -1
 }
 
 // ServeHTTP routes the relay's public paths.
@@ -353,6 +460,7 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/t/")
 	id, uri, _ := strings.Cut(rest, "/")
 	uri = "/" + uri
+	dotted := HasDotSegment(uri)
 	if r.URL.RawQuery != "" {
 		uri += "?" + r.URL.RawQuery
 	}
@@ -370,42 +478,52 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 	// With formats its attributes at once, which a hot path cannot afford.
 	log := reqLogger{s.log, t.id, ""}
 
+	// Refused senders spend the tunnel's allowance too: refusing is work,
+	// and a flood must be cut off by the rate limit whatever it carries.
+	if wait, ok := t.allow(time.Now()); !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		s.fail(w, api.Errorf(http.StatusTooManyRequests, api.CodeRateLimited, "too many requests for this tunnel"))
+		return
+	}
 	t.mu.Lock()
 	require := t.require
 	t.mu.Unlock()
 	for _, f := range require {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get(f.Name)), []byte(f.Value)) != 1 {
-			n := t.rejected.Add(1)
-			t.notify(Notice{Rejected: n})
+			t.rejected.Add(1)
+			t.notifyRefused()
 			log.Info("sender refused: required header missing or wrong", "header", f.Name)
 			s.fail(w, api.Errorf(http.StatusUnauthorized, api.CodeHeaderRejected, "the %s header is missing or wrong", f.Name))
 			return
 		}
 	}
-	if wait, ok := t.allow(time.Now()); !ok {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-		s.fail(w, api.Errorf(http.StatusTooManyRequests, api.CodeRateLimited, "too many requests for this tunnel"))
+	if dotted {
+		// The path is appended to the base path of the agent's local
+		// handler: a "." or ".." segment could lead out of it.
+		log.Info("sender refused: dot segment in the path", "uri", uri)
+		s.fail(w, api.Invalid("the path after the tunnel id must not have a dot segment (. or ..), in any encoding"))
+		return
+	}
+	if r.ContentLength > s.cfg.MaxBody {
+		s.fail(w, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "body larger than %d bytes", s.cfg.MaxBody))
+		return
+	}
+	buf, bodyErr := s.readBody(w, r, t)
+	if bodyErr != nil {
+		if bodyErr.Status == http.StatusRequestTimeout {
+			w.Header().Set("Connection", "close")
+			log.Info("slow sender cut off", "reason", bodyErr.Message)
+		}
+		s.fail(w, bodyErr)
 		return
 	}
 	select {
 	case t.inflight <- struct{}{}:
 		defer func() { <-t.inflight }()
 	default:
+		putBuf(buf)
 		w.Header().Set("Retry-After", "1")
 		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "too many requests in flight for this tunnel"))
-		return
-	}
-
-	if r.ContentLength > s.cfg.MaxBody {
-		s.fail(w, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "body larger than %d bytes", s.cfg.MaxBody))
-		return
-	}
-	buf, err := readAllPooled(r.Body, s.cfg.MaxBody)
-	if errors.Is(err, errTooLarge) {
-		s.fail(w, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "body larger than %d bytes", s.cfg.MaxBody))
-		return
-	} else if err != nil {
-		s.fail(w, api.Invalid("reading the body: %v", err))
 		return
 	}
 	s.metrics.bytesIn.Add(int64(buf.Len()))
@@ -431,6 +549,117 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	defer putBuf(buf)
 	s.enqueue(w, r.Context(), t, req, log)
+}
+
+// readBody reads a sender's body into a pooled buffer, holding the sender
+// to Config.MinBodyRate after Config.BodyGrace and to one of the tunnel's
+// places for slow bodies once the grace is over (see Config).
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, t *tunnel) (*bytes.Buffer, *api.Error) {
+	now := time.Now()
+	p := &bodyPacer{body: r.Body, rc: http.NewResponseController(w), slowBodies: t.slowBodies,
+		start: now, end: now.Add(s.readTimeout()), grace: s.cfg.BodyGrace, rate: float64(s.cfg.MinBodyRate)}
+	var body io.Reader = p
+	if p.rc.SetReadDeadline(p.deadline()) != nil {
+		body = r.Body // a connection without deadlines cannot be paced
+	} else {
+		p.timer = time.AfterFunc(p.grace, p.graceOver)
+	}
+	buf, err := readAllPooled(body, s.cfg.MaxBody)
+	cut := p.finish(err == nil)
+	switch {
+	case err == nil:
+		return buf, nil // cut or not: it came whole
+	case errors.Is(err, errTooLarge):
+		return nil, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "body larger than %d bytes", s.cfg.MaxBody)
+	case cut:
+		return nil, api.Errorf(http.StatusRequestTimeout, api.CodeRequestTimeout,
+			"the body was still arriving after %s and this tunnel is reading as many slow bodies as it may; send it faster or retry later", s.cfg.BodyGrace)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, api.Errorf(http.StatusRequestTimeout, api.CodeRequestTimeout,
+			"the body arrived too slowly: it must come at %d bytes/s or more after the first %s, and all within %s", s.cfg.MinBodyRate, s.cfg.BodyGrace, s.readTimeout())
+	default:
+		return nil, api.Invalid("reading the body: %v", err)
+	}
+}
+
+// bodyPacer reads a body, moving the connection's read deadline on as
+// bytes arrive so that a sender must keep up the minimum rate. When the
+// grace is over it takes one of the tunnel's places for slow bodies, or
+// cuts the sender off at once if there is none.
+type bodyPacer struct {
+	body       io.Reader
+	rc         *http.ResponseController
+	slowBodies chan struct{}
+	start, end time.Time // end: the read deadline never goes past it
+	grace      time.Duration
+	rate       float64 // bytes per second
+	n          int64   // bytes read; only Read's goroutine touches it
+	timer      *time.Timer
+
+	mu   sync.Mutex
+	slow bool // holds a place in slowBodies
+	cut  bool // found no place: the deadline is past for good
+	done bool
+}
+
+func (p *bodyPacer) Read(b []byte) (int, error) {
+	n, err := p.body.Read(b)
+	if n > 0 {
+		p.n += int64(n)
+		p.mu.Lock()
+		if !p.cut {
+			p.rc.SetReadDeadline(p.deadline())
+		}
+		p.mu.Unlock()
+	}
+	return n, err
+}
+
+// deadline is when the bytes read so far stop being enough.
+func (p *bodyPacer) deadline() time.Time {
+	d := p.start.Add(p.grace + time.Duration(float64(p.n)/p.rate*float64(time.Second)))
+	if d.After(p.end) {
+		return p.end
+	}
+	return d
+}
+
+// graceOver runs when the grace ends with the body still arriving.
+func (p *bodyPacer) graceOver() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return
+	}
+	select {
+	case p.slowBodies <- struct{}{}:
+		p.slow = true
+	default:
+		p.cut = true
+		p.rc.SetReadDeadline(time.Now()) // wakes the blocked Read with a timeout
+	}
+}
+
+// finish gives back the slow place, if taken, and leaves a connection
+// whose body was read whole the deadline of the whole request (the server
+// watches it while the agent answers). It reports whether the sender was
+// cut off for want of a place.
+func (p *bodyPacer) finish(whole bool) bool {
+	if p.timer == nil {
+		return false
+	}
+	p.timer.Stop()
+	p.mu.Lock()
+	p.done = true
+	slow, cut := p.slow, p.cut
+	p.mu.Unlock()
+	if slow {
+		<-p.slowBodies
+	}
+	if whole {
+		p.rc.SetReadDeadline(p.end)
+	}
+	return cut
 }
 
 // forward sends a live request to the agent and relays its answer.
@@ -580,13 +809,39 @@ func (t *tunnel) allow(now time.Time) (time.Duration, bool) {
 	return t.limiter.take(now)
 }
 
-// notify sends counters to the agent, if one is connected; never blocks.
-func (t *tunnel) notify(n Notice) {
+// notifyRefused tells the agent the count of refused senders: at once if
+// no notice went in the last noticeEvery, else once that interval is over,
+// with the count as it is then. Never blocks.
+func (t *tunnel) notifyRefused() {
+	now := time.Now()
+	t.mu.Lock()
+	if t.noticeDue {
+		t.mu.Unlock()
+		return
+	}
+	wait := t.noticedAt.Add(t.noticeEvery).Sub(now)
+	if wait <= 0 {
+		t.noticedAt = now
+		t.mu.Unlock()
+		t.notify()
+		return
+	}
+	t.noticeDue = true
+	t.mu.Unlock()
+	time.AfterFunc(wait, func() {
+		t.mu.Lock()
+		t.noticeDue = false
+		t.noticedAt = time.Now()
+		t.mu.Unlock()
+		t.notify()
+	})
+}
+
+// notify sends the counters to the agent, if one is connected; never blocks.
+func (t *tunnel) notify() {
 	t.mu.Lock()
 	ac := t.agent
-	if n.Queued == 0 {
-		n.Queued = t.queued
-	}
+	n := Notice{Rejected: t.rejected.Load(), Queued: t.queued}
 	t.mu.Unlock()
 	if ac != nil {
 		ac.trySend(outFrame{head: appendJSON(nil, frameNotice, n)})

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -194,7 +195,8 @@ func cmdListen(ctx context.Context, args []string, stdio Stdio) int {
 // first connection is up. It returns nil when ctx ends.
 func runTunnel(ctx context.Context, rt *agentRuntime, cc relay.ClientConfig, forwardTo string, stdio Stdio) error {
 	var once sync.Once
-	var lastRejected int64
+	refused := &refusalReport{out: stdio.Out, every: refusalReportEvery}
+	defer refused.stop()
 	cc.Handler = rt.agent
 	cc.OnState = func(s relay.ConnState) {
 		rt.agent.SetConnState(s)
@@ -209,10 +211,7 @@ func runTunnel(ctx context.Context, rt *agentRuntime, cc relay.ClientConfig, for
 				}
 				fmt.Fprintln(stdio.Out)
 			})
-			if s.Notice.Rejected > lastRejected {
-				lastRejected = s.Notice.Rejected
-				fmt.Fprintf(stdio.Out, "  relay refused %d request(s) so far without the required header\n", lastRejected)
-			}
+			refused.note(s.Notice.Rejected)
 		}
 	}
 	client, err := relay.NewClient(cc)
@@ -224,4 +223,75 @@ func runTunnel(ctx context.Context, rt *agentRuntime, cc relay.ClientConfig, for
 		return fmt.Errorf("%v — check --token, or ask for a new one with 'calltap relay token create'", err)
 	}
 	return err
+}
+
+// refusalReportEvery is how often the console sums up refused senders.
+const refusalReportEvery = 10 * time.Second
+
+// refusalReport turns the relay's running count of senders refused for a
+// missing --require-header into console lines: the first refusals at once,
+// then at most one line per interval with the count since the last line,
+// so that a flood of refusals prints a few lines, not one each.
+type refusalReport struct {
+	out   io.Writer
+	every time.Duration
+
+	mu         sync.Mutex
+	seen       int64       // the relay's count last heard
+	unreported int64       // refusals not printed yet
+	printedAt  time.Time   // when the last line was printed
+	timer      *time.Timer // pending summary; nil when none
+	stopped    bool
+}
+
+// note takes the relay's running count. The count only grows while the
+// relay runs; a smaller one (a connection's first state, or a restarted
+// relay) adds nothing.
+func (r *refusalReport) note(total int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if total <= r.seen || r.stopped {
+		return
+	}
+	r.unreported += total - r.seen
+	r.seen = total
+	if r.timer != nil {
+		return // the summary due will carry these
+	}
+	if wait := time.Until(r.printedAt.Add(r.every)); wait > 0 {
+		r.timer = time.AfterFunc(wait, r.summarise)
+		return
+	}
+	r.printLocked("")
+}
+
+// summarise prints what came in since the last line, an interval ago.
+func (r *refusalReport) summarise() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.timer = nil
+	if !r.stopped {
+		r.printLocked(" in the last " + r.every.String())
+	}
+}
+
+// stop prints what was not reported yet and ends the summaries.
+func (r *refusalReport) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+	r.printLocked("")
+	r.stopped = true
+}
+
+func (r *refusalReport) printLocked(period string) {
+	if r.unreported == 0 {
+		return
+	}
+	fmt.Fprintf(r.out, "  relay refused %d request(s) without the required header%s\n", r.unreported, period)
+	r.unreported = 0
+	r.printedAt = time.Now()
 }

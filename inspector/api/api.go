@@ -45,6 +45,7 @@ const (
 	CodeForbidden       = "forbidden"           // 403
 	CodeNotFound        = "not_found"           // 404
 	CodeMethod          = "method_not_allowed"  // 405
+	CodeRequestTimeout  = "request_timeout"     // 408
 	CodeTooLarge        = "payload_too_large"   // 413
 	CodeRateLimited     = "rate_limited"        // 429
 	CodeInternal        = "internal"            // 500
