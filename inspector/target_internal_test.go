@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/calltap/calltap/inspector/api"
+	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -47,7 +48,7 @@ func TestAgentKeepsTargetsUnderItsBasePath(t *testing.T) {
 	if c.Target != "" || !strings.Contains(c.Error, "outside") {
 		t.Fatalf("capture target %q, error %q", c.Target, c.Error)
 	}
-	res := a.send(ctx, c, nil)
+	res := a.send(ctx, c, nil, relay.Limits{})
 	if res.err != c.Error || hits.Load() != 0 {
 		t.Errorf("sent with error %q, handler hit %d times", res.err, hits.Load())
 	}
