@@ -2,9 +2,9 @@
 // reaches the tunnel into SQLite before anything else happens to it,
 // forwards it to the developer's local handler, records the answer, replays
 // on demand, and serves the local JSON API and browser UI over what it
-// captured. Knowledge of the voice service lives in packages beneath it:
-// callevent (the event contract), emulator (the service on loopback) and
-// service (a client of the real API).
+// captured. Knowledge of the voice service lives beneath it, in voice/:
+// callevent (the event contract), emulator (the service on loopback),
+// service (a client of the real API) and trigger (sample events).
 package inspector
 
 import (
@@ -21,7 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
 	"github.com/google/uuid"

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/calltap/calltap/inspector/service"
+	"github.com/calltap/calltap/inspector/voice/service"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
 )

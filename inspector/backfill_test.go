@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector"
-	"github.com/calltap/calltap/inspector/emulator"
 	"github.com/calltap/calltap/inspector/inspectortest"
-	"github.com/calltap/calltap/inspector/service"
+	"github.com/calltap/calltap/inspector/voice/emulator"
+	"github.com/calltap/calltap/inspector/voice/service"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
 )

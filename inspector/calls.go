@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/calltap/calltap/inspector/api"
-	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/inspector/voice/callevent"
+	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
 

@@ -1,7 +1,7 @@
 package inspector
 
 import (
-	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/storage"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
 )

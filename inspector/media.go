@@ -25,8 +25,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/calltap/calltap/inspector/api"
-	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/inspector/voice/callevent"
+	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
 

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector"
-	"github.com/calltap/calltap/inspector/callevent"
 	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 )
 
 // A call's recording is saved through the tunnel as soon as its event

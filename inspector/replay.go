@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/calltap/calltap/inspector/api"
-	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
 

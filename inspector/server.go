@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/calltap/calltap/inspector/api"
+	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
 

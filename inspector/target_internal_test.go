@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/calltap/calltap/inspector/api"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
 

@@ -360,12 +360,31 @@ func handlerSawInOrder(t *testing.T, rec *recorder, n int) {
 // reach the handler after it, in arrival order, and their senders still get
 // the handler's answer.
 func TestNewRequestsDuringDrainKeepArrivalOrder(t *testing.T) {
-	rec, h := slowHandler(t)
+	// The handler holds every request until the relay has handed its whole
+	// queue over, so the queue is still being delivered when the new
+	// requests come, however slow the machine.
+	handedOver := make(chan struct{})
+	rec, h := startHandler(t, func(w http.ResponseWriter, r *http.Request) {
+		<-handedOver
+		time.Sleep(20 * time.Millisecond) // a handler's work, not a wait for readiness
+		w.WriteHeader(http.StatusCreated)
+	})
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
 	st.StopAgent()
 	const queued, fresh = 100, 20
 	queueWhileAway(t, st, queued)
 	st.StartAgent()
+	go func() {
+		defer close(handedOver)
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			stats, err := st.RelayDB.QueueStatsByTunnel(context.Background())
+			if err == nil && stats[st.TunnelID].Count == 0 {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
 	sendInOrder(t, st, queued, queued+5) // while the relay may still be handing its queue over
 	relayQueueEmpty(t, st)
 	// From here on the relay sends each new request live, while the agent

@@ -26,7 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/calltap/calltap/inspector/api"
+	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/calltap/calltap/inspector/api"
+	"github.com/calltap/calltap/relay/api"
 )
 
 //go:embed static

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector"
-	"github.com/calltap/calltap/inspector/trigger"
+	"github.com/calltap/calltap/inspector/voice/trigger"
 	"github.com/calltap/calltap/relay"
 )
 

@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/calltap/calltap/inspector"
-	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/storage"
 )
 

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/calltap/calltap/inspector/emulator"
+	"github.com/calltap/calltap/inspector/voice/emulator"
 )
 
 func cmdMockService(ctx context.Context, args []string, stdio Stdio) int {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector"
-	"github.com/calltap/calltap/inspector/api"
+	"github.com/calltap/calltap/relay/api"
 )
 
 func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {

@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/calltap/calltap/inspector/service"
+	"github.com/calltap/calltap/inspector/voice/service"
 )
 
 // serviceHelp explains where the service's address and key come from; it

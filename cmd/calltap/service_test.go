@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/emulator"
-	"github.com/calltap/calltap/inspector/service"
+	"github.com/calltap/calltap/inspector/voice/emulator"
+	"github.com/calltap/calltap/inspector/voice/service"
 )
 
 // runFn runs one command function with captured output.

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/calltap/calltap/inspector/callevent"
-	"github.com/calltap/calltap/inspector/trigger"
+	"github.com/calltap/calltap/inspector/voice/callevent"
+	"github.com/calltap/calltap/inspector/voice/trigger"
 )
 
 func cmdTrigger(ctx context.Context, args []string, stdio Stdio) int {

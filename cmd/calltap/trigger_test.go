@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 )
 
 func runTrigger(t *testing.T, args ...string) (int, string, string) {

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector"
-	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/storage"
 	"github.com/google/uuid"
 )

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/storage"
 )
 

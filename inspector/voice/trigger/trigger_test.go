@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
 )
 

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/emulator"
+	"github.com/calltap/calltap/inspector/voice/emulator"
 )
 
 func ctxT(t *testing.T) context.Context {

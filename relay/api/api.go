@@ -1,8 +1,10 @@
 // Package api is the HTTP face shared by every JSON API calltap serves — the
-// inspector, the relay's error bodies and the voice service emulator. It
+// relay's error bodies, the inspector and the voice service emulator. It
 // implements the voice service documentation's response envelope (section
 // 2.1), its page object (2.2) and its paging rules (4.7), so that a client
-// written for the service reads calltap's answers the same way.
+// written for the service reads calltap's answers the same way. It imports
+// only the standard library and sits under relay, the lowest layer that
+// answers HTTP, so that relay, inspector and web all import it downward.
 package api
 
 import (

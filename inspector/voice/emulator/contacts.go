@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/calltap/calltap/inspector/api"
+	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
 

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/calltap/calltap/inspector/callevent"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/emulator"
+	"github.com/calltap/calltap/inspector/voice/emulator"
 )
 
 // Keys every test emulator accepts.
