@@ -295,7 +295,7 @@ func TestInspectorToken(t *testing.T) {
 	hs := httptest.NewServer(h)
 	defer hs.Close()
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
-	srv := httptest.NewServer(inspector.NewServer(context.Background(), inspector.ServerConfig{Agent: st.Agent, Token: "s3cret"}))
+	srv := httptest.NewServer(inspector.NewServer(inspector.ServerConfig{Agent: st.Agent, Token: "s3cret"}))
 	defer srv.Close()
 	api := srv.URL + "/api/v1/ext/webhooks/"
 	if code, env := do(t, "GET", api, ""); code != 401 || env.Error.Code != "unauthorized" {
@@ -366,7 +366,7 @@ func TestInspectorOriginMustBeItsOwn(t *testing.T) {
 	hs := httptest.NewServer(h)
 	defer hs.Close()
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
-	srv := httptest.NewServer(inspector.NewServer(context.Background(), inspector.ServerConfig{Agent: st.Agent,
+	srv := httptest.NewServer(inspector.NewServer(inspector.ServerConfig{Agent: st.Agent,
 		AllowedHosts: []string{"inspector.test", "https://inspector.example.com"}}))
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL)

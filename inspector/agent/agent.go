@@ -1,11 +1,8 @@
-// Package inspector is calltap's agent: it captures every request that
-// reaches the tunnel into SQLite before anything else happens to it,
-// forwards it to the developer's local handler, records the answer, replays
-// on demand, and serves the local JSON API and browser UI over what it
-// captured. Knowledge of the voice service lives beneath it, in voice/:
-// callevent (the event contract), emulator (the service on loopback),
-// service (a client of the real API) and trigger (sample events).
-package inspector
+// Package agent is calltap's agent: it saves every request that reaches
+// the tunnel in SQLite before anything else happens to it, forwards it to
+// the developer's local handler, records the answer, and replays, backfills
+// and saves the media of what it captured.
+package agent
 
 import (
 	"bytes"
@@ -67,6 +64,15 @@ type Config struct {
 	writeCaptures func(ctx context.Context, inserts, updates []*storage.Capture) error
 }
 
+// Event is what the agent tells whoever shows its work as it happens (the
+// inspector's live stream). Exactly one field is set. Its pointers are the
+// agent's: valid only during the call that passes them.
+type Event struct {
+	Capture *storage.Capture   // a capture just committed
+	Media   *storage.MediaFile // a media file's record just changed
+	Tunnel  *TunnelState       // the relay connection's state just changed
+}
+
 // Agent captures, forwards and replays requests.
 type Agent struct {
 	cfg       Config
@@ -75,7 +81,7 @@ type Agent struct {
 	client    *http.Client   // https targets
 	handler   *handlerClient // http targets: the local handler, usually
 	log       *slog.Logger
-	hub       *hub
+	onEvent   atomic.Pointer[func(Event)] // set by SetOnEvent; nil tells nobody
 
 	ops       chan writeOp // to writeLoop
 	unsettled atomic.Int64 // responses queued for writeLoop and not yet committed
@@ -88,13 +94,17 @@ type Agent struct {
 	turnWake chan struct{} // cap 1: wakes turnLoop
 	waiting  atomic.Int64  // turns not done, the one at the handler included; 0 lets a live request go straight
 
-	stopped context.Context // done once Run has returned
-	stop    context.CancelFunc
+	// Stopping. Run closes quit once its context ends and writeLoop has
+	// returned; then it sets stopped, after which nothing is queued for
+	// writeLoop and no task starts, and waits for the tasks.
+	quit       chan struct{}
+	stopMu     sync.RWMutex
+	stopped    bool                       // guarded by stopMu
+	tasks      sync.WaitGroup             // goroutines started by start and backgroundLoop
+	background chan func(context.Context) // to backgroundLoop: work bounded by Run's context
 
-	console *console // nil when Config.Console is
-
-	media       *MediaSaver // nil when MediaDir is empty
-	mediaCancel context.CancelFunc
+	console *console    // nil when Config.Console is
+	media   *MediaSaver // nil when MediaDir is empty
 
 	stateMu sync.Mutex
 	state   TunnelState // guarded by stateMu
@@ -111,26 +121,13 @@ type TunnelState struct {
 	Error        string `json:"error,omitempty"`
 }
 
-// writeOp is one insert or update for writeLoop, with what to do after the
-// commit.
-type writeOp struct {
-	insert *storage.Capture
-	update *storage.Capture
-	ack    *relay.Stream // acknowledged to the relay once the insert is committed
-	after  func(error)
-	// keep: should the commit fail, the write is tried again (with the
-	// next one, or after a pause) until it succeeds, and after is called
-	// only then. For writes nobody can be told failed: a queued request
-	// (its sender has its 202 and the relay waits for the ack, in order)
-	// and a response already passed on. A live request is not kept: its
-	// sender gets a 502 and sends it again.
-	keep bool
-}
+// errStopped is why a write or a replay is refused once Run has stopped.
+var errStopped = errors.New("agent: stopped")
 
-// NewAgent builds an agent over cfg.Store.
-func NewAgent(cfg Config) (*Agent, error) {
+// New builds an agent over cfg.Store. It starts nothing: Run does.
+func New(cfg Config) (*Agent, error) {
 	if cfg.Store == nil {
-		return nil, errors.New("inspector: Config.Store is required")
+		return nil, errors.New("agent: Config.Store is required")
 	}
 	if cfg.ForwardTimeout <= 0 {
 		cfg.ForwardTimeout = 30 * time.Second
@@ -141,18 +138,21 @@ func NewAgent(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.AnalysisPendingAfter <= 0 {
+		cfg.AnalysisPendingAfter = 15 * time.Minute
+	}
 	if cfg.writeCaptures == nil {
 		cfg.writeCaptures = cfg.Store.WriteCaptures
 	}
 	a := &Agent{
-		cfg:      cfg,
-		store:    cfg.Store,
-		log:      cfg.Logger,
-		hub:      newHub(),
-		ops:      make(chan writeOp, 1024),
-		turnWake: make(chan struct{}, 1),
+		cfg:        cfg,
+		store:      cfg.Store,
+		log:        cfg.Logger,
+		ops:        make(chan writeOp, 1024),
+		turnWake:   make(chan struct{}, 1),
+		quit:       make(chan struct{}),
+		background: make(chan func(context.Context)),
 	}
-	a.stopped, a.stop = context.WithCancel(context.Background())
 	if cfg.ForwardTo != "" {
 		u, err := ParseTarget(cfg.ForwardTo)
 		if err != nil {
@@ -189,16 +189,14 @@ func NewAgent(cfg Config) (*Agent, error) {
 	}
 	a.state = TunnelState{ForwardTo: cfg.ForwardTo, State: relay.StateOffline}
 	if cfg.MediaDir != "" {
-		ctx, cancel := context.WithCancel(context.Background())
-		saver, err := NewMediaSaver(ctx, MediaConfig{
+		saver, err := NewMediaSaver(MediaConfig{
 			DB: cfg.Store, Dir: cfg.MediaDir, AllowPrivate: cfg.AllowPrivateMedia, Logger: cfg.Logger,
-			OnUpdate: func(f *storage.MediaFile) { a.hub.publish("media", MediaFileOf(f)) },
+			OnUpdate: func(f *storage.MediaFile) { a.publish(Event{Media: f}) },
 		})
 		if err != nil {
-			cancel()
 			return nil, err
 		}
-		a.media, a.mediaCancel = saver, cancel
+		a.media = saver
 	}
 	return a, nil
 }
@@ -215,19 +213,116 @@ func ParseTarget(s string) (*url.URL, error) {
 // Store is the agent's capture store.
 func (a *Agent) Store() *storage.DB { return a.store }
 
-// Run runs the writer and the in-order delivery worker until ctx ends,
-// then stops the media downloads.
+// Config is the agent's configuration, defaults filled in.
+func (a *Agent) Config() Config { return a.cfg }
+
+// SetOnEvent makes the agent tell f of every Event; nil tells nobody. f is
+// called on the agent's own goroutines, the capture path among them: it
+// must not block, and must not keep the event's pointers.
+func (a *Agent) SetOnEvent(f func(Event)) {
+	if f == nil {
+		a.onEvent.Store(nil)
+		return
+	}
+	a.onEvent.Store(&f)
+}
+
+func (a *Agent) publish(ev Event) {
+	if f := a.onEvent.Load(); f != nil {
+		(*f)(ev)
+	}
+}
+
+// Run runs the writer, the in-order delivery worker and the background
+// work (replays on the service's schedule, media downloads) until ctx
+// ends; it returns once every goroutine the agent started has ended. It is
+// called once.
 func (a *Agent) Run(ctx context.Context) error {
-	defer a.stop()
-	go a.turnLoop(ctx)
+	var loops sync.WaitGroup
+	loops.Go(func() { a.turnLoop(ctx) })
+	loops.Go(func() { a.backgroundLoop(ctx) })
 	a.writeLoop(ctx)
+	a.stop()
+	loops.Wait()
+	a.tasks.Wait() // their writes are refused now, so nothing holds them long
 	if a.media != nil {
-		a.mediaCancel()
-		a.media.Wait()
+		a.media.Close(context.Background()) // cancels the downloads: they end soon
 	}
 	a.FlushConsole()
 	a.handler.closeIdle()
 	return nil
+}
+
+// stop ends the agent's intake once writeLoop has returned: writes queued
+// from now on are refused, and those still in the queue are abandoned.
+func (a *Agent) stop() {
+	close(a.quit) // frees a queue call blocked on a full queue
+	a.stopMu.Lock()
+	a.stopped = true
+	a.stopMu.Unlock()
+	for {
+		select {
+		case op := <-a.ops:
+			a.abandon([]writeOp{op}, errStopped)
+		default:
+			return
+		}
+	}
+}
+
+// start runs f on a goroutine of its own that Run waits for; false, and f
+// is not run, once the agent has stopped.
+func (a *Agent) start(f func()) bool {
+	if !a.enter() {
+		return false
+	}
+	go func() {
+		defer a.tasks.Done()
+		f()
+	}()
+	return true
+}
+
+// enter counts the calling goroutine among the tasks Run waits for, until
+// it calls tasks.Done; false once the agent has stopped.
+func (a *Agent) enter() bool {
+	a.stopMu.RLock()
+	defer a.stopMu.RUnlock()
+	if a.stopped {
+		return false
+	}
+	a.tasks.Add(1)
+	return true
+}
+
+// backgroundLoop starts the work handed to goBackground, each on its own
+// goroutine, with Run's context.
+func (a *Agent) backgroundLoop(ctx context.Context) {
+	for {
+		select {
+		case f := <-a.background:
+			a.tasks.Add(1)
+			go func() {
+				defer a.tasks.Done()
+				f(ctx)
+			}()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// goBackground has f run on a goroutine of its own with Run's context,
+// which bounds it; it waits for Run to take f, or for ctx to end.
+func (a *Agent) goBackground(ctx context.Context, f func(context.Context)) error {
+	select {
+	case a.background <- f:
+		return nil
+	case <-a.quit:
+		return errStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // FlushConsole writes console lines still held back.
@@ -235,6 +330,22 @@ func (a *Agent) FlushConsole() {
 	if a.console != nil {
 		a.console.flush()
 	}
+}
+
+// writeOp is one insert or update for writeLoop, with what to do after the
+// commit.
+type writeOp struct {
+	insert *storage.Capture
+	update *storage.Capture
+	ack    *relay.Stream // acknowledged to the relay once the insert is committed
+	after  func(error)
+	// keep: should the commit fail, the write is tried again (with the
+	// next one, or after a pause) until it succeeds, and after is called
+	// only then. For writes nobody can be told failed: a queued request
+	// (its sender has its 202 and the relay waits for the ack, in order)
+	// and a response already passed on. A live request is not kept: its
+	// sender gets a 502 and sends it again.
+	keep bool
 }
 
 // writeLoop owns every capture write: it commits whatever queued up while
@@ -350,7 +461,7 @@ func (a *Agent) writeLoop(ctx context.Context) {
 			}
 			if err == nil && c != nil {
 				if !c.Redelivered {
-					a.hub.publish("capture", SummaryOf(c))
+					a.publish(Event{Capture: c})
 					if op.insert != nil && a.media != nil {
 						a.media.SaveCapture(c) // returns at once
 					}
@@ -402,10 +513,8 @@ func onlyResponses(batch []writeOp) bool {
 func (a *Agent) save(ctx context.Context, op writeOp) error {
 	done := make(chan error, 1)
 	op.after = func(err error) { done <- err }
-	select {
-	case a.ops <- op:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := a.queue(ctx, op); err != nil {
+		return err
 	}
 	select {
 	case err := <-done:
@@ -415,10 +524,29 @@ func (a *Agent) save(ctx context.Context, op writeOp) error {
 	}
 }
 
-// settle waits, when responses are still waiting to be committed (see
+// queue hands op to writeLoop. Once it has, op.after is called in the end,
+// whatever happens; it has not when queue fails, once the agent has
+// stopped or ctx has ended.
+func (a *Agent) queue(ctx context.Context, op writeOp) error {
+	a.stopMu.RLock()
+	defer a.stopMu.RUnlock()
+	if a.stopped {
+		return errStopped
+	}
+	select {
+	case a.ops <- op:
+		return nil
+	case <-a.quit:
+		return errStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Settle waits, when responses are still waiting to be committed (see
 // responseLinger), until they are: readers of the store then see every
 // response the agent already sent back.
-func (a *Agent) settle(ctx context.Context) {
+func (a *Agent) Settle(ctx context.Context) {
 	if a.unsettled.Load() > 0 {
 		a.Flush(ctx)
 	}
@@ -453,7 +581,7 @@ func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 	a.addTurn(t) // now, so that its place is its arrival, however long the save takes
 	id := c.ID
 	// The relay forgets a queued request once it is saved.
-	a.ops <- writeOp{insert: c, ack: s, keep: true, after: func(err error) {
+	a.insert(writeOp{insert: c, ack: s, keep: true, after: func(err error) {
 		s.Release() // the body is read back from the store
 		t.id, t.err = c.ID, err
 		// The relay sent it again because our ack was lost: the first
@@ -461,7 +589,7 @@ func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 		// try, committed after all: that one keeps its id.)
 		t.skip = c.Redelivered && c.ID != id
 		close(t.saved)
-	}}
+	}})
 }
 
 // serveLive saves and forwards a live request side by side; see ServeTunnel.
@@ -478,7 +606,9 @@ func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
 		}
 		saved <- time.AfterFunc(liveAckDelay, s.Ack)
 	}})
-	go func() {
+	// The goroutine ends within the forward timeout, once the commit's
+	// outcome is known: writeLoop, or Run's stop, tells every queued write.
+	started := a.start(func() {
 		defer s.Release()
 		res := a.send(context.Background(), &out, h, s.Limits())
 		ack := <-saved
@@ -490,13 +620,18 @@ func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
 		}
 		ack.Stop()
 		s.Respond(a.record(context.Background(), c, 1, res))
-	}()
+	})
+	if !started { // the agent has stopped: the insert was refused too
+		s.Respond(notSaved)
+		s.Release()
+	}
 }
 
 // notSaved is the answer to a live request whose capture could not be saved.
 var notSaved = &relay.Response{Result: relay.ResultUnreachable, Error: "the agent could not save the request"}
 
-// insert queues the insert of a live request's capture.
+// insert queues the insert of a tunnel request's capture; should the agent
+// have stopped, op.after is told so at once.
 func (a *Agent) insert(op writeOp) {
 	c := op.insert
 	if storage.KeptApart(len(c.Body)) {
@@ -505,15 +640,25 @@ func (a *Agent) insert(op writeOp) {
 		// device), and the capture queued once it is; its place in the
 		// store's order is then when it was written. Should this fail,
 		// WriteCaptures tries again.
-		go func() {
+		staged := a.start(func() {
 			if err := a.store.StageBody(c); err != nil {
 				a.log.Warn("writing a large body", "err", err)
 			}
-			a.ops <- op
-		}()
+			a.queueInsert(op)
+		})
+		if !staged {
+			op.after(errStopped)
+		}
 		return
 	}
-	a.ops <- op
+	a.queueInsert(op)
+}
+
+// queueInsert queues op, or tells op.after why it could not.
+func (a *Agent) queueInsert(op writeOp) {
+	if err := a.queue(context.Background(), op); err != nil {
+		op.after(err)
+	}
 }
 
 // liveAckDelay is how long a live request's ack waits for the response
@@ -570,7 +715,14 @@ func (a *Agent) serveInTurn(c *storage.Capture, req *relay.Request, s *relay.Str
 	t := &turn{saved: make(chan struct{}), s: s, c: c, out: *c, h: req.Header,
 		arrivedAt: time.UnixMicro(req.ArrivedAt).UTC(), answered: make(chan struct{})}
 	if ft := s.ForwardTimeout(); ft > 0 {
-		t.timer = time.AfterFunc(ft-deferMargin(ft), func() { a.deferTurn(t) })
+		t.timer = time.AfterFunc(ft-deferMargin(ft), func() {
+			// Its waits end by themselves, so it may run after Run
+			// has stopped waiting for tasks.
+			if a.enter() {
+				defer a.tasks.Done()
+			}
+			a.deferTurn(t)
+		})
 	}
 	a.addTurn(t)
 	a.insert(writeOp{insert: c, after: func(err error) {
@@ -596,18 +748,14 @@ func (a *Agent) deferTurn(t *turn) {
 	}
 	defer close(t.answered)
 	defer t.s.Release() // from now on the body is read back from the store
-	select {
-	case <-t.saved:
-	case <-a.stopped.Done():
-		return
-	}
+	<-t.saved           // comes: every queued write is told its outcome
 	if t.err != nil {
 		t.s.Respond(notSaved)
 		return
 	}
 	late := *t.c
 	late.Late, late.ArrivedAt = true, t.arrivedAt
-	if err := a.save(a.stopped, writeOp{update: &late, keep: true}); err != nil {
+	if err := a.save(context.Background(), writeOp{update: &late, keep: true}); err != nil {
 		t.s.Respond(notSaved) // the agent is stopping
 		return
 	}
@@ -799,9 +947,7 @@ func (a *Agent) record(ctx context.Context, c *storage.Capture, n int, res sendR
 	// c before the batch runs.
 	update := *c
 	a.unsettled.Add(1)
-	select {
-	case a.ops <- writeOp{update: &update, keep: true}:
-	case <-ctx.Done():
+	if a.queue(ctx, writeOp{update: &update, keep: true}) != nil {
 		a.unsettled.Add(-1)
 	}
 	a.printLine(c)
@@ -816,6 +962,9 @@ func (a *Agent) record(ctx context.Context, c *storage.Capture, n int, res sendR
 	}
 	return out
 }
+
+// retryable is the voice service's rule (documentation 6.8).
+func retryable(r sendResult) bool { return callevent.Retryable(r.status) }
 
 // sendResult is one try at the local handler.
 type sendResult struct {
@@ -913,55 +1062,6 @@ func sendFailed(prefix string, err error) sendResult {
 	return sendResult{err: prefix + err.Error(), timeout: errors.As(err, &ue) && ue.Timeout()}
 }
 
-// retryable is the voice service's rule (documentation 6.8).
-func retryable(r sendResult) bool { return callevent.Retryable(r.status) }
-
-// printLine writes the console line for a finished request.
-func (a *Agent) printLine(c *storage.Capture) {
-	if a.console == nil {
-		return
-	}
-	status := "ERR"
-	if c.ResponseStatus > 0 {
-		status = fmt.Sprint(c.ResponseStatus)
-	}
-	event := c.Event
-	if event == "" {
-		event = "-"
-	}
-	var flags []string
-	if c.Late {
-		flags = append(flags, "late")
-	}
-	if c.DuplicateOf != "" {
-		flags = append(flags, "duplicate")
-	}
-	if c.Source != SourceTunnel {
-		flags = append(flags, c.Source)
-	}
-	line := fmt.Sprintf("%s  %-6s %-32s %-26s %3s %6s", time.Now().Format("15:04:05.000"), c.Method, c.Path, event, status, fmtDuration(c.Duration))
-	if len(flags) > 0 {
-		line += "  [" + strings.Join(flags, ",") + "]"
-	}
-	if c.Error != "" {
-		line += "  " + c.Error
-	}
-	a.console.line(line)
-}
-
-func fmtDuration(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "-"
-	case d < time.Millisecond:
-		return fmt.Sprintf("%dµs", d.Microseconds())
-	case d < 10*time.Second:
-		return fmt.Sprintf("%dms", d.Milliseconds())
-	default:
-		return d.Round(100 * time.Millisecond).String()
-	}
-}
-
 // SetConnState records the relay connection's state and tells the UI.
 func (a *Agent) SetConnState(cs relay.ConnState) {
 	a.stateMu.Lock()
@@ -977,7 +1077,7 @@ func (a *Agent) SetConnState(cs relay.ConnState) {
 	}
 	st := a.state
 	a.stateMu.Unlock()
-	a.hub.publish("tunnel", st)
+	a.publish(Event{Tunnel: &st})
 }
 
 // SetInspectorURL records where the inspector listens.
