@@ -279,8 +279,13 @@ func TestInspectorRefusesForeignHostAndOrigin(t *testing.T) {
 	}
 	req, _ := http.NewRequest("GET", api, nil)
 	req.Host = "evil.example:4040"
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 403 {
-		t.Errorf("rebinding Host: %v %v", err, resp.StatusCode)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("rebinding Host: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Errorf("rebinding Host: %v", resp.StatusCode)
 	}
 	if code, _ := do(t, "POST", api+"replay/", `{"id":"x"}`, "Origin", "https://evil.example"); code != 403 {
 		t.Errorf("foreign Origin on POST: %d", code)

@@ -246,6 +246,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.FlushConsole()
 	a.handler.closeIdle()
+	a.client.CloseIdleConnections()
 	return nil
 }
 

@@ -59,8 +59,9 @@ type MediaConfig struct {
 // MediaSaver downloads media links in the background, on goroutines of its
 // own that run until they are done or Close stops them.
 type MediaSaver struct {
-	cfg MediaConfig
-	sem chan struct{} // one token per running download
+	cfg       MediaConfig
+	ownClient bool          // cfg.Client is the saver's: Close closes its idle connections
+	sem       chan struct{} // one token per running download
 
 	mu      sync.Mutex
 	closed  bool               // guarded by mu: Close was called
@@ -95,10 +96,12 @@ func NewMediaSaver(cfg MediaConfig) (*MediaSaver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	s := &MediaSaver{cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), running: map[*task]struct{}{}}
 	if cfg.Client == nil {
-		cfg.Client = mediaClient(cfg.AllowPrivate)
+		s.cfg.Client = mediaClient(cfg.AllowPrivate)
+		s.ownClient = true
 	}
-	return &MediaSaver{cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), running: map[*task]struct{}{}}, nil
+	return s, nil
 }
 
 // errPrivateAddress refuses a link to the developer's own network.
@@ -189,7 +192,8 @@ func (s *MediaSaver) start(within bool, f func(ctx context.Context)) {
 }
 
 // Wait blocks until every download started so far has finished or given
-// up. It is not called while Save or SaveCapture is.
+// up. It is not called while Save or SaveCapture is. The saver's idle
+// connections stay open for the next downloads: Close closes them.
 func (s *MediaSaver) Wait() { s.wg.Wait() }
 
 // Close stops the downloads, each recorded as stopped, and waits until they
@@ -208,10 +212,13 @@ func (s *MediaSaver) Close(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	if s.ownClient {
+		s.cfg.Client.CloseIdleConnections() // and their goroutines
+	}
+	return nil
 }
 
 // SaveCapture looks for media links in a captured call event and saves
