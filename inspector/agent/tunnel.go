@@ -34,8 +34,10 @@ func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 	t := &turn{saved: make(chan struct{})}
 	a.addTurn(t) // now, so that its place is its arrival, however long the save takes
 	id := c.ID
-	// The relay forgets a queued request once it is saved.
-	a.insert(writeOp{insert: c, ack: s, keep: true, after: func(err error) {
+	// The relay forgets a queued request once it is saved. It goes to
+	// writeLoop at once, large body or not, so that commits (and acks)
+	// keep the order of arrival.
+	a.queueInsert(writeOp{insert: c, ack: s, keep: true, after: func(err error) {
 		s.Release() // the body is read back from the store
 		t.id, t.err = c.ID, err
 		// The relay sent it again because our ack was lost: the first
@@ -84,7 +86,7 @@ func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
 // notSaved is the answer to a live request whose capture could not be saved.
 var notSaved = &relay.Response{Result: relay.ResultUnreachable, Error: "the agent could not save the request"}
 
-// insert queues the insert of a tunnel request's capture; should the agent
+// insert queues the insert of a live request's capture; should the agent
 // have stopped, op.after is told so at once.
 func (a *Agent) insert(op writeOp) {
 	c := op.insert
