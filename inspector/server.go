@@ -55,7 +55,7 @@ type Server struct {
 func NewServer(cfg ServerConfig) *Server {
 	s := &Server{cfg: cfg, agent: cfg.Agent, mux: http.NewServeMux(), hub: newHub(),
 		hosts: map[string]bool{"localhost": true, "127.0.0.1": true, "::1": true}, origins: map[string]bool{}}
-	cfg.Agent.SetOnEvent(s.publish)
+	cfg.Agent.OnEvent(s.publish)
 	for _, h := range cfg.AllowedHosts {
 		if !strings.Contains(h, "://") {
 			s.hosts[strings.ToLower(strings.Trim(h, "[]"))] = true

@@ -77,7 +77,8 @@ type Agent struct {
 	client    *http.Client   // https targets
 	handler   *handlerClient // http targets: the local handler, usually
 	log       *slog.Logger
-	onEvent   atomic.Pointer[func(Event)] // set by SetOnEvent; nil tells nobody
+	notifyMu  sync.Mutex                    // serialises OnEvent
+	notify    atomic.Pointer[[]func(Event)] // added to by OnEvent (copied, never changed in place)
 
 	ops       chan writeOp // to writeLoop
 	unsettled atomic.Int64 // responses queued for writeLoop and not yet committed
@@ -212,20 +213,25 @@ func (a *Agent) Store() *storage.DB { return a.store }
 // Config is the agent's configuration, defaults filled in.
 func (a *Agent) Config() Config { return a.cfg }
 
-// SetOnEvent makes the agent tell f of every Event; nil tells nobody. f is
-// called on the agent's own goroutines, the capture path among them: it
-// must not block, and must not keep the event's pointers.
-func (a *Agent) SetOnEvent(f func(Event)) {
-	if f == nil {
-		a.onEvent.Store(nil)
-		return
+// OnEvent makes the agent tell f of every Event from now on, for as long
+// as it lives. f is called on the agent's own goroutines, the capture path
+// among them: it must not block, and must not keep the event's pointers.
+func (a *Agent) OnEvent(f func(Event)) {
+	a.notifyMu.Lock()
+	defer a.notifyMu.Unlock()
+	var fs []func(Event)
+	if old := a.notify.Load(); old != nil {
+		fs = append(fs, *old...)
 	}
-	a.onEvent.Store(&f)
+	fs = append(fs, f)
+	a.notify.Store(&fs)
 }
 
 func (a *Agent) publish(ev Event) {
-	if f := a.onEvent.Load(); f != nil {
-		(*f)(ev)
+	if fs := a.notify.Load(); fs != nil {
+		for _, f := range *fs {
+			f(ev)
+		}
 	}
 }
 
