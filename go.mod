@@ -10,6 +10,7 @@ require (
 	github.com/letsencrypt/challtestsrv v1.4.2
 	github.com/letsencrypt/pebble/v2 v2.10.1
 	github.com/mattn/go-sqlite3 v1.14.53
+	go.uber.org/goleak v1.3.0
 	golang.org/x/crypto v0.58.0
 )
 

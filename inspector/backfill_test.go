@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/inspector/voice/emulator"
 	"github.com/calltap/calltap/inspector/voice/service"
@@ -213,11 +213,11 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 	}
 
 	st.StartAgent()
-	var progress []inspector.BackfillProgress
-	res, err := st.Agent.Backfill(ctx, c, inspector.BackfillOptions{
+	var progress []agent.BackfillProgress
+	res, err := st.Agent.Backfill(ctx, c, agent.BackfillOptions{
 		Since: time.Hour, Forward: true,
 		Header:   relay.Header{{Name: "Authorization", Value: "Bearer client-secret"}},
-		Progress: func(p inspector.BackfillProgress) { progress = append(progress, p) },
+		Progress: func(p agent.BackfillProgress) { progress = append(progress, p) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +245,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Source != inspector.SourceBackfill || got.Method != "POST" || got.Path != "/hooks/voice" || got.Query != "src=svc" ||
+		if got.Source != agent.SourceBackfill || got.Method != "POST" || got.Path != "/hooks/voice" || got.Query != "src=svc" ||
 			!bytes.Equal(got.Body, rec.Payload) || got.Event != d.Event || got.CallID != offline || got.Status != storage.StatusDelivered ||
 			got.ResponseStatus != 200 || got.Target != h.URL+"/hooks/voice?src=svc" {
 			t.Errorf("capture of %s: %+v", d.ID, got)
@@ -272,7 +272,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 	}
 
 	// Again: nothing new.
-	again, err := st.Agent.Backfill(ctx, c, inspector.BackfillOptions{Since: time.Hour, Forward: true})
+	again, err := st.Agent.Backfill(ctx, c, agent.BackfillOptions{Since: time.Hour, Forward: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 	// Without forwarding, and for one call: imports only.
 	third := bfDispatch(t, base, map[string]any{"to_number": "+12025550143", "event_webhook_url": "http://127.0.0.1:1/nowhere", "scenario": "failed:no_answer"})
 	settled(t, ctx, c, third, 2)
-	only, err := st.Agent.Backfill(ctx, c, inspector.BackfillOptions{CallID: third})
+	only, err := st.Agent.Backfill(ctx, c, agent.BackfillOptions{CallID: third})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 	}
 	for _, it := range only.Items {
 		got, err := st.AgentDB.Capture(ctx, it.CaptureID)
-		if err != nil || got.Path != "/nowhere" || got.Status != storage.StatusPending || got.Source != inspector.SourceBackfill {
+		if err != nil || got.Path != "/nowhere" || got.Status != storage.StatusPending || got.Source != agent.SourceBackfill {
 			t.Errorf("imported %s: %+v %v", it.DeliveryID, got, err)
 		}
 	}
@@ -353,7 +353,7 @@ func TestEndToEndFromTheServiceToTheHandler(t *testing.T) {
 				t.Fatal(err)
 			}
 			rows := captures(t, ctx, st.AgentDB, storage.CaptureFilter{DeliveryID: d.ID})
-			if len(rows) != 1 || rows[0].Source != inspector.SourceTunnel || rows[0].Event != d.Event {
+			if len(rows) != 1 || rows[0].Source != agent.SourceTunnel || rows[0].Event != d.Event {
 				t.Fatalf("delivery %s: captures %+v", d.ID, rows)
 			}
 			full, _ := st.AgentDB.Capture(ctx, rows[0].ID)
@@ -418,7 +418,7 @@ func TestEndToEndFromTheServiceToTheHandler(t *testing.T) {
 func TestBackfillNeedsAHandlerToForward(t *testing.T) {
 	st := inspectortest.Start(t, inspectortest.Options{})
 	_, c := bfEmulator(t, 0.001)
-	if _, err := st.Agent.Backfill(bfCtx(t), c, inspector.BackfillOptions{Forward: true}); err == nil || !strings.Contains(err.Error(), "--forward-to") {
+	if _, err := st.Agent.Backfill(bfCtx(t), c, agent.BackfillOptions{Forward: true}); err == nil || !strings.Contains(err.Error(), "--forward-to") {
 		t.Fatalf("forward without a handler: %v", err)
 	}
 }

@@ -10,8 +10,7 @@ import (
 	"github.com/calltap/calltap/storage"
 )
 
-// The calls API groups captures by call_id and tells each call's story
-// (issue 5, point 4):
+// The calls API groups captures by call_id and tells each call's story:
 //
 //	GET /api/v1/ext/calls/?limit&offset&event&outcome_code&anomaly=<code>|any
 //	GET /api/v1/ext/calls/{call_id}/

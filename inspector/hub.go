@@ -3,6 +3,7 @@ package inspector
 import (
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 )
 
 // hub fans live events out to the inspector's SSE subscribers. publish
@@ -11,6 +12,7 @@ import (
 type hub struct {
 	mu   sync.Mutex
 	subs map[*subscriber]struct{} // guarded by mu
+	n    atomic.Int32             // len(subs), read without mu
 }
 
 type subscriber struct {
@@ -29,6 +31,7 @@ func (h *hub) subscribe() *subscriber {
 	s := &subscriber{ch: make(chan sseEvent, 256)}
 	h.mu.Lock()
 	h.subs[s] = struct{}{}
+	h.n.Store(int32(len(h.subs)))
 	h.mu.Unlock()
 	return s
 }
@@ -36,8 +39,13 @@ func (h *hub) subscribe() *subscriber {
 func (h *hub) unsubscribe(s *subscriber) {
 	h.mu.Lock()
 	delete(h.subs, s)
+	h.n.Store(int32(len(h.subs)))
 	h.mu.Unlock()
 }
+
+// active reports whether anyone is subscribed, so that an event nobody
+// would see need not be rendered.
+func (h *hub) active() bool { return h.n.Load() > 0 }
 
 func (h *hub) publish(name string, v any) {
 	h.mu.Lock()

@@ -7,13 +7,14 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
 )
 
 // timeFormat renders API times: RFC 3339 in UTC with microseconds.
-const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
+const timeFormat = agent.TimeFormat
 
 func fmtTime(t time.Time) *string {
 	if t.IsZero() {
@@ -153,4 +154,24 @@ func mustJSON(v any) []byte {
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(append(mustJSON(v), '\n'))
+}
+
+// checksOf runs the contract checks on a capture that is a call event.
+func checksOf(c *storage.Capture) []callevent.Finding {
+	if c.Event == "" {
+		return []callevent.Finding{}
+	}
+	return callevent.Check(c.Body)
+}
+
+// ReplayResult is the documentation's replay result (section 2.4).
+type ReplayResult struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Queued bool   `json:"queued"`
+}
+
+// ReplayStatus maps a capture to the replay result's fields.
+func ReplayStatus(c *storage.Capture, queued bool) ReplayResult {
+	return ReplayResult{ID: c.ID, Status: c.Status, Queued: queued}
 }

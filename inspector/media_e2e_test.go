@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 )
@@ -40,7 +40,7 @@ func TestMediaSavedAndReplayRewritten(t *testing.T) {
 	hs := httptest.NewServer(h)
 	defer hs.Close()
 	dir := t.TempDir()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Dir: dir, Agent: func(c *inspector.Config) {
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Dir: dir, Agent: func(c *agent.Config) {
 		c.MediaDir = filepath.Join(dir, "media")
 		c.AllowPrivateMedia = true
 		c.RewriteMedia = true

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/storage"
 )
@@ -75,7 +76,7 @@ type mediaEnv struct {
 	dir    string
 	cdn    *mediaCDN
 	cdnURL string
-	saver  *inspector.MediaSaver
+	saver  *agent.MediaSaver
 	api    string // inspector base URL
 	mu     sync.Mutex
 	seen   []string // guarded by mu: ids passed to OnUpdate
@@ -87,8 +88,7 @@ func newMediaEnv(t *testing.T, allowPrivate bool) *mediaEnv {
 	cdn := httptest.NewServer(e.cdn)
 	t.Cleanup(cdn.Close)
 	e.cdnURL = cdn.URL
-	ctx, cancel := context.WithCancel(context.Background())
-	saver, err := inspector.NewMediaSaver(ctx, inspector.MediaConfig{
+	saver, err := agent.NewMediaSaver(agent.MediaConfig{
 		DB: e.db, Dir: e.dir, AllowPrivate: allowPrivate, MaxBytes: 1024,
 		Backoff: []time.Duration{5 * time.Millisecond, 5 * time.Millisecond, 5 * time.Millisecond},
 		OnUpdate: func(f *storage.MediaFile) {
@@ -101,10 +101,7 @@ func newMediaEnv(t *testing.T, allowPrivate bool) *mediaEnv {
 		t.Fatal(err)
 	}
 	e.saver = saver
-	t.Cleanup(func() {
-		cancel()
-		saver.Wait()
-	})
+	t.Cleanup(func() { saver.Close(context.Background()) })
 	mux := http.NewServeMux()
 	inspector.MediaRoutes(mux, e.db, e.dir)
 	inspector.CallRoutes(mux, e.db, 0)
@@ -338,7 +335,7 @@ func TestRewriteMediaLinks(t *testing.T) {
 	// The payload's own link was never saved, but the call's recording
 	// was: matched by call and kind. The transcript has no copy: kept.
 	body, _ := json.Marshal(p)
-	out, n, err := inspector.RewriteMediaLinks(context.Background(), e.db, body, "http://127.0.0.1:4040/")
+	out, n, err := agent.RewriteMediaLinks(context.Background(), e.db, body, "http://127.0.0.1:4040/")
 	if err != nil || n != 1 {
 		t.Fatalf("%d %v", n, err)
 	}
@@ -351,12 +348,12 @@ func TestRewriteMediaLinks(t *testing.T) {
 	other := callevent.CallSpec{}.Events()[4]
 	other.Media.RecordingURL = saved
 	body, _ = json.Marshal(other)
-	if out, n, err = inspector.RewriteMediaLinks(context.Background(), e.db, body, "http://x"); err != nil || n != 1 || !strings.Contains(string(out), "http://x/api/v1/ext/media/"+recID) {
+	if out, n, err = agent.RewriteMediaLinks(context.Background(), e.db, body, "http://x"); err != nil || n != 1 || !strings.Contains(string(out), "http://x/api/v1/ext/media/"+recID) {
 		t.Errorf("%d %v %s", n, err, out)
 	}
 	// Nothing to rewrite.
 	body = []byte(`{"event":"call.started"}`)
-	if out, n, err = inspector.RewriteMediaLinks(context.Background(), e.db, body, "http://x"); n != 0 || err != nil || string(out) != string(body) {
+	if out, n, err = agent.RewriteMediaLinks(context.Background(), e.db, body, "http://x"); n != 0 || err != nil || string(out) != string(body) {
 		t.Errorf("%d %v %s", n, err, out)
 	}
 }
@@ -372,7 +369,7 @@ func TestParseMediaLinks(t *testing.T) {
 		`null`: {},
 		`[1]`:  {},
 	} {
-		if got := inspector.ParseMediaLinks(json.RawMessage(data)); got.RecordingURL != want.RecordingURL || got.TranscriptURL != want.TranscriptURL || got.ExpiresIn != want.ExpiresIn {
+		if got := agent.ParseMediaLinks(json.RawMessage(data)); got.RecordingURL != want.RecordingURL || got.TranscriptURL != want.TranscriptURL || got.ExpiresIn != want.ExpiresIn {
 			t.Errorf("%s: %+v", data, got)
 		}
 	}

@@ -1,3 +1,6 @@
+// Package inspector serves calltap's local JSON API and browser UI over what
+// the agent (package agent) captured; knowledge of the voice service lives
+// beneath it, in voice/.
 package inspector
 
 import (
@@ -12,13 +15,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
 
 // ServerConfig configures the inspector's HTTP side.
 type ServerConfig struct {
-	Agent  *Agent
+	Agent  *agent.Agent
 	Assets http.Handler // the embedded browser UI, served at /
 
 	// AllowedHosts are extra Host names accepted besides localhost,
@@ -34,21 +38,24 @@ type ServerConfig struct {
 	Routes []func(*http.ServeMux)
 }
 
-// Server is the inspector's JSON API and UI.
+// Server is the inspector's JSON API and UI. It starts no goroutine of its
+// own: its work is done on net/http's, for each request, and the agent's
+// Run owns background work such as replays on the service's schedule.
 type Server struct {
 	cfg     ServerConfig
-	agent   *Agent
+	agent   *agent.Agent
 	mux     *http.ServeMux
+	hub     *hub
 	hosts   map[string]bool
 	origins map[string]bool // accepted whole, besides the inspector's own
-	bg      context.Context // outlives requests: background replays
 }
 
-// NewServer builds the handler. bg bounds background work such as replays
-// on the service's schedule.
-func NewServer(bg context.Context, cfg ServerConfig) *Server {
-	s := &Server{cfg: cfg, agent: cfg.Agent, mux: http.NewServeMux(), bg: bg,
+// NewServer builds the handler and has the agent tell it what happens, for
+// the live stream.
+func NewServer(cfg ServerConfig) *Server {
+	s := &Server{cfg: cfg, agent: cfg.Agent, mux: http.NewServeMux(), hub: newHub(),
 		hosts: map[string]bool{"localhost": true, "127.0.0.1": true, "::1": true}, origins: map[string]bool{}}
+	cfg.Agent.OnEvent(s.publish)
 	for _, h := range cfg.AllowedHosts {
 		if !strings.Contains(h, "://") {
 			s.hosts[strings.ToLower(strings.Trim(h, "[]"))] = true
@@ -67,13 +74,10 @@ func NewServer(bg context.Context, cfg ServerConfig) *Server {
 	m.HandleFunc("GET /api/v1/ext/tunnel/", s.tunnel)
 	m.HandleFunc("GET /api/tunnels", s.ngrokTunnels)
 	m.HandleFunc("GET /api/v1/ext/stream", s.stream)
-	pending := cfg.Agent.cfg.AnalysisPendingAfter
-	if pending <= 0 {
-		pending = 15 * time.Minute
-	}
-	CallRoutes(m, cfg.Agent.store, pending)
-	if cfg.Agent.cfg.MediaDir != "" {
-		MediaRoutes(m, cfg.Agent.store, cfg.Agent.cfg.MediaDir)
+	acfg := cfg.Agent.Config()
+	CallRoutes(m, acfg.Store, acfg.AnalysisPendingAfter)
+	if acfg.MediaDir != "" {
+		MediaRoutes(m, acfg.Store, acfg.MediaDir)
 	}
 	for _, r := range cfg.Routes {
 		r(m)
@@ -83,6 +87,21 @@ func NewServer(bg context.Context, cfg ServerConfig) *Server {
 		m.Handle("/", cfg.Assets)
 	}
 	return s
+}
+
+// publish passes an agent's event on to the live stream's subscribers.
+func (s *Server) publish(ev agent.Event) {
+	if !s.hub.active() {
+		return // spares rendering it
+	}
+	switch {
+	case ev.Capture != nil:
+		s.hub.publish("capture", SummaryOf(ev.Capture))
+	case ev.Media != nil:
+		s.hub.publish("media", MediaFileOf(ev.Media))
+	case ev.Tunnel != nil:
+		s.hub.publish("tunnel", *ev.Tunnel)
+	}
 }
 
 // ServeHTTP checks Host, Origin and the token before routing.
@@ -105,7 +124,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Frame-Options", "DENY")
 	if strings.HasPrefix(r.URL.Path, "/api/") && r.URL.Path != "/api/v1/ext/stream" {
 		// What the API shows includes every response already sent back.
-		s.agent.settle(r.Context())
+		s.agent.Settle(r.Context())
 	}
 	s.mux.ServeHTTP(w, r)
 }
@@ -262,7 +281,7 @@ func (s *Server) listCaptures(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, err)
 		return
 	}
-	rows, count, err := s.agent.store.Captures(r.Context(), f)
+	rows, count, err := s.agent.Store().Captures(r.Context(), f)
 	if err != nil {
 		api.WriteError(w, err)
 		return
@@ -274,19 +293,19 @@ func (s *Server) listCaptures(w http.ResponseWriter, r *http.Request) {
 	api.WriteData(w, http.StatusOK, "ok", api.NewPage(count, len(out), f.Offset, out))
 }
 
-// Detail loads one capture with its attempts and replays.
-func (a *Agent) Detail(ctx context.Context, id string) (*Detail, error) {
-	c, err := a.store.Capture(ctx, id)
+// CaptureDetail loads one capture from db with its attempts and replays.
+func CaptureDetail(ctx context.Context, db *storage.DB, id string) (*Detail, error) {
+	c, err := db.Capture(ctx, id)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, api.NotFound("capture " + id)
 	} else if err != nil {
 		return nil, err
 	}
-	attempts, err := a.store.Attempts(ctx, id)
+	attempts, err := db.Attempts(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	replays, _, err := a.store.Captures(ctx, storage.CaptureFilter{ReplayOf: id, Page: storage.Page{Limit: api.MaxLimit}})
+	replays, _, err := db.Captures(ctx, storage.CaptureFilter{ReplayOf: id, Page: storage.Page{Limit: api.MaxLimit}})
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +315,7 @@ func (a *Agent) Detail(ctx context.Context, id string) (*Detail, error) {
 }
 
 func (s *Server) getCapture(w http.ResponseWriter, r *http.Request) {
-	d, err := s.agent.Detail(r.Context(), r.PathValue("id"))
+	d, err := CaptureDetail(r.Context(), s.agent.Store(), r.PathValue("id"))
 	if err != nil {
 		api.WriteError(w, err)
 		return
@@ -305,7 +324,7 @@ func (s *Server) getCapture(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getBody(w http.ResponseWriter, r *http.Request) {
-	c, err := s.agent.store.Capture(r.Context(), r.PathValue("id"))
+	c, err := s.agent.Store().Capture(r.Context(), r.PathValue("id"))
 	if errors.Is(err, storage.ErrNotFound) {
 		api.WriteError(w, api.NotFound("capture"))
 		return
@@ -321,7 +340,7 @@ func (s *Server) getBody(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
-	var o ReplayOptions
+	var o agent.ReplayOptions
 	if err := api.DecodeJSON(w, r, 16<<20, &o); err != nil {
 		api.WriteError(w, err)
 		return
@@ -330,7 +349,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, api.Invalid("id is required"))
 		return
 	}
-	c, err := s.agent.Replay(r.Context(), s.bg, o)
+	c, err := s.agent.Replay(r.Context(), o)
 	if err != nil {
 		api.WriteError(w, err)
 		return
@@ -375,8 +394,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, api.Errorf(http.StatusInternalServerError, api.CodeInternal, "streaming unsupported"))
 		return
 	}
-	sub := s.agent.hub.subscribe()
-	defer s.agent.hub.unsubscribe(sub)
+	sub := s.hub.subscribe()
+	defer s.hub.unsubscribe(sub)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")

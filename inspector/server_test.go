@@ -279,8 +279,13 @@ func TestInspectorRefusesForeignHostAndOrigin(t *testing.T) {
 	}
 	req, _ := http.NewRequest("GET", api, nil)
 	req.Host = "evil.example:4040"
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 403 {
-		t.Errorf("rebinding Host: %v %v", err, resp.StatusCode)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("rebinding Host: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Errorf("rebinding Host: %v", resp.StatusCode)
 	}
 	if code, _ := do(t, "POST", api+"replay/", `{"id":"x"}`, "Origin", "https://evil.example"); code != 403 {
 		t.Errorf("foreign Origin on POST: %d", code)
@@ -295,7 +300,7 @@ func TestInspectorToken(t *testing.T) {
 	hs := httptest.NewServer(h)
 	defer hs.Close()
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
-	srv := httptest.NewServer(inspector.NewServer(context.Background(), inspector.ServerConfig{Agent: st.Agent, Token: "s3cret"}))
+	srv := httptest.NewServer(inspector.NewServer(inspector.ServerConfig{Agent: st.Agent, Token: "s3cret"}))
 	defer srv.Close()
 	api := srv.URL + "/api/v1/ext/webhooks/"
 	if code, env := do(t, "GET", api, ""); code != 401 || env.Error.Code != "unauthorized" {
@@ -366,7 +371,7 @@ func TestInspectorOriginMustBeItsOwn(t *testing.T) {
 	hs := httptest.NewServer(h)
 	defer hs.Close()
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
-	srv := httptest.NewServer(inspector.NewServer(context.Background(), inspector.ServerConfig{Agent: st.Agent,
+	srv := httptest.NewServer(inspector.NewServer(inspector.ServerConfig{Agent: st.Agent,
 		AllowedHosts: []string{"inspector.test", "https://inspector.example.com"}}))
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL)

@@ -27,7 +27,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
 	"github.com/letsencrypt/challtestsrv"
@@ -450,7 +450,7 @@ func TestACMERelayEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, err := inspector.NewAgent(inspector.Config{Store: agentDB, ForwardTo: local.URL + "/webhooks", Logger: quiet, ForwardTimeout: 10 * time.Second})
+	agent, err := agent.New(agent.Config{Store: agentDB, ForwardTo: local.URL + "/webhooks", Logger: quiet, ForwardTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

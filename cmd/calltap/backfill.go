@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/trigger"
 	"github.com/calltap/calltap/relay"
 )
@@ -45,7 +45,7 @@ func cmdBackfill(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	if *forwardTo != "" {
 		*forward = true
-		if _, err := inspector.ParseTarget(*forwardTo); err != nil {
+		if _, err := agent.ParseTarget(*forwardTo); err != nil {
 			return usageError(stdio, "backfill", "--forward-to: %v", err)
 		}
 	}
@@ -71,11 +71,11 @@ func cmdBackfill(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	defer db.Close()
 	// Media links of backfilled events are saved too, if they have not expired.
-	cfg := inspector.Config{Store: db, ForwardTo: *forwardTo, MediaDir: filepath.Join(*dataDir, "media")}
+	cfg := agent.Config{Store: db, ForwardTo: *forwardTo, MediaDir: filepath.Join(*dataDir, "media")}
 	if *forward && !*asJSON {
 		cfg.Console = stdio.Out // one line per forwarded request, as listen prints
 	}
-	a, err := inspector.NewAgent(cfg)
+	a, err := agent.New(cfg)
 	if err != nil {
 		return fail(stdio, "backfill", err)
 	}
@@ -85,9 +85,9 @@ func cmdBackfill(ctx context.Context, args []string, stdio Stdio) int {
 	defer func() { cancel(); <-done }()
 
 	status := newStatusLine(stdio.Err)
-	res, err := a.Backfill(ctx, c, inspector.BackfillOptions{
+	res, err := a.Backfill(ctx, c, agent.BackfillOptions{
 		Since: *since, CallID: *callID, Forward: *forward, Header: extra,
-		Progress: func(p inspector.BackfillProgress) {
+		Progress: func(p agent.BackfillProgress) {
 			s := fmt.Sprintf("backfill: %d pages walked (%d of %d deliveries)", p.Pages, p.Listed, p.Count)
 			if p.Phase != "listing" {
 				s += fmt.Sprintf(", %d missing, %d fetched, %d imported", p.Missing, p.Fetched, p.Imported)
@@ -114,7 +114,7 @@ func cmdBackfill(ctx context.Context, args []string, stdio Stdio) int {
 }
 
 // printBackfill writes what a backfill did for a person.
-func printBackfill(w io.Writer, res inspector.BackfillResult, since time.Duration, forward bool) {
+func printBackfill(w io.Writer, res agent.BackfillResult, since time.Duration, forward bool) {
 	if len(res.Items) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "DELIVERY\tEVENT\tCALL\tCAPTURE\tRESULT")

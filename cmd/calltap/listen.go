@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/web"
@@ -53,7 +54,7 @@ func (f *agentFlags) register(fs *flagSet) {
 }
 
 func (f *agentFlags) validate() error {
-	if _, err := inspector.ParseTarget(f.forwardTo); err != nil {
+	if _, err := agent.ParseTarget(f.forwardTo); err != nil {
 		return fmt.Errorf("--forward-to: %v", err)
 	}
 	for _, h := range f.inspectHosts {
@@ -81,7 +82,7 @@ func agentDB(ctx context.Context, dataDir string, opts ...storage.Option) (*stor
 
 // agentRuntime is a running agent with its inspector.
 type agentRuntime struct {
-	agent      *inspector.Agent
+	agent      *agent.Agent
 	db         *storage.DB
 	inspectLn  net.Listener
 	inspectURL string
@@ -95,13 +96,13 @@ func startAgent(ctx context.Context, f *agentFlags, stdio Stdio, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	cfg := inspector.Config{Store: db, ForwardTo: f.forwardTo, ForwardTimeout: f.forwardTimeout, Logger: log,
+	cfg := agent.Config{Store: db, ForwardTo: f.forwardTo, ForwardTimeout: f.forwardTimeout, Logger: log,
 		MediaDir: filepath.Join(f.dataDir, "media"), AllowPrivateMedia: f.allowPrivate, RewriteMedia: f.rewriteMedia,
 		AnalysisPendingAfter: f.pendingAfter, ResumeQueued: true}
 	if !f.quiet {
 		cfg.Console = stdio.Out
 	}
-	a, err := inspector.NewAgent(cfg)
+	a, err := agent.New(cfg)
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -118,7 +119,7 @@ func startAgent(ctx context.Context, f *agentFlags, stdio Stdio, log *slog.Logge
 		rt.inspectLn = ln
 		rt.inspectURL = "http://" + ln.Addr().String()
 		a.SetInspectorURL(rt.inspectURL)
-		srv := inspector.NewServer(ctx, inspector.ServerConfig{Agent: a, Assets: web.Handler(), AllowedHosts: f.inspectHosts, Token: f.inspectToken})
+		srv := inspector.NewServer(inspector.ServerConfig{Agent: a, Assets: web.Handler(), AllowedHosts: f.inspectHosts, Token: f.inspectToken})
 		rt.httpSrv = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 		go rt.httpSrv.Serve(ln)
 	}

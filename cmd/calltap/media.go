@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/storage"
 )
@@ -41,7 +42,7 @@ func cmdMedia(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	links := callevent.Media{RecordingURL: m.RecordingURL, TranscriptURL: m.TranscriptURL, ExpiresIn: m.ExpiresIn}
 	if links.RecordingURL == "" && links.TranscriptURL == "" {
-		links = inspector.ParseMediaLinks(m.Raw)
+		links = agent.ParseMediaLinks(m.Raw)
 	}
 	if links.RecordingURL == "" && links.TranscriptURL == "" {
 		return fail(stdio, "media", fmt.Errorf("the service's answer holds no media link: %.300s", m.Raw))
@@ -52,7 +53,7 @@ func cmdMedia(ctx context.Context, args []string, stdio Stdio) int {
 		return fail(stdio, "media", err)
 	}
 	defer db.Close()
-	saver, err := inspector.NewMediaSaver(ctx, inspector.MediaConfig{DB: db, Dir: filepath.Join(*dataDir, "media"), AllowPrivate: *allowPrivate})
+	saver, err := agent.NewMediaSaver(agent.MediaConfig{DB: db, Dir: filepath.Join(*dataDir, "media"), AllowPrivate: *allowPrivate})
 	if err != nil {
 		return fail(stdio, "media", err)
 	}

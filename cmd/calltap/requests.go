@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay/api"
 )
 
@@ -114,7 +115,7 @@ func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
 		return fail(stdio, "replay", err)
 	}
 	defer db.Close()
-	a, err := inspector.NewAgent(inspector.Config{Store: db})
+	a, err := agent.New(agent.Config{Store: db})
 	if err != nil {
 		return fail(stdio, "replay", err)
 	}
@@ -122,7 +123,7 @@ func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
 	done := make(chan struct{})
 	go func() { a.Run(runCtx); close(done) }()
 	defer func() { cancel(); <-done }()
-	c, err := a.ReplayAndWait(ctx, inspector.ReplayOptions{ID: fs.args[0], To: *to, Retry: *retry, TimeScale: *timeScale})
+	c, err := a.ReplayAndWait(ctx, agent.ReplayOptions{ID: fs.args[0], To: *to, Retry: *retry, TimeScale: *timeScale})
 	if err != nil {
 		if e, ok := err.(*api.Error); ok {
 			return fail(stdio, "replay", fmt.Errorf("%s", e.Message))
@@ -130,7 +131,7 @@ func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
 		return fail(stdio, "replay", err)
 	}
 	if *asJSON {
-		d, err := a.Detail(ctx, c.ID)
+		d, err := inspector.CaptureDetail(ctx, a.Store(), c.ID)
 		if err != nil {
 			return fail(stdio, "replay", err)
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
 )
@@ -25,7 +26,7 @@ type Options struct {
 	ForwardTo string              // the local handler
 	Dir       string              // data directory; default t.TempDir()
 	Relay     func(*relay.Config) // adjust the relay's config
-	Agent     func(*inspector.Config)
+	Agent     func(*agent.Config)
 	Client    func(*relay.ClientConfig)
 	Assets    http.Handler // the UI, for browser tests
 	Routes    []func(*http.ServeMux)
@@ -51,7 +52,7 @@ type Stack struct {
 	mu           sync.Mutex
 	relayStop    func()
 	agentStop    func()
-	Agent        *inspector.Agent
+	Agent        *agent.Agent
 	AgentDB      *storage.DB
 	InspectorURL string
 	States       chan relay.ConnState // every state change of the agent's client
@@ -161,11 +162,11 @@ func (s *Stack) StartAgent() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	acfg := inspector.Config{Store: db, ForwardTo: s.opts.ForwardTo, Logger: s.opts.Logger, ForwardTimeout: 10 * time.Second, ResumeQueued: true}
+	acfg := agent.Config{Store: db, ForwardTo: s.opts.ForwardTo, Logger: s.opts.Logger, ForwardTimeout: 10 * time.Second, ResumeQueued: true}
 	if s.opts.Agent != nil {
 		s.opts.Agent(&acfg)
 	}
-	a, err := inspector.NewAgent(acfg)
+	a, err := agent.New(acfg)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -178,8 +179,9 @@ func (s *Stack) StartAgent() {
 	}
 	inspURL := "http://" + ln.Addr().String()
 	a.SetInspectorURL(inspURL)
-	hs := &http.Server{Handler: inspector.NewServer(ctx, inspector.ServerConfig{Agent: a, Assets: s.opts.Assets, Routes: s.opts.Routes})}
-	go hs.Serve(ln)
+	hs := &http.Server{Handler: inspector.NewServer(inspector.ServerConfig{Agent: a, Assets: s.opts.Assets, Routes: s.opts.Routes})}
+	wg.Add(1)
+	go func() { defer wg.Done(); hs.Serve(ln) }()
 
 	states := make(chan relay.ConnState, 1024)
 	clientErr := make(chan error, 1)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/storage"
 	"github.com/google/uuid"
@@ -51,7 +52,7 @@ func captureOf(p callevent.Payload, body []byte, at time.Time) *storage.Capture 
 		id = uuid.New()
 	}
 	return &storage.Capture{
-		ID: id.String(), Source: inspector.SourceTunnel, CreatedAt: at, Method: "POST", Path: "/voice",
+		ID: id.String(), Source: agent.SourceTunnel, CreatedAt: at, Method: "POST", Path: "/voice",
 		RequestHeaders: `[["Host","relay.example.com"],["Accept-Encoding","gzip"],["Content-Type","application/json"],["User-Agent","voice-service/1.0"]]`,
 		Body:           body, Target: "http://127.0.0.1:3000/webhooks/voice",
 		Event: p.Event, CallID: p.Call.CallID, DeliveryID: p.ID, OccurredAt: p.OccurredAt,
@@ -361,7 +362,7 @@ func measureQueries(ctx context.Context, res *results, path string, size int) er
 		return err
 	}
 	defer db.Close()
-	a, err := inspector.NewAgent(inspector.Config{Store: db})
+	a, err := agent.New(agent.Config{Store: db})
 	if err != nil {
 		return err
 	}
@@ -369,7 +370,7 @@ func measureQueries(ctx context.Context, res *results, path string, size int) er
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: inspector.NewServer(ctx, inspector.ServerConfig{Agent: a})}
+	srv := &http.Server{Handler: inspector.NewServer(inspector.ServerConfig{Agent: a})}
 	go srv.Serve(ln)
 	defer srv.Close()
 	base := "http://" + ln.Addr().String() + "/api/v1/ext/webhooks/"

@@ -1,4 +1,4 @@
-package inspector
+package agent
 
 import (
 	"context"
@@ -40,7 +40,7 @@ func TestAgentKeepsTargetsUnderItsBasePath(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	a, err := NewAgent(Config{Store: db, ForwardTo: base.String(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	a, err := New(Config{Store: db, ForwardTo: base.String(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestReplayRefusesDotSegmentPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	a, err := NewAgent(Config{Store: db, ForwardTo: "http://127.0.0.1:1/wh", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	a, err := New(Config{Store: db, ForwardTo: "http://127.0.0.1:1/wh", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

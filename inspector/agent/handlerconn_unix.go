@@ -1,6 +1,6 @@
 //go:build unix
 
-package inspector
+package agent
 
 import "syscall"
 

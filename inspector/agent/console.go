@@ -1,9 +1,13 @@
-package inspector
+package agent
 
 import (
+	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/calltap/calltap/storage"
 )
 
 // console is the agent's one-line-per-request output. Lines are collected
@@ -54,5 +58,51 @@ func (c *console) flushLocked() {
 	if len(c.buf) > 0 {
 		c.w.Write(c.buf)
 		c.buf = c.buf[:0]
+	}
+}
+
+// printLine writes the console line for a finished request.
+func (a *Agent) printLine(c *storage.Capture) {
+	if a.console == nil {
+		return
+	}
+	status := "ERR"
+	if c.ResponseStatus > 0 {
+		status = fmt.Sprint(c.ResponseStatus)
+	}
+	event := c.Event
+	if event == "" {
+		event = "-"
+	}
+	var flags []string
+	if c.Late {
+		flags = append(flags, "late")
+	}
+	if c.DuplicateOf != "" {
+		flags = append(flags, "duplicate")
+	}
+	if c.Source != SourceTunnel {
+		flags = append(flags, c.Source)
+	}
+	line := fmt.Sprintf("%s  %-6s %-32s %-26s %3s %6s", time.Now().Format("15:04:05.000"), c.Method, c.Path, event, status, fmtDuration(c.Duration))
+	if len(flags) > 0 {
+		line += "  [" + strings.Join(flags, ",") + "]"
+	}
+	if c.Error != "" {
+		line += "  " + c.Error
+	}
+	a.console.line(line)
+}
+
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	case d < 10*time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	default:
+		return d.Round(100 * time.Millisecond).String()
 	}
 }

@@ -1,4 +1,4 @@
-package inspector_test
+package agent_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/storage"
 )
@@ -39,9 +39,9 @@ func (d *fullDisk) refused() (commits, updates int) {
 }
 
 // install routes the agent's commits through d.
-func (d *fullDisk) install(c *inspector.Config) {
+func (d *fullDisk) install(c *agent.Config) {
 	store := c.Store
-	inspector.SetWriteCaptures(c, func(ctx context.Context, inserts, updates []*storage.Capture) error {
+	agent.SetWriteCaptures(c, func(ctx context.Context, inserts, updates []*storage.Capture) error {
 		d.mu.Lock()
 		for _, c := range inserts {
 			var b struct{ Seq int }

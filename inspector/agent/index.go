@@ -1,4 +1,4 @@
-package inspector
+package agent
 
 import (
 	"github.com/calltap/calltap/inspector/voice/callevent"
@@ -13,12 +13,4 @@ func indexCapture(c *storage.Capture) {
 		return
 	}
 	c.Event, c.CallID, c.DeliveryID, c.OccurredAt = ix.Event, ix.CallID, ix.DeliveryID, ix.OccurredAt
-}
-
-// checksOf runs the contract checks on a capture that is a call event.
-func checksOf(c *storage.Capture) []callevent.Finding {
-	if c.Event == "" {
-		return []callevent.Finding{}
-	}
-	return callevent.Check(c.Body)
 }

@@ -1,4 +1,4 @@
-package inspector
+package agent
 
 import (
 	"context"
@@ -28,24 +28,20 @@ type ReplayOptions struct {
 	TimeScale float64       `json:"time_scale"`
 }
 
-// ReplayResult is the documentation's replay result (section 2.4).
-type ReplayResult struct {
-	ID     string `json:"id"`
-	Status string `json:"status"`
-	Queued bool   `json:"queued"`
-}
-
 // Replay re-sends a capture as a new capture linked to it. Once: it waits
 // for the answer. With the service's retry schedule: it returns at once
-// (queued) and retries in the background until bg ends.
-func (a *Agent) Replay(ctx context.Context, bg context.Context, o ReplayOptions) (*storage.Capture, error) {
+// (queued) and retries in the background, on a goroutine of Run's, until
+// Run's context ends.
+func (a *Agent) Replay(ctx context.Context, o ReplayOptions) (*storage.Capture, error) {
 	c, err := a.prepareReplay(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	if o.Retry == "service" {
 		snapshot := *c // the schedule goes on changing c
-		go a.deliverWithSchedule(bg, c, o.TimeScale)
+		if err := a.goBackground(ctx, func(ctx context.Context) { a.deliverWithSchedule(ctx, c, o.TimeScale) }); err != nil {
+			return nil, err
+		}
 		return &snapshot, nil
 	}
 	a.deliver(ctx, c, 1)
@@ -185,9 +181,4 @@ func validToken(s string) bool {
 		}
 	}
 	return true
-}
-
-// ReplayStatus maps a capture to the replay result's fields.
-func ReplayStatus(c *storage.Capture, queued bool) ReplayResult {
-	return ReplayResult{ID: c.ID, Status: c.Status, Queued: queued}
 }

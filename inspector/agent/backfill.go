@@ -1,4 +1,4 @@
-package inspector
+package agent
 
 import (
 	"context"
@@ -76,6 +76,10 @@ type BackfillItem struct {
 	ResponseStatus *int   `json:"response_status"`      // the handler's answer, when forwarded
 	Error          string `json:"error,omitempty"`      // why it was not imported, or the forward's error
 }
+
+// TimeFormat is how the agent and the inspector's API write times: RFC
+// 3339 in UTC, with microseconds.
+const TimeFormat = "2006-01-02T15:04:05.000000Z07:00"
 
 // fetchAhead is how many deliveries are read from the service while the
 // earlier ones are imported.
@@ -180,7 +184,7 @@ func (a *Agent) Backfill(ctx context.Context, c *service.Client, o BackfillOptio
 		<-sem
 		item := BackfillItem{DeliveryID: d.ID, Event: d.Event, CallID: d.CallID}
 		if !d.CreatedAt.IsZero() {
-			item.CreatedAt = *fmtTime(d.CreatedAt.Time)
+			item.CreatedAt = d.CreatedAt.UTC().Format(TimeFormat)
 		}
 		if r.err != nil {
 			if errors.Is(r.err, service.ErrNotFound) {

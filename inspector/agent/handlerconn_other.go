@@ -1,6 +1,6 @@
 //go:build !unix
 
-package inspector
+package agent
 
 // alive reports whether an idle connection can carry a request. Without a
 // non-blocking peek here, only bytes already buffered say no; a connection

@@ -1,4 +1,4 @@
-package inspector
+package agent
 
 import (
 	"bytes"
@@ -26,14 +26,12 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
 
-// Recordings that outlive their links (issue 5, point 5): the media links
-// of call events are signed and short-lived, so the agent downloads them as
-// soon as an event carries them, in the background, and the inspector
-// serves the copies.
+// Recordings that outlive their links: the media links of call events are
+// signed and short-lived, so the agent downloads them as soon as an event
+// carries them, in the background, and the inspector serves the copies.
 
 // MediaConfig configures a MediaSaver.
 type MediaConfig struct {
@@ -58,16 +56,25 @@ type MediaConfig struct {
 	OnUpdate func(*storage.MediaFile)
 }
 
-// MediaSaver downloads media links in the background.
+// MediaSaver downloads media links in the background, on goroutines of its
+// own that run until they are done or Close stops them.
 type MediaSaver struct {
-	cfg MediaConfig
-	ctx context.Context // bounds every download
-	sem chan struct{}   // one token per running download
-	wg  sync.WaitGroup  // running downloads
+	cfg       MediaConfig
+	ownClient bool          // cfg.Client is the saver's: Close closes its idle connections
+	sem       chan struct{} // one token per running download
+
+	mu      sync.Mutex
+	closed  bool               // guarded by mu: Close was called
+	running map[*task]struct{} // guarded by mu: started by start, not yet ended
+	wg      sync.WaitGroup     // the running tasks; Add guarded by mu
 }
 
-// NewMediaSaver makes a saver whose downloads stop when ctx ends.
-func NewMediaSaver(ctx context.Context, cfg MediaConfig) (*MediaSaver, error) {
+// task is one goroutine of the saver's: a download, or the parse of a
+// captured event's links.
+type task struct{ cancel context.CancelFunc }
+
+// NewMediaSaver makes a saver. It starts nothing until asked to save.
+func NewMediaSaver(cfg MediaConfig) (*MediaSaver, error) {
 	if cfg.DB == nil || cfg.Dir == "" {
 		return nil, errors.New("media: DB and Dir are required")
 	}
@@ -89,10 +96,12 @@ func NewMediaSaver(ctx context.Context, cfg MediaConfig) (*MediaSaver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	s := &MediaSaver{cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), running: map[*task]struct{}{}}
 	if cfg.Client == nil {
-		cfg.Client = mediaClient(cfg.AllowPrivate)
+		s.cfg.Client = mediaClient(cfg.AllowPrivate)
+		s.ownClient = true
 	}
-	return &MediaSaver{cfg: cfg, ctx: ctx, sem: make(chan struct{}, cfg.Concurrency)}, nil
+	return s, nil
 }
 
 // errPrivateAddress refuses a link to the developer's own network.
@@ -129,10 +138,15 @@ func mediaClient(allowPrivate bool) *http.Client {
 // Save downloads m's recording and transcript links at once, each in its
 // own goroutine; it returns without waiting for anything, not even the
 // database. A link already saved (a duplicate delivery) is not fetched
-// again; one that failed before is tried again. The downloads are bounded
-// by the saver's context, not by ctx: they outlive the request that
-// carried the links.
+// again; one that failed before is tried again. The downloads run until
+// they are done or Close stops them, not as long as ctx: they outlive the
+// request that carried the links. After Close, Save starts nothing.
 func (s *MediaSaver) Save(ctx context.Context, captureID, callID string, m callevent.Media) {
+	s.save(captureID, callID, m, false)
+}
+
+// save is Save; within says it runs on one of the saver's goroutines.
+func (s *MediaSaver) save(captureID, callID string, m callevent.Media, within bool) {
 	received := time.Now()
 	var expires time.Time
 	if m.ExpiresIn > 0 {
@@ -147,18 +161,70 @@ func (s *MediaSaver) Save(ctx context.Context, captureID, callID string, m calle
 		}
 		f := &storage.MediaFile{ID: uuid.NewString(), CaptureID: captureID, CallID: callID, Kind: l.kind, SourceURL: l.url,
 			ExpiresAt: expires, CreatedAt: received.UTC()}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.fetch(f)
-		}()
+		s.start(within, func(ctx context.Context) { s.fetch(ctx, f) })
 	}
 }
 
+// start runs f on a goroutine of its own, with a context that Close
+// cancels. After Close it does nothing, unless called within one of the
+// saver's goroutines (which Close is waiting for): f then runs cancelled.
+func (s *MediaSaver) start(within bool, f func(ctx context.Context)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed && !within {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if s.closed {
+		cancel()
+	}
+	t := &task{cancel: cancel}
+	s.running[t] = struct{}{}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f(ctx)
+		s.mu.Lock()
+		delete(s.running, t)
+		s.mu.Unlock()
+		cancel()
+	}()
+}
+
+// Wait blocks until every download started so far has finished or given
+// up. It is not called while Save or SaveCapture is. The saver's idle
+// connections stay open for the next downloads: Close closes them.
+func (s *MediaSaver) Wait() { s.wg.Wait() }
+
+// Close stops the downloads, each recorded as stopped, and waits until they
+// have ended or ctx has; the saver starts nothing afterwards.
+func (s *MediaSaver) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	for t := range s.running {
+		t.cancel()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { // ends with the downloads, whether or not Close still waits
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if s.ownClient {
+		s.cfg.Client.CloseIdleConnections() // and their goroutines
+	}
+	return nil
+}
+
 // SaveCapture looks for media links in a captured call event and saves
-// them. It is meant for the capture path: it returns at once, and parses
-// the body only for the kinds that carry media and only for the first copy
-// of a delivery.
+// them, as Save does. It is meant for the capture path: it returns at
+// once, and parses the body only for the kinds that carry media and only
+// for the first copy of a delivery.
 func (s *MediaSaver) SaveCapture(c *storage.Capture) {
 	if c.DuplicateOf != "" || (c.Event != callevent.KindRecordingAvailable && c.Event != callevent.KindAnalysisCompleted) {
 		return
@@ -166,9 +232,7 @@ func (s *MediaSaver) SaveCapture(c *storage.Capture) {
 	// A copy: the capture's body may be a buffer the relay connection
 	// reuses once the request is forwarded.
 	body, id := bytes.Clone(c.Body), c.ID
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.start(false, func(context.Context) {
 		var p callevent.Payload
 		if json.Unmarshal(body, &p) != nil || p.Media == nil {
 			return
@@ -177,17 +241,14 @@ func (s *MediaSaver) SaveCapture(c *storage.Capture) {
 		if p.Call != nil {
 			callID = p.Call.CallID
 		}
-		s.Save(s.ctx, id, callID, *p.Media)
-	}()
+		s.save(id, callID, *p.Media, true)
+	})
 }
 
-// Wait blocks until every download started so far has finished or given up.
-func (s *MediaSaver) Wait() { s.wg.Wait() }
-
-func (s *MediaSaver) update(f *storage.MediaFile) {
+func (s *MediaSaver) update(ctx context.Context, f *storage.MediaFile) {
 	f.UpdatedAt = time.Now().UTC()
-	// The saver's context may be done (shutdown): record the outcome anyway.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 10*time.Second)
+	// The downloads' context may be done (shutdown): record the outcome anyway.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := s.cfg.DB.UpdateMedia(ctx, f); err != nil {
 		s.cfg.Logger.Warn("media: record download", "id", f.ID, "err", err)
@@ -200,9 +261,9 @@ func (s *MediaSaver) update(f *storage.MediaFile) {
 // fetch claims the link and downloads it, retrying on the failures the
 // voice service itself retries on: network errors, time-outs, 408, 429
 // and 5xx. Any other answer (403 for an expired signature, 404) is final.
-func (s *MediaSaver) fetch(f *storage.MediaFile) {
+func (s *MediaSaver) fetch(ctx context.Context, f *storage.MediaFile) {
 	log := s.cfg.Logger.With("call_id", f.CallID, "kind", f.Kind)
-	row, start, err := s.cfg.DB.ClaimMedia(s.ctx, f)
+	row, start, err := s.cfg.DB.ClaimMedia(ctx, f)
 	if err != nil {
 		log.Warn("media: record link", "err", err)
 		return
@@ -215,50 +276,50 @@ func (s *MediaSaver) fetch(f *storage.MediaFile) {
 	}
 	if u, err := url.Parse(row.SourceURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		row.Status, row.Error = storage.MediaFailed, "not an http(s) URL"
-		s.update(row)
+		s.update(ctx, row)
 		return
 	}
 	for attempt := 1; ; attempt++ {
 		select {
 		case s.sem <- struct{}{}:
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 			row.Status, row.Error = storage.MediaFailed, "calltap stopped before the download finished"
-			s.update(row)
+			s.update(ctx, row)
 			return
 		}
 		row.Attempts = attempt
-		retry, err := s.download(row)
+		retry, err := s.download(ctx, row)
 		<-s.sem
 		if err == nil {
 			row.Status, row.Error, row.SavedAt = storage.MediaSaved, "", time.Now().UTC()
-			s.update(row)
+			s.update(ctx, row)
 			log.Info("media: saved", "file", row.File, "size", row.Size)
 			return
 		}
 		row.Error = err.Error()
 		if !retry || attempt > len(s.cfg.Backoff) {
 			row.Status = storage.MediaFailed
-			s.update(row)
+			s.update(ctx, row)
 			log.Warn("media: download failed", "attempts", attempt, "err", err)
 			return
 		}
-		s.update(row)
+		s.update(ctx, row)
 		t := time.NewTimer(s.cfg.Backoff[attempt-1])
 		select {
 		case <-t.C:
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 			t.Stop()
 			row.Status = storage.MediaFailed
 			row.Error += " (calltap stopped before the next attempt)"
-			s.update(row)
+			s.update(ctx, row)
 			return
 		}
 	}
 }
 
 // download makes one attempt and, on success, fills in the file fields.
-func (s *MediaSaver) download(f *storage.MediaFile) (retry bool, err error) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.AttemptTimeout)
+func (s *MediaSaver) download(ctx context.Context, f *storage.MediaFile) (retry bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.AttemptTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.SourceURL, nil)
 	if err != nil {
@@ -355,135 +416,8 @@ func mediaExt(link, ctype string) string {
 	return ".bin"
 }
 
-// MediaFileJSON is a media file in the API.
-type MediaFileJSON struct {
-	ID          string  `json:"id"`
-	CaptureID   string  `json:"capture_id"`
-	CallID      string  `json:"call_id"`
-	Kind        string  `json:"kind"` // recording | transcript
-	SourceURL   string  `json:"source_url"`
-	ExpiresAt   *string `json:"expires_at"`
-	Expired     bool    `json:"expired"` // the signed link has run out
-	Status      string  `json:"status"`  // pending | saved | failed
-	Attempts    int     `json:"attempts"`
-	Error       string  `json:"error"`
-	Size        *int64  `json:"size"`
-	ContentType string  `json:"content_type"`
-	SHA256      string  `json:"sha256"`
-	CreatedAt   *string `json:"created_at"`
-	SavedAt     *string `json:"saved_at"`
-	URL         *string `json:"url"` // where the inspector serves the copy, once saved
-}
-
-// MediaFileOf renders a media record for the API.
-func MediaFileOf(f *storage.MediaFile) MediaFileJSON {
-	j := MediaFileJSON{ID: f.ID, CaptureID: f.CaptureID, CallID: f.CallID, Kind: f.Kind, SourceURL: f.SourceURL,
-		ExpiresAt: callsTime(f.ExpiresAt), Expired: !f.ExpiresAt.IsZero() && time.Now().After(f.ExpiresAt),
-		Status: f.Status, Attempts: f.Attempts, Error: f.Error, ContentType: f.ContentType, SHA256: f.SHA256,
-		CreatedAt: callsTime(f.CreatedAt), SavedAt: callsTime(f.SavedAt)}
-	if f.Status == storage.MediaSaved {
-		size, u := f.Size, MediaPath(f.ID)
-		j.Size, j.URL = &size, &u
-	}
-	return j
-}
-
 // MediaPath is where the inspector serves a saved file.
 func MediaPath(id string) string { return "/api/v1/ext/media/" + url.PathEscape(id) }
-
-// MediaRoutes registers the media endpoints on mux:
-//
-//	GET /api/v1/ext/media/?call_id&capture_id&kind&status&limit&offset  page of media files, newest first
-//	GET /api/v1/ext/media/{id}/                                          one record
-//	GET /api/v1/ext/media/{id}                                           the saved file (Range supported; ?download=1)
-func MediaRoutes(mux *http.ServeMux, db *storage.DB, dir string) {
-	mux.HandleFunc("GET /api/v1/ext/media/{$}", func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		limit, offset, err := api.ParsePage(q)
-		if err != nil {
-			api.WriteError(w, err)
-			return
-		}
-		files, count, err := db.MediaFiles(r.Context(), storage.MediaFilter{CallID: q.Get("call_id"), CaptureID: q.Get("capture_id"),
-			Kind: q.Get("kind"), Status: q.Get("status"), Page: storage.Page{Limit: limit, Offset: offset}})
-		if err != nil {
-			api.WriteError(w, err)
-			return
-		}
-		out := make([]MediaFileJSON, len(files))
-		for i, f := range files {
-			out[i] = MediaFileOf(f)
-		}
-		api.WriteData(w, http.StatusOK, "", api.NewPage(count, limit, offset, out))
-	})
-	mux.HandleFunc("GET /api/v1/ext/media/{id}/{$}", func(w http.ResponseWriter, r *http.Request) {
-		f, err := db.Media(r.Context(), r.PathValue("id"))
-		if errors.Is(err, storage.ErrNotFound) {
-			err = api.NotFound("media file")
-		}
-		if err != nil {
-			api.WriteError(w, err)
-			return
-		}
-		api.WriteData(w, http.StatusOK, "", MediaFileOf(f))
-	})
-	mux.HandleFunc("GET /api/v1/ext/media/{id}", func(w http.ResponseWriter, r *http.Request) {
-		serveMediaFile(w, r, db, dir)
-	})
-}
-
-// mediaInline lists the types shown in the browser; anything else (HTML,
-// SVG, scripts) is served as a download, so a hostile recording cannot run
-// in the inspector's origin.
-func mediaInline(ctype string) bool {
-	mt, _, _ := mime.ParseMediaType(ctype)
-	return strings.HasPrefix(mt, "audio/") || strings.HasPrefix(mt, "video/") || mt == "application/json" || mt == "text/plain"
-}
-
-func serveMediaFile(w http.ResponseWriter, r *http.Request, db *storage.DB, dir string) {
-	f, err := db.Media(r.Context(), r.PathValue("id"))
-	if errors.Is(err, storage.ErrNotFound) {
-		err = api.NotFound("media file")
-	}
-	if err != nil {
-		api.WriteError(w, err)
-		return
-	}
-	if f.Status != storage.MediaSaved || f.File == "" {
-		api.WriteError(w, api.Errorf(http.StatusNotFound, api.CodeNotFound, "media file is not saved (status %s)", f.Status))
-		return
-	}
-	// File names are ours, but the database is a file on disk too.
-	if filepath.Base(f.File) != f.File || strings.HasPrefix(f.File, ".") {
-		api.WriteError(w, api.Errorf(http.StatusNotFound, api.CodeNotFound, "media file not found"))
-		return
-	}
-	fh, err := os.Open(filepath.Join(dir, f.File))
-	if errors.Is(err, os.ErrNotExist) {
-		api.WriteError(w, api.Errorf(http.StatusNotFound, api.CodeNotFound, "media file %s is missing from %s", f.File, dir))
-		return
-	} else if err != nil {
-		api.WriteError(w, err)
-		return
-	}
-	defer fh.Close()
-	ctype, disposition := f.ContentType, "inline"
-	if !mediaInline(ctype) {
-		ctype, disposition = "application/octet-stream", "attachment"
-	}
-	if r.URL.Query().Get("download") != "" {
-		disposition = "attachment"
-	}
-	h := w.Header()
-	h.Set("Content-Type", ctype)
-	h.Set("Content-Disposition", mime.FormatMediaType(disposition, map[string]string{"filename": f.CallID + "-" + f.Kind + filepath.Ext(f.File)}))
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Security-Policy", "sandbox; default-src 'none'")
-	if f.SHA256 != "" {
-		h.Set("ETag", `"`+f.SHA256+`"`)
-	}
-	http.ServeContent(w, r, "", f.SavedAt, fh)
-}
 
 // RewriteMediaLinks points the media links of a payload at the saved
 // copies, served by the inspector at inspectorURL (such as

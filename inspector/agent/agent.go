@@ -1,0 +1,368 @@
+// Package agent is calltap's agent: it saves every request that reaches
+// the tunnel in SQLite before anything else happens to it, forwards it to
+// the developer's local handler, records the answer, and replays, backfills
+// and saves the media of what it captured.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/storage"
+)
+
+// Sources of a capture.
+const (
+	SourceTunnel   = "tunnel"
+	SourceReplay   = "replay"
+	SourceBackfill = "backfill"
+	SourceTrigger  = "trigger"
+)
+
+// Config configures an Agent.
+type Config struct {
+	Store          *storage.DB
+	ForwardTo      string        // the local handler's base URL; may be empty for replay-only use
+	ForwardTimeout time.Duration // 30 s
+	MaxBody        int64         // largest response body kept from the handler, 10 MiB
+	Logger         *slog.Logger
+	Console        io.Writer // one line per request; nil for none
+
+	// MediaDir is where recordings and transcripts linked from call events
+	// are saved before their signed links expire; empty disables saving.
+	MediaDir string
+	// AllowPrivateMedia lets media links point at loopback and private
+	// addresses (the emulator, tests); off, a payload cannot make the agent
+	// fetch from the developer's own network.
+	AllowPrivateMedia bool
+	// RewriteMedia points a replay's media links at the saved copies
+	// (--rewrite-media), since the signed originals will have expired.
+	RewriteMedia bool
+	// ResumeQueued sends, at start, requests from the relay's offline queue
+	// that an earlier run saved but stopped before sending (listen, dev).
+	ResumeQueued bool
+	// AnalysisPendingAfter is how long after call.ended a call without
+	// call.analysis_completed is flagged; 0 means 15 minutes.
+	AnalysisPendingAfter time.Duration
+
+	// writeCaptures replaces Store.WriteCaptures in writeLoop; nil uses it.
+	// Only tests set it (export_test.go), to make commits fail the way a
+	// full disk does without needing one.
+	writeCaptures func(ctx context.Context, inserts, updates []*storage.Capture) error
+}
+
+// Event is what the agent tells whoever shows its work as it happens (the
+// inspector's live stream). Exactly one field is set. Its pointers are the
+// agent's: valid only during the call that passes them.
+type Event struct {
+	Capture *storage.Capture   // a capture just committed
+	Media   *storage.MediaFile // a media file's record just changed
+	Tunnel  *TunnelState       // the relay connection's state just changed
+}
+
+// Agent captures, forwards and replays requests.
+type Agent struct {
+	cfg       Config
+	store     *storage.DB
+	forwardTo *url.URL       // nil when no local handler is configured
+	client    *http.Client   // https targets
+	handler   *handlerClient // http targets: the local handler, usually
+	log       *slog.Logger
+	notifyMu  sync.Mutex                    // serialises OnEvent
+	notify    atomic.Pointer[[]func(Event)] // added to by OnEvent (copied, never changed in place)
+
+	ops       chan writeOp // to writeLoop
+	unsettled atomic.Int64 // responses queued for writeLoop and not yet committed
+
+	// Tunnel requests that reach the handler one at a time, in arrival
+	// order: the relay's queued ones, those an earlier run saved but did
+	// not send, and live ones that arrived behind them (turnLoop).
+	turnMu   sync.Mutex
+	turns    []*turn       // guarded by turnMu: not yet taken by turnLoop, in arrival order
+	turnWake chan struct{} // cap 1: wakes turnLoop
+	waiting  atomic.Int64  // turns not done, the one at the handler included; 0 lets a live request go straight
+
+	// Stopping. Run closes quit once its context ends and writeLoop has
+	// returned; then it sets stopped, after which nothing is queued for
+	// writeLoop and no task starts, and waits for the tasks.
+	quit       chan struct{}
+	stopMu     sync.RWMutex
+	stopped    bool                       // guarded by stopMu
+	tasks      sync.WaitGroup             // goroutines started by start and backgroundLoop
+	background chan func(context.Context) // to backgroundLoop: work bounded by Run's context
+
+	console *console    // nil when Config.Console is
+	media   *MediaSaver // nil when MediaDir is empty
+
+	stateMu sync.Mutex
+	state   TunnelState // guarded by stateMu
+}
+
+// TunnelState is what GET /api/v1/ext/tunnel/ answers.
+type TunnelState struct {
+	PublicURL    string `json:"public_url"`
+	ForwardTo    string `json:"forward_to"`
+	State        string `json:"state"`
+	InspectorURL string `json:"inspector_url"`
+	Rejected     int64  `json:"rejected"`
+	Queued       int    `json:"queued"`
+	Error        string `json:"error,omitempty"`
+}
+
+// errStopped is why a write or a replay is refused once Run has stopped.
+var errStopped = errors.New("agent: stopped")
+
+// New builds an agent over cfg.Store. It starts nothing: Run does.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("agent: Config.Store is required")
+	}
+	if cfg.ForwardTimeout <= 0 {
+		cfg.ForwardTimeout = 30 * time.Second
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = 10 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.AnalysisPendingAfter <= 0 {
+		cfg.AnalysisPendingAfter = 15 * time.Minute
+	}
+	if cfg.writeCaptures == nil {
+		cfg.writeCaptures = cfg.Store.WriteCaptures
+	}
+	a := &Agent{
+		cfg:        cfg,
+		store:      cfg.Store,
+		log:        cfg.Logger,
+		ops:        make(chan writeOp, 1024),
+		turnWake:   make(chan struct{}, 1),
+		quit:       make(chan struct{}),
+		background: make(chan func(context.Context)),
+	}
+	if cfg.ForwardTo != "" {
+		u, err := ParseTarget(cfg.ForwardTo)
+		if err != nil {
+			return nil, err
+		}
+		a.forwardTo = u
+	}
+	if a.forwardTo != nil && cfg.ResumeQueued {
+		// Queued requests saved by an earlier run that stopped before
+		// sending them take the first turns, before any request of this
+		// run can arrive.
+		ids, err := a.store.UndeliveredLate(context.Background())
+		if err != nil {
+			a.log.Error("reading undelivered queued requests", "err", err)
+		}
+		for _, id := range ids {
+			a.addTurn(&turn{saved: closedChan, id: id})
+		}
+	}
+	a.handler = newHandlerClient(cfg.ForwardTimeout, cfg.MaxBody)
+	a.client = &http.Client{
+		Timeout: cfg.ForwardTimeout,
+		Transport: &http.Transport{
+			Proxy:               nil, // the handler is local: never through a proxy
+			MaxIdleConns:        256,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true, // forward bodies as they are
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	if cfg.Console != nil {
+		a.console = newConsole(cfg.Console)
+	}
+	a.state = TunnelState{ForwardTo: cfg.ForwardTo, State: relay.StateOffline}
+	if cfg.MediaDir != "" {
+		saver, err := NewMediaSaver(MediaConfig{
+			DB: cfg.Store, Dir: cfg.MediaDir, AllowPrivate: cfg.AllowPrivateMedia, Logger: cfg.Logger,
+			OnUpdate: func(f *storage.MediaFile) { a.publish(Event{Media: f}) },
+		})
+		if err != nil {
+			return nil, err
+		}
+		a.media = saver
+	}
+	return a, nil
+}
+
+// ParseTarget checks a --forward-to or --to URL.
+func ParseTarget(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("target %q: want an http(s) URL such as http://127.0.0.1:3000/webhooks", s)
+	}
+	return u, nil
+}
+
+// Store is the agent's capture store.
+func (a *Agent) Store() *storage.DB { return a.store }
+
+// Config is the agent's configuration, defaults filled in.
+func (a *Agent) Config() Config { return a.cfg }
+
+// OnEvent makes the agent tell f of every Event from now on, for as long
+// as it lives. f is called on the agent's own goroutines, the capture path
+// among them: it must not block, and must not keep the event's pointers.
+func (a *Agent) OnEvent(f func(Event)) {
+	a.notifyMu.Lock()
+	defer a.notifyMu.Unlock()
+	var fs []func(Event)
+	if old := a.notify.Load(); old != nil {
+		fs = append(fs, *old...)
+	}
+	fs = append(fs, f)
+	a.notify.Store(&fs)
+}
+
+func (a *Agent) publish(ev Event) {
+	if fs := a.notify.Load(); fs != nil {
+		for _, f := range *fs {
+			f(ev)
+		}
+	}
+}
+
+// Run runs the writer, the in-order delivery worker and the background
+// work (replays on the service's schedule, media downloads) until ctx
+// ends; it returns once every goroutine the agent started has ended. It is
+// called once.
+func (a *Agent) Run(ctx context.Context) error {
+	var loops sync.WaitGroup
+	loops.Go(func() { a.turnLoop(ctx) })
+	loops.Go(func() { a.backgroundLoop(ctx) })
+	a.writeLoop(ctx)
+	a.stop()
+	loops.Wait()
+	a.tasks.Wait() // their writes are refused now, so nothing holds them long
+	if a.media != nil {
+		a.media.Close(context.Background()) // cancels the downloads: they end soon
+	}
+	a.FlushConsole()
+	a.handler.closeIdle()
+	a.client.CloseIdleConnections()
+	return nil
+}
+
+// stop ends the agent's intake once writeLoop has returned: writes queued
+// from now on are refused, and those still in the queue are abandoned.
+func (a *Agent) stop() {
+	close(a.quit) // frees a queue call blocked on a full queue
+	a.stopMu.Lock()
+	a.stopped = true
+	a.stopMu.Unlock()
+	for {
+		select {
+		case op := <-a.ops:
+			a.abandon([]writeOp{op}, errStopped)
+		default:
+			return
+		}
+	}
+}
+
+// start runs f on a goroutine of its own that Run waits for; false, and f
+// is not run, once the agent has stopped.
+func (a *Agent) start(f func()) bool {
+	if !a.enter() {
+		return false
+	}
+	go func() {
+		defer a.tasks.Done()
+		f()
+	}()
+	return true
+}
+
+// enter counts the calling goroutine among the tasks Run waits for, until
+// it calls tasks.Done; false once the agent has stopped.
+func (a *Agent) enter() bool {
+	a.stopMu.RLock()
+	defer a.stopMu.RUnlock()
+	if a.stopped {
+		return false
+	}
+	a.tasks.Add(1)
+	return true
+}
+
+// backgroundLoop starts the work handed to goBackground, each on its own
+// goroutine, with Run's context.
+func (a *Agent) backgroundLoop(ctx context.Context) {
+	for {
+		select {
+		case f := <-a.background:
+			a.tasks.Add(1)
+			go func() {
+				defer a.tasks.Done()
+				f(ctx)
+			}()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// goBackground has f run on a goroutine of its own with Run's context,
+// which bounds it; it waits for Run to take f, or for ctx to end.
+func (a *Agent) goBackground(ctx context.Context, f func(context.Context)) error {
+	select {
+	case a.background <- f:
+		return nil
+	case <-a.quit:
+		return errStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// FlushConsole writes console lines still held back.
+func (a *Agent) FlushConsole() {
+	if a.console != nil {
+		a.console.flush()
+	}
+}
+
+// SetConnState records the relay connection's state and tells the UI.
+func (a *Agent) SetConnState(cs relay.ConnState) {
+	a.stateMu.Lock()
+	a.state.State = cs.State
+	if cs.Hello != nil {
+		a.state.PublicURL = cs.Hello.PublicURL
+	}
+	a.state.Rejected = cs.Notice.Rejected
+	a.state.Queued = cs.Notice.Queued
+	a.state.Error = ""
+	if cs.Err != nil {
+		a.state.Error = cs.Err.Error()
+	}
+	st := a.state
+	a.stateMu.Unlock()
+	a.publish(Event{Tunnel: &st})
+}
+
+// SetInspectorURL records where the inspector listens.
+func (a *Agent) SetInspectorURL(u string) {
+	a.stateMu.Lock()
+	a.state.InspectorURL = u
+	a.stateMu.Unlock()
+}
+
+// TunnelState returns the current state.
+func (a *Agent) TunnelState() TunnelState {
+	a.stateMu.Lock()
+	defer a.stateMu.Unlock()
+	return a.state
+}

@@ -1,0 +1,129 @@
+package agent
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/calltap/calltap/inspector/voice/callevent"
+	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/storage"
+	"github.com/google/uuid"
+)
+
+// newCapture builds a capture of a request and indexes it if it is a call event.
+func (a *Agent) newCapture(source, method, uri string, h relay.Header, body []byte) *storage.Capture {
+	path, query, _ := strings.Cut(uri, "?")
+	hj, _ := h.MarshalJSON()
+	c := &storage.Capture{
+		ID:             newCaptureID(),
+		Source:         source,
+		CreatedAt:      time.Now().UTC(),
+		Method:         method,
+		Path:           path,
+		Query:          query,
+		RequestHeaders: string(hj),
+		Body:           body,
+		Status:         storage.StatusPending,
+		MaxAttempts:    1,
+		Duration:       -1,
+	}
+	indexCapture(c)
+	if a.forwardTo != nil {
+		if c.Target = joinTarget(a.forwardTo, path, query); c.Target == "" {
+			c.Error = errOutsideBase
+		}
+	}
+	return c
+}
+
+// errOutsideBase is the error recorded for a request whose path could lead
+// out of the --forward-to base path; it is not sent.
+const errOutsideBase = "refused: the path has a dot segment (. or ..) that could lead outside the --forward-to base path"
+
+// newCaptureID makes a capture's id: a UUIDv7, whose leading timestamp
+// keeps the store's unique index on id appending instead of scattering.
+func newCaptureID() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
+}
+
+// joinTarget appends the path the sender used after the tunnel prefix to
+// the local handler's URL; "" when the path has a dot segment in any
+// encoding, which the handler (or a server before it) could resolve to a
+// place outside the base path.
+func joinTarget(base *url.URL, path, query string) string {
+	if relay.HasDotSegment(path) {
+		return ""
+	}
+	u := *base
+	if path != "" && path != "/" {
+		// path is as the sender escaped it; keep it so (an encoded slash
+		// stays encoded) instead of escaping it a second time.
+		raw := strings.TrimSuffix(base.EscapedPath(), "/") + path
+		if p, err := url.PathUnescape(raw); err == nil {
+			u.Path, u.RawPath = p, raw
+		} else {
+			u.Path, u.RawPath = raw, ""
+		}
+	}
+	u.RawQuery = query
+	return u.String()
+}
+
+// deliver sends c to its target once (attempt n), records the outcome and
+// returns it in the relay's terms.
+func (a *Agent) deliver(ctx context.Context, c *storage.Capture, n int) *relay.Response {
+	return a.record(ctx, c, n, a.send(ctx, c, nil, relay.Limits{}))
+}
+
+// record writes attempt n's result res into c, queues its update, prints
+// its console line and returns the response for the relay.
+func (a *Agent) record(ctx context.Context, c *storage.Capture, n int, res sendResult) *relay.Response {
+	c.Attempts = n
+	c.Duration = res.duration
+	c.DeliveredAt = time.Now().UTC()
+	c.ResponseStatus = res.status
+	c.ResponseHeaders = ""
+	c.ResponseBody = nil
+	if res.header != nil {
+		hj, _ := res.header.MarshalJSON()
+		c.ResponseHeaders = string(hj)
+		c.ResponseBody = res.body
+	}
+	c.Error = res.err
+	if res.status >= 200 && res.status < 300 {
+		c.Status = storage.StatusDelivered
+	} else if n >= c.MaxAttempts || !retryable(res) {
+		c.Status = storage.StatusFailed
+	} else {
+		c.Status = storage.StatusPending
+	}
+	c.LastAttempt = &storage.Attempt{N: n, At: c.DeliveredAt.Add(-res.duration), ResponseStatus: res.status, Error: res.err, Duration: res.duration}
+	// The sender is waiting for the answer, not for our bookkeeping: the
+	// update commits with the next batch. A copy, since a retry may change
+	// c before the batch runs.
+	update := *c
+	a.unsettled.Add(1)
+	if a.queue(ctx, writeOp{update: &update, keep: true}) != nil {
+		a.unsettled.Add(-1)
+	}
+	a.printLine(c)
+	out := &relay.Response{Status: res.status, Header: res.header, Body: res.body, Error: res.err}
+	switch {
+	case res.timeout:
+		out.Result = relay.ResultTimeout
+	case res.tooLarge:
+		out.Result = relay.ResultTooLarge
+	case res.status == 0:
+		out.Result = relay.ResultUnreachable
+	}
+	return out
+}
+
+// retryable is the voice service's rule (documentation 6.8).
+func retryable(r sendResult) bool { return callevent.Retryable(r.status) }

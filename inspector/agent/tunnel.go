@@ -1,0 +1,307 @@
+package agent
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/storage"
+)
+
+// ServeTunnel takes a request from the relay. It runs on the connection's
+// read loop, so it only queues work.
+//
+// A live request is forwarded while its capture is committed, and the relay
+// gets the handler's answer once both are done: the sender's answer still
+// means the capture is saved, and the handler no longer waits for the
+// commit. A queued request is saved and acknowledged, then forwarded in
+// arrival order (turnLoop); so is a live request that arrives while any
+// request before it still waits for the handler (serveInTurn).
+func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
+	c := a.newCapture(SourceTunnel, req.Method, req.URI, req.Header, req.Body)
+	c.RelayID = req.ID
+	if !req.Queued {
+		if a.waiting.Load() == 0 {
+			a.serveLive(c, req.Header, s)
+		} else {
+			a.serveInTurn(c, req, s)
+		}
+		return
+	}
+	c.Late = true
+	c.ArrivedAt = time.UnixMicro(req.ArrivedAt).UTC()
+	t := &turn{saved: make(chan struct{})}
+	a.addTurn(t) // now, so that its place is its arrival, however long the save takes
+	id := c.ID
+	// The relay forgets a queued request once it is saved. It goes to
+	// writeLoop at once, large body or not, so that commits (and acks)
+	// keep the order of arrival.
+	a.queueInsert(writeOp{insert: c, ack: s, keep: true, after: func(err error) {
+		s.Release() // the body is read back from the store
+		t.id, t.err = c.ID, err
+		// The relay sent it again because our ack was lost: the first
+		// copy has its turn. (A save tried again may find its own first
+		// try, committed after all: that one keeps its id.)
+		t.skip = c.Redelivered && c.ID != id
+		close(t.saved)
+	}})
+}
+
+// serveLive saves and forwards a live request side by side; see ServeTunnel.
+func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
+	out := *c // what the forward reads: writeLoop owns c until its commit
+	// The commit's outcome: nil if it failed, else the timer of the ack
+	// the relay needs only if the handler is slow to answer (the response
+	// of a live request tells the relay it was saved).
+	saved := make(chan *time.Timer, 1)
+	a.insert(writeOp{insert: c, after: func(err error) {
+		if err != nil {
+			saved <- nil
+			return
+		}
+		saved <- time.AfterFunc(liveAckDelay, s.Ack)
+	}})
+	// The goroutine ends within the forward timeout, once the commit's
+	// outcome is known: writeLoop, or Run's stop, tells every queued write.
+	started := a.start(func() {
+		defer s.Release()
+		res := a.send(context.Background(), &out, h, s.Limits())
+		ack := <-saved
+		if ack == nil {
+			// The handler may have seen it; the sender, told it failed,
+			// sends it again, and that one is saved.
+			s.Respond(notSaved)
+			return
+		}
+		ack.Stop()
+		s.Respond(a.record(context.Background(), c, 1, res))
+	})
+	if !started { // the agent has stopped: the insert was refused too
+		s.Respond(notSaved)
+		s.Release()
+	}
+}
+
+// notSaved is the answer to a live request whose capture could not be saved.
+var notSaved = &relay.Response{Result: relay.ResultUnreachable, Error: "the agent could not save the request"}
+
+// insert queues the insert of a live request's capture; should the agent
+// have stopped, op.after is told so at once.
+func (a *Agent) insert(op writeOp) {
+	c := op.insert
+	if storage.KeptApart(len(c.Body)) {
+		// A large body is written to its file here, beside the others
+		// (writeLoop would write them one at a time, each waiting for the
+		// device), and the capture queued once it is; its place in the
+		// store's order is then when it was written. Should this fail,
+		// WriteCaptures tries again.
+		staged := a.start(func() {
+			if err := a.store.StageBody(c); err != nil {
+				a.log.Warn("writing a large body", "err", err)
+			}
+			a.queueInsert(op)
+		})
+		if !staged {
+			op.after(errStopped)
+		}
+		return
+	}
+	a.queueInsert(op)
+}
+
+// queueInsert queues op, or tells op.after why it could not.
+func (a *Agent) queueInsert(op writeOp) {
+	if err := a.queue(context.Background(), op); err != nil {
+		op.after(err)
+	}
+}
+
+// liveAckDelay is how long a live request's ack waits for the response
+// that makes it unneeded.
+const liveAckDelay = 2 * time.Millisecond
+
+// turn is a tunnel request waiting for its turn at the handler.
+type turn struct {
+	saved chan struct{} // closed once the capture's save is over
+	id    string        // the capture's; set before saved is closed
+	err   error         // why the save failed; set before saved is closed
+	skip  bool          // a queued request sent again: nothing to deliver
+
+	// A live request only (s != nil).
+	s         *relay.Stream
+	c         *storage.Capture // writeLoop's until saved
+	out       storage.Capture  // what the forward reads
+	h         relay.Header
+	arrivedAt time.Time
+	state     atomic.Int32  // turnWaiting, then turnSending (turnLoop) or turnDeferred (the timer)
+	timer     *time.Timer   // defers it before the relay's forward timeout runs out
+	answered  chan struct{} // a deferred one: closed once the relay has its answer
+	queued    bool          // a deferred one: answered "queued" (else refused); set before answered is closed
+}
+
+// States of a live request's turn.
+const (
+	turnWaiting int32 = iota
+	turnSending
+	turnDeferred
+)
+
+// closedChan is the saved channel of a capture saved before this run.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// addTurn puts t at the end of the line.
+func (a *Agent) addTurn(t *turn) {
+	a.waiting.Add(1)
+	a.turnMu.Lock()
+	a.turns = append(a.turns, t)
+	a.turnMu.Unlock()
+	select {
+	case a.turnWake <- struct{}{}:
+	default:
+	}
+}
+
+// serveInTurn saves a live request at once but sends it to the handler
+// only after the requests that arrived before it. Its sender still gets the
+// handler's answer, unless the wait would outlast the relay's forward
+// timeout: then the agent answers "queued" (the sender gets 202) and
+// delivers it later, in its turn, like a queued request.
+func (a *Agent) serveInTurn(c *storage.Capture, req *relay.Request, s *relay.Stream) {
+	t := &turn{saved: make(chan struct{}), s: s, c: c, out: *c, h: req.Header,
+		arrivedAt: time.UnixMicro(req.ArrivedAt).UTC(), answered: make(chan struct{})}
+	if ft := s.ForwardTimeout(); ft > 0 {
+		t.timer = time.AfterFunc(ft-deferMargin(ft), func() {
+			// Its waits end by themselves, so it may run after Run
+			// has stopped waiting for tasks.
+			if a.enter() {
+				defer a.tasks.Done()
+			}
+			a.deferTurn(t)
+		})
+	}
+	a.addTurn(t)
+	a.insert(writeOp{insert: c, after: func(err error) {
+		t.id, t.err = c.ID, err
+		close(t.saved)
+		if err == nil {
+			s.Ack() // its answer may be a while: the relay learns it is saved
+		}
+	}})
+}
+
+// deferMargin is how long before the relay's forward timeout a live request
+// still waiting for its turn is answered "queued": time for the answer to
+// reach the relay.
+func deferMargin(ft time.Duration) time.Duration { return min(ft/4, 2*time.Second) }
+
+// deferTurn answers a live request still waiting for its turn "queued",
+// once it is saved and marked late, so that a restart before its turn still
+// sends it (UndeliveredLate).
+func (a *Agent) deferTurn(t *turn) {
+	if !t.state.CompareAndSwap(turnWaiting, turnDeferred) {
+		return // turnLoop took it
+	}
+	defer close(t.answered)
+	defer t.s.Release() // from now on the body is read back from the store
+	<-t.saved           // comes: every queued write is told its outcome
+	if t.err != nil {
+		t.s.Respond(notSaved)
+		return
+	}
+	late := *t.c
+	late.Late, late.ArrivedAt = true, t.arrivedAt
+	if err := a.save(context.Background(), writeOp{update: &late, keep: true}); err != nil {
+		t.s.Respond(notSaved) // the agent is stopping
+		return
+	}
+	t.queued = true
+	t.s.Respond(&relay.Response{Result: relay.ResultQueued})
+}
+
+// turnLoop sends the tunnel's requests that must wait for their turn to the
+// handler, one at a time, in arrival order.
+func (a *Agent) turnLoop(ctx context.Context) {
+	for {
+		a.turnMu.Lock()
+		var t *turn
+		if len(a.turns) > 0 {
+			t = a.turns[0]
+			a.turns[0] = nil
+			a.turns = a.turns[1:]
+		}
+		a.turnMu.Unlock()
+		if t == nil {
+			select {
+			case <-a.turnWake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		a.takeTurn(ctx, t)
+		a.waiting.Add(-1)
+	}
+}
+
+// takeTurn sends t's request to the handler and waits for the answer.
+func (a *Agent) takeTurn(ctx context.Context, t *turn) {
+	if t.s != nil {
+		if t.state.CompareAndSwap(turnWaiting, turnSending) {
+			if t.timer != nil {
+				t.timer.Stop()
+			}
+			a.sendLive(ctx, t)
+			return
+		}
+		select { // deferred: sent as a queued one, once the relay has its answer
+		case <-t.answered:
+		case <-ctx.Done():
+			return
+		}
+		if !t.queued {
+			return
+		}
+	}
+	select {
+	case <-t.saved:
+	case <-ctx.Done():
+		return
+	}
+	if t.err != nil || t.skip {
+		return
+	}
+	c, err := a.store.Capture(ctx, t.id)
+	if err != nil {
+		a.log.Error("load queued capture", "id", t.id, "err", err)
+		return
+	}
+	if c.Target == "" && a.forwardTo != nil {
+		c.Target = joinTarget(a.forwardTo, c.Path, c.Query)
+	}
+	a.deliver(ctx, c, 1)
+}
+
+// sendLive sends a live request whose turn came, as serveLive does.
+func (a *Agent) sendLive(ctx context.Context, t *turn) {
+	defer t.s.Release()
+	select {
+	case <-t.saved:
+		if t.err != nil {
+			t.s.Respond(notSaved) // its sender sends it again: the handler need not see it now
+			return
+		}
+	default:
+	}
+	res := a.send(context.Background(), &t.out, t.h, t.s.Limits())
+	select {
+	case <-t.saved:
+	case <-ctx.Done():
+		return
+	}
+	if t.err != nil {
+		t.s.Respond(notSaved)
+		return
+	}
+	t.s.Respond(a.record(context.Background(), t.c, 1, res))
+}

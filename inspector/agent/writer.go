@@ -1,0 +1,232 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/storage"
+)
+
+// writeOp is one insert or update for writeLoop, with what to do after the
+// commit.
+type writeOp struct {
+	insert *storage.Capture
+	update *storage.Capture
+	ack    *relay.Stream // acknowledged to the relay once the insert is committed
+	after  func(error)
+	// keep: should the commit fail, the write is tried again (with the
+	// next one, or after a pause) until it succeeds, and after is called
+	// only then. For writes nobody can be told failed: a queued request
+	// (its sender has its 202 and the relay waits for the ack, in order)
+	// and a response already passed on. A live request is not kept: its
+	// sender gets a 502 and sends it again.
+	keep bool
+}
+
+// writeLoop owns every capture write: it commits whatever queued up while
+// the previous transaction ran in one transaction. The kept writes of a
+// failed commit (writeOp.keep) go first into the next one, in their order,
+// which is tried with the next write or after a pause, whichever comes
+// first: a full disk that gets room again is used again by itself.
+func (a *Agent) writeLoop(ctx context.Context) {
+	const maxBatch = 256
+	batch := make([]writeOp, 0, maxBatch)
+	var (
+		acks  []*relay.Stream
+		kept  []writeOp     // of the last commit, which failed
+		pause time.Duration // before trying them again
+	)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	again := time.NewTimer(time.Hour)
+	again.Stop()
+	for {
+		batch = append(batch[:0], kept...)
+		kept = kept[:0]
+		var wake <-chan time.Time
+		if len(batch) > 0 {
+			again.Reset(pause)
+			wake = again.C
+		}
+		select {
+		case op := <-a.ops:
+			batch = append(batch, op)
+		case <-wake:
+		case <-ctx.Done():
+			a.abandon(batch, ctx.Err())
+			return
+		}
+		if wake != nil {
+			again.Stop()
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case op := <-a.ops:
+				batch = append(batch, op)
+			default:
+				break more
+			}
+		}
+		if onlyResponses(batch) {
+			// Nobody waits for a response to be recorded (the sender has
+			// its answer), so it waits a moment for the next request's
+			// insert and shares its commit: one commit per request, not
+			// two. An insert or a Flush ends the wait at once.
+			linger.Reset(responseLinger)
+		wait:
+			for len(batch) < maxBatch {
+				select {
+				case op := <-a.ops:
+					batch = append(batch, op)
+					if op.update == nil {
+						break wait
+					}
+				case <-linger.C:
+					break wait
+				case <-ctx.Done():
+					break wait
+				}
+			}
+			linger.Stop()
+		}
+		var inserts, updates []*storage.Capture
+		for _, op := range batch {
+			if op.insert != nil {
+				inserts = append(inserts, op.insert)
+			}
+			if op.update != nil {
+				updates = append(updates, op.update)
+			}
+		}
+		err := a.cfg.writeCaptures(context.WithoutCancel(ctx), inserts, updates)
+		if err != nil {
+			for _, op := range batch {
+				if op.keep {
+					kept = append(kept, op)
+				}
+			}
+			pause = min(max(2*pause, minWritePause), maxWritePause)
+			a.log.Error("saving captures", "err", err, "inserts", len(inserts), "updates", len(updates), "trying_again", len(kept), "in", pause)
+		} else {
+			pause = 0
+		}
+		for _, op := range batch {
+			if op.update != nil && op.after == nil && (err == nil || !op.keep) {
+				a.unsettled.Add(-1)
+			}
+		}
+		if err == nil {
+			// One write for all of the commit's acks, before any delivery.
+			acks = acks[:0]
+			for _, op := range batch {
+				if op.ack != nil {
+					acks = append(acks, op.ack)
+				}
+			}
+			relay.AckAll(acks)
+		}
+		for _, op := range batch {
+			if err != nil && op.keep {
+				continue // in kept
+			}
+			c := op.insert
+			if c == nil {
+				c = op.update
+			}
+			if err == nil && c != nil {
+				if !c.Redelivered {
+					a.publish(Event{Capture: c})
+					if op.insert != nil && a.media != nil {
+						a.media.SaveCapture(c) // returns at once
+					}
+				}
+			}
+			if op.after != nil {
+				op.after(err)
+			}
+		}
+	}
+}
+
+// responseLinger is how long a batch of recorded responses alone waits for
+// an insert to share its commit.
+const responseLinger = 5 * time.Millisecond
+
+// The pause before kept writes are tried again starts at minWritePause and
+// doubles while commits keep failing, up to maxWritePause: a full disk is
+// not hammered, and one that has room again is found soon.
+const (
+	minWritePause = 50 * time.Millisecond
+	maxWritePause = 2 * time.Second
+)
+
+// abandon ends the writes writeLoop still holds when the agent stops. A
+// queued request not acknowledged is sent again by the relay next time.
+func (a *Agent) abandon(ops []writeOp, err error) {
+	for _, op := range ops {
+		if op.update != nil && op.after == nil {
+			a.unsettled.Add(-1)
+		}
+		if op.after != nil {
+			op.after(err)
+		}
+	}
+}
+
+// onlyResponses reports a batch of response updates that nobody waits on.
+func onlyResponses(batch []writeOp) bool {
+	for _, op := range batch {
+		if op.insert != nil || op.update == nil || op.after != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// save queues a write and waits for its commit.
+func (a *Agent) save(ctx context.Context, op writeOp) error {
+	done := make(chan error, 1)
+	op.after = func(err error) { done <- err }
+	if err := a.queue(ctx, op); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// queue hands op to writeLoop. Once it has, op.after is called in the end,
+// whatever happens; it has not when queue fails, once the agent has
+// stopped or ctx has ended.
+func (a *Agent) queue(ctx context.Context, op writeOp) error {
+	a.stopMu.RLock()
+	defer a.stopMu.RUnlock()
+	if a.stopped {
+		return errStopped
+	}
+	select {
+	case a.ops <- op:
+		return nil
+	case <-a.quit:
+		return errStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Settle waits, when responses are still waiting to be committed (see
+// responseLinger), until they are: readers of the store then see every
+// response the agent already sent back.
+func (a *Agent) Settle(ctx context.Context) {
+	if a.unsettled.Load() > 0 {
+		a.Flush(ctx)
+	}
+}
+
+// Flush waits until every write queued before it is committed.
+func (a *Agent) Flush(ctx context.Context) error { return a.save(ctx, writeOp{}) }
