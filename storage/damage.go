@@ -1,8 +1,10 @@
 package storage
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -80,6 +82,39 @@ func companions(path string, schema Schema) []string {
 	return c
 }
 
+// heldData reports whether the companion file c shows that the database
+// beside it held data. A rollback journal whose header says the database
+// was empty when its transaction began, or one not yet (or no longer)
+// valid, belongs to a store being created — by another process opening
+// the same new store at this moment, or by one killed while creating it —
+// and a WAL with no frame holds nothing either.
+func heldData(c string) bool {
+	fi, err := os.Stat(c)
+	if err != nil {
+		return false
+	}
+	switch {
+	case strings.HasSuffix(c, "-journal"):
+		f, err := os.Open(c)
+		if err != nil {
+			return true
+		}
+		defer f.Close()
+		var h [28]byte
+		if _, err := io.ReadFull(f, h[:]); err != nil {
+			return false
+		}
+		// Header: 8 magic bytes, then big-endian page count, nonce and
+		// the database's size in pages when the transaction began.
+		magic := [8]byte{0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7}
+		return [8]byte(h[:8]) == magic && binary.BigEndian.Uint32(h[16:20]) > 0
+	case strings.HasSuffix(c, "-wal"):
+		const walHeader, frameHeader = 32, 24
+		return fi.Size() > walHeader+frameHeader
+	}
+	return true
+}
+
 // checkEmpty refuses a database file of zero bytes when anything of a
 // store that was written exists beside it: the file was emptied, and
 // opening it would start a new store (and SQLite would delete the WAL).
@@ -97,7 +132,7 @@ func checkEmpty(path string, schema Schema) error {
 	}
 	var found []string
 	for _, c := range companions(path, schema) {
-		if _, err := os.Stat(c); err == nil {
+		if heldData(c) {
 			found = append(found, filepath.Base(c))
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,6 +42,9 @@ const (
 	SchemaRelay   Schema = "relay"   // tokens, settings, offline queue: calltap relay
 	SchemaService Schema = "service" // the voice service emulator: calltap mock-service
 )
+
+// busyTimeout is how long a statement waits for another connection's lock.
+const busyTimeout = 10 * time.Second
 
 // ErrNotFound is returned when a looked-up row does not exist.
 var ErrNotFound = errors.New("not found")
@@ -124,7 +128,7 @@ func Open(ctx context.Context, path string, schema Schema, opts ...Option) (*DB,
 	dsn := func(txlock, extra string) string {
 		q := url.Values{}
 		q.Set("_journal_mode", "WAL")
-		q.Set("_busy_timeout", "10000")
+		q.Set("_busy_timeout", strconv.Itoa(int(busyTimeout.Milliseconds())))
 		q.Set("_synchronous", strings.ToUpper(string(o.sync)))
 		q.Set("_foreign_keys", "on")
 		q.Set("_txlock", txlock)
@@ -143,7 +147,7 @@ func Open(ctx context.Context, path string, schema Schema, opts ...Option) (*DB,
 		db.explain(&err)
 		return nil, err
 	}
-	if err := w.PingContext(ctx); err != nil {
+	if err := connect(ctx, w); err != nil {
 		return fail(fmt.Errorf("storage: open %s: %w", path, err))
 	}
 	if err := db.migrate(ctx); err != nil {
@@ -174,6 +178,27 @@ func Open(ctx context.Context, path string, schema Schema, opts ...Option) (*DB,
 		}
 	}
 	return db, nil
+}
+
+// connect opens w's first connection. Switching a new database to WAL
+// needs it to itself, and SQLite answers "locked" at once, without waiting
+// out the busy timeout, while another process (the relay starting as
+// `relay token create` runs) is doing the same: try again for as long as
+// the busy timeout would have waited.
+func connect(ctx context.Context, w *sql.DB) error {
+	deadline := time.Now().Add(busyTimeout)
+	for {
+		err := w.PingContext(ctx)
+		var se sqlite3.Error
+		if err == nil || !errors.As(err, &se) || (se.Code != sqlite3.ErrBusy && se.Code != sqlite3.ErrLocked) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // Path is the database file.
