@@ -238,33 +238,54 @@ func (s *Server) readTimeout() time.Duration { return s.cfg.ForwardTimeout + 30*
 // Run expires old queued requests and drops agents whose token was revoked,
 // until ctx ends; then it tells every agent the relay is going away.
 func (s *Server) Run(ctx context.Context) error {
-	tick := time.NewTicker(10 * time.Second)
-	defer tick.Stop()
+	expire := time.NewTicker(expireEvery)
+	defer expire.Stop()
+	revoke := time.NewTicker(revokeEvery)
+	defer revoke.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			s.shutdown()
 			return nil
-		case <-tick.C:
-			s.maintain(ctx)
+		case <-expire.C:
+			s.expireQueued(ctx)
+		case <-revoke.C:
+			s.dropRevoked(ctx)
 		}
 	}
 }
 
-func (s *Server) maintain(ctx context.Context) {
+const (
+	expireEvery = 10 * time.Second
+	// revokeEvery is short because `relay token revoke` is another
+	// process: the relay learns of it from the database, and a developer
+	// revoking a leaked token expects its agent gone at once.
+	revokeEvery = 500 * time.Millisecond
+)
+
+func (s *Server) expireQueued(ctx context.Context) {
 	if n, err := s.cfg.DB.ExpireQueued(ctx, time.Now().Add(-s.cfg.QueueMaxAge)); err != nil {
 		s.log.Error("expire queue", "err", err)
 	} else if n > 0 {
 		s.log.Warn("dropped expired queued requests", "count", n, "max_age", s.cfg.QueueMaxAge)
 		s.resyncQueueCounts(ctx)
 	}
+}
+
+// dropRevoked sends away the agents of revoked tokens and forgets their
+// tunnels, whose URLs then answer 404.
+func (s *Server) dropRevoked(ctx context.Context) {
 	revoked, err := s.cfg.DB.RevokedTunnels(ctx)
 	if err != nil {
 		s.log.Error("read revoked tokens", "err", err)
 		return
 	}
-	for _, t := range s.snapshotTunnels() {
-		if !revoked[t.id] {
+	for id := range revoked {
+		s.mu.Lock()
+		t := s.tunnels[id]
+		delete(s.tunnels, id)
+		s.mu.Unlock()
+		if t == nil {
 			continue
 		}
 		t.mu.Lock()
@@ -273,9 +294,6 @@ func (s *Server) maintain(ctx context.Context) {
 		if ac != nil {
 			ac.goAway(GoAway{Reason: GoAwayRevoked, Message: "the token of this tunnel was revoked"})
 		}
-		s.mu.Lock()
-		delete(s.tunnels, t.id)
-		s.mu.Unlock()
 	}
 }
 

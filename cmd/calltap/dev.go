@@ -5,12 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/calltap/calltap/relay"
 )
 
 func cmdDev(ctx context.Context, args []string, stdio Stdio) int {
@@ -38,53 +36,10 @@ func cmdDev(ctx context.Context, args []string, stdio Stdio) int {
 		return usageError(stdio, "dev", "%v", err)
 	}
 	log := newLogger(stdio, af.jsonLogs, false)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
-	db, err := relayDB(ctx, af.dataDir, af.sync.option())
-	if err != nil {
-		return fail(stdio, "dev", err)
-	}
-	defer db.Close()
-	token, err := devToken(af.dataDir)
-	if err != nil {
-		return fail(stdio, "dev", err)
-	}
-	if _, err := relay.EnsureToken(ctx, db, "dev", token); err != nil {
-		return fail(stdio, "dev", err)
-	}
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return fail(stdio, "dev", err)
-	}
-	pub := *pubURL
-	if pub == "" {
-		pub = "http://" + ln.Addr().String()
-	}
-	cfg := rf.config(db, pub)
-	cfg.Logger = log
-	srv, err := relay.NewServer(ctx, cfg)
-	if err != nil {
-		ln.Close()
-		return fail(stdio, "dev", err)
-	}
-	hs := srv.HTTPServer(*listen)
-	go srv.Run(ctx)
-	go hs.Serve(ln)
-	defer hs.Close()
-
 	af.forwardTimeout = max(af.forwardTimeout, rf.forwardTimeout)
 	af.allowPrivate = true // everything in dev is local: the emulator's media links are on loopback
-	rt, err := startAgent(ctx, &af, stdio, log)
-	if err != nil {
-		return fail(stdio, "dev", err)
-	}
-	defer rt.close()
-	err = runTunnel(ctx, rt, relay.ClientConfig{RelayURL: "http://" + ln.Addr().String(), Token: token, Logger: log}, af.forwardTo, stdio)
-	if err != nil {
-		return fail(stdio, "dev", err)
-	}
-	return 0
+	return runApp(ctx, stdio, "dev", &agentApp{flags: &af, stdio: stdio, log: log,
+		devRelay: &devRelay{listen: *listen, publicURL: *pubURL, flags: rf}})
 }
 
 // devToken is the local token of `calltap dev`, kept in the data directory

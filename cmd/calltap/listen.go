@@ -4,12 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -19,7 +16,6 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
-	"github.com/calltap/calltap/web"
 )
 
 // agentFlags are the agent's and inspector's settings, shared by listen and dev.
@@ -80,62 +76,6 @@ func agentDB(ctx context.Context, dataDir string, opts ...storage.Option) (*stor
 	return storage.Open(ctx, filepath.Join(dataDir, "agent.db"), storage.SchemaAgent, opts...)
 }
 
-// agentRuntime is a running agent with its inspector.
-type agentRuntime struct {
-	agent      *agent.Agent
-	db         *storage.DB
-	inspectLn  net.Listener
-	inspectURL string
-	httpSrv    *http.Server
-	wg         sync.WaitGroup
-}
-
-// startAgent opens the store, starts the agent's loops and the inspector.
-func startAgent(ctx context.Context, f *agentFlags, stdio Stdio, log *slog.Logger) (*agentRuntime, error) {
-	db, err := agentDB(ctx, f.dataDir, f.sync.option())
-	if err != nil {
-		return nil, err
-	}
-	cfg := agent.Config{Store: db, ForwardTo: f.forwardTo, ForwardTimeout: f.forwardTimeout, Logger: log,
-		MediaDir: filepath.Join(f.dataDir, "media"), AllowPrivateMedia: f.allowPrivate, RewriteMedia: f.rewriteMedia,
-		AnalysisPendingAfter: f.pendingAfter, ResumeQueued: true}
-	if !f.quiet {
-		cfg.Console = stdio.Out
-	}
-	a, err := agent.New(cfg)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	rt := &agentRuntime{agent: a, db: db}
-	rt.wg.Add(1)
-	go func() { defer rt.wg.Done(); a.Run(ctx) }()
-	if f.inspect != "" {
-		ln, err := net.Listen("tcp", f.inspect)
-		if err != nil {
-			db.Close()
-			return nil, fmt.Errorf("inspector: %w", err)
-		}
-		rt.inspectLn = ln
-		rt.inspectURL = "http://" + ln.Addr().String()
-		a.SetInspectorURL(rt.inspectURL)
-		srv := inspector.NewServer(inspector.ServerConfig{Agent: a, Assets: web.Handler(), AllowedHosts: f.inspectHosts, Token: f.inspectToken})
-		rt.httpSrv = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
-		go rt.httpSrv.Serve(ln)
-	}
-	return rt, nil
-}
-
-func (rt *agentRuntime) close() {
-	if rt.httpSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		rt.httpSrv.Shutdown(ctx)
-		cancel()
-	}
-	rt.wg.Wait()
-	rt.db.Close()
-}
-
 func cmdListen(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("listen", "calltap listen --relay URL --token TOKEN --forward-to URL [flags]",
 		"Connect to a relay and receive your tunnel's requests: each is saved in SQLite, forwarded to the local handler,\nand shown in the inspector. Requests that arrived while you were away are delivered first, in order.")
@@ -177,53 +117,8 @@ func cmdListen(ctx context.Context, args []string, stdio Stdio) int {
 		}
 		tlsCfg = &tls.Config{RootCAs: pool}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	rt, err := startAgent(ctx, &af, stdio, log)
-	if err != nil {
-		return fail(stdio, "listen", err)
-	}
-	defer rt.close()
-	err = runTunnel(ctx, rt, relay.ClientConfig{RelayURL: *relayURL, Token: *token, RequireHeaders: require, TLSConfig: tlsCfg, Logger: log}, af.forwardTo, stdio)
-	if err != nil {
-		cancel()
-		return fail(stdio, "listen", err)
-	}
-	return 0
-}
-
-// runTunnel connects the agent to a relay and prints the banner once the
-// first connection is up. It returns nil when ctx ends.
-func runTunnel(ctx context.Context, rt *agentRuntime, cc relay.ClientConfig, forwardTo string, stdio Stdio) error {
-	var once sync.Once
-	refused := &refusalReport{out: stdio.Out, every: refusalReportEvery}
-	defer refused.stop()
-	cc.Handler = rt.agent
-	cc.OnState = func(s relay.ConnState) {
-		rt.agent.SetConnState(s)
-		if s.State == relay.StateConnected && s.Hello != nil {
-			once.Do(func() {
-				fmt.Fprintf(stdio.Out, "calltap %s\n  Tunnel     %s  ->  %s\n", version, s.Hello.PublicURL, forwardTo)
-				if rt.inspectURL != "" {
-					fmt.Fprintf(stdio.Out, "  Inspector  %s\n", rt.inspectURL)
-				}
-				if s.Hello.Queued > 0 {
-					fmt.Fprintf(stdio.Out, "  Delivering %d requests that arrived while you were away\n", s.Hello.Queued)
-				}
-				fmt.Fprintln(stdio.Out)
-			})
-			refused.note(s.Notice.Rejected)
-		}
-	}
-	client, err := relay.NewClient(cc)
-	if err != nil {
-		return err
-	}
-	err = client.Run(ctx)
-	if errors.Is(err, relay.ErrUnauthorized) {
-		return fmt.Errorf("%v — check --token, or ask for a new one with 'calltap relay token create'", err)
-	}
-	return err
+	return runApp(ctx, stdio, "listen", &agentApp{flags: &af, stdio: stdio, log: log,
+		tunnel: relay.ClientConfig{RelayURL: *relayURL, Token: *token, RequireHeaders: require, TLSConfig: tlsCfg}})
 }
 
 // refusalReportEvery is how often the console sums up refused senders.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -112,28 +111,9 @@ func cmdMockService(ctx context.Context, args []string, stdio Stdio) int {
 
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ran := make(chan error, 1)
-	go func() { ran <- srv.Run(runCtx) }()
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
 	fmt.Fprintf(stdio.Out, "calltap mock-service: API at %s%s/ (%d key(s), time scale %g, data %s)\n", pub, emulator.Prefix, len(cfgKeys), *timeScale, *dataDir)
-
-	var serveErr error
-	select {
-	case serveErr = <-served:
-	case <-ctx.Done():
-	}
-	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
-	defer done()
-	hs.Shutdown(shutdownCtx)
-	cancel()
-	if err := <-ran; err != nil {
-		log.Error("scheduler", "err", err)
-	}
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
-		return fail(stdio, "mock-service", serveErr)
+	if err := runParts(ctx, srv.Run, serveHTTP(hs, ln, httpGrace)); err != nil {
+		return fail(stdio, "mock-service", err)
 	}
 	return 0
 }

@@ -130,82 +130,64 @@ func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 	return 0
 }
 
-// serveRelay runs the relay's listeners until ctx ends.
+// serveRelay runs the relay and its listeners until ctx ends or one of
+// them fails.
 func serveRelay(ctx context.Context, srv *relay.Server, listen string, insecure bool, tf *tlsFlags, dataDir string, log *slog.Logger) error {
-	hs := srv.HTTPServer(listen)
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
-	var extra []*http.Server
-	var certs *relay.TLS
+	parts := []func(context.Context) error{srv.Run, serveHTTP(srv.HTTPServer(listen), ln, httpGrace)}
 	if !insecure {
-		if certs, err = tf.build(dataDir, listen, log); err != nil {
+		certs, err := tf.build(dataDir, listen, log)
+		if err != nil {
 			ln.Close()
 			return err
 		}
 		// HTTP/1.1 only: agents' websockets need it, and senders are
 		// webhooks, one request per connection or a few.
-		ln = tls.NewListener(ln, certs.Config())
+		parts[1] = serveHTTP(srv.HTTPServer(listen), tls.NewListener(ln, certs.Config()), httpGrace)
 		if tf.httpListen != "" {
-			hl := &http.Server{Addr: tf.httpListen, Handler: certs.HTTPHandler(nil), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
-			extra = append(extra, hl)
-			go func() {
-				if err := hl.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					log.Error("http listener", "addr", tf.httpListen, "err", err)
-				}
-			}()
+			hln, err := net.Listen("tcp", tf.httpListen)
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			hl := &http.Server{Handler: certs.HTTPHandler(nil), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
+			parts = append(parts, serveHTTP(hl, hln, httpGrace))
+		}
+		parts = append(parts, func(ctx context.Context) error { return keepCertificates(ctx, certs, log) })
+	}
+	log.Info("relay listening", "addr", ln.Addr().String(), "tls", !insecure, "public_url", srv.TunnelURL("<tunnel-id>"))
+	return runParts(ctx, parts...)
+}
+
+// keepCertificates gets the certificates now rather than on the first
+// sender's handshake, then re-reads --tls-cert/--tls-key on SIGHUP until
+// ctx ends.
+func keepCertificates(ctx context.Context, certs *relay.TLS, log *slog.Logger) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for _, d := range certs.Domains() {
+		if _, err := certs.Obtain(ctx, d); err != nil {
+			log.Warn("no certificate yet", "domain", d, "err", err)
+		} else {
+			log.Info("certificate ready", "domain", d)
 		}
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go srv.Run(runCtx)
-	log.Info("relay listening", "addr", ln.Addr().String(), "tls", !insecure, "public_url", srv.TunnelURL("<tunnel-id>"))
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	if certs != nil {
-		// Get the certificates now rather than on the first sender's
-		// handshake; and re-read --tls-cert/--tls-key on SIGHUP.
-		go func() {
-			for _, d := range certs.Domains() {
-				if _, err := certs.Obtain(runCtx, d); err != nil {
-					log.Warn("no certificate yet", "domain", d, "err", err)
-				} else {
-					log.Info("certificate ready", "domain", d)
-				}
+	for {
+		select {
+		case <-hup:
+			if err := certs.Reload(); err != nil {
+				log.Error("reload certificate", "err", err)
+			} else {
+				log.Info("certificate reloaded")
 			}
-		}()
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		go func() {
-			for {
-				select {
-				case <-hup:
-					if err := certs.Reload(); err != nil {
-						log.Error("reload certificate", "err", err)
-					} else {
-						log.Info("certificate reloaded")
-					}
-				case <-runCtx.Done():
-					return
-				}
-			}
-		}()
+		case <-ctx.Done():
+			return nil
+		}
 	}
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	cancel()
-	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
-	defer done()
-	for _, s := range extra {
-		s.Shutdown(shutdownCtx)
-	}
-	hs.Shutdown(shutdownCtx)
-	return nil
 }
 
 func cmdRelayToken(ctx context.Context, args []string, stdio Stdio) int {

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/web"
+)
+
+// runApp opens, runs and closes app, the one shape of every long-running
+// command; an error is printed as the command's one line and exit 1.
+func runApp(ctx context.Context, stdio Stdio, name string, app interface {
+	Open(context.Context) error
+	Run(context.Context) error
+	Close() error
+}) int {
+	if err := app.Open(ctx); err != nil {
+		return fail(stdio, name, err)
+	}
+	err := app.Run(ctx)
+	if cerr := app.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fail(stdio, name, err)
+	}
+	return 0
+}
+
+// runParts runs every part until one of them returns or ctx ends, then
+// cancels the others and waits for all of them. It returns the first
+// error a part returned on its own, before anything asked it to stop: a
+// part that ends (a revoked tunnel, a listener that failed) ends the
+// command, instead of leaving the others running for nobody.
+func runParts(ctx context.Context, parts ...func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for _, run := range parts {
+		wg.Go(func() {
+			err := run(ctx)
+			once.Do(func() {
+				if ctx.Err() == nil {
+					first = err
+				}
+				cancel()
+			})
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// serveHTTP is a part that serves hs on ln until ctx ends, then gives the
+// requests in flight up to grace to finish.
+func serveHTTP(hs *http.Server, ln net.Listener, grace time.Duration) func(context.Context) error {
+	return func(ctx context.Context) error {
+		served := make(chan error, 1)
+		go func() { served <- hs.Serve(ln) }()
+		select {
+		case err := <-served:
+			return err
+		case <-ctx.Done():
+		}
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		if err := hs.Shutdown(shutdownCtx); err != nil {
+			hs.Close() // long-lived streams (the inspector's live list) end here
+		}
+		<-served
+		return nil
+	}
+}
+
+// httpGrace is how long a server stopping waits for its requests in flight.
+const httpGrace = 5 * time.Second
+
+// agentApp is what `calltap listen` and `calltap dev` run: the agent over
+// its store, the inspector, the tunnel to a relay and, for dev, the relay
+// itself on loopback. Open opens and builds every part, Run runs them until
+// one ends or ctx does, and Close releases what Open opened — in that order,
+// one application per command.
+type agentApp struct {
+	flags  *agentFlags
+	stdio  Stdio
+	log    *slog.Logger
+	tunnel relay.ClientConfig // RelayURL and Token; for dev, set by Open
+
+	// devRelay, for dev, is the relay to run in this process; Open fills
+	// in its server.
+	devRelay *devRelay
+
+	db         *storage.DB
+	agent      *agent.Agent
+	inspectLn  net.Listener
+	inspectURL string
+	inspectSrv *http.Server
+}
+
+// devRelay is the relay `calltap dev` runs beside its agent.
+type devRelay struct {
+	listen, publicURL string
+	flags             relayFlags
+
+	db  *storage.DB
+	ln  net.Listener
+	srv *relay.Server
+}
+
+// Open opens the stores and listeners and builds every part; on error,
+// what it opened is closed.
+func (app *agentApp) Open(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			app.Close()
+		}
+	}()
+	f := app.flags
+	if d := app.devRelay; d != nil {
+		if err := d.open(ctx, f, app.log); err != nil {
+			return err
+		}
+		app.tunnel.RelayURL = "http://" + d.ln.Addr().String()
+		app.tunnel.Token, err = devToken(f.dataDir)
+		if err != nil {
+			return err
+		}
+		if _, err := relay.EnsureToken(ctx, d.db, "dev", app.tunnel.Token); err != nil {
+			return err
+		}
+	}
+	if app.db, err = agentDB(ctx, f.dataDir, f.sync.option()); err != nil {
+		return err
+	}
+	cfg := agent.Config{Store: app.db, ForwardTo: f.forwardTo, ForwardTimeout: f.forwardTimeout, Logger: app.log,
+		MediaDir: filepath.Join(f.dataDir, "media"), AllowPrivateMedia: f.allowPrivate, RewriteMedia: f.rewriteMedia,
+		AnalysisPendingAfter: f.pendingAfter, ResumeQueued: true}
+	if !f.quiet {
+		cfg.Console = app.stdio.Out
+	}
+	if app.agent, err = agent.New(cfg); err != nil {
+		return err
+	}
+	if f.inspect != "" {
+		if app.inspectLn, err = net.Listen("tcp", f.inspect); err != nil {
+			return fmt.Errorf("inspector: %w", err)
+		}
+		app.inspectURL = "http://" + app.inspectLn.Addr().String()
+		app.agent.SetInspectorURL(app.inspectURL)
+		srv := inspector.NewServer(inspector.ServerConfig{Agent: app.agent, Assets: web.Handler(), AllowedHosts: f.inspectHosts, Token: f.inspectToken})
+		app.inspectSrv = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	}
+	return nil
+}
+
+func (d *devRelay) open(ctx context.Context, f *agentFlags, log *slog.Logger) (err error) {
+	if d.db, err = relayDB(ctx, f.dataDir, f.sync.option()); err != nil {
+		return err
+	}
+	if d.ln, err = net.Listen("tcp", d.listen); err != nil {
+		return err
+	}
+	pub := d.publicURL
+	if pub == "" {
+		pub = "http://" + d.ln.Addr().String()
+	}
+	cfg := d.flags.config(d.db, pub)
+	cfg.Logger = log
+	d.srv, err = relay.NewServer(ctx, cfg)
+	return err
+}
+
+// Run runs the tunnel, the inspector and (dev) the relay until one of
+// them ends or ctx does. The agent runs until they have all stopped, so
+// that what they handed it is saved before it stops.
+func (app *agentApp) Run(ctx context.Context) error {
+	agentCtx, stopAgent := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopAgent()
+	agentDone := make(chan struct{})
+	go func() {
+		defer close(agentDone)
+		app.agent.Run(agentCtx)
+	}()
+	parts := []func(context.Context) error{app.runTunnel}
+	if app.inspectSrv != nil {
+		parts = append(parts, serveHTTP(app.inspectSrv, app.inspectLn, httpGrace))
+	}
+	if d := app.devRelay; d != nil {
+		hs := d.srv.HTTPServer(d.listen)
+		parts = append(parts, d.srv.Run, serveHTTP(hs, d.ln, httpGrace))
+	}
+	err := runParts(ctx, parts...)
+	stopAgent()
+	<-agentDone
+	return err
+}
+
+// Close closes the listeners and stores Open opened.
+func (app *agentApp) Close() error {
+	var errs []error
+	if app.inspectLn != nil {
+		app.inspectLn.Close() // Run closed it already, unless Run never ran
+	}
+	if app.db != nil {
+		errs = append(errs, app.db.Close())
+	}
+	if d := app.devRelay; d != nil {
+		if d.ln != nil {
+			d.ln.Close()
+		}
+		if d.db != nil {
+			errs = append(errs, d.db.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runTunnel connects the agent to the relay and prints the banner once the
+// first connection is up. It returns nil when ctx ends, and the reason
+// when the relay will not have this agent any more (a revoked token).
+func (app *agentApp) runTunnel(ctx context.Context) error {
+	var once sync.Once
+	out := app.stdio.Out
+	refused := &refusalReport{out: out, every: refusalReportEvery}
+	defer refused.stop()
+	cc := app.tunnel
+	cc.Logger = app.log
+	cc.Handler = app.agent
+	cc.OnState = func(s relay.ConnState) {
+		app.agent.SetConnState(s)
+		if s.State == relay.StateConnected && s.Hello != nil {
+			once.Do(func() {
+				fmt.Fprintf(out, "calltap %s\n  Tunnel     %s  ->  %s\n", version, s.Hello.PublicURL, app.flags.forwardTo)
+				if app.inspectURL != "" {
+					fmt.Fprintf(out, "  Inspector  %s\n", app.inspectURL)
+				}
+				if s.Hello.Queued > 0 {
+					fmt.Fprintf(out, "  Delivering %d requests that arrived while you were away\n", s.Hello.Queued)
+				}
+				fmt.Fprintln(out)
+			})
+			refused.note(s.Notice.Rejected)
+		}
+	}
+	client, err := relay.NewClient(cc)
+	if err != nil {
+		return err
+	}
+	err = client.Run(ctx)
+	if errors.Is(err, relay.ErrUnauthorized) {
+		return fmt.Errorf("%v — check --token, or ask for a new one with 'calltap relay token create'", err)
+	}
+	return err
+}
