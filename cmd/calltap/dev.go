@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
 )
 
 func cmdDev(ctx context.Context, args []string, stdio Stdio) int {
