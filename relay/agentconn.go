@@ -1,0 +1,310 @@
+// The relay's end of an agent's websocket: the handshake, the read loop,
+// and the live requests waiting for their answers.
+
+package relay
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/storage"
+	"github.com/gorilla/websocket"
+)
+
+// serveConnect upgrades an agent's connection after checking its token.
+func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		s.fail(w, api.Errorf(http.StatusUnauthorized, api.CodeUnauthorized, "missing bearer token"))
+		return
+	}
+	tok, err := s.cfg.DB.Authenticate(r.Context(), token)
+	if errors.Is(err, storage.ErrNotFound) {
+		s.fail(w, api.Errorf(http.StatusUnauthorized, api.CodeUnauthorized, "token is not valid or was revoked"))
+		return
+	} else if err != nil {
+		s.log.Error("authenticate", "err", err)
+		s.fail(w, api.Errorf(http.StatusInternalServerError, api.CodeInternal, "internal error"))
+		return
+	}
+	if !websocket.IsWebSocketUpgrade(r) {
+		s.fail(w, api.Invalid("expected a websocket upgrade"))
+		return
+	}
+	if !offers(r, Subprotocol) {
+		s.fail(w, api.Invalid("this relay speaks %s; upgrade calltap", Subprotocol))
+		return
+	}
+	var require []HeaderField
+	for _, v := range r.Header.Values(RequireHeaderHeader) {
+		name, value, ok := strings.Cut(v, ":")
+		if !ok || strings.TrimSpace(name) == "" {
+			s.fail(w, api.Invalid("%s must be 'Name: value'", RequireHeaderHeader))
+			return
+		}
+		require = append(require, HeaderField{strings.TrimSpace(name), strings.TrimSpace(value)})
+	}
+	// An agent that does not say reads what calltap's agents always did.
+	agentMax := int64(DefaultMaxFrame)
+	if v := r.Header.Get(MaxFrameHeader); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			s.fail(w, api.Invalid("%s must be a positive number of bytes", MaxFrameHeader))
+			return
+		}
+		agentMax = n
+	}
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		w.Header().Set("Retry-After", "1")
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "relay shutting down"))
+		return
+	}
+	hw := &hijackBatch{ResponseWriter: w}
+	ws, err := s.upgrader.Upgrade(hw, r, nil)
+	if err != nil {
+		return // the upgrader answered already
+	}
+	t := s.tunnelFor(tok.TunnelID, tok.Name)
+	ac := &agentConn{
+		wsConn:  newWSConn(ws, hw.bc, s.cfg.MaxFrame, s.cfg.Keepalive),
+		srv:     s,
+		t:       t,
+		pending: map[uint64]*pending{},
+		queued:  map[uint64]int64{},
+		window:  make(chan struct{}, drainWindow),
+		acked:   make(chan int64, drainWindow),
+	}
+	ac.setPeerMax(agentMax)
+	t.mu.Lock()
+	old := t.agent
+	t.agent = ac
+	t.require = require
+	queued := t.queued
+	t.mu.Unlock()
+	if old != nil {
+		old.goAway(GoAway{Reason: GoAwayReplaced, Message: "another agent connected with the same token and took over this tunnel"})
+	}
+	s.metrics.agentsConnected.Add(1)
+	log := s.log.With("tunnel", t.id, "name", t.name)
+	log.Info("agent connected", "remote", r.RemoteAddr, "queued", queued)
+	go ac.sendLoop()
+	ac.trySend(outFrame{head: appendJSON(nil, frameHello, Hello{
+		TunnelID: t.id, Name: t.name, PublicURL: s.TunnelURL(t.id), MaxBody: s.cfg.MaxBody, MaxFrame: s.cfg.MaxFrame, Queued: queued, Version: s.cfg.Version,
+		ForwardTimeoutMS: s.cfg.ForwardTimeout.Milliseconds(),
+	})})
+	go ac.drainLoop()
+	err = ac.readLoop()
+	ac.close(err)
+	ac.failPending()
+	t.mu.Lock()
+	if t.agent == ac {
+		t.agent = nil
+	}
+	t.mu.Unlock()
+	s.metrics.agentsConnected.Add(-1)
+	log.Info("agent disconnected", "reason", err)
+}
+
+// hijackBatch hands the upgrader a batchConn over the hijacked connection,
+// so that sendLoop can batch its writes.
+type hijackBatch struct {
+	http.ResponseWriter
+	bc *batchConn // set by Hijack
+}
+
+func (h *hijackBatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := h.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("relay: connection cannot be hijacked")
+	}
+	conn, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	h.bc = newBatchConn(conn)
+	return h.bc, brw, nil
+}
+
+func offers(r *http.Request, proto string) bool {
+	for _, p := range websocket.Subprotocols(r) {
+		if p == proto {
+			return true
+		}
+	}
+	return false
+}
+
+// agentConn is the relay's end of one agent's websocket.
+type agentConn struct {
+	*wsConn
+	srv *Server
+	t   *tunnel
+
+	nextStream atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[uint64]*pending // guarded by mu: live requests by stream
+	queued  map[uint64]int64    // guarded by mu: queued requests sent, stream → queue seq
+	window  chan struct{}       // semaphore of queued requests awaiting ack
+	acked   chan int64          // queue seqs the agent acknowledged, for drainLoop to delete
+}
+
+// pending is a live request waiting for its ack and response.
+type pending struct {
+	acked chan struct{}  // closed on ack
+	resp  chan *response // cap 1
+}
+
+// response is a decoded response frame and the buffer behind it.
+type response struct {
+	*Response
+	buf *bytes.Buffer
+}
+
+func (r *response) release() { putBuf(r.buf) }
+
+// goAway tells the agent why it is being dropped, then closes.
+func (ac *agentConn) goAway(g GoAway) {
+	done := make(chan struct{})
+	err := ac.send(outFrame{head: appendGoAway(nil, g), written: func() { close(done) }}, nil)
+	if err == nil {
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	ac.writeClose(websocket.CloseNormalClosure, g.Message)
+	ac.close(fmt.Errorf("goaway: %s", g.Message))
+}
+
+// roundTrip sends req and waits for the agent's ack and response. acked
+// reports whether the agent said it saved the request.
+func (ac *agentConn) roundTrip(ctx context.Context, req *Request, buf *bytes.Buffer) (*response, bool, error) {
+	req.Stream = ac.nextStream.Add(1)
+	p := &pending{acked: make(chan struct{}), resp: make(chan *response, 1)}
+	ac.mu.Lock()
+	ac.pending[req.Stream] = p
+	ac.mu.Unlock()
+	defer func() {
+		ac.mu.Lock()
+		delete(ac.pending, req.Stream)
+		ac.mu.Unlock()
+	}()
+	written := make(chan struct{})
+	err := ac.send(outFrame{head: appendRequestHead(nil, req), body: req.Body, written: func() { close(written) }}, ctx.Done())
+	// The body buffer belongs to the frame until sendLoop is done with it.
+	defer func() { <-written; putBuf(buf) }()
+	if err != nil {
+		return nil, false, err
+	}
+	isAcked := func() bool {
+		select {
+		case <-p.acked:
+			return true
+		default:
+			return false
+		}
+	}
+	select {
+	case r := <-p.resp:
+		return r, true, nil
+	case <-ctx.Done():
+		return nil, isAcked(), ctx.Err()
+	case <-ac.done:
+		// A response may have landed just before the close.
+		select {
+		case r := <-p.resp:
+			return r, true, nil
+		default:
+		}
+		return nil, isAcked(), errConnClosed
+	}
+}
+
+// failPending forgets the queued requests in flight: they stay in the
+// queue and go again on the next connection. Live waiters need no wake-up:
+// they watch ac.done.
+func (ac *agentConn) failPending() {
+	ac.mu.Lock()
+	ac.queued = map[uint64]int64{}
+	ac.mu.Unlock()
+}
+
+// readLoop is the connection's only reader.
+func (ac *agentConn) readLoop() error {
+	for {
+		buf, err := ac.readFrame()
+		if err != nil {
+			return err
+		}
+		b := buf.Bytes()
+		switch b[0] {
+		case frameAck:
+			stream, err := decodeAck(b)
+			putBuf(buf)
+			if err != nil {
+				return err
+			}
+			ac.handleAck(stream)
+		case frameResponse:
+			r, err := decodeResponse(b)
+			if err != nil {
+				putBuf(buf)
+				return err
+			}
+			ac.mu.Lock()
+			p := ac.pending[r.Stream]
+			ac.mu.Unlock()
+			if p == nil {
+				putBuf(buf) // the sender gave up, or a response to a queued request
+				continue
+			}
+			select {
+			case p.resp <- &response{Response: r, buf: buf}:
+			default:
+				putBuf(buf)
+				return fmt.Errorf("%w: two responses for stream %d", errMalformed, r.Stream)
+			}
+		default:
+			typ := b[0] // b is the buffer's: read it before the buffer goes back
+			putBuf(buf)
+			return fmt.Errorf("%w: unexpected frame type 0x%02x from agent", errMalformed, typ)
+		}
+	}
+}
+
+func (ac *agentConn) handleAck(stream uint64) {
+	ac.mu.Lock()
+	p := ac.pending[stream]
+	seq, isQueued := ac.queued[stream]
+	delete(ac.queued, stream)
+	ac.mu.Unlock()
+	if p != nil {
+		select {
+		case <-p.acked:
+		default:
+			close(p.acked)
+		}
+		return
+	}
+	if !isQueued {
+		return
+	}
+	// Ack means the agent saved it: only now may the relay forget it.
+	// drainLoop deletes it, with the other acks that came meanwhile.
+	ac.acked <- seq // never blocks: at most drainWindow are unacknowledged
+}

@@ -1,0 +1,105 @@
+// Live forwarding: a request for a connected agent crosses the websocket
+// and its sender gets the handler's answer.
+
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/calltap/calltap/relay/api"
+)
+
+// forward sends a live request to the agent and relays its answer.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *tunnel, ac *agentConn, req *Request, buf *bytes.Buffer, log reqLogger) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ForwardTimeout)
+	defer cancel()
+	resp, acked, err := ac.roundTrip(ctx, req, buf)
+	switch {
+	case err == nil:
+		defer resp.release()
+	case errors.Is(err, errFrameTooLarge):
+		// Written, it would have closed the websocket under every request in flight.
+		log.Warn("request larger than the agent reads", "size", len(req.Body), "agent_max_frame", ac.peerMax.Load())
+		s.fail(w, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "the request is larger than the agent accepts (%d bytes with its headers)", ac.peerMax.Load()))
+		return
+	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+		log.Warn("local handler too slow", "timeout", s.cfg.ForwardTimeout, "saved", acked)
+		s.fail(w, api.Errorf(http.StatusGatewayTimeout, api.CodeGatewayTimeout, "the local handler did not answer within %s", s.cfg.ForwardTimeout))
+		return
+	case r.Context().Err() != nil:
+		return // the sender went away
+	case acked:
+		log.Warn("agent lost after saving the request", "err", err)
+		s.fail(w, api.Errorf(http.StatusBadGateway, api.CodeBadGateway, "the agent saved the request but disconnected before the local handler answered"))
+		return
+	default:
+		log.Warn("agent lost before it confirmed saving the request", "err", err)
+		w.Header().Set("Retry-After", "5")
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeAgentOffline, "the agent disconnected before it confirmed saving the request; retry"))
+		return
+	}
+	switch resp.Result {
+	case ResultUnreachable:
+		s.fail(w, api.Errorf(http.StatusBadGateway, api.CodeBadGateway, "the local handler could not be reached: %s", resp.Error))
+		return
+	case ResultTimeout:
+		s.fail(w, api.Errorf(http.StatusGatewayTimeout, api.CodeGatewayTimeout, "the local handler did not answer in time"))
+		return
+	case ResultTooLarge:
+		s.fail(w, api.Errorf(http.StatusBadGateway, api.CodeBadGateway, "the local handler's answer could not be relayed: %s", resp.Error))
+		return
+	case ResultQueued:
+		log.Info("queued by the agent behind earlier requests", "method", req.Method, "uri", req.URI)
+		s.answerQueued(w, req.ID, "queued: the agent saved the request and delivers it after the ones that arrived before it")
+		return
+	}
+	h := w.Header()
+	for _, f := range resp.Header {
+		if hopByHop(f.Name) {
+			continue
+		}
+		h.Add(f.Name, f.Value)
+	}
+	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	w.WriteHeader(resp.Status)
+	n, _ := w.Write(resp.Body)
+	s.metrics.bytesOut.Add(int64(n))
+	s.metrics.countStatus(resp.Status)
+	log.Debug("forwarded", "method", req.Method, "uri", req.URI, "status", resp.Status)
+}
+
+// reqLogger logs with the tunnel and request ids.
+type reqLogger struct {
+	l       *slog.Logger
+	tunnel  string
+	request string // empty until the request has an id
+}
+
+func (l reqLogger) log(level slog.Level, msg string, args ...any) {
+	if !l.l.Enabled(context.Background(), level) {
+		return
+	}
+	args = append([]any{"tunnel", l.tunnel}, args...)
+	if l.request != "" {
+		args = append(args, "request", l.request)
+	}
+	l.l.Log(context.Background(), level, msg, args...)
+}
+
+func (l reqLogger) Debug(msg string, args ...any) { l.log(slog.LevelDebug, msg, args...) }
+func (l reqLogger) Info(msg string, args ...any)  { l.log(slog.LevelInfo, msg, args...) }
+func (l reqLogger) Warn(msg string, args ...any)  { l.log(slog.LevelWarn, msg, args...) }
+func (l reqLogger) Error(msg string, args ...any) { l.log(slog.LevelError, msg, args...) }
+
+func hopByHop(name string) bool {
+	switch http.CanonicalHeaderKey(name) {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Te", "Trailer", "Content-Length":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,206 @@
+// The offline queue: requests kept for an absent agent, drained to it in
+// arrival order when it connects, and removed once it has saved them.
+
+package relay
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/storage"
+)
+
+// enqueue keeps a request for an absent agent, or refuses it in reject mode.
+func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, req *Request, log reqLogger) {
+	if s.cfg.Offline == OfflineReject {
+		w.Header().Set("Retry-After", "30")
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeAgentOffline, "no agent is connected to this tunnel; retry later"))
+		return
+	}
+	head := appendHeader(nil, req.Header)
+	size := int64(len(req.Body) + len(head) + len(req.URI))
+	t.mu.Lock()
+	if t.queued >= s.cfg.QueueMaxCount || t.queuedBytes+size > s.cfg.QueueMaxBytes {
+		t.mu.Unlock()
+		w.Header().Set("Retry-After", "60")
+		log.Warn("offline queue full", "max_count", s.cfg.QueueMaxCount, "max_bytes", s.cfg.QueueMaxBytes)
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeQueueFull, "the offline queue of this tunnel is full; retry later"))
+		return
+	}
+	// Reserve the place first, so a request arriving now also queues
+	// behind this one instead of overtaking it.
+	t.queued++
+	t.queuedBytes += size
+	t.mu.Unlock()
+	err := s.cfg.DB.Enqueue(context.WithoutCancel(ctx), &storage.QueuedRequest{
+		ID: req.ID, TunnelID: t.id, ArrivedAt: req.ArrivedAt, Method: req.Method, URI: req.URI, Headers: head, Body: req.Body,
+	})
+	if err != nil {
+		t.mu.Lock()
+		t.queued--
+		t.queuedBytes -= size
+		t.mu.Unlock()
+		log.Error("enqueue", "err", err)
+		w.Header().Set("Retry-After", "30")
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the request could not be stored; retry later"))
+		return
+	}
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+	log.Info("queued for offline agent", "method", req.Method, "uri", req.URI)
+	s.answerQueued(w, req.ID, "queued: the agent is offline; the request will be delivered when it reconnects")
+}
+
+// answerQueued tells a sender its request is kept and will be delivered
+// later: 202 with the request's id.
+func (s *Server) answerQueued(w http.ResponseWriter, id, message string) {
+	s.metrics.countStatus(http.StatusAccepted)
+	api.WriteData(w, http.StatusAccepted, message, map[string]any{"id": id, "queued": true, "status": "queued"})
+}
+
+func (s *Server) expireQueued(ctx context.Context) {
+	if n, err := s.cfg.DB.ExpireQueued(ctx, time.Now().Add(-s.cfg.QueueMaxAge)); err != nil {
+		s.log.Error("expire queue", "err", err)
+	} else if n > 0 {
+		s.log.Warn("dropped expired queued requests", "count", n, "max_age", s.cfg.QueueMaxAge)
+		s.resyncQueueCounts(ctx)
+	}
+}
+
+// drainWindow bounds queued requests sent but not yet acknowledged.
+const drainWindow = 32
+
+// dequeueAcked removes the queued requests the agent acknowledged from the
+// queue: first and all others acknowledged meanwhile, in one transaction (a
+// commit per request capped a drain at ~1,600/s), and only then counts them
+// out and opens the window for more. drainLoop calls it whenever it waits.
+func (ac *agentConn) dequeueAcked(first int64) {
+	seqs := []int64{first}
+	for {
+		select {
+		case seq := <-ac.acked:
+			seqs = append(seqs, seq)
+			continue
+		default:
+		}
+		break
+	}
+	ac.dequeue(seqs)
+}
+
+// flushAcked removes what was acknowledged before the connection closed.
+func (ac *agentConn) flushAcked() {
+	select {
+	case seq := <-ac.acked:
+		ac.dequeueAcked(seq)
+	default:
+	}
+}
+
+func (ac *agentConn) dequeue(seqs []int64) {
+	if err := ac.srv.cfg.DB.Dequeue(context.Background(), seqs...); err != nil {
+		ac.srv.log.Error("dequeue", "tunnel", ac.t.id, "err", err)
+	}
+	t := ac.t
+	t.mu.Lock()
+	t.queued -= len(seqs)
+	if t.queued <= 0 {
+		t.queued, t.queuedBytes = 0, 0
+	}
+	left := t.queued
+	t.mu.Unlock()
+	for range seqs {
+		<-ac.window
+	}
+	if left == 0 {
+		ac.trySend(outFrame{head: appendJSON(nil, frameNotice, Notice{Rejected: t.rejected.Load()})})
+	}
+}
+
+// drainLoop delivers the tunnel's offline queue in arrival order, keeping
+// at most drainWindow requests unacknowledged, and removes from the queue
+// what the agent acknowledged.
+func (ac *agentConn) drainLoop() {
+	t := ac.t
+	var after int64
+	ctx := context.Background()
+	for {
+		batch, err := ac.srv.cfg.DB.QueuedAfter(ctx, t.id, after, drainWindow)
+		if err != nil {
+			ac.srv.log.Error("read queue", "tunnel", t.id, "err", err)
+			ac.close(err)
+			return
+		}
+		if len(batch) == 0 {
+			// An idle tunnel parks here without timers: thousands of them
+			// must cost nothing. Only a place reserved by an insert that had
+			// not committed when we looked needs a second look soon.
+			t.mu.Lock()
+			reserved := t.queued > 0
+			t.mu.Unlock()
+			var retry <-chan time.Time
+			if reserved {
+				retry = time.After(50 * time.Millisecond)
+			}
+			select {
+			case <-t.kick:
+			case <-retry:
+			case seq := <-ac.acked:
+				ac.dequeueAcked(seq)
+			case <-ac.done:
+				ac.flushAcked()
+				return
+			}
+			continue
+		}
+		for _, q := range batch {
+		room:
+			for {
+				select {
+				case ac.window <- struct{}{}:
+					break room
+				case seq := <-ac.acked:
+					ac.dequeueAcked(seq)
+				case <-ac.done:
+					ac.flushAcked()
+					return
+				}
+			}
+			hdr, err := decodeHeaderBytes(q.Headers)
+			if err != nil {
+				ac.srv.log.Error("queued request unreadable; dropping", "tunnel", t.id, "id", q.ID, "err", err)
+				ac.srv.cfg.DB.Dequeue(ctx, q.Seq)
+				<-ac.window
+				continue
+			}
+			req := &Request{Stream: ac.nextStream.Add(1), Queued: true, ArrivedAt: q.ArrivedAt, ID: q.ID, Method: q.Method, URI: q.URI, Header: hdr}
+			ac.mu.Lock()
+			ac.queued[req.Stream] = q.Seq
+			ac.mu.Unlock()
+			if err := ac.send(outFrame{head: appendRequestHead(nil, req), body: q.Body}, nil); errors.Is(err, errFrameTooLarge) {
+				// This agent reads smaller frames than the relay took: the
+				// request stays queued, for an agent that reads it, rather
+				// than stalling every request behind it.
+				ac.srv.log.Warn("queued request larger than the agent reads; kept for another agent", "tunnel", t.id, "id", q.ID, "bytes", len(q.Body))
+				ac.mu.Lock()
+				delete(ac.queued, req.Stream)
+				ac.mu.Unlock()
+				<-ac.window
+			} else if err != nil {
+				return
+			}
+			after = q.Seq
+		}
+	}
+}
+
+func decodeHeaderBytes(b []byte) (Header, error) {
+	d := decoder{b: b}
+	h := d.header()
+	return h, d.err
+}
