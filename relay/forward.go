@@ -60,7 +60,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *tunnel, ac *
 	}
 	h := w.Header()
 	for _, f := range resp.Header {
-		if hopByHop(f.Name) {
+		if api.ConnectionHeader(f.Name) {
 			continue
 		}
 		h.Add(f.Name, f.Value)
@@ -95,11 +95,3 @@ func (l reqLogger) Debug(msg string, args ...any) { l.log(slog.LevelDebug, msg, 
 func (l reqLogger) Info(msg string, args ...any)  { l.log(slog.LevelInfo, msg, args...) }
 func (l reqLogger) Warn(msg string, args ...any)  { l.log(slog.LevelWarn, msg, args...) }
 func (l reqLogger) Error(msg string, args ...any) { l.log(slog.LevelError, msg, args...) }
-
-func hopByHop(name string) bool {
-	switch http.CanonicalHeaderKey(name) {
-	case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Te", "Trailer", "Content-Length":
-		return true
-	}
-	return false
-}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -62,11 +63,11 @@ func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header
 		}
 	}
 	for _, f := range h {
-		switch http.CanonicalHeaderKey(f.Name) {
-		case "Host":
+		if http.CanonicalHeaderKey(f.Name) == "Host" {
 			req.Header.Add("X-Forwarded-Host", f.Value)
 			continue
-		case "Content-Length", "Connection", "Keep-Alive", "Transfer-Encoding", "Te", "Upgrade", "Proxy-Connection", "Trailer":
+		}
+		if api.ConnectionHeader(f.Name) {
 			continue
 		}
 		req.Header.Add(f.Name, f.Value)

@@ -176,3 +176,14 @@ func DecodeJSON(w http.ResponseWriter, r *http.Request, max int64, v any) error 
 	}
 	return nil
 }
+
+// ConnectionHeader reports a header that describes one hop's connection or
+// the framing of the body on it (hop-by-hop, and Content-Length): each hop
+// sets its own, so none is passed on from one connection to the next.
+func ConnectionHeader(name string) bool {
+	switch http.CanonicalHeaderKey(name) {
+	case "Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Te", "Trailer", "Content-Length":
+		return true
+	}
+	return false
+}

@@ -222,11 +222,10 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Headers a webhook cannot configure: they describe the connection or the
-// body, which the emulator sets.
-var reservedHeaders = map[string]bool{
-	"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
-	"Keep-Alive": true, "Upgrade": true, "Te": true, "Trailer": true, "Proxy-Connection": true,
+// reservedHeader reports a header a webhook cannot configure: it describes
+// the connection or the body, which the emulator sets.
+func reservedHeader(name string) bool {
+	return http.CanonicalHeaderKey(name) == "Host" || api.ConnectionHeader(name)
 }
 
 // parseHeaderObject reads event_webhook_headers, an object of header name to
@@ -266,7 +265,7 @@ func parseHeaderObject(raw json.RawMessage) ([][2]string, error) {
 			return nil, bad("the value of %q holds a line break", name)
 		}
 		canon := http.CanonicalHeaderKey(name)
-		if reservedHeaders[canon] {
+		if reservedHeader(canon) {
 			return nil, bad("%s is set by the service and cannot be configured", canon)
 		}
 		if seen[canon] {
