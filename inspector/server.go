@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
@@ -69,7 +70,7 @@ func NewServer(bg context.Context, cfg ServerConfig) *Server {
 	m.HandleFunc("GET /api/v1/ext/stream", s.stream)
 	pending := cfg.Agent.cfg.AnalysisPendingAfter
 	if pending <= 0 {
-		pending = 15 * time.Minute
+		pending = callevent.DefaultAnalysisPendingAfter
 	}
 	CallRoutes(m, cfg.Agent.store, pending)
 	if cfg.Agent.cfg.MediaDir != "" {
