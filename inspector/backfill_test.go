@@ -16,6 +16,7 @@ import (
 
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/inspector/voice/emulator"
 	"github.com/calltap/calltap/inspector/voice/service"
 	"github.com/calltap/calltap/relay"
@@ -207,7 +208,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 	})
 	missed := settled(t, ctx, c, offline, len(completedEvents))
 	for _, d := range missed {
-		if d.Status != "failed" || d.Attempts != emulator.MaxAttempts || d.ResponseStatus == nil || *d.ResponseStatus != 503 {
+		if d.Status != "failed" || d.Attempts != callevent.MaxAttempts || d.ResponseStatus == nil || *d.ResponseStatus != 503 {
 			t.Fatalf("delivery %s while offline: %s after %d attempts, last %v", d.ID, d.Status, d.Attempts, d.ResponseStatus)
 		}
 	}
@@ -373,7 +374,7 @@ func TestEndToEndFromTheServiceToTheHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Status != "failed" || rec.Attempts != emulator.MaxAttempts || len(rec.AttemptLog) != emulator.MaxAttempts {
+	if rec.Status != "failed" || rec.Attempts != callevent.MaxAttempts || len(rec.AttemptLog) != callevent.MaxAttempts {
 		t.Fatalf("after 500s: %s, %d attempts, log of %d", rec.Status, rec.Attempts, len(rec.AttemptLog))
 	}
 	log := append([]service.Attempt(nil), rec.AttemptLog...)
@@ -387,13 +388,13 @@ func TestEndToEndFromTheServiceToTheHandler(t *testing.T) {
 		}
 		// The delay before attempt i+1 is at least the documented one,
 		// scaled; the documented delays grow, so the gaps do too.
-		gap, want := a.At.Sub(log[i-1].At.Time), time.Duration(float64(emulator.RetrySchedule[i])*scale)
+		gap, want := a.At.Sub(log[i-1].At.Time), time.Duration(float64(callevent.RetrySchedule[i])*scale)
 		if gap < want {
 			t.Errorf("attempt %d came %s after attempt %d; the schedule wants at least %s", i+1, gap, i, want)
 		}
 	}
-	if n := len(h.forCall(failing)); n != emulator.MaxAttempts {
-		t.Errorf("the handler got %d attempts, want %d", n, emulator.MaxAttempts)
+	if n := len(h.forCall(failing)); n != callevent.MaxAttempts {
+		t.Errorf("the handler got %d attempts, want %d", n, callevent.MaxAttempts)
 	}
 	// Recorded responses may wait a moment to share a commit; Flush
 	// commits them.
@@ -410,7 +411,7 @@ func TestEndToEndFromTheServiceToTheHandler(t *testing.T) {
 			dups++
 		}
 	}
-	if len(rows) != emulator.MaxAttempts || dups != emulator.MaxAttempts-1 {
+	if len(rows) != callevent.MaxAttempts || dups != callevent.MaxAttempts-1 {
 		t.Errorf("the agent holds %d captures of the failing delivery (%d marked duplicate)", len(rows), dups)
 	}
 }

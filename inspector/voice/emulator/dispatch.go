@@ -18,9 +18,6 @@ import (
 	"github.com/calltap/calltap/storage"
 )
 
-// MaxAttempts is the documented number of attempts per delivery (6.8, 8).
-const MaxAttempts = callevent.MaxAttempts
-
 // Scenarios a dispatch can ask the emulator to play.
 const (
 	ScenarioCompleted     = "completed"
@@ -470,7 +467,7 @@ func newDelivery(callID string, e timedEvent, target string, headers [][2]string
 	}
 	return &storage.ServiceDelivery{
 		ID: e.payload.ID, CallID: callID, Event: e.payload.Event, URL: target, Headers: string(h), Payload: body,
-		Status: StatusPending, MaxAttempts: MaxAttempts, NextAt: e.at, CreatedAt: e.at,
+		Status: StatusPending, MaxAttempts: callevent.MaxAttempts, NextAt: e.at, CreatedAt: e.at,
 	}, nil
 }
 

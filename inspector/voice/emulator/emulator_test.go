@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/calltap/calltap/inspector/voice/callevent"
 )
 
 // Keys every test server accepts.
@@ -601,7 +603,7 @@ func TestRetriesFollowTheScaledSchedule(t *testing.T) {
 		}
 		ta, _ := time.Parse(time.RFC3339Nano, *a.At)
 		tb, _ := time.Parse(time.RFC3339Nano, *b.At)
-		if gap, min := tb.Sub(ta), time.Duration(float64(RetrySchedule[i])*scale); gap < min {
+		if gap, min := tb.Sub(ta), time.Duration(float64(callevent.RetrySchedule[i])*scale); gap < min {
 			t.Errorf("attempt %d came %s after attempt %d; the schedule wants at least %s", i+1, gap, i, min)
 		}
 	}
