@@ -11,6 +11,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/voice/service"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -180,7 +181,7 @@ func (a *Agent) Backfill(ctx context.Context, c *service.Client, o BackfillOptio
 		<-sem
 		item := BackfillItem{DeliveryID: d.ID, Event: d.Event, CallID: d.CallID}
 		if !d.CreatedAt.IsZero() {
-			item.CreatedAt = *fmtTime(d.CreatedAt.Time)
+			item.CreatedAt = *api.Time(d.CreatedAt.Time)
 		}
 		if r.err != nil {
 			if errors.Is(r.err, service.ErrNotFound) {
