@@ -135,11 +135,6 @@ func procStatus(pid int, field string) (int64, error) {
 	return 0, fmt.Errorf("%s: no %s", path, field)
 }
 
-// resetPeakRSS makes VmHWM start again from the current RSS (clear_refs 5).
-func resetPeakRSS(pid int) error {
-	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
-}
-
 // freePort finds a loopback port nobody listens on right now.
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
