@@ -80,7 +80,7 @@ func (p *proc) stop() {
 // clockTick is USER_HZ, which the Linux ABI fixes at 100 for /proc.
 const clockTick = 10 * time.Millisecond
 
-// cpu is the process's user+system CPU time so far (/proc/<pid>/stat).
+// procCPU is the process's user+system CPU time so far (/proc/<pid>/stat).
 func procCPU(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
