@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -16,52 +15,28 @@ import (
 
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/inspector/voice/emulator"
+	"github.com/calltap/calltap/inspector/voice/emulator/emulatortest"
 	"github.com/calltap/calltap/inspector/voice/service"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
 )
 
-const bfKey = "test_key" // webhooks:read and webhooks:write on every test emulator
+const bfKey = emulatortest.Key // webhooks:read and webhooks:write on every test emulator
 
-// bfEmulator starts the voice service emulator on a loopback socket with a
-// small time scale and http webhooks allowed (the relay here is plain
-// HTTP), and returns it with a client of its API.
+// bfEmulator starts the voice service emulator with a small time scale and
+// http webhooks allowed (the relay here is plain HTTP), and returns it with
+// a client of its API.
 func bfEmulator(t *testing.T, scale float64) (base string, c *service.Client) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	e := emulatortest.Start(t, func(cfg *emulator.Config) { cfg.TimeScale = scale }, nil)
+	c, err := service.New(e.Base, bfKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := emulator.Config{
-		Keys:              []emulator.Key{{Key: bfKey, Scopes: []string{emulator.ScopeWebhooksRead, emulator.ScopeWebhooksWrite}}},
-		DataDir:           t.TempDir(),
-		TimeScale:         scale,
-		AllowHTTPWebhooks: true,
-		DeliveryTimeout:   5 * time.Second,
-		PublicURL:         "http://" + ln.Addr().String(),
-	}
-	srv, err := emulator.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go hs.Serve(ln)
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() { srv.Run(ctx); close(ran) }()
-	t.Cleanup(func() {
-		cancel()
-		<-ran
-		hs.Close()
-		srv.Close()
-	})
-	base = cfg.PublicURL + emulator.Prefix + "/"
-	c, err = service.New(base, bfKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return base, c
+	return e.Base, c
 }
 
 // bfDispatch starts a call on the emulator with the given parameters.
@@ -151,7 +126,7 @@ func bfCtx(t *testing.T) context.Context {
 func settled(t *testing.T, ctx context.Context, c *service.Client, callID string, want int) []service.Delivery {
 	t.Helper()
 	var ds []service.Delivery
-	inspectortest.Eventually(t, 30*time.Second, func() bool {
+	polltest.Until(t, 30*time.Second, func() bool {
 		var err error
 		ds, err = c.Deliveries(ctx, service.Filter{CallID: callID}, nil)
 		if err != nil {
@@ -195,7 +170,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 	// While online, a call comes through the tunnel as usual.
 	online := bfDispatch(t, base, map[string]any{"to_number": "+12025550143", "event_webhook_url": st.TunnelURL + "/hooks/voice", "scenario": "failed:busy"})
 	settled(t, ctx, c, online, 2)
-	inspectortest.Eventually(t, 10*time.Second, func() bool {
+	polltest.Until(t, 10*time.Second, func() bool {
 		return len(captures(t, ctx, st.AgentDB, storage.CaptureFilter{CallID: online})) == 2
 	}, "the online call's two events in the store")
 
@@ -207,7 +182,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 	})
 	missed := settled(t, ctx, c, offline, len(completedEvents))
 	for _, d := range missed {
-		if d.Status != "failed" || d.Attempts != emulator.MaxAttempts || d.ResponseStatus == nil || *d.ResponseStatus != 503 {
+		if d.Status != "failed" || d.Attempts != callevent.MaxAttempts || d.ResponseStatus == nil || *d.ResponseStatus != 503 {
 			t.Fatalf("delivery %s while offline: %s after %d attempts, last %v", d.ID, d.Status, d.Attempts, d.ResponseStatus)
 		}
 	}
@@ -318,7 +293,7 @@ func TestEndToEndFromTheServiceToTheHandler(t *testing.T) {
 
 	completed := bfDispatch(t, base, map[string]any{"to_number": "+12025550143", "event_webhook_url": st.TunnelURL + "/hooks"})
 	busy := bfDispatch(t, base, map[string]any{"to_number": "+12025550143", "event_webhook_url": st.TunnelURL + "/hooks", "scenario": "failed:busy"})
-	inspectortest.Eventually(t, 20*time.Second, func() bool {
+	polltest.Until(t, 20*time.Second, func() bool {
 		return len(h.forCall(completed)) >= 5 && len(h.forCall(busy)) >= 2
 	}, "both calls' events at the handler")
 
@@ -373,7 +348,7 @@ func TestEndToEndFromTheServiceToTheHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Status != "failed" || rec.Attempts != emulator.MaxAttempts || len(rec.AttemptLog) != emulator.MaxAttempts {
+	if rec.Status != "failed" || rec.Attempts != callevent.MaxAttempts || len(rec.AttemptLog) != callevent.MaxAttempts {
 		t.Fatalf("after 500s: %s, %d attempts, log of %d", rec.Status, rec.Attempts, len(rec.AttemptLog))
 	}
 	log := append([]service.Attempt(nil), rec.AttemptLog...)
@@ -387,13 +362,13 @@ func TestEndToEndFromTheServiceToTheHandler(t *testing.T) {
 		}
 		// The delay before attempt i+1 is at least the documented one,
 		// scaled; the documented delays grow, so the gaps do too.
-		gap, want := a.At.Sub(log[i-1].At.Time), time.Duration(float64(emulator.RetrySchedule[i])*scale)
+		gap, want := a.At.Sub(log[i-1].At.Time), time.Duration(float64(callevent.RetrySchedule[i])*scale)
 		if gap < want {
 			t.Errorf("attempt %d came %s after attempt %d; the schedule wants at least %s", i+1, gap, i, want)
 		}
 	}
-	if n := len(h.forCall(failing)); n != emulator.MaxAttempts {
-		t.Errorf("the handler got %d attempts, want %d", n, emulator.MaxAttempts)
+	if n := len(h.forCall(failing)); n != callevent.MaxAttempts {
+		t.Errorf("the handler got %d attempts, want %d", n, callevent.MaxAttempts)
 	}
 	// Recorded responses may wait a moment to share a commit; Flush
 	// commits them.
@@ -410,7 +385,7 @@ func TestEndToEndFromTheServiceToTheHandler(t *testing.T) {
 			dups++
 		}
 	}
-	if len(rows) != emulator.MaxAttempts || dups != emulator.MaxAttempts-1 {
+	if len(rows) != callevent.MaxAttempts || dups != callevent.MaxAttempts-1 {
 		t.Errorf("the agent holds %d captures of the failing delivery (%d marked duplicate)", len(rows), dups)
 	}
 }

@@ -69,18 +69,6 @@ type CallDetail struct {
 	MediaFiles []MediaFileJSON `json:"media_files"`
 }
 
-// callsTimeFormat matches the rest of the inspector API: RFC 3339, UTC,
-// microseconds.
-const callsTimeFormat = "2006-01-02T15:04:05.000000Z07:00"
-
-func callsTime(t time.Time) *string {
-	if t.IsZero() {
-		return nil
-	}
-	s := t.UTC().Format(callsTimeFormat)
-	return &s
-}
-
 // CallsAPI serves the calls endpoints from the agent's store.
 type CallsAPI struct {
 	DB *storage.DB
@@ -128,7 +116,7 @@ func (c *CallsAPI) analyze(caps []*storage.Capture) callevent.CallSummary {
 
 func callListItem(callID string, caps []*storage.Capture, s callevent.CallSummary) CallListItem {
 	it := CallListItem{CallID: callID, State: s.State, FinalEvent: s.Final, OutcomeCode: s.OutcomeCode, EventCount: len(caps),
-		Kinds: []string{}, FirstAt: callsTime(s.FirstAt), LastAt: callsTime(s.LastAt), Anomalies: s.Anomalies}
+		Kinds: []string{}, FirstAt: api.Time(s.FirstAt), LastAt: api.Time(s.LastAt), Anomalies: s.Anomalies}
 	seen := map[string]bool{}
 	for _, e := range s.Events {
 		if e.Event != "" && !seen[e.Event] {
@@ -259,7 +247,7 @@ func (c *CallsAPI) Detail(ctx context.Context, callID string) (*CallDetail, erro
 	for _, e := range s.Events {
 		cp := byID[e.CaptureID]
 		te := CallTimelineEvent{CaptureID: cp.ID, Event: cp.Event, DeliveryID: cp.DeliveryID, OccurredAt: cp.OccurredAt,
-			ReceivedAt: callsTime(e.ReceivedAt), Duplicate: e.Duplicate, DuplicateOf: cp.DuplicateOf, ReplayOf: cp.ReplayOf,
+			ReceivedAt: api.Time(e.ReceivedAt), Duplicate: e.Duplicate, DuplicateOf: cp.DuplicateOf, ReplayOf: cp.ReplayOf,
 			Source: cp.Source, Late: cp.Late, Status: cp.Status}
 		if cp.ResponseStatus > 0 {
 			st := cp.ResponseStatus

@@ -4,25 +4,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
-	"time"
 	"unicode/utf8"
 
-	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
-
-// timeFormat renders API times: RFC 3339 in UTC with microseconds.
-const timeFormat = agent.TimeFormat
-
-func fmtTime(t time.Time) *string {
-	if t.IsZero() {
-		return nil
-	}
-	s := t.UTC().Format(timeFormat)
-	return &s
-}
 
 // Summary is a capture in a listing (and in the live stream).
 type Summary struct {
@@ -50,9 +38,9 @@ type Summary struct {
 
 func SummaryOf(c *storage.Capture) Summary {
 	s := Summary{
-		ID: c.ID, CreatedAt: fmtTime(c.CreatedAt), Method: c.Method, Path: c.Path, Query: c.Query,
+		ID: c.ID, CreatedAt: api.Time(c.CreatedAt), Method: c.Method, Path: c.Path, Query: c.Query,
 		Event: c.Event, CallID: c.CallID, DeliveryID: c.DeliveryID, Status: c.Status, Error: c.Error,
-		ReplayOf: c.ReplayOf, DuplicateOf: c.DuplicateOf, Late: c.Late, ArrivedAt: fmtTime(c.ArrivedAt),
+		ReplayOf: c.ReplayOf, DuplicateOf: c.DuplicateOf, Late: c.Late, ArrivedAt: api.Time(c.ArrivedAt),
 		Source: c.Source, Size: c.Size, Attempts: c.Attempts, MaxAttempts: c.MaxAttempts,
 	}
 	if c.Body != nil {
@@ -106,7 +94,7 @@ func encodeBody(b []byte) (string, string) {
 }
 
 func detailOf(c *storage.Capture, attempts []storage.Attempt, replays []*storage.Capture) Detail {
-	d := Detail{Summary: SummaryOf(c), DeliveredAt: fmtTime(c.DeliveredAt), Target: c.Target, URL: c.Target}
+	d := Detail{Summary: SummaryOf(c), DeliveredAt: api.Time(c.DeliveredAt), Target: c.Target, URL: c.Target}
 	if d.URL == "" {
 		d.URL = c.Path
 		if c.Query != "" {
@@ -128,7 +116,7 @@ func detailOf(c *storage.Capture, attempts []storage.Attempt, replays []*storage
 	}
 	d.AttemptLog = []AttemptJSON{}
 	for _, a := range attempts {
-		aj := AttemptJSON{N: a.N, At: fmtTime(a.At), Error: a.Error, DurationMS: float64(a.Duration.Microseconds()) / 1000}
+		aj := AttemptJSON{N: a.N, At: api.Time(a.At), Error: a.Error, DurationMS: float64(a.Duration.Microseconds()) / 1000}
 		if a.ResponseStatus > 0 {
 			st := a.ResponseStatus
 			aj.ResponseStatus = &st

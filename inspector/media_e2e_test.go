@@ -15,6 +15,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/inspector/voice/callevent"
+	"github.com/calltap/calltap/relay/polltest"
 )
 
 // A call's recording is saved through the tunnel as soon as its event
@@ -68,7 +69,7 @@ func TestMediaSavedAndReplayRewritten(t *testing.T) {
 			URL    *string `json:"url"`
 		} `json:"media_files"`
 	}
-	inspectortest.Eventually(t, 10*time.Second, func() bool {
+	polltest.Until(t, 10*time.Second, func() bool {
 		_, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/calls/"+callID+"/", "")
 		json.Unmarshal(env.Data, &detail)
 		saved := 0

@@ -40,9 +40,9 @@ type MediaFileJSON struct {
 // MediaFileOf renders a media record for the API.
 func MediaFileOf(f *storage.MediaFile) MediaFileJSON {
 	j := MediaFileJSON{ID: f.ID, CaptureID: f.CaptureID, CallID: f.CallID, Kind: f.Kind, SourceURL: f.SourceURL,
-		ExpiresAt: callsTime(f.ExpiresAt), Expired: !f.ExpiresAt.IsZero() && time.Now().After(f.ExpiresAt),
+		ExpiresAt: api.Time(f.ExpiresAt), Expired: !f.ExpiresAt.IsZero() && time.Now().After(f.ExpiresAt),
 		Status: f.Status, Attempts: f.Attempts, Error: f.Error, ContentType: f.ContentType, SHA256: f.SHA256,
-		CreatedAt: callsTime(f.CreatedAt), SavedAt: callsTime(f.SavedAt)}
+		CreatedAt: api.Time(f.CreatedAt), SavedAt: api.Time(f.SavedAt)}
 	if f.Status == storage.MediaSaved {
 		size, u := f.Size, agent.MediaPath(f.ID)
 		j.Size, j.URL = &size, &u

@@ -11,6 +11,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/relay/polltest"
 )
 
 // scripted answers with the given statuses in turn, then 200.
@@ -83,7 +84,7 @@ func TestReplayWithServiceRetrySchedule(t *testing.T) {
 					ResponseStatus *int `json:"response_status"`
 				} `json:"attempt_log"`
 			}
-			inspectortest.Eventually(t, 10*time.Second, func() bool {
+			polltest.Until(t, 10*time.Second, func() bool {
 				_, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/"+rr.ID+"/", "")
 				json.Unmarshal(env.Data, &d)
 				return d.Status != "pending" && len(d.AttemptLog) == d.Attempts

@@ -102,13 +102,6 @@ func (c *wsConn) close(err error) {
 	})
 }
 
-// err reports why the connection closed (nil while open).
-func (c *wsConn) err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closeErr
-}
-
 var errConnClosed = errors.New("relay: connection closed")
 
 // send writes a frame, or queues it for sendLoop while another writer is

@@ -13,6 +13,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/polltest"
 	"github.com/gorilla/websocket"
 )
 
@@ -137,7 +138,7 @@ func TestDeadAgentFallsBackToQueue(t *testing.T) {
 	}})
 	// An agent that stops reading (a laptop asleep) never answers pings.
 	rawAgent(t, st, st.Token)
-	inspectortest.Eventually(t, 10*time.Second, func() bool {
+	polltest.Until(t, 10*time.Second, func() bool {
 		resp, err := http.Post(st.TunnelURL, "application/json", strings.NewReader("{}"))
 		if err != nil {
 			return false

@@ -13,6 +13,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/polltest"
 )
 
 // notConnected reports the first state change other than "connected" that
@@ -70,7 +71,7 @@ func TestLargeAnswerFailsAloneAndTunnelStaysUp(t *testing.T) {
 			}
 		}(i)
 	}
-	inspectortest.Eventually(t, 10*time.Second, func() bool { return inside.Load() == n }, "the small requests were not in flight together")
+	polltest.Until(t, 10*time.Second, func() bool { return inside.Load() == n }, "the small requests were not in flight together")
 
 	resp, body := post(t, st.TunnelURL+"/big", "{}")
 	if resp.StatusCode != http.StatusBadGateway || errorCode(t, body) != "bad_gateway" || !strings.Contains(body, "1048576") {
@@ -181,7 +182,7 @@ func TestRespondKeepsWithinRelayLimits(t *testing.T) {
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	inspectortest.Eventually(t, 10*time.Second, func() bool { return connects.Load() == 1 }, "the client did not connect")
+	polltest.Until(t, 10*time.Second, func() bool { return connects.Load() == 1 }, "the client did not connect")
 
 	resp, body := post(t, st.TunnelURL+"/big", "{}")
 	if resp.StatusCode != http.StatusBadGateway || errorCode(t, body) != "bad_gateway" || !strings.Contains(body, "1048576") {
@@ -210,7 +211,7 @@ func TestQueuedRequestLargerThanAgentReadsDoesNotStallTheQueue(t *testing.T) {
 		queuedID(t, resp, b)
 	}
 	st.StartAgent()
-	inspectortest.Eventually(t, 10*time.Second, func() bool { return len(rec.all()) >= 2 }, "the requests queued behind the large one were not delivered")
+	polltest.Until(t, 10*time.Second, func() bool { return len(rec.all()) >= 2 }, "the requests queued behind the large one were not delivered")
 	if got := rec.all(); len(got) != 2 || string(got[0].Body) != `{"seq":0}` || string(got[1].Body) != `{"seq":1}` {
 		t.Fatalf("the handler saw %d requests, want {\"seq\":0} then {\"seq\":1}", len(got))
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -53,9 +54,9 @@ func TestOfflineQueueDeliversInOrderExactlyOnce(t *testing.T) {
 		t.Fatal("handler reached while the agent was away")
 	}
 	st.StartAgent()
-	inspectortest.Eventually(t, 20*time.Second, func() bool { return len(rec.all()) >= n }, "queued requests were not delivered")
+	polltest.Until(t, 20*time.Second, func() bool { return len(rec.all()) >= n }, "queued requests were not delivered")
 	// New traffic after the drain goes through live again.
-	inspectortest.Eventually(t, 10*time.Second, func() bool {
+	polltest.Until(t, 10*time.Second, func() bool {
 		resp, _ := post(t, st.TunnelURL+"/hook", `{"seq":"live"}`)
 		return resp.StatusCode == http.StatusCreated
 	}, "live traffic did not resume after the drain")
@@ -105,7 +106,7 @@ func TestQueueSurvivesRelayRestart(t *testing.T) {
 	st.StopRelay()
 	st.StartRelay()
 	st.StartAgent()
-	inspectortest.Eventually(t, 20*time.Second, func() bool { return len(rec.all()) == 10 }, "queue lost across a relay restart")
+	polltest.Until(t, 20*time.Second, func() bool { return len(rec.all()) == 10 }, "queue lost across a relay restart")
 	for i, r := range rec.all() {
 		if string(r.Body) != fmt.Sprintf(`{"seq":%d}`, i) {
 			t.Fatalf("delivery %d: %s", i, r.Body)
@@ -154,7 +155,7 @@ func TestSecondAgentTakesOver(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the older agent was not told to go")
 	}
-	inspectortest.Eventually(t, 5*time.Second, func() bool {
+	polltest.Until(t, 5*time.Second, func() bool {
 		resp, body := post(t, st.TunnelURL, "{}")
 		return resp.StatusCode == 299 && body == "second"
 	}, "the newer agent did not get the traffic")
@@ -195,7 +196,7 @@ func TestRequireHeader(t *testing.T) {
 	if resp.StatusCode != 201 || len(rec.all()) != 1 {
 		t.Fatalf("with the header: %d, handler saw %d", resp.StatusCode, len(rec.all()))
 	}
-	inspectortest.Eventually(t, 5*time.Second, func() bool { return st.Agent.TunnelState().Rejected == 2 }, "the agent was not told how many were refused")
+	polltest.Until(t, 5*time.Second, func() bool { return st.Agent.TunnelState().Rejected == 2 }, "the agent was not told how many were refused")
 }
 
 func TestRateAndInFlightLimits(t *testing.T) {
@@ -223,7 +224,7 @@ func TestRateAndInFlightLimits(t *testing.T) {
 			done <- resp.StatusCode
 		}()
 	}
-	inspectortest.Eventually(t, 5*time.Second, func() bool { return len(rec.all()) == 2 }, "held requests did not arrive")
+	polltest.Until(t, 5*time.Second, func() bool { return len(rec.all()) == 2 }, "held requests did not arrive")
 	resp, body := post(t, st.TunnelURL+"/x", "{}")
 	if resp.StatusCode != 503 || errorCode(t, body) != "unavailable" || resp.Header.Get("Retry-After") == "" {
 		t.Errorf("in-flight limit: %d %s", resp.StatusCode, body)
@@ -285,7 +286,7 @@ func TestSavedButUnsentQueuedRequestIsSentOnRestart(t *testing.T) {
 	}
 	db.Close()
 	st.StartAgent()
-	inspectortest.Eventually(t, 10*time.Second, func() bool { return len(rec.all()) == 1 }, "the saved queued request was not sent")
+	polltest.Until(t, 10*time.Second, func() bool { return len(rec.all()) == 1 }, "the saved queued request was not sent")
 	if r := rec.all()[0]; string(r.Body) != `{"late":true}` || r.Path != "/late" {
 		t.Errorf("sent %s %s", r.Path, r.Body)
 	}
@@ -312,7 +313,7 @@ func queueWhileAway(t *testing.T, st *inspectortest.Stack, n int) {
 // relayQueueEmpty waits until the relay has handed its whole queue over.
 func relayQueueEmpty(t *testing.T, st *inspectortest.Stack) {
 	t.Helper()
-	inspectortest.Eventually(t, 10*time.Second, func() bool {
+	polltest.Until(t, 10*time.Second, func() bool {
 		stats, err := st.RelayDB.QueueStatsByTunnel(context.Background())
 		return err == nil && stats[st.TunnelID].Count == 0
 	}, "the relay did not hand its queue over")
@@ -341,7 +342,7 @@ func sendInOrder(t *testing.T, st *inspectortest.Stack, from, to int) (answered,
 // {"seq":0}…{"seq":n-1}, each once.
 func handlerSawInOrder(t *testing.T, rec *recorder, n int) {
 	t.Helper()
-	inspectortest.Eventually(t, 30*time.Second, func() bool { return len(rec.all()) >= n }, "not every request reached the handler")
+	polltest.Until(t, 30*time.Second, func() bool { return len(rec.all()) >= n }, "not every request reached the handler")
 	got := rec.all()
 	var order []string
 	bad := false

@@ -16,6 +16,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/polltest"
 	"github.com/gorilla/websocket"
 )
 
@@ -238,7 +239,7 @@ func TestSlowBodiesDoNotLockTheTunnel(t *testing.T) {
 		steady.closeAll()
 		wg.Wait()
 	}()
-	inspectortest.Eventually(t, 10*time.Second, func() bool {
+	polltest.Until(t, 10*time.Second, func() bool {
 		return trickle.started.Load() >= 6 && steady.started.Load() >= 6
 	}, "the slow senders did not start")
 
@@ -255,13 +256,13 @@ func TestSlowBodiesDoNotLockTheTunnel(t *testing.T) {
 		}
 	}
 	// Senders below the minimum rate are cut off.
-	inspectortest.Eventually(t, 10*time.Second, func() bool {
+	polltest.Until(t, 10*time.Second, func() bool {
 		trickle.mu.Lock()
 		defer trickle.mu.Unlock()
 		return trickle.answers["408 request_timeout"] > 0
 	}, "senders below the minimum rate were not answered 408")
 	// Those above it beyond MaxSlowBodies are cut off as well.
-	inspectortest.Eventually(t, 10*time.Second, func() bool {
+	polltest.Until(t, 10*time.Second, func() bool {
 		steady.mu.Lock()
 		defer steady.mu.Unlock()
 		return steady.answers["408 request_timeout"] > 0

@@ -18,6 +18,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/polltest"
 )
 
 // seen is what the local handler received.
@@ -187,7 +188,7 @@ func TestTunnelManyInFlight(t *testing.T) {
 		}(i)
 	}
 	// All 50 are inside the handler at once: one connection carries them concurrently.
-	inspectortest.Eventually(t, 10*time.Second, func() bool { return inside.Load() == n }, "requests were not in flight together")
+	polltest.Until(t, 10*time.Second, func() bool { return inside.Load() == n }, "requests were not in flight together")
 	close(release)
 	wg.Wait()
 	close(errs)
@@ -307,7 +308,7 @@ func TestRelayRestartKeepsURL(t *testing.T) {
 		t.Fatalf("before restart: %d %s", resp.StatusCode, body)
 	}
 	st.StopRelay()
-	inspectortest.Eventually(t, 10*time.Second, func() bool { return st.Agent.TunnelState().State != relay.StateConnected }, "agent did not notice the relay going away")
+	polltest.Until(t, 10*time.Second, func() bool { return st.Agent.TunnelState().State != relay.StateConnected }, "agent did not notice the relay going away")
 	st.StartRelay()
 	st.WaitConnected()
 	if resp, body := post(t, st.TunnelURL+"/after", "{}"); resp.StatusCode != 201 {

@@ -30,6 +30,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/web"
 )
 
@@ -523,7 +524,7 @@ func TestBrowser(t *testing.T) {
 		tb.waitFor("the dialog to close", `!document.querySelector('dialog.replay-dlg').open`)
 
 		// The edited request reached the handler.
-		inspectortest.Eventually(t, wait, func() bool { return len(s.h.received()) > before }, "the replay never reached the handler")
+		polltest.Until(t, wait, func() bool { return len(s.h.received()) > before }, "the replay never reached the handler")
 		got := s.h.received()[before]
 		if string(got.Body) != edited {
 			t.Errorf("handler got body\n%s\nwant the edited body\n%s", got.Body, edited)
@@ -551,7 +552,7 @@ func TestBrowser(t *testing.T) {
 		// One click replays unchanged.
 		before = len(s.h.received())
 		tb.click(`.detail-pane .act-replay`)
-		inspectortest.Eventually(t, wait, func() bool { return len(s.h.received()) > before }, "one-click replay never reached the handler")
+		polltest.Until(t, wait, func() bool { return len(s.h.received()) > before }, "one-click replay never reached the handler")
 		if got := s.h.received()[before]; string(got.Body) != edited {
 			t.Errorf("one-click replay of the replay sent %s", got.Body)
 		}
@@ -571,7 +572,7 @@ func TestBrowser(t *testing.T) {
 		tb.js(`(i => { i.value = '0.001'; })(document.querySelector('.r-scale'))`)
 		tb.click(`.r-send`)
 		tb.waitFor("the dialog to close", `!document.querySelector('dialog.replay-dlg').open`)
-		inspectortest.Eventually(t, wait, func() bool { return len(s.h.received()) == 4 }, "the handler did not get three attempts")
+		polltest.Until(t, wait, func() bool { return len(s.h.received()) == 4 }, "the handler did not get three attempts")
 		var replayID string
 		for _, c := range s.captures(t) {
 			if c.ReplayOf == orig {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -23,7 +23,7 @@ var tunnelLine = regexp.MustCompile(`Tunnel +(\S+)`)
 func tunnelURL(t *testing.T, p *proc) string {
 	t.Helper()
 	var url string
-	inspectortest.Eventually(t, 20*time.Second, func() bool {
+	polltest.Until(t, 20*time.Second, func() bool {
 		if m := tunnelLine.FindStringSubmatch(p.out.String()); m != nil {
 			url = m[1]
 			return true
@@ -133,7 +133,7 @@ func TestInterruptDuringStreamLosesNothing(t *testing.T) {
 					}
 				})
 			}
-			inspectortest.Eventually(t, 10*time.Second, func() bool {
+			polltest.Until(t, 10*time.Second, func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return len(accepted) >= 50

@@ -14,6 +14,7 @@ import (
 
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
 )
@@ -45,7 +46,7 @@ func (f *agentFlags) register(fs *flagSet) {
 	fs.BoolVar(&f.quiet, "quiet", false, "do not print a line per request")
 	fs.BoolVar(&f.rewriteMedia, "rewrite-media", false, "replays point media links at the copies the agent saved (the signed originals expire)")
 	fs.BoolVar(&f.allowPrivate, "allow-private-media", false, "let media links point at loopback or private addresses (on in dev)")
-	fs.DurationVar(&f.pendingAfter, "analysis-pending-after", 15*time.Minute, "flag a call whose call.analysis_completed has not come this long after call.ended")
+	fs.DurationVar(&f.pendingAfter, "analysis-pending-after", callevent.DefaultAnalysisPendingAfter, "flag a call whose call.analysis_completed has not come this long after call.ended")
 	f.sync.register(fs)
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/polltest"
 )
 
 func TestListenSummarisesRefusedSenders(t *testing.T) {
@@ -35,7 +36,7 @@ func TestListenSummarisesRefusedSenders(t *testing.T) {
 			Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 	}()
 	inspectURL := regexp.MustCompile(`Inspector  (http://\S+)`)
-	inspectortest.Eventually(t, 10*time.Second, func() bool { return inspectURL.MatchString(out.String()) }, "listen printed no banner")
+	polltest.Until(t, 10*time.Second, func() bool { return inspectURL.MatchString(out.String()) }, "listen printed no banner")
 	inspector := inspectURL.FindStringSubmatch(out.String())[1]
 
 	const n = 2000
@@ -61,7 +62,7 @@ func TestListenSummarisesRefusedSenders(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	inspectortest.Eventually(t, 10*time.Second, func() bool {
+	polltest.Until(t, 10*time.Second, func() bool {
 		var env struct {
 			Data struct {
 				Rejected int64 `json:"rejected"`
@@ -109,7 +110,7 @@ func TestRefusalReportSumsUpPerInterval(t *testing.T) {
 	for _, total := range []int64{3, 7, 7, 2, 9} { // 2: a count from before the relay restarted
 		r.note(total)
 	}
-	inspectortest.Eventually(t, 5*time.Second, func() bool { return strings.Count(out.String(), "\n") == 2 }, "no summary line")
+	polltest.Until(t, 5*time.Second, func() bool { return strings.Count(out.String(), "\n") == 2 }, "no summary line")
 	want := "  relay refused 1 request(s) without the required header\n" +
 		"  relay refused 8 request(s) without the required header in the last 50ms\n"
 	if out.String() != want {

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/relay/polltest"
 )
 
 // These tests run the real binary as separate processes, so that an agent
@@ -146,7 +146,7 @@ func TestFrozenAgentAndKilledRelay(t *testing.T) {
 	}
 	json.Unmarshal([]byte(stdout), &tok)
 	agent := start(t, "listen", "--relay", relayURL, "--token", tok.Token, "--forward-to", hs.URL, "--inspect", "", "--data", t.TempDir())
-	inspectortest.Eventually(t, 15*time.Second, func() bool { return postStatus(tok.URL, `{"n":0}`) == 200 }, "tunnel did not come up")
+	polltest.Until(t, 15*time.Second, func() bool { return postStatus(tok.URL, `{"n":0}`) == 200 }, "tunnel did not come up")
 
 	// A frozen laptop: the relay notices within its pong wait and queues.
 	agent.cmd.Process.Signal(syscall.SIGSTOP)
@@ -157,7 +157,7 @@ func TestFrozenAgentAndKilledRelay(t *testing.T) {
 	attempt := 0
 	queued := func(n int) string {
 		var body string
-		inspectortest.Eventually(t, 45*time.Second, func() bool {
+		polltest.Until(t, 45*time.Second, func() bool {
 			attempt++
 			body = fmt.Sprintf(`{"n":%d,"try":%d}`, n, attempt)
 			return postStatus(tok.URL, body) == http.StatusAccepted
@@ -167,7 +167,7 @@ func TestFrozenAgentAndKilledRelay(t *testing.T) {
 	first := queued(1)
 	// The laptop wakes: the agent reconnects by itself and the queue drains.
 	agent.cmd.Process.Signal(syscall.SIGCONT)
-	inspectortest.Eventually(t, 30*time.Second, func() bool {
+	polltest.Until(t, 30*time.Second, func() bool {
 		for _, b := range h.get() {
 			if b == first {
 				return true
@@ -183,7 +183,7 @@ func TestFrozenAgentAndKilledRelay(t *testing.T) {
 	relayProc.cmd.Wait()
 	start(t, relayArgs...)
 	agent.cmd.Process.Signal(syscall.SIGCONT)
-	inspectortest.Eventually(t, 30*time.Second, func() bool {
+	polltest.Until(t, 30*time.Second, func() bool {
 		for _, b := range h.get() {
 			if b == second {
 				return true
@@ -194,7 +194,7 @@ func TestFrozenAgentAndKilledRelay(t *testing.T) {
 	// Each try is its own request: one answered 202 while the queue still
 	// drains is delivered from the queue, and must be delivered once too.
 	accepted := []string{first, second}
-	inspectortest.Eventually(t, 15*time.Second, func() bool {
+	polltest.Until(t, 15*time.Second, func() bool {
 		attempt++
 		body := fmt.Sprintf(`{"n":3,"try":%d}`, attempt)
 		code := postStatus(tok.URL, body)
@@ -203,7 +203,7 @@ func TestFrozenAgentAndKilledRelay(t *testing.T) {
 		}
 		return code == http.StatusOK
 	}, "the same URL did not work after the relay restart")
-	inspectortest.Eventually(t, 15*time.Second, func() bool {
+	polltest.Until(t, 15*time.Second, func() bool {
 		got := map[string]bool{}
 		for _, b := range h.get() {
 			got[b] = true

@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector/voice/emulator"
+	"github.com/calltap/calltap/inspector/voice/emulator/emulatortest"
 	"github.com/calltap/calltap/inspector/voice/service"
+	"github.com/calltap/calltap/relay/polltest"
 )
 
 // runFn runs one command function with captured output.
@@ -32,28 +34,7 @@ func runFn(t *testing.T, fn func(context.Context, []string, Stdio) int, args ...
 // svcEmulator starts the emulator on loopback and returns its base URL.
 func svcEmulator(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := emulator.Config{
-		Keys: []emulator.Key{
-			{Key: "test_key", Scopes: []string{emulator.ScopeWebhooksRead, emulator.ScopeWebhooksWrite}},
-			{Key: "ro_key", Scopes: []string{emulator.ScopeWebhooksRead}},
-		},
-		DataDir: t.TempDir(), TimeScale: 0.0005, AllowHTTPWebhooks: true, PublicURL: "http://" + ln.Addr().String(),
-	}
-	srv, err := emulator.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go hs.Serve(ln)
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() { srv.Run(ctx); close(ran) }()
-	t.Cleanup(func() { cancel(); <-ran; hs.Close(); srv.Close() })
-	return cfg.PublicURL + emulator.Prefix + "/"
+	return emulatortest.Start(t, func(c *emulator.Config) { c.TimeScale = 0.0005 }, nil).Base
 }
 
 // isolate points the config file and the environment at nothing.
@@ -161,22 +142,15 @@ func TestServiceCommandsAgainstTheEmulator(t *testing.T) {
 		Count   int                `json:"count"`
 		Results []service.Delivery `json:"results"`
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	polltest.Until(t, 20*time.Second, func() bool {
 		code, stdout, stderr := runFn(t, cmdService, "deliveries", "--call-id", callID, "--json")
 		if code != 0 {
 			t.Fatalf("deliveries: %d %s", code, stderr)
 		}
 		ds.Results = nil
 		json.Unmarshal([]byte(stdout), &ds)
-		if ds.Count == 2 && ds.Results[0].Status == "failed" && ds.Results[1].Status == "failed" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the busy call's deliveries did not fail: %s", stdout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ds.Count == 2 && ds.Results[0].Status == "failed" && ds.Results[1].Status == "failed"
+	}, "the busy call's deliveries did not both fail")
 
 	code, stdout, _ := runFn(t, cmdService, "deliveries", "--call-id", callID)
 	if code != 0 || !strings.Contains(stdout, ds.Results[0].ID) || !strings.Contains(stdout, "call.failed") || !strings.HasSuffix(stdout, "2 deliveries\n") {

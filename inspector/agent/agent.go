@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
 )
@@ -136,7 +137,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.AnalysisPendingAfter <= 0 {
-		cfg.AnalysisPendingAfter = 15 * time.Minute
+		cfg.AnalysisPendingAfter = callevent.DefaultAnalysisPendingAfter
 	}
 	if cfg.writeCaptures == nil {
 		cfg.writeCaptures = cfg.Store.WriteCaptures

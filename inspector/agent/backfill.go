@@ -11,6 +11,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/voice/service"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -76,10 +77,6 @@ type BackfillItem struct {
 	ResponseStatus *int   `json:"response_status"`      // the handler's answer, when forwarded
 	Error          string `json:"error,omitempty"`      // why it was not imported, or the forward's error
 }
-
-// TimeFormat is how the agent and the inspector's API write times: RFC
-// 3339 in UTC, with microseconds.
-const TimeFormat = "2006-01-02T15:04:05.000000Z07:00"
 
 // fetchAhead is how many deliveries are read from the service while the
 // earlier ones are imported.
@@ -184,7 +181,7 @@ func (a *Agent) Backfill(ctx context.Context, c *service.Client, o BackfillOptio
 		<-sem
 		item := BackfillItem{DeliveryID: d.ID, Event: d.Event, CallID: d.CallID}
 		if !d.CreatedAt.IsZero() {
-			item.CreatedAt = d.CreatedAt.UTC().Format(TimeFormat)
+			item.CreatedAt = *api.Time(d.CreatedAt.Time)
 		}
 		if r.err != nil {
 			if errors.Is(r.err, service.ErrNotFound) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -98,12 +99,12 @@ func TestQueuedRequestsRecoverFromFailedSaves(t *testing.T) {
 		}
 	}
 	st.StartAgent()
-	inspectortest.Eventually(t, 10*time.Second, func() bool { _, updates := disk.refused(); return updates > 0 }, "the disk did not fill up")
+	polltest.Until(t, 10*time.Second, func() bool { _, updates := disk.refused(); return updates > 0 }, "the disk did not fill up")
 	if h.count() >= queued {
 		t.Fatal("every request was delivered though the disk was full")
 	}
 	disk.free()
-	inspectortest.Eventually(t, 30*time.Second, func() bool { return h.count() >= queued }, "the tunnel did not recover once the disk had room")
+	polltest.Until(t, 30*time.Second, func() bool { return h.count() >= queued }, "the tunnel did not recover once the disk had room")
 	for i := queued; i < queued+3; i++ {
 		send(t, st.TunnelURL+"/hook", fmt.Sprintf(`{"seq":%d}`, i))
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -219,7 +220,7 @@ func (s *Stack) StartAgent() {
 // WaitConnected waits until the agent reports a connected tunnel.
 func (s *Stack) WaitConnected() {
 	s.t.Helper()
-	Eventually(s.t, 10*time.Second, func() bool {
+	polltest.Until(s.t, 10*time.Second, func() bool {
 		return s.Agent.TunnelState().State == relay.StateConnected
 	}, "the agent did not connect to the relay")
 }
@@ -240,16 +241,4 @@ func (s *Stack) Close() {
 	s.StopAgent()
 	s.StopRelay()
 	s.RelayDB.Close()
-}
-
-// Eventually polls cond until it holds or the deadline passes.
-func Eventually(t testing.TB, within time.Duration, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", within, msg)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

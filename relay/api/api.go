@@ -115,13 +115,6 @@ func write(w http.ResponseWriter, status int, env Envelope) {
 	w.Write(append(body, '\n'))
 }
 
-// ErrorBody renders an error envelope without a ResponseWriter, for callers
-// that send it another way (the relay's frames).
-func ErrorBody(e *Error) []byte {
-	body, _ := json.Marshal(Envelope{Status: false, Message: e.Message, Error: e})
-	return append(body, '\n')
-}
-
 // Page is the page object of the documentation (section 2.2).
 type Page[T any] struct {
 	Count   int `json:"count"`   // rows matching, ignoring limit and offset

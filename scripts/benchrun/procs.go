@@ -80,7 +80,7 @@ func (p *proc) stop() {
 // clockTick is USER_HZ, which the Linux ABI fixes at 100 for /proc.
 const clockTick = 10 * time.Millisecond
 
-// cpu is the process's user+system CPU time so far (/proc/<pid>/stat).
+// procCPU is the process's user+system CPU time so far (/proc/<pid>/stat).
 func procCPU(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -133,11 +133,6 @@ func procStatus(pid int, field string) (int64, error) {
 		return n, nil
 	}
 	return 0, fmt.Errorf("%s: no %s", path, field)
-}
-
-// resetPeakRSS makes VmHWM start again from the current RSS (clear_refs 5).
-func resetPeakRSS(pid int) error {
-	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
 }
 
 // freePort finds a loopback port nobody listens on right now.

@@ -174,13 +174,11 @@ func liveRSS() int64 {
 	return n
 }
 
+// waitGoroutines waits until no more than a few goroutines beyond want run.
 func waitGoroutines(want int, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for runtime.NumGoroutine() > want+8 {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the relay still runs %d goroutines after its agents left (%d before)", runtime.NumGoroutine(), want)
-		}
-		time.Sleep(50 * time.Millisecond)
+	err := poll(context.Background(), within, 50*time.Millisecond, "goroutines", func() bool { return runtime.NumGoroutine() <= want+8 })
+	if err != nil {
+		return fmt.Errorf("the relay still runs %d goroutines after its agents left (%d before)", runtime.NumGoroutine(), want)
 	}
 	return nil
 }

@@ -287,6 +287,11 @@ func (c *checker) timestamp(obj map[string]any, parent, key string, nullable, re
 
 var phoneRE = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
 
+// IsPhoneNumber reports whether s is a phone number in the E.164 form the
+// service documents: a +, a country code that does not start with 0, and 7
+// to 15 digits in all, with no spaces or punctuation.
+func IsPhoneNumber(s string) bool { return phoneRE.MatchString(s) }
+
 func (c *checker) phone(obj map[string]any, parent, key, sev string, required bool) {
 	s, ok := c.str(obj, parent, key, sev, required)
 	if !ok {
@@ -296,7 +301,7 @@ func (c *checker) phone(obj map[string]any, parent, key, sev string, required bo
 	switch {
 	case !strings.HasPrefix(s, "+") || len(s) < 2 || s[1] < '1' || s[1] > '9':
 		c.add(CodePhone, sev, path, "%s %q should start with + and a country code", path, truncate(s))
-	case !phoneRE.MatchString(s):
+	case !IsPhoneNumber(s):
 		c.add(CodePhone, SevWarning, path, "%s %q is not in E.164 form (+ then 7 to 15 digits, no spaces or punctuation)", path, truncate(s))
 	}
 }

@@ -18,9 +18,9 @@ const (
 	FlowFailed    = "failed"    // started → failed
 )
 
-// Outcome codes of call.failed that calltap generates. The documentation
-// names the reasons (busy, no answer, dispatch error) but not their
-// spelling on the wire.
+// OutcomeCodes are the outcome codes of call.failed that calltap
+// generates. The documentation names the reasons (busy, no answer,
+// dispatch error) but not their spelling on the wire.
 var OutcomeCodes = []string{"busy", "no_answer", "dispatch_error"}
 
 // CallSpec describes one call to generate events for. Zero fields get

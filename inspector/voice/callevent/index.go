@@ -28,58 +28,29 @@ const maxDepth = 10000
 func Index(body []byte) (ix Indexed, ok bool) {
 	s := scanner{b: body}
 	s.ws()
-	if !s.expect('{') {
-		return Indexed{}, false
-	}
 	hasCall := false
-	s.ws()
-	if s.peek() == '}' {
-		s.i++
-	} else {
-		for {
-			s.ws()
-			key, kok := s.key()
-			if !kok {
-				return Indexed{}, false
+	if !s.members(func(key []byte) bool {
+		switch string(key) {
+		case "id":
+			ix.DeliveryID, ok = s.stringOrSkip()
+		case "event":
+			ix.Event, ok = s.stringOrSkip()
+		case "occurred_at":
+			ix.OccurredAt, ok = s.stringOrSkip()
+		case "call":
+			// A repeated key replaces the earlier one, as in
+			// encoding/json.
+			ix.CallID, hasCall = "", s.peek() == '{'
+			if hasCall {
+				return s.callObject(&ix.CallID)
 			}
-			s.ws()
-			if !s.expect(':') {
-				return Indexed{}, false
-			}
-			s.ws()
-			var vok bool
-			switch string(key) {
-			case "id":
-				ix.DeliveryID, vok = s.stringOrSkip()
-			case "event":
-				ix.Event, vok = s.stringOrSkip()
-			case "occurred_at":
-				ix.OccurredAt, vok = s.stringOrSkip()
-			case "call":
-				// A repeated key replaces the earlier one, as in
-				// encoding/json.
-				ix.CallID, hasCall = "", s.peek() == '{'
-				if hasCall {
-					vok = s.callObject(&ix.CallID)
-				} else {
-					vok = s.skip(1)
-				}
-			default:
-				vok = s.skip(1)
-			}
-			if !vok {
-				return Indexed{}, false
-			}
-			s.ws()
-			if s.peek() == ',' {
-				s.i++
-				continue
-			}
-			if !s.expect('}') {
-				return Indexed{}, false
-			}
-			break
+			return s.skip(1)
+		default:
+			return s.skip(1)
 		}
+		return ok
+	}) {
+		return Indexed{}, false
 	}
 	s.ws()
 	if s.i != len(s.b) {
@@ -122,6 +93,43 @@ func (s *scanner) expect(c byte) bool {
 	}
 	s.i++
 	return true
+}
+
+// members walks the object that starts at s.i, calling member for each
+// key with the scanner at the member's value, which member must consume.
+// It reports false on malformed input or when member does. Every object
+// walk in this package goes through it, so they all agree on what a
+// well-formed object is.
+func (s *scanner) members(member func(key []byte) bool) bool {
+	if !s.expect('{') {
+		return false
+	}
+	s.ws()
+	if s.peek() == '}' {
+		s.i++
+		return true
+	}
+	for {
+		s.ws()
+		key, ok := s.key()
+		if !ok {
+			return false
+		}
+		s.ws()
+		if !s.expect(':') {
+			return false
+		}
+		s.ws()
+		if !member(key) {
+			return false
+		}
+		s.ws()
+		if s.peek() == ',' {
+			s.i++
+			continue
+		}
+		return s.expect('}')
+	}
 }
 
 // rawString consumes a string and returns its contents between the quotes
@@ -226,39 +234,16 @@ func (s *scanner) stringOrSkip() (string, bool) {
 
 // callObject walks the call block looking for call_id.
 func (s *scanner) callObject(callID *string) bool {
-	s.i++ // '{'
-	s.ws()
-	if s.peek() == '}' {
-		s.i++
-		return true
-	}
-	for {
-		s.ws()
-		key, ok := s.key()
-		if !ok {
-			return false
+	return s.members(func(key []byte) bool {
+		if string(key) != "call_id" {
+			return s.skip(2)
 		}
-		s.ws()
-		if !s.expect(':') {
-			return false
-		}
-		s.ws()
-		if string(key) == "call_id" {
-			v, ok := s.stringOrSkip()
-			if !ok {
-				return false
-			}
+		v, ok := s.stringOrSkip()
+		if ok {
 			*callID = v
-		} else if !s.skip(2) {
-			return false
 		}
-		s.ws()
-		if s.peek() == ',' {
-			s.i++
-			continue
-		}
-		return s.expect('}')
-	}
+		return ok
+	})
 }
 
 // skip consumes one value of any type at the given nesting depth.
@@ -271,32 +256,7 @@ func (s *scanner) skip(depth int) bool {
 		_, _, ok := s.rawString()
 		return ok
 	case c == '{':
-		s.i++
-		s.ws()
-		if s.peek() == '}' {
-			s.i++
-			return true
-		}
-		for {
-			s.ws()
-			if _, _, ok := s.rawString(); !ok {
-				return false
-			}
-			s.ws()
-			if !s.expect(':') {
-				return false
-			}
-			s.ws()
-			if !s.skip(depth + 1) {
-				return false
-			}
-			s.ws()
-			if s.peek() == ',' {
-				s.i++
-				continue
-			}
-			return s.expect('}')
-		}
+		return s.members(func([]byte) bool { return s.skip(depth + 1) })
 	case c == '[':
 		s.i++
 		s.ws()

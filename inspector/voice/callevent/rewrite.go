@@ -25,80 +25,30 @@ func RewriteMediaURLs(body []byte, replace func(field, url string) (string, bool
 	var edits []span
 	s := scanner{b: body}
 	s.ws()
-	if !s.expect('{') {
-		return body, 0
-	}
-	s.ws()
-	if s.peek() == '}' {
-		return body, 0
-	}
-	for {
-		s.ws()
-		key, ok := s.key()
-		if !ok {
-			return body, 0
+	if !s.members(func(key []byte) bool {
+		if string(key) != "media" || s.peek() != '{' {
+			return s.skip(1)
 		}
-		s.ws()
-		if !s.expect(':') {
-			return body, 0
-		}
-		s.ws()
-		if string(key) == "media" && s.peek() == '{' {
-			// Only the last media member counts, as in encoding/json.
-			edits = edits[:0]
-			s.i++
-			s.ws()
-			if s.peek() == '}' {
-				s.i++
-			} else {
-				for {
-					s.ws()
-					k, ok := s.key()
-					if !ok {
-						return body, 0
-					}
-					field := string(k)
-					s.ws()
-					if !s.expect(':') {
-						return body, 0
-					}
-					s.ws()
-					if (field == FieldRecordingURL || field == FieldTranscriptURL) && s.peek() == '"' {
-						start := s.i
-						raw, escaped, ok := s.rawString()
-						if !ok {
-							return body, 0
-						}
-						old := decode(raw, escaped)
-						if nu, ok := replace(field, old); ok && nu != old {
-							edits = append(edits, span{start, s.i, nu})
-						}
-					} else if !s.skip(2) {
-						return body, 0
-					}
-					s.ws()
-					if s.peek() == ',' {
-						s.i++
-						continue
-					}
-					if !s.expect('}') {
-						return body, 0
-					}
-					break
-				}
+		// Only the last media member counts, as in encoding/json.
+		edits = edits[:0]
+		return s.members(func(k []byte) bool {
+			field := string(k)
+			if (field != FieldRecordingURL && field != FieldTranscriptURL) || s.peek() != '"' {
+				return s.skip(2)
 			}
-		} else if !s.skip(1) {
-			return body, 0
-		}
-		s.ws()
-		if s.peek() == ',' {
-			s.i++
-			continue
-		}
-		if !s.expect('}') {
-			return body, 0
-		}
-		break
+			start := s.i
+			raw, escaped, ok := s.rawString()
+			if !ok {
+				return false
+			}
+			old := decode(raw, escaped)
+			if nu, ok := replace(field, old); ok && nu != old {
+				edits = append(edits, span{start, s.i, nu})
+			}
+			return true
+		})
+	}) {
+		return body, 0
 	}
 	s.ws()
 	if s.i != len(body) || len(edits) == 0 {

@@ -70,7 +70,7 @@ func (s *Server) contacts(w http.ResponseWriter, r *http.Request, search bool) {
 	items := make([]ContactItem, 0, len(rows))
 	for _, c := range rows {
 		items = append(items, ContactItem{ID: c.ID, Name: c.Name, Phone: c.Phone, Email: c.Email,
-			CustomFields: json.RawMessage(c.CustomFields), CreatedAt: fmtTime(c.CreatedAt)})
+			CustomFields: json.RawMessage(c.CustomFields), CreatedAt: api.Time(c.CreatedAt)})
 	}
 	api.WriteData(w, http.StatusOK, "", api.NewPage(count, limit, offset, items))
 }

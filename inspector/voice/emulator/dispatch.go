@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
 
@@ -18,9 +17,6 @@ import (
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
-
-// MaxAttempts is the documented number of attempts per delivery (6.8, 8).
-const MaxAttempts = callevent.MaxAttempts
 
 // Scenarios a dispatch can ask the emulator to play.
 const (
@@ -78,8 +74,6 @@ type dispatchResult struct {
 	Events    []string `json:"events"` // the kinds that will be delivered, in order
 }
 
-var phoneRE = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
-
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	var req dispatchRequest
 	if err := api.DecodeJSON(w, r, maxDispatchBody, &req); err != nil {
@@ -124,10 +118,10 @@ type dispatchPlan struct {
 
 func (s *Server) validateDispatch(req *dispatchRequest) (*dispatchPlan, error) {
 	p := &dispatchPlan{}
-	if !phoneRE.MatchString(req.ToNumber) {
+	if !callevent.IsPhoneNumber(req.ToNumber) {
 		return nil, api.Invalid("to_number must be a phone number with a leading + and the country code, e.g. +12025550143; got %q", req.ToNumber)
 	}
-	if req.FromNumber != "" && !phoneRE.MatchString(req.FromNumber) {
+	if req.FromNumber != "" && !callevent.IsPhoneNumber(req.FromNumber) {
 		return nil, api.Invalid("from_number must be a phone number with a leading + and the country code; got %q", req.FromNumber)
 	}
 	if req.EventWebhookURL != "" {
@@ -180,7 +174,7 @@ func (s *Server) validateDispatch(req *dispatchRequest) (*dispatchPlan, error) {
 				return nil, api.Invalid("contact.id must be a UUID")
 			}
 		}
-		if c.Phone != "" && !phoneRE.MatchString(c.Phone) {
+		if c.Phone != "" && !callevent.IsPhoneNumber(c.Phone) {
 			return nil, api.Invalid("contact.phone must be a phone number with a leading + and the country code")
 		}
 	}
@@ -472,7 +466,7 @@ func newDelivery(callID string, e timedEvent, target string, headers [][2]string
 	}
 	return &storage.ServiceDelivery{
 		ID: e.payload.ID, CallID: callID, Event: e.payload.Event, URL: target, Headers: string(h), Payload: body,
-		Status: StatusPending, MaxAttempts: MaxAttempts, NextAt: e.at, CreatedAt: e.at,
+		Status: StatusPending, MaxAttempts: callevent.MaxAttempts, NextAt: e.at, CreatedAt: e.at,
 	}, nil
 }
 

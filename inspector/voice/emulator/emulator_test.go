@@ -1,4 +1,4 @@
-package emulator
+package emulator_test
 
 import (
 	"bytes"
@@ -14,75 +14,47 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/calltap/calltap/inspector/voice/callevent"
+	"github.com/calltap/calltap/inspector/voice/emulator"
+	"github.com/calltap/calltap/inspector/voice/emulator/emulatortest"
+	"github.com/calltap/calltap/relay/polltest"
 )
 
 // Keys every test server accepts.
 const (
-	rwKey   = "test_key" // webhooks:read, webhooks:write
-	roKey   = "ro_key"   // webhooks:read
-	bareKey = "bare_key" // no scope
+	rwKey   = emulatortest.Key     // webhooks:read, webhooks:write
+	roKey   = emulatortest.ReadKey // webhooks:read
+	bareKey = emulatortest.BareKey // no scope
 )
 
 // offsetClock is real time plus an offset a test can move forward.
 type offsetClock struct{ off atomic.Int64 }
 
-func (c *offsetClock) Now() time.Time                  { return time.Now().Add(time.Duration(c.off.Load())) }
-func (c *offsetClock) Advance(d time.Duration)         { c.off.Add(int64(d)) }
-func (c *offsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+func (c *offsetClock) Now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *offsetClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 
 // emu is a running emulator on a real loopback socket.
 type emu struct {
 	t     *testing.T
-	srv   *Server
+	srv   *emulator.Server
 	url   string
 	clock *offsetClock
-	cfg   Config
+	cfg   emulator.Config
 }
 
-// startEmu starts an emulator with a small time scale; edit adjusts the
-// configuration first.
-func startEmu(t *testing.T, edit func(*Config)) *emu {
+// startEmu starts an emulator on a clock the test can move; edit adjusts
+// the configuration first.
+func startEmu(t *testing.T, edit func(*emulator.Config)) *emu {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	clock := &offsetClock{}
-	cfg := Config{
-		Keys: []Key{
-			{Key: rwKey, Scopes: []string{ScopeWebhooksRead, ScopeWebhooksWrite}},
-			{Key: roKey, Scopes: []string{ScopeWebhooksRead}},
-			{Key: bareKey},
-		},
-		DataDir:           t.TempDir(),
-		TimeScale:         0.001,
-		AllowHTTPWebhooks: true,
-		DeliveryTimeout:   5 * time.Second,
-		PublicURL:         "http://" + ln.Addr().String(),
-		Clock:             clock.Now,
-	}
-	if edit != nil {
-		edit(&cfg)
-	}
-	srv, err := New(cfg)
-	if err != nil {
-		ln.Close()
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go hs.Serve(ln)
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
+	e := emulatortest.Start(t, func(c *emulator.Config) {
+		c.Clock = clock.Now
+		if edit != nil {
+			edit(c)
 		}
-		hs.Close()
-		srv.Close()
-	})
-	return &emu{t: t, srv: srv, url: cfg.PublicURL, clock: clock, cfg: cfg}
+	}, nil)
+	return &emu{t: t, srv: e.Server, url: e.URL, clock: clock, cfg: e.Config}
 }
 
 // in returns e reporting to t (a subtest).
@@ -168,7 +140,7 @@ func (e *emu) fails(method, path, key string, body any, want int, code string) s
 // dispatch starts a call and returns its id.
 func (e *emu) dispatch(body map[string]any) string {
 	e.t.Helper()
-	var res dispatchResult
+	var res emulator.DispatchResult
 	e.ok("POST", "/api/v1/ext/calls/dispatch/", rwKey, body, http.StatusCreated, &res)
 	if res.CallID == "" {
 		e.t.Fatal("dispatch returned no call_id")
@@ -177,34 +149,22 @@ func (e *emu) dispatch(body map[string]any) string {
 }
 
 // delivery reads one delivery record.
-func (e *emu) delivery(id string) DeliveryRecord {
+func (e *emu) delivery(id string) emulator.DeliveryRecord {
 	e.t.Helper()
-	var rec DeliveryRecord
+	var rec emulator.DeliveryRecord
 	e.ok("GET", "/api/v1/ext/webhooks/"+id+"/", roKey, nil, http.StatusOK, &rec)
 	return rec
 }
 
 // callDeliveries lists a call's deliveries (one page is plenty).
-func (e *emu) callDeliveries(callID string) []DeliveryItem {
+func (e *emu) callDeliveries(callID string) []emulator.DeliveryItem {
 	e.t.Helper()
 	var page struct {
-		Count   int            `json:"count"`
-		Results []DeliveryItem `json:"results"`
+		Count   int                     `json:"count"`
+		Results []emulator.DeliveryItem `json:"results"`
 	}
 	e.ok("GET", "/api/v1/ext/webhooks/?call_id="+callID, roKey, nil, http.StatusOK, &page)
 	return page.Results
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // received is a request the target got.
@@ -270,15 +230,15 @@ func (tg *target) forCall(callID string) []received {
 }
 
 func TestParseKeys(t *testing.T) {
-	keys, err := ParseKeys(strings.NewReader("# keys\n\ntest_key=webhooks: read, webhooks:write\nro_key=webhooks:read\nbare\n"))
+	keys, err := emulator.ParseKeys(strings.NewReader("# keys\n\ntest_key=webhooks: read, webhooks:write\nro_key=webhooks:read\nbare\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(keys) != 3 || keys[0].Key != "test_key" || len(keys[0].Scopes) != 2 || keys[0].Scopes[0] != ScopeWebhooksRead ||
-		keys[1].Scopes[0] != ScopeWebhooksRead || keys[2].Key != "bare" || len(keys[2].Scopes) != 0 {
+	if len(keys) != 3 || keys[0].Key != "test_key" || len(keys[0].Scopes) != 2 || keys[0].Scopes[0] != emulator.ScopeWebhooksRead ||
+		keys[1].Scopes[0] != emulator.ScopeWebhooksRead || keys[2].Key != "bare" || len(keys[2].Scopes) != 0 {
 		t.Fatalf("keys = %+v", keys)
 	}
-	if _, err := ParseKeys(strings.NewReader("=webhooks:read\n")); err == nil || !strings.Contains(err.Error(), "line 1") {
+	if _, err := emulator.ParseKeys(strings.NewReader("=webhooks:read\n")); err == nil || !strings.Contains(err.Error(), "line 1") {
 		t.Fatalf("empty key: err = %v", err)
 	}
 }
@@ -318,7 +278,7 @@ func TestAuth(t *testing.T) {
 }
 
 func TestDispatchValidation(t *testing.T) {
-	strict := startEmu(t, func(c *Config) { c.AllowHTTPWebhooks = false })
+	strict := startEmu(t, func(c *emulator.Config) { c.AllowHTTPWebhooks = false })
 	loose := startEmu(t, nil)
 	call := func(url string) map[string]any {
 		return map[string]any{"to_number": "+12025550143", "event_webhook_url": url}
@@ -346,7 +306,7 @@ func TestDispatchValidation(t *testing.T) {
 	loose.ok("POST", path, rwKey, call("http://localhost:1/hook"), 201, nil)
 
 	// Oversized and malformed bodies.
-	big := map[string]any{"to_number": "+12025550143", "variables": map[string]any{"x": strings.Repeat("a", maxDispatchBody)}}
+	big := map[string]any{"to_number": "+12025550143", "variables": map[string]any{"x": strings.Repeat("a", emulator.MaxDispatchBody)}}
 	loose.fails("POST", path, rwKey, big, 413, "payload_too_large")
 	req, _ := http.NewRequest("POST", loose.url+path, strings.NewReader("{not json"))
 	req.Header.Set("Authorization", "Bearer "+rwKey)
@@ -406,7 +366,7 @@ func TestCompletedCallDeliversEveryEventInOrder(t *testing.T) {
 		"contact":               map[string]any{"name": "Ada Lovelace", "custom_fields": map[string]any{"city": "London"}},
 	})
 	want := []string{"call.started", "call.connected", "call.ended", "call.recording_available", "call.analysis_completed"}
-	waitFor(t, "five events", 10*time.Second, func() bool { return len(tg.forCall(callID)) >= len(want) })
+	polltest.Until(t, 10*time.Second, func() bool { return len(tg.forCall(callID)) >= len(want) }, "five events")
 	got := tg.forCall(callID)
 	if len(got) != len(want) {
 		t.Fatalf("got %d requests, want %d", len(got), len(want))
@@ -443,15 +403,15 @@ func TestCompletedCallDeliversEveryEventInOrder(t *testing.T) {
 	}
 
 	// The delivery log has them all, delivered, with the exact bytes sent.
-	waitFor(t, "all delivered", 5*time.Second, func() bool {
+	polltest.Until(t, 5*time.Second, func() bool {
 		items := e.callDeliveries(callID)
 		for _, it := range items {
-			if it.Status != StatusDelivered {
+			if it.Status != emulator.StatusDelivered {
 				return false
 			}
 		}
 		return len(items) == len(want)
-	})
+	}, "all delivered")
 	for _, r := range got {
 		rec := e.delivery(r.id)
 		if !bytes.Equal(rec.Payload, r.body) {
@@ -509,10 +469,10 @@ func TestFailedCallEndsWithCallFailed(t *testing.T) {
 	e := startEmu(t, nil)
 	tg := newTarget(t, nil)
 	for _, sc := range []struct{ scenario, code string }{
-		{ScenarioBusy, "busy"}, {ScenarioNoAnswer, "no_answer"}, {ScenarioDispatchError, "dispatch_error"},
+		{emulator.ScenarioBusy, "busy"}, {emulator.ScenarioNoAnswer, "no_answer"}, {emulator.ScenarioDispatchError, "dispatch_error"},
 	} {
 		callID := e.dispatch(map[string]any{"to_number": "+12025550143", "event_webhook_url": tg.URL, "scenario": sc.scenario})
-		waitFor(t, sc.scenario+" events", 10*time.Second, func() bool { return len(tg.forCall(callID)) >= 2 })
+		polltest.Until(t, 10*time.Second, func() bool { return len(tg.forCall(callID)) >= 2 }, sc.scenario+" events")
 		got := tg.forCall(callID)
 		if ev := events(got); len(ev) != 2 || ev[0] != "call.started" || ev[1] != "call.failed" {
 			t.Fatalf("%s: events %v", sc.scenario, ev)
@@ -534,7 +494,7 @@ func TestFailedCallEndsWithCallFailed(t *testing.T) {
 func TestSubscription(t *testing.T) {
 	e := startEmu(t, nil)
 	tg := newTarget(t, nil)
-	var res dispatchResult
+	var res emulator.DispatchResult
 	e.ok("POST", "/api/v1/ext/calls/dispatch/", rwKey, map[string]any{
 		"to_number": "+12025550143", "event_webhook_url": tg.URL,
 		"event_webhook_events": []string{"call.analysis_completed", "call.ended"},
@@ -542,7 +502,7 @@ func TestSubscription(t *testing.T) {
 	if strings.Join(res.Events, ",") != "call.ended,call.analysis_completed" {
 		t.Fatalf("dispatch says it will send %v", res.Events)
 	}
-	waitFor(t, "two events", 10*time.Second, func() bool { return len(tg.forCall(res.CallID)) >= 2 })
+	polltest.Until(t, 10*time.Second, func() bool { return len(tg.forCall(res.CallID)) >= 2 }, "two events")
 	// The recording is due between the two; once analysis has been sent,
 	// nothing else can come.
 	if ev := events(tg.forCall(res.CallID)); strings.Join(ev, ",") != "call.ended,call.analysis_completed" {
@@ -557,28 +517,28 @@ func TestSubscription(t *testing.T) {
 func (e *emu) startedOnly(url string) (callID, deliveryID string) {
 	e.t.Helper()
 	callID = e.dispatch(map[string]any{"to_number": "+12025550143", "event_webhook_url": url, "event_webhook_events": []string{"call.started"}})
-	waitFor(e.t, "the delivery", 5*time.Second, func() bool { return len(e.callDeliveries(callID)) == 1 })
+	polltest.Until(e.t, 5*time.Second, func() bool { return len(e.callDeliveries(callID)) == 1 }, "the delivery")
 	return callID, e.callDeliveries(callID)[0].ID
 }
 
 // waitSettled waits until a delivery is no longer pending.
-func (e *emu) waitSettled(id string) DeliveryRecord {
+func (e *emu) waitSettled(id string) emulator.DeliveryRecord {
 	e.t.Helper()
-	var rec DeliveryRecord
-	waitFor(e.t, "delivery "+id+" to settle", 20*time.Second, func() bool {
+	var rec emulator.DeliveryRecord
+	polltest.Until(e.t, 20*time.Second, func() bool {
 		rec = e.delivery(id)
-		return rec.Status != StatusPending
-	})
+		return rec.Status != emulator.StatusPending
+	}, "delivery "+id+" to settle")
 	return rec
 }
 
 func TestRetriesFollowTheScaledSchedule(t *testing.T) {
 	const scale = 0.0005
-	e := startEmu(t, func(c *Config) { c.TimeScale = scale })
+	e := startEmu(t, func(c *emulator.Config) { c.TimeScale = scale })
 	tg := newTarget(t, func(int, *http.Request) int { return 500 })
 	_, id := e.startedOnly(tg.URL)
 	rec := e.waitSettled(id)
-	if rec.Status != StatusFailed || rec.Attempts != 5 || len(rec.AttemptLog) != 5 || rec.NextAttemptAt != nil {
+	if rec.Status != emulator.StatusFailed || rec.Attempts != 5 || len(rec.AttemptLog) != 5 || rec.NextAttemptAt != nil {
 		t.Fatalf("after 500s: status %s attempts %d log %d", rec.Status, rec.Attempts, len(rec.AttemptLog))
 	}
 	if rec.ResponseStatus == nil || *rec.ResponseStatus != 500 || rec.Error != "HTTP 500" || rec.ResponseBody != "answer Internal Server Error" {
@@ -601,14 +561,14 @@ func TestRetriesFollowTheScaledSchedule(t *testing.T) {
 		}
 		ta, _ := time.Parse(time.RFC3339Nano, *a.At)
 		tb, _ := time.Parse(time.RFC3339Nano, *b.At)
-		if gap, min := tb.Sub(ta), time.Duration(float64(RetrySchedule[i])*scale); gap < min {
+		if gap, min := tb.Sub(ta), time.Duration(float64(callevent.RetrySchedule[i])*scale); gap < min {
 			t.Errorf("attempt %d came %s after attempt %d; the schedule wants at least %s", i+1, gap, i, min)
 		}
 	}
 }
 
 func TestRetryRules(t *testing.T) {
-	e := startEmu(t, func(c *Config) { c.TimeScale = 0.0002; c.DeliveryTimeout = 300 * time.Millisecond })
+	e := startEmu(t, func(c *emulator.Config) { c.TimeScale = 0.0002; c.DeliveryTimeout = 300 * time.Millisecond })
 	cases := []struct {
 		name     string
 		answers  []int // the target's answers in turn; -1 hangs until the emulator gives up
@@ -616,13 +576,13 @@ func TestRetryRules(t *testing.T) {
 		attempts int
 		errText  string
 	}{
-		{"404 is not retried", []int{404}, StatusFailed, 1, "HTTP 404: not retried"},
-		{"401 is not retried", []int{401}, StatusFailed, 1, "HTTP 401: not retried"},
-		{"3xx is not followed nor retried", []int{302}, StatusFailed, 1, "HTTP 302: not retried"},
-		{"408 is retried", []int{408, 200}, StatusDelivered, 2, ""},
-		{"429 is retried", []int{429, 429, 204}, StatusDelivered, 3, ""},
-		{"503 is retried", []int{503, 200}, StatusDelivered, 2, ""},
-		{"a time-out is retried", []int{-1, 200}, StatusDelivered, 2, ""},
+		{"404 is not retried", []int{404}, emulator.StatusFailed, 1, "HTTP 404: not retried"},
+		{"401 is not retried", []int{401}, emulator.StatusFailed, 1, "HTTP 401: not retried"},
+		{"3xx is not followed nor retried", []int{302}, emulator.StatusFailed, 1, "HTTP 302: not retried"},
+		{"408 is retried", []int{408, 200}, emulator.StatusDelivered, 2, ""},
+		{"429 is retried", []int{429, 429, 204}, emulator.StatusDelivered, 3, ""},
+		{"503 is retried", []int{503, 200}, emulator.StatusDelivered, 2, ""},
+		{"a time-out is retried", []int{-1, 200}, emulator.StatusDelivered, 2, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -658,14 +618,14 @@ func TestRetryRules(t *testing.T) {
 		ln.Close()
 		_, id := e.startedOnly(dead)
 		rec := e.waitSettled(id)
-		if rec.Status != StatusFailed || rec.Attempts != 5 || rec.ResponseStatus != nil || rec.Error == "" {
+		if rec.Status != emulator.StatusFailed || rec.Attempts != 5 || rec.ResponseStatus != nil || rec.Error == "" {
 			t.Fatalf("status %s attempts %d response %v error %q", rec.Status, rec.Attempts, rec.ResponseStatus, rec.Error)
 		}
 	})
 }
 
 func TestReplayGivesAFreshBudget(t *testing.T) {
-	e := startEmu(t, func(c *Config) { c.TimeScale = 0.0002 })
+	e := startEmu(t, func(c *emulator.Config) { c.TimeScale = 0.0002 })
 	var healthy atomic.Bool
 	tg := newTarget(t, func(int, *http.Request) int {
 		if healthy.Load() {
@@ -674,17 +634,17 @@ func TestReplayGivesAFreshBudget(t *testing.T) {
 		return 503
 	})
 	_, id := e.startedOnly(tg.URL)
-	if rec := e.waitSettled(id); rec.Status != StatusFailed || rec.Attempts != 5 {
+	if rec := e.waitSettled(id); rec.Status != emulator.StatusFailed || rec.Attempts != 5 {
 		t.Fatalf("first budget: %s after %d", rec.Status, rec.Attempts)
 	}
 
-	var res ReplayResult
+	var res emulator.ReplayResult
 	e.ok("POST", "/api/v1/ext/webhooks/replay/", rwKey, map[string]any{"id": id}, 200, &res)
-	if res.ID != id || res.Status != StatusPending || !res.Queued {
+	if res.ID != id || res.Status != emulator.StatusPending || !res.Queued {
 		t.Fatalf("replay result %+v", res)
 	}
 	rec := e.waitSettled(id)
-	if rec.Status != StatusFailed || rec.Attempts != 5 || len(rec.AttemptLog) != 10 {
+	if rec.Status != emulator.StatusFailed || rec.Attempts != 5 || len(rec.AttemptLog) != 10 {
 		t.Fatalf("second budget: %s after %d (log %d)", rec.Status, rec.Attempts, len(rec.AttemptLog))
 	}
 	if last := rec.AttemptLog[9]; last.N != 10 || last.Replay != 1 || last.Attempt != 5 {
@@ -694,7 +654,7 @@ func TestReplayGivesAFreshBudget(t *testing.T) {
 	healthy.Store(true) // the client fixed its endpoint
 	e.ok("POST", "/api/v1/ext/webhooks/replay/", rwKey, map[string]any{"id": id}, 200, &res)
 	rec = e.waitSettled(id)
-	if rec.Status != StatusDelivered || rec.Attempts != 1 || len(rec.AttemptLog) != 11 || rec.DeliveredAt == nil || rec.Error != "" {
+	if rec.Status != emulator.StatusDelivered || rec.Attempts != 1 || len(rec.AttemptLog) != 11 || rec.DeliveredAt == nil || rec.Error != "" {
 		t.Fatalf("after the fix: %s after %d (log %d) error %q", rec.Status, rec.Attempts, len(rec.AttemptLog), rec.Error)
 	}
 	got := tg.requests()
@@ -723,9 +683,9 @@ type page[T any] struct {
 
 func TestPaging(t *testing.T) {
 	const n = 230
-	e := startEmu(t, func(c *Config) { c.Seed = n })
+	e := startEmu(t, func(c *emulator.Config) { c.Seed = n })
 
-	var contacts page[ContactItem]
+	var contacts page[emulator.ContactItem]
 	e.ok("GET", "/api/v1/ext/contacts/", bareKey, nil, 200, &contacts)
 	if contacts.Count != n || contacts.Limit != 50 || contacts.Offset != 0 || len(contacts.Results) != 50 {
 		t.Fatalf("default page: count %d limit %d offset %d results %d", contacts.Count, contacts.Limit, contacts.Offset, len(contacts.Results))
@@ -767,9 +727,9 @@ func TestPaging(t *testing.T) {
 	}
 
 	// Seeded deliveries read like real ones.
-	var deliveries page[DeliveryItem]
+	var deliveries page[emulator.DeliveryItem]
 	e.ok("GET", "/api/v1/ext/webhooks/?status=failed&limit=1", roKey, nil, 200, &deliveries)
-	if deliveries.Count == 0 || deliveries.Results[0].Status != StatusFailed {
+	if deliveries.Count == 0 || deliveries.Results[0].Status != emulator.StatusFailed {
 		t.Fatalf("no failed seeded delivery: %+v", deliveries)
 	}
 	rec := e.delivery(deliveries.Results[0].ID)
@@ -788,8 +748,8 @@ func TestPaging(t *testing.T) {
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestContactSearch(t *testing.T) {
-	e := startEmu(t, func(c *Config) { c.Seed = 120 })
-	var all page[ContactItem]
+	e := startEmu(t, func(c *emulator.Config) { c.Seed = 120 })
+	var all page[emulator.ContactItem]
 	e.ok("GET", "/api/v1/ext/contacts/?limit=200", bareKey, nil, 200, &all)
 	austin := 0
 	for _, c := range all.Results {
@@ -802,7 +762,7 @@ func TestContactSearch(t *testing.T) {
 	if austin == 0 {
 		t.Fatal("no seeded contact in Austin")
 	}
-	var res page[ContactItem]
+	var res page[emulator.ContactItem]
 	e.ok("GET", "/api/v1/ext/contacts/search/?city=austin&limit=10", bareKey, nil, 200, &res)
 	if res.Count != austin || res.Limit != 10 || len(res.Results) != min(austin, 10) {
 		t.Fatalf("city=austin: count %d (want %d) limit %d results %d", res.Count, austin, res.Limit, len(res.Results))
@@ -837,7 +797,7 @@ func TestContactSearch(t *testing.T) {
 	tg := newTarget(t, nil)
 	callID := e.dispatch(map[string]any{"to_number": one.Phone, "event_webhook_url": tg.URL, "event_webhook_events": []string{"call.started"},
 		"contact": map[string]any{"id": one.ID, "custom_fields": map[string]any{"tier": "gold"}}})
-	waitFor(t, "call.started", 5*time.Second, func() bool { return len(tg.forCall(callID)) == 1 })
+	polltest.Until(t, 5*time.Second, func() bool { return len(tg.forCall(callID)) == 1 }, "call.started")
 	p := decodePayload(t, tg.forCall(callID)[0].body)
 	if p.Call.Contact.ID != one.ID || p.Call.Contact.Name != one.Name || p.Call.Contact.CustomFields["tier"] != "gold" || p.Call.Contact.CustomFields["city"] == nil {
 		t.Fatalf("payload contact %+v, stored %+v", p.Call.Contact, one)
@@ -855,10 +815,10 @@ func TestContactSearch(t *testing.T) {
 }
 
 func TestMediaLinksExpire(t *testing.T) {
-	e := startEmu(t, func(c *Config) { c.MediaExpiresIn = 10 * time.Minute })
+	e := startEmu(t, func(c *emulator.Config) { c.MediaExpiresIn = 10 * time.Minute })
 	callID := e.dispatch(map[string]any{"to_number": "+12025550143", "contact": map[string]any{"name": "Alan Turing"}})
-	var links MediaLinks
-	waitFor(t, "the recording", 10*time.Second, func() bool {
+	var links emulator.MediaLinks
+	polltest.Until(t, 10*time.Second, func() bool {
 		code, env := e.do("GET", "/api/v1/ext/call_logs/"+callID+"/media/", bareKey, nil)
 		if code == 200 {
 			json.Unmarshal(env.Data, &links)
@@ -868,7 +828,7 @@ func TestMediaLinksExpire(t *testing.T) {
 			t.Fatalf("media: %d %+v", code, env.Error)
 		}
 		return false
-	})
+	}, "the recording")
 	if links.CallID != callID || links.ExpiresIn != 600 || links.ExpiresAt == nil {
 		t.Fatalf("links %+v", links)
 	}
@@ -898,14 +858,14 @@ func TestMediaLinksExpire(t *testing.T) {
 func TestDeliveriesSurviveARestart(t *testing.T) {
 	dir := t.TempDir()
 	tg := newTarget(t, nil)
-	cfg := Config{Keys: []Key{{Key: rwKey, Scopes: []string{ScopeWebhooksRead}}}, DataDir: dir, TimeScale: 0.001, AllowHTTPWebhooks: true}
-	first, err := New(cfg)
+	cfg := emulator.Config{Keys: []emulator.Key{{Key: rwKey, Scopes: []string{emulator.ScopeWebhooksRead}}}, DataDir: dir, TimeScale: 0.001, AllowHTTPWebhooks: true}
+	first, err := emulator.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Dispatch without a running scheduler, as if the process stopped at once.
 	rec := httptest.NewRecorder()
-	body, _ := json.Marshal(map[string]any{"to_number": "+12025550143", "event_webhook_url": tg.URL, "scenario": ScenarioBusy})
+	body, _ := json.Marshal(map[string]any{"to_number": "+12025550143", "event_webhook_url": tg.URL, "scenario": emulator.ScenarioBusy})
 	req := httptest.NewRequest("POST", "/api/v1/ext/calls/dispatch/", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+rwKey)
 	first.Handler().ServeHTTP(rec, req)
@@ -916,14 +876,14 @@ func TestDeliveriesSurviveARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	second, err := New(cfg)
+	second, err := emulator.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- second.Run(ctx) }()
-	waitFor(t, "the events after the restart", 10*time.Second, func() bool { return len(tg.requests()) >= 2 })
+	polltest.Until(t, 10*time.Second, func() bool { return len(tg.requests()) >= 2 }, "the events after the restart")
 	cancel()
 	if err := <-ran; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)

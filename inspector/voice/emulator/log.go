@@ -61,14 +61,14 @@ type ReplayResult struct {
 func itemOf(d *storage.ServiceDelivery) DeliveryItem {
 	it := DeliveryItem{
 		ID: d.ID, Event: d.Event, URL: d.URL, Status: d.Status, Attempts: d.Attempts, MaxAttempts: d.MaxAttempts,
-		Error: d.Error, CallID: d.CallID, CreatedAt: fmtTime(d.CreatedAt), DeliveredAt: fmtTime(d.DeliveredAt),
+		Error: d.Error, CallID: d.CallID, CreatedAt: api.Time(d.CreatedAt), DeliveredAt: api.Time(d.DeliveredAt),
 	}
 	if d.ResponseStatus != 0 {
 		rs := d.ResponseStatus
 		it.ResponseStatus = &rs
 	}
 	if d.Status == StatusPending {
-		it.NextAttemptAt = fmtTime(d.NextAt)
+		it.NextAttemptAt = api.Time(d.NextAt)
 	}
 	return it
 }
@@ -120,7 +120,7 @@ func (s *Server) getDelivery(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := DeliveryRecord{DeliveryItem: itemOf(d), Payload: d.Payload, ResponseBody: string(d.ResponseBody), AttemptLog: []AttemptItem{}}
 	for _, a := range attempts {
-		it := AttemptItem{N: a.N, Replay: a.Round, Attempt: a.Try, At: fmtTime(a.At), Error: a.Error,
+		it := AttemptItem{N: a.N, Replay: a.Round, Attempt: a.Try, At: api.Time(a.At), Error: a.Error,
 			DurationMS: float64(a.Duration.Microseconds()) / 1000, ResponseBody: string(a.ResponseBody)}
 		if a.ResponseStatus != 0 {
 			rs := a.ResponseStatus

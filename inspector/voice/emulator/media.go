@@ -87,7 +87,7 @@ func (s *Server) callMedia(w http.ResponseWriter, r *http.Request) {
 	}
 	m := s.signedMedia(s.baseURL(r), call.ID, now)
 	api.WriteData(w, http.StatusOK, "", MediaLinks{CallID: call.ID, RecordingURL: m.RecordingURL, TranscriptURL: m.TranscriptURL,
-		ExpiresIn: m.ExpiresIn, ExpiresAt: fmtTime(now.Add(s.cfg.MediaExpiresIn).Truncate(time.Second))})
+		ExpiresIn: m.ExpiresIn, ExpiresAt: api.Time(now.Add(s.cfg.MediaExpiresIn).Truncate(time.Second))})
 }
 
 // mediaFile serves a file named by a signed link, until the link expires.

@@ -112,7 +112,7 @@ func (s *Server) seed(ctx context.Context, n int) error {
 			}
 			switch {
 			case i%9 == 4 && e.payload.Event == callevent.KindAnalysisCompleted:
-				retry := e.at.Add(RetrySchedule[1])
+				retry := e.at.Add(callevent.RetrySchedule[1])
 				attempts[d.ID] = []*storage.ServiceAttempt{
 					{Try: 1, At: e.at, ResponseStatus: 503, ResponseBody: []byte("upstream unavailable"), Error: "HTTP 503", Duration: 120 * time.Millisecond},
 					ok(retry, 2),

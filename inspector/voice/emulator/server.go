@@ -211,13 +211,3 @@ func (s *Server) newClient() *http.Client {
 		},
 	}
 }
-
-// fmtTime renders API times: RFC 3339 in UTC with microseconds, like the
-// inspector's API.
-func fmtTime(t time.Time) *string {
-	if t.IsZero() {
-		return nil
-	}
-	s := t.UTC().Format("2006-01-02T15:04:05.000000Z07:00")
-	return &s
-}

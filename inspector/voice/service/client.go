@@ -44,29 +44,18 @@ const (
 
 // Client calls the voice service's API. It is safe for concurrent use.
 type Client struct {
-	base         *url.URL // ends in "/": paths are resolved against it
-	key          string
-	http         *http.Client
-	userAgent    string
-	maxRetries   int
-	maxRetryWait time.Duration
-	sleep        func(ctx context.Context, d time.Duration) error // tests may shorten waits
+	base      *url.URL // ends in "/": paths are resolved against it
+	key       string
+	http      *http.Client
+	userAgent string
+	sleep     func(ctx context.Context, d time.Duration) error // tests may shorten waits
 }
 
 // Option adjusts a Client.
 type Option func(*Client)
 
-// WithHTTPClient uses hc instead of the client's own (which has timeouts).
-func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
-
 // WithUserAgent sets the User-Agent header.
 func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
-
-// WithRetries sets how many times a request answered 429 is retried
-// (default 3), and the longest Retry-After it waits for (default 30 s).
-func WithRetries(n int, maxWait time.Duration) Option {
-	return func(c *Client) { c.maxRetries, c.maxRetryWait = n, maxWait }
-}
 
 // New returns a client of the service at baseURL, the documentation's
 // {base_url}, which ends in api/v1/ext (a trailing slash is added).
@@ -91,12 +80,10 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 		return nil, errors.New("the API key contains white space: check CALLTAP_API_KEY")
 	}
 	c := &Client{
-		base:         u,
-		key:          apiKey,
-		userAgent:    "calltap",
-		maxRetries:   maxRetries,
-		maxRetryWait: maxRetryWait,
-		sleep:        sleepCtx,
+		base:      u,
+		key:       apiKey,
+		userAgent: "calltap",
+		sleep:     sleepCtx,
 		http: &http.Client{
 			Timeout: 60 * time.Second,
 			Transport: &http.Transport{
@@ -198,7 +185,7 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 			if !known {
 				wait = time.Second << try // no hint: back off 1 s, 2 s, 4 s
 			}
-			if try < c.maxRetries && wait <= c.maxRetryWait {
+			if try < maxRetries && wait <= maxRetryWait {
 				if err := c.sleep(ctx, wait); err != nil {
 					return err
 				}

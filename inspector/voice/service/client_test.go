@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector/voice/emulator"
+	"github.com/calltap/calltap/relay/polltest"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -222,7 +223,7 @@ func TestDeliveryReplayAndMedia(t *testing.T) {
 	c := e.client(rwKey)
 	ctx := ctxT(t)
 	callID := e.dispatch(map[string]any{"to_number": "+12025550143", "event_webhook_url": tg.URL + "/hooks?x=1"})
-	eventually(t, 15*time.Second, "five events at the target", func() bool { return len(tg.requests()) >= 5 })
+	polltest.Until(t, 15*time.Second, func() bool { return len(tg.requests()) >= 5 }, "five events at the target")
 
 	ds, err := c.Deliveries(ctx, Filter{CallID: callID}, nil)
 	if err != nil {
@@ -233,13 +234,13 @@ func TestDeliveryReplayAndMedia(t *testing.T) {
 	}
 	for _, r := range tg.requests() {
 		var d *Delivery
-		eventually(t, 10*time.Second, "delivery "+r.id+" settled", func() bool {
+		polltest.Until(t, 10*time.Second, func() bool {
 			d, err = c.Delivery(ctx, r.id)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return d.Status == "delivered"
-		})
+		}, "delivery "+r.id+" settled")
 		if !bytes.Equal(d.Payload, r.body) {
 			t.Errorf("%s: payload differs from the bytes sent\n got %s\nwant %s", r.id, d.Payload, r.body)
 		}
@@ -257,7 +258,7 @@ func TestDeliveryReplayAndMedia(t *testing.T) {
 	if res.ID != first.id || !res.Queued {
 		t.Fatalf("replay result %+v", res)
 	}
-	eventually(t, 10*time.Second, "the replay at the target", func() bool { return len(tg.requests()) == 6 })
+	polltest.Until(t, 10*time.Second, func() bool { return len(tg.requests()) == 6 }, "the replay at the target")
 	if again := tg.requests()[5]; !bytes.Equal(again.body, first.body) {
 		t.Fatal("the replay changed the payload")
 	}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/calltap/calltap/relay/api"
 )
 
 // Timestamp is an ISO 8601 time from the API; the zero value is null.
@@ -42,7 +44,7 @@ func (t Timestamp) MarshalJSON() ([]byte, error) {
 	if t.IsZero() {
 		return []byte("null"), nil
 	}
-	return json.Marshal(t.UTC().Format("2006-01-02T15:04:05.000000Z07:00"))
+	return json.Marshal(api.FormatTime(t.Time))
 }
 
 // Delivery is a webhook delivery record (documentation 2.3). Items of the

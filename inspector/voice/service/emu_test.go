@@ -2,23 +2,21 @@ package service
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/calltap/calltap/inspector/voice/emulator"
+	"github.com/calltap/calltap/inspector/voice/emulator/emulatortest"
 )
 
 // Keys every test emulator accepts.
 const (
-	rwKey = "test_key" // webhooks:read, webhooks:write
-	roKey = "ro_key"   // webhooks:read
+	rwKey = emulatortest.Key     // webhooks:read, webhooks:write
+	roKey = emulatortest.ReadKey // webhooks:read
 )
 
 // emu is the real emulator on a loopback socket, with an optional wrapper
@@ -33,52 +31,24 @@ type emu struct {
 	wrap func(w http.ResponseWriter, r *http.Request, next http.Handler) // guarded by mu
 }
 
+// startEmu starts the emulator with emulatortest's defaults, edit applied,
+// serving through e.wrap when a test sets one.
 func startEmu(t *testing.T, edit func(*emulator.Config)) *emu {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := emulator.Config{
-		Keys: []emulator.Key{
-			{Key: rwKey, Scopes: []string{emulator.ScopeWebhooksRead, emulator.ScopeWebhooksWrite}},
-			{Key: roKey, Scopes: []string{emulator.ScopeWebhooksRead}},
-		},
-		DataDir:           t.TempDir(),
-		TimeScale:         0.001,
-		AllowHTTPWebhooks: true,
-		DeliveryTimeout:   5 * time.Second,
-		PublicURL:         "http://" + ln.Addr().String(),
-	}
-	if edit != nil {
-		edit(&cfg)
-	}
-	srv, err := emulator.New(cfg)
-	if err != nil {
-		ln.Close()
-		t.Fatal(err)
-	}
-	e := &emu{t: t, srv: srv, url: cfg.PublicURL, base: cfg.PublicURL + emulator.Prefix + "/"}
-	hs := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		e.mu.Lock()
-		wrap := e.wrap
-		e.mu.Unlock()
-		if wrap != nil {
-			wrap(w, r, srv.Handler())
-			return
-		}
-		srv.Handler().ServeHTTP(w, r)
-	})}
-	go hs.Serve(ln)
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-ran
-		hs.Close()
-		srv.Close()
+	e := &emu{t: t}
+	started := emulatortest.Start(t, edit, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			e.mu.Lock()
+			wrap := e.wrap
+			e.mu.Unlock()
+			if wrap != nil {
+				wrap(w, r, next)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
 	})
+	e.srv, e.url, e.base = started.Server, started.URL, started.Base
 	return e
 }
 
@@ -156,16 +126,4 @@ func (tg *target) requests() []received {
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
 	return append([]received(nil), tg.got...)
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
