@@ -145,7 +145,7 @@ func settled(t *testing.T, ctx context.Context, c *service.Client, callID string
 	return ds
 }
 
-func captures(t *testing.T, ctx context.Context, db *storage.DB, f storage.CaptureFilter) []*storage.Capture {
+func captures(t *testing.T, ctx context.Context, db *storage.AgentStore, f storage.CaptureFilter) []*storage.Capture {
 	t.Helper()
 	f.Limit = 1000
 	rows, _, err := db.Captures(ctx, f)

@@ -71,7 +71,7 @@ type CallDetail struct {
 
 // CallsAPI serves the calls endpoints from the agent's store.
 type CallsAPI struct {
-	DB *storage.DB
+	DB *storage.AgentStore
 	// PendingAfter is how long after call.ended a missing
 	// call.analysis_completed is reported; zero means
 	// callevent.DefaultAnalysisPendingAfter.
@@ -80,7 +80,7 @@ type CallsAPI struct {
 }
 
 // CallRoutes registers the calls endpoints on mux.
-func CallRoutes(mux *http.ServeMux, db *storage.DB, pendingAfter time.Duration) {
+func CallRoutes(mux *http.ServeMux, db *storage.AgentStore, pendingAfter time.Duration) {
 	c := &CallsAPI{DB: db, PendingAfter: pendingAfter}
 	mux.HandleFunc("GET /api/v1/ext/calls/{$}", c.List)
 	mux.HandleFunc("GET /api/v1/ext/calls/{call_id}/{$}", c.Get)

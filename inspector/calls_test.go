@@ -17,9 +17,9 @@ import (
 	"github.com/calltap/calltap/storage"
 )
 
-func callsOpenDB(t *testing.T) *storage.DB {
+func callsOpenDB(t *testing.T) *storage.AgentStore {
 	t.Helper()
-	db, err := storage.Open(context.Background(), filepath.Join(t.TempDir(), "agent.db"), storage.SchemaAgent)
+	db, err := storage.OpenAgent(context.Background(), filepath.Join(t.TempDir(), "agent.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func callsOpenDB(t *testing.T) *storage.DB {
 
 // callsCapture stores payloads as the agent would, received at the given
 // times, and returns the captures.
-func callsCapture(t *testing.T, db *storage.DB, at time.Time, ps ...callevent.Payload) []*storage.Capture {
+func callsCapture(t *testing.T, db *storage.AgentStore, at time.Time, ps ...callevent.Payload) []*storage.Capture {
 	t.Helper()
 	var caps []*storage.Capture
 	for i, p := range ps {

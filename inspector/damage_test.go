@@ -22,7 +22,7 @@ func TestDamagedStoreAnswersClearly(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "agent.db")
-	db, err := storage.Open(ctx, path, storage.SchemaAgent)
+	db, err := storage.OpenAgent(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func (c *mediaCDN) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type mediaEnv struct {
-	db     *storage.DB
+	db     *storage.AgentStore
 	dir    string
 	cdn    *mediaCDN
 	cdnURL string

@@ -55,7 +55,7 @@ func MediaFileOf(f *storage.MediaFile) MediaFileJSON {
 //	GET /api/v1/ext/media/?call_id&capture_id&kind&status&limit&offset  page of media files, newest first
 //	GET /api/v1/ext/media/{id}/                                          one record
 //	GET /api/v1/ext/media/{id}                                           the saved file (Range supported; ?download=1)
-func MediaRoutes(mux *http.ServeMux, db *storage.DB, dir string) {
+func MediaRoutes(mux *http.ServeMux, db *storage.AgentStore, dir string) {
 	mux.HandleFunc("GET /api/v1/ext/media/{$}", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		limit, offset, err := api.ParsePage(q)
@@ -99,7 +99,7 @@ func mediaInline(ctype string) bool {
 	return strings.HasPrefix(mt, "audio/") || strings.HasPrefix(mt, "video/") || mt == "application/json" || mt == "text/plain"
 }
 
-func serveMediaFile(w http.ResponseWriter, r *http.Request, db *storage.DB, dir string) {
+func serveMediaFile(w http.ResponseWriter, r *http.Request, db *storage.AgentStore, dir string) {
 	f, err := db.Media(r.Context(), r.PathValue("id"))
 	if errors.Is(err, storage.ErrNotFound) {
 		err = api.NotFound("media file")

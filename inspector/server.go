@@ -294,7 +294,7 @@ func (s *Server) listCaptures(w http.ResponseWriter, r *http.Request) {
 }
 
 // CaptureDetail loads one capture from db with its attempts and replays.
-func CaptureDetail(ctx context.Context, db *storage.DB, id string) (*Detail, error) {
+func CaptureDetail(ctx context.Context, db *storage.AgentStore, id string) (*Detail, error) {
 	c, err := db.Capture(ctx, id)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, api.NotFound("capture " + id)

@@ -400,7 +400,7 @@ func TestACMERelayEndToEnd(t *testing.T) {
 
 	// The relay, as `calltap relay --domain relay.calltap.test --listen 127.0.0.1:PORT` runs it.
 	dir := t.TempDir()
-	relayDB, err := storage.Open(ctx, filepath.Join(dir, "relay.db"), storage.SchemaRelay)
+	relayDB, err := storage.OpenRelay(ctx, filepath.Join(dir, "relay.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +446,7 @@ func TestACMERelayEndToEnd(t *testing.T) {
 
 	// The developer's local handler and agent.
 	rec, local := startHandler(t, nil)
-	agentDB, err := storage.Open(ctx, filepath.Join(dir, "agent.db"), storage.SchemaAgent)
+	agentDB, err := storage.OpenAgent(ctx, filepath.Join(dir, "agent.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

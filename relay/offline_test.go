@@ -275,7 +275,7 @@ func TestSavedButUnsentQueuedRequestIsSentOnRestart(t *testing.T) {
 	rec, h := startHandler(t, nil)
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
 	st.StopAgent()
-	db, err := storage.Open(context.Background(), st.Dir+"/agent.db", storage.SchemaAgent)
+	db, err := storage.OpenAgent(context.Background(), st.Dir+"/agent.db")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +446,7 @@ func TestUnsentQueuedRequestsGoBeforeNewOnes(t *testing.T) {
 	rec, h := slowHandler(t)
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
 	st.StopAgent()
-	db, err := storage.Open(context.Background(), st.Dir+"/agent.db", storage.SchemaAgent)
+	db, err := storage.OpenAgent(context.Background(), st.Dir+"/agent.db")
 	if err != nil {
 		t.Fatal(err)
 	}

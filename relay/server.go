@@ -32,7 +32,7 @@ const (
 
 // Config is everything a Server needs. Zero values take the defaults below.
 type Config struct {
-	DB        *storage.DB
+	DB        *storage.RelayStore
 	PublicURL string // base URL senders use, without trailing slash
 	Version   string
 	Logger    *slog.Logger

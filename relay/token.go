@@ -25,12 +25,12 @@ type TokenInfo struct {
 const settingPublicURL = "public_url"
 
 // SetPublicURL remembers the relay's public URL in its database.
-func SetPublicURL(ctx context.Context, db *storage.DB, u string) error {
+func SetPublicURL(ctx context.Context, db *storage.RelayStore, u string) error {
 	return db.SetSetting(ctx, settingPublicURL, strings.TrimRight(u, "/"))
 }
 
 // PublicURLOf returns the public URL the relay last ran with ("" if never).
-func PublicURLOf(ctx context.Context, db *storage.DB) (string, error) {
+func PublicURLOf(ctx context.Context, db *storage.RelayStore) (string, error) {
 	return db.Setting(ctx, settingPublicURL)
 }
 
@@ -43,7 +43,7 @@ func NewTunnelID() string {
 
 // CreateToken mints a token for name bound to a new tunnel id. The token is
 // returned once; only its hash is stored.
-func CreateToken(ctx context.Context, db *storage.DB, name, publicURL string) (*TokenInfo, error) {
+func CreateToken(ctx context.Context, db *storage.RelayStore, name, publicURL string) (*TokenInfo, error) {
 	if !validName(name) {
 		return nil, fmt.Errorf("token name %q: use 1-64 letters, digits, '.', '_' or '-'", name)
 	}
@@ -60,7 +60,7 @@ func CreateToken(ctx context.Context, db *storage.DB, name, publicURL string) (*
 // EnsureToken returns the token named name, creating it if needed; for
 // `calltap dev`, which keeps one local token so its URL stays the same.
 // The plain token is kept by the caller (dev stores it beside its data).
-func EnsureToken(ctx context.Context, db *storage.DB, name, token string) (*storage.Token, error) {
+func EnsureToken(ctx context.Context, db *storage.RelayStore, name, token string) (*storage.Token, error) {
 	if t, err := db.Authenticate(ctx, token); err == nil {
 		return t, nil
 	} else if !errors.Is(err, storage.ErrNotFound) {

@@ -51,9 +51,9 @@ func responded(c *storage.Capture) *storage.Capture {
 	return &u
 }
 
-func openBenchDB(b *testing.B, dir string, opts ...storage.Option) *storage.DB {
+func openBenchDB(b *testing.B, dir string, opts ...storage.Option) *storage.AgentStore {
 	b.Helper()
-	db, err := storage.Open(context.Background(), filepath.Join(dir, "agent.db"), storage.SchemaAgent, opts...)
+	db, err := storage.OpenAgent(context.Background(), filepath.Join(dir, "agent.db"), opts...)
 	if err != nil {
 		b.Fatal(err)
 	}

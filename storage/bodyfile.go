@@ -228,7 +228,7 @@ func (bs *bodyStore) close() error {
 // StageBody writes c's body to a segment now, if it is kept apart, from
 // the caller's goroutine; WriteCaptures then only records where it is.
 // WriteCaptures writes an unstaged body itself.
-func (db *DB) StageBody(c *Capture) error {
+func (db *AgentStore) StageBody(c *Capture) error {
 	if db.bodies == nil || !KeptApart(len(c.Body)) || c.bodyFile != "" {
 		return nil
 	}
@@ -279,7 +279,7 @@ func readBody(dir, name string, offset, size int64) ([]byte, error) {
 }
 
 // readFileBody reads a body kept in a segment of this store.
-func (db *DB) readFileBody(name string, offset, size int64) ([]byte, error) {
+func (db *core) readFileBody(name string, offset, size int64) ([]byte, error) {
 	return readBody(BodiesDir(db.path), name, offset, size)
 }
 

@@ -47,7 +47,7 @@ func (f *CallFilter) where() (string, []any) {
 }
 
 // Calls lists calls, newest activity first, and counts all that match.
-func (db *DB) Calls(ctx context.Context, f CallFilter) (_ []CallRow, _ int, err error) {
+func (db *AgentStore) Calls(ctx context.Context, f CallFilter) (_ []CallRow, _ int, err error) {
 	defer db.explain(&err)
 	where, args := f.where()
 	var count int
@@ -84,7 +84,7 @@ const callBatch = 500
 
 // CallCaptures loads the captures of the given calls, bodies included, each
 // call's in insertion order. Calls without captures are absent from the map.
-func (db *DB) CallCaptures(ctx context.Context, callIDs ...string) (_ map[string][]*Capture, err error) {
+func (db *AgentStore) CallCaptures(ctx context.Context, callIDs ...string) (_ map[string][]*Capture, err error) {
 	defer db.explain(&err)
 	out := make(map[string][]*Capture, len(callIDs))
 	for start := 0; start < len(callIDs); start += callBatch {

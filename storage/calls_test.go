@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-func openAgentDB(t *testing.T) *DB {
+func openAgentDB(t *testing.T) *AgentStore {
 	t.Helper()
 	return openAgentAt(t, filepath.Join(t.TempDir(), "agent.db"))
 }

@@ -97,7 +97,7 @@ func fromMicros(n sql.NullInt64) time.Time {
 // Captures reach the full-text index later, in a file of their own (see
 // searchindex.go). While the index is further behind than its bound,
 // WriteCaptures keeps to the indexer's pace.
-func (db *DB) WriteCaptures(ctx context.Context, inserts, updates []*Capture) (err error) {
+func (db *AgentStore) WriteCaptures(ctx context.Context, inserts, updates []*Capture) (err error) {
 	defer db.explain(&err)
 	if db.index != nil && len(inserts) > 0 {
 		if err := db.index.waitRoom(ctx, len(inserts)); err != nil {
@@ -306,7 +306,7 @@ func scanCapture(sc interface{ Scan(...any) error }, extra ...any) (*Capture, er
 }
 
 // Capture loads one capture with its request and response bodies.
-func (db *DB) Capture(ctx context.Context, id string) (_ *Capture, err error) {
+func (db *AgentStore) Capture(ctx context.Context, id string) (_ *Capture, err error) {
 	defer db.explain(&err)
 	var respHeaders sql.NullString
 	var body, respBody []byte
@@ -422,7 +422,7 @@ func ftsQuery(s string) string {
 
 // Captures lists captures newest first, without bodies, and counts all that
 // match the filter.
-func (db *DB) Captures(ctx context.Context, f CaptureFilter) (_ []*Capture, _ int, err error) {
+func (db *AgentStore) Captures(ctx context.Context, f CaptureFilter) (_ []*Capture, _ int, err error) {
 	defer db.explain(&err)
 	if q := ftsQuery(f.Text); q != "" {
 		if err := db.CatchUpSearch(ctx); err != nil {
@@ -434,14 +434,14 @@ func (db *DB) Captures(ctx context.Context, f CaptureFilter) (_ []*Capture, _ in
 }
 
 // listCaptures is Captures without the shortcuts of searchCaptures.
-func (db *DB) listCaptures(ctx context.Context, f CaptureFilter) ([]*Capture, int, error) {
+func (db *core) listCaptures(ctx context.Context, f CaptureFilter) ([]*Capture, int, error) {
 	where, args := f.where()
 	return db.listWhere(ctx, where, args, f.Page)
 }
 
 // listWhere lists a page of the captures matching where, newest first,
 // and counts them all.
-func (db *DB) listWhere(ctx context.Context, where string, args []any, p Page) ([]*Capture, int, error) {
+func (db *core) listWhere(ctx context.Context, where string, args []any, p Page) ([]*Capture, int, error) {
 	var count int
 	if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM captures`+where, args...).Scan(&count); err != nil {
 		return nil, 0, err
@@ -479,7 +479,7 @@ type Attempt struct {
 }
 
 // Attempts lists a capture's tries in order.
-func (db *DB) Attempts(ctx context.Context, captureID string) (_ []Attempt, err error) {
+func (db *AgentStore) Attempts(ctx context.Context, captureID string) (_ []Attempt, err error) {
 	defer db.explain(&err)
 	rows, err := db.read.QueryContext(ctx, `SELECT n, at, response_status, error, duration_us FROM attempts WHERE capture_id = ? ORDER BY n`, captureID)
 	if err != nil {
@@ -504,7 +504,7 @@ func (db *DB) Attempts(ctx context.Context, captureID string) (_ []Attempt, err 
 // UndeliveredLate lists, oldest first, the captures that came from the
 // relay's offline queue but were never sent to the handler: the agent
 // stopped after saving them. The agent sends them on its next start.
-func (db *DB) UndeliveredLate(ctx context.Context) (_ []string, err error) {
+func (db *AgentStore) UndeliveredLate(ctx context.Context) (_ []string, err error) {
 	defer db.explain(&err)
 	rows, err := db.read.QueryContext(ctx, `SELECT id FROM captures WHERE late = 1 AND attempts = 0 ORDER BY seq`)
 	if err != nil {

@@ -142,7 +142,7 @@ func TestMigrateBodiesApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.SetMaxOpenConns(1)
-	old := &DB{path: path, schema: SchemaAgent, write: w}
+	old := &AgentStore{&core{path: path, schema: SchemaAgent, write: w}}
 	if err := old.migrateThrough(ctx, "0005_contentless_fts.sql"); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestMigrateBodiesApart(t *testing.T) {
 	}
 	w.Close()
 
-	db, err := Open(ctx, path, SchemaAgent)
+	db, err := OpenAgent(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func (c *checkpointer) close() error {
 
 // afterCommit is called after each commit of the capture writer, still on
 // the write connection w.
-func (db *DB) afterCommit(w *rawConn) error {
+func (db *core) afterCommit(w *rawConn) error {
 	c := db.ckpt
 	if c == nil {
 		return nil

@@ -66,7 +66,7 @@ func isCorrupt(err error) bool {
 // explain turns a corruption error of a query on db's own file into a
 // *DamagedError; other errors, and errors already explained, are left as
 // they are. Use it as defer db.explain(&err).
-func (db *DB) explain(errp *error) {
+func (db *core) explain(errp *error) {
 	if err := *errp; err != nil && isCorrupt(err) && !errors.Is(err, ErrDamaged) {
 		*errp = &DamagedError{Path: db.path, Advice: recoverAdvice(db.path), Err: err}
 	}

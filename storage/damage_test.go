@@ -20,7 +20,7 @@ func savedStore(t *testing.T, dir string, n int) string {
 	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(dir, "agent.db")
-	db, err := Open(ctx, path, SchemaAgent)
+	db, err := OpenAgent(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestOpenRefusesEmptiedStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := Open(context.Background(), path, SchemaAgent)
+	db, err := OpenAgent(context.Background(), path)
 	if err == nil {
 		db.Close()
 		t.Fatal("an emptied agent.db was opened as a new store")
@@ -94,7 +94,7 @@ func TestOpenRefusesEmptiedStore(t *testing.T) {
 func TestOpenAcceptsNewStore(t *testing.T) {
 	ctx := context.Background()
 	fresh := filepath.Join(t.TempDir(), "data", "agent.db")
-	db, err := Open(ctx, fresh, SchemaAgent)
+	db, err := OpenAgent(ctx, fresh)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestOpenAcceptsNewStore(t *testing.T) {
 	if err := os.WriteFile(touched, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	db, err = Open(ctx, touched, SchemaAgent)
+	db, err = OpenAgent(ctx, touched)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestOpenAcceptsNewStore(t *testing.T) {
 	if err := os.WriteFile(relayPath, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rdb, err := Open(ctx, relayPath, SchemaRelay)
+	rdb, err := OpenRelay(ctx, relayPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestDamagedSearchIndexRebuiltOnReopen(t *testing.T) {
 			overwrite(t, SearchIndexPath(path), (p-1)*pageSize, pageSize)
 		}
 	}
-	db, err := Open(ctx, path, SchemaAgent)
+	db, err := OpenAgent(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestDamagedStoreExplained(t *testing.T) {
 		t.Fatal(err)
 	}
 	overwrite(t, path, fi.Size()/4, fi.Size()/2)
-	db, err := Open(ctx, path, SchemaAgent)
+	db, err := OpenAgent(ctx, path)
 	if err == nil {
 		defer db.Close()
 		_, _, err = db.Captures(ctx, CaptureFilter{Page: Page{Limit: 50}})
@@ -219,7 +219,7 @@ func TestOpenExplainsNotADatabase(t *testing.T) {
 	if err := os.WriteFile(path, bytes.Repeat([]byte("not a database "), 1000), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	db, err := Open(context.Background(), path, SchemaRelay)
+	db, err := OpenRelay(context.Background(), path)
 	if err == nil {
 		db.Close()
 		t.Fatal("opened a file that is not a database")
@@ -263,7 +263,7 @@ func TestOpenTellsCreatedFromEmptied(t *testing.T) {
 			if err := os.WriteFile(path+tc.companion, tc.content, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			db, err := Open(ctx, path, SchemaRelay)
+			db, err := OpenRelay(ctx, path)
 			if err == nil {
 				db.Close()
 			}
@@ -283,7 +283,7 @@ func TestConcurrentOpensOfNewStore(t *testing.T) {
 		errs := make(chan error, 2)
 		for range 2 {
 			go func() {
-				db, err := Open(ctx, path, SchemaRelay)
+				db, err := OpenRelay(ctx, path)
 				if err == nil {
 					err = db.Close()
 				}

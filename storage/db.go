@@ -4,6 +4,12 @@
 // and the emulated voice service's state — as embedded, ordered migrations,
 // and the queries over them.
 //
+// Each database has a type of its own, opened by its own function:
+// AgentStore (OpenAgent), RelayStore (OpenRelay) and ServiceStore
+// (OpenService). They share one unexported core (opening, migrations,
+// driver rules, Close) and nothing else: their method sets are disjoint, so
+// a relay query on the agent's store does not compile.
+//
 // Every database is opened in WAL mode with two pools: one connection for
 // writes (SQLite allows one writer; a single connection avoids SQLITE_BUSY
 // between our own goroutines) and several for reads, which WAL lets run
@@ -49,8 +55,11 @@ const busyTimeout = 10 * time.Second
 // ErrNotFound is returned when a looked-up row does not exist.
 var ErrNotFound = errors.New("not found")
 
-// DB is an open SQLite database of one Schema.
-type DB struct {
+// core is what every store shares: an open SQLite database of one Schema,
+// its connections, migrations and driver rules. The agent's parts (raw
+// writer, checkpointer, search index, body segments) stay nil for the
+// other schemas.
+type core struct {
 	path   string
 	schema Schema
 	sync   SyncMode
@@ -104,14 +113,54 @@ type options struct {
 // WithSync sets how durable commits are; the default is SyncFull.
 func WithSync(m SyncMode) Option { return func(o *options) { o.sync = m } }
 
-// Open opens (creating if needed) the database at path and applies any
+// AgentStore is the agent's database: captures, attempts, media, the
+// search index and large bodies (calltap listen, dev).
+type AgentStore struct{ *core }
+
+// RelayStore is the relay's database: tokens, settings and the offline
+// queue (calltap relay, and dev's local relay).
+type RelayStore struct{ *core }
+
+// ServiceStore is the voice service emulator's database (calltap
+// mock-service).
+type ServiceStore struct{ *core }
+
+// OpenAgent opens (creating if needed) the agent's database at path.
+func OpenAgent(ctx context.Context, path string, opts ...Option) (*AgentStore, error) {
+	c, err := open(ctx, path, SchemaAgent, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &AgentStore{c}, nil
+}
+
+// OpenRelay opens (creating if needed) the relay's database at path.
+func OpenRelay(ctx context.Context, path string, opts ...Option) (*RelayStore, error) {
+	c, err := open(ctx, path, SchemaRelay, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &RelayStore{c}, nil
+}
+
+// OpenService opens (creating if needed) the emulator's database at path.
+func OpenService(ctx context.Context, path string, opts ...Option) (*ServiceStore, error) {
+	c, err := open(ctx, path, SchemaService, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &ServiceStore{c}, nil
+}
+
+// open opens (creating if needed) the database at path and applies any
 // migrations of schema not yet applied. The parent directory is created.
 //
 // An existing file of zero bytes is refused when files of the store it
 // held are beside it (see checkEmpty); a file SQLite finds damaged is
 // reported as a *DamagedError. An agent store's search index that SQLite
 // cannot read is deleted and rebuilt.
-func Open(ctx context.Context, path string, schema Schema, opts ...Option) (*DB, error) {
+func open(ctx context.Context, path string, schema Schema, opts ...Option) (*core, error) {
+	memstatusOnce.Do(disableMemstatus)
 	o := options{sync: SyncFull}
 	for _, opt := range opts {
 		opt(&o)
@@ -141,8 +190,8 @@ func Open(ctx context.Context, path string, schema Schema, opts ...Option) (*DB,
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
-	db := &DB{path: path, schema: schema, sync: o.sync, write: w}
-	fail := func(err error) (*DB, error) {
+	db := &core{path: path, schema: schema, sync: o.sync, write: w}
+	fail := func(err error) (*core, error) {
 		db.Close()
 		db.explain(&err)
 		return nil, err
@@ -202,19 +251,19 @@ func connect(ctx context.Context, w *sql.DB) error {
 }
 
 // Path is the database file.
-func (db *DB) Path() string { return db.path }
+func (db *core) Path() string { return db.path }
 
 // SyncMode is how durable the database's commits are (WithSync).
-func (db *DB) SyncMode() SyncMode { return db.sync }
+func (db *core) SyncMode() SyncMode { return db.sync }
 
 // Close stops the indexer and the checkpointer and closes the connections.
 // A second Close returns what the first did.
-func (db *DB) Close() error {
+func (db *core) Close() error {
 	db.closeOnce.Do(func() { db.closeErr = db.close() })
 	return db.closeErr
 }
 
-func (db *DB) close() error {
+func (db *core) close() error {
 	var errs []error
 	if db.read != nil {
 		errs = append(errs, db.read.Close())
@@ -243,11 +292,11 @@ func (db *DB) close() error {
 
 // migrate applies, in file-name order, every migration of db.schema not yet
 // recorded in schema_migrations, each in its own transaction.
-func (db *DB) migrate(ctx context.Context) error { return db.migrateThrough(ctx, "") }
+func (db *core) migrate(ctx context.Context) error { return db.migrateThrough(ctx, "") }
 
 // migrateThrough applies the migrations up to and including the file named
 // last ("": all of them); tests build databases of older schemas with it.
-func (db *DB) migrateThrough(ctx context.Context, last string) error {
+func (db *core) migrateThrough(ctx context.Context, last string) error {
 	if _, err := db.write.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
 		return fmt.Errorf("storage: migrations table: %w", err)
 	}
@@ -274,7 +323,7 @@ func (db *DB) migrateThrough(ctx context.Context, last string) error {
 	return nil
 }
 
-func (db *DB) migrateOne(ctx context.Context, dir, name string) error {
+func (db *core) migrateOne(ctx context.Context, dir, name string) error {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return err

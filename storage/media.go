@@ -44,7 +44,7 @@ const (
 // it returns that row and start=false, unless that row failed: then the
 // row is reset to pending and returned with start=true, so the caller
 // tries again. A new row gets f's fields and start=true.
-func (db *DB) ClaimMedia(ctx context.Context, f *MediaFile) (row *MediaFile, start bool, err error) {
+func (db *AgentStore) ClaimMedia(ctx context.Context, f *MediaFile) (row *MediaFile, start bool, err error) {
 	defer db.explain(&err)
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
@@ -82,7 +82,7 @@ func (db *DB) ClaimMedia(ctx context.Context, f *MediaFile) (row *MediaFile, sta
 }
 
 // UpdateMedia records the progress of a download.
-func (db *DB) UpdateMedia(ctx context.Context, f *MediaFile) (err error) {
+func (db *AgentStore) UpdateMedia(ctx context.Context, f *MediaFile) (err error) {
 	defer db.explain(&err)
 	var size sql.NullInt64
 	if f.Status == MediaSaved {
@@ -116,7 +116,7 @@ func scanMedia(sc interface{ Scan(...any) error }) (*MediaFile, error) {
 }
 
 // Media loads one media file record.
-func (db *DB) Media(ctx context.Context, id string) (_ *MediaFile, err error) {
+func (db *AgentStore) Media(ctx context.Context, id string) (_ *MediaFile, err error) {
 	defer db.explain(&err)
 	f, err := scanMedia(db.read.QueryRowContext(ctx, `SELECT `+mediaColumns+` FROM media_files WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -137,7 +137,7 @@ type MediaFilter struct {
 }
 
 // MediaFiles lists media files, newest first, and counts all that match.
-func (db *DB) MediaFiles(ctx context.Context, f MediaFilter) (_ []*MediaFile, _ int, err error) {
+func (db *AgentStore) MediaFiles(ctx context.Context, f MediaFilter) (_ []*MediaFile, _ int, err error) {
 	defer db.explain(&err)
 	var conds []string
 	var args []any

@@ -26,7 +26,7 @@ func HashToken(token string) []byte {
 }
 
 // CreateToken stores a new token for name, bound to tunnelID.
-func (db *DB) CreateToken(ctx context.Context, name, token, tunnelID string) (_ *Token, err error) {
+func (db *RelayStore) CreateToken(ctx context.Context, name, token, tunnelID string) (_ *Token, err error) {
 	defer db.explain(&err)
 	now := time.Now().UTC()
 	_, err = db.write.ExecContext(ctx, `INSERT INTO tokens (name, token_hash, tunnel_id, created_at) VALUES (?, ?, ?, ?)`,
@@ -44,7 +44,7 @@ func (db *DB) CreateToken(ctx context.Context, name, token, tunnelID string) (_ 
 var ErrConflict = errors.New("conflict")
 
 // Authenticate returns the live token whose hash matches token.
-func (db *DB) Authenticate(ctx context.Context, token string) (_ *Token, err error) {
+func (db *RelayStore) Authenticate(ctx context.Context, token string) (_ *Token, err error) {
 	defer db.explain(&err)
 	want := HashToken(token)
 	var (
@@ -69,7 +69,7 @@ func (db *DB) Authenticate(ctx context.Context, token string) (_ *Token, err err
 }
 
 // TokenByName returns one token, revoked or not.
-func (db *DB) TokenByName(ctx context.Context, name string) (_ *Token, err error) {
+func (db *RelayStore) TokenByName(ctx context.Context, name string) (_ *Token, err error) {
 	defer db.explain(&err)
 	ts, err := db.listTokens(ctx, `WHERE name = ?`, name)
 	if err != nil {
@@ -82,12 +82,12 @@ func (db *DB) TokenByName(ctx context.Context, name string) (_ *Token, err error
 }
 
 // Tokens lists every token, oldest first.
-func (db *DB) Tokens(ctx context.Context) (_ []*Token, err error) {
+func (db *RelayStore) Tokens(ctx context.Context) (_ []*Token, err error) {
 	defer db.explain(&err)
 	return db.listTokens(ctx, "")
 }
 
-func (db *DB) listTokens(ctx context.Context, where string, args ...any) ([]*Token, error) {
+func (db *core) listTokens(ctx context.Context, where string, args ...any) ([]*Token, error) {
 	rows, err := db.read.QueryContext(ctx, `SELECT name, tunnel_id, created_at, revoked_at FROM tokens `+where+` ORDER BY created_at`, args...)
 	if err != nil {
 		return nil, err
@@ -114,7 +114,7 @@ func (db *DB) listTokens(ctx context.Context, where string, args ...any) ([]*Tok
 }
 
 // RevokeToken marks name's token revoked. Its tunnel id stays reserved.
-func (db *DB) RevokeToken(ctx context.Context, name string) (err error) {
+func (db *RelayStore) RevokeToken(ctx context.Context, name string) (err error) {
 	defer db.explain(&err)
 	res, err := db.write.ExecContext(ctx, `UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL`, time.Now().UnixMicro(), name)
 	if err != nil {
@@ -127,7 +127,7 @@ func (db *DB) RevokeToken(ctx context.Context, name string) (err error) {
 }
 
 // TunnelLive reports whether tunnelID belongs to a token that is not revoked.
-func (db *DB) TunnelLive(ctx context.Context, tunnelID string) (_ bool, err error) {
+func (db *RelayStore) TunnelLive(ctx context.Context, tunnelID string) (_ bool, err error) {
 	defer db.explain(&err)
 	var n int
 	err = db.read.QueryRowContext(ctx, `SELECT count(*) FROM tokens WHERE tunnel_id = ? AND revoked_at IS NULL`, tunnelID).Scan(&n)
@@ -135,7 +135,7 @@ func (db *DB) TunnelLive(ctx context.Context, tunnelID string) (_ bool, err erro
 }
 
 // RevokedTunnels returns the tunnel ids of every revoked token.
-func (db *DB) RevokedTunnels(ctx context.Context) (_ map[string]bool, err error) {
+func (db *RelayStore) RevokedTunnels(ctx context.Context) (_ map[string]bool, err error) {
 	defer db.explain(&err)
 	rows, err := db.read.QueryContext(ctx, `SELECT tunnel_id FROM tokens WHERE revoked_at IS NOT NULL`)
 	if err != nil {
@@ -154,7 +154,7 @@ func (db *DB) RevokedTunnels(ctx context.Context) (_ map[string]bool, err error)
 }
 
 // Setting returns a relay setting, or "" when unset.
-func (db *DB) Setting(ctx context.Context, key string) (_ string, err error) {
+func (db *RelayStore) Setting(ctx context.Context, key string) (_ string, err error) {
 	defer db.explain(&err)
 	var v string
 	err = db.read.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, key).Scan(&v)
@@ -165,7 +165,7 @@ func (db *DB) Setting(ctx context.Context, key string) (_ string, err error) {
 }
 
 // SetSetting stores a relay setting.
-func (db *DB) SetSetting(ctx context.Context, key, value string) (err error) {
+func (db *RelayStore) SetSetting(ctx context.Context, key, value string) (err error) {
 	defer db.explain(&err)
 	_, err = db.write.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
 	return err
@@ -190,7 +190,7 @@ type QueueStats struct {
 }
 
 // Enqueue appends r to its tunnel's queue.
-func (db *DB) Enqueue(ctx context.Context, r *QueuedRequest) (err error) {
+func (db *RelayStore) Enqueue(ctx context.Context, r *QueuedRequest) (err error) {
 	defer db.explain(&err)
 	res, err := db.write.ExecContext(ctx, `INSERT INTO queue (id, tunnel_id, arrived_at, method, uri, headers, body, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.TunnelID, r.ArrivedAt, r.Method, r.URI, r.Headers, r.Body, len(r.Body)+len(r.Headers)+len(r.URI))
@@ -202,7 +202,7 @@ func (db *DB) Enqueue(ctx context.Context, r *QueuedRequest) (err error) {
 }
 
 // QueuedAfter returns up to limit requests of tunnelID with seq > after, in order.
-func (db *DB) QueuedAfter(ctx context.Context, tunnelID string, after int64, limit int) (_ []*QueuedRequest, err error) {
+func (db *RelayStore) QueuedAfter(ctx context.Context, tunnelID string, after int64, limit int) (_ []*QueuedRequest, err error) {
 	defer db.explain(&err)
 	rows, err := db.read.QueryContext(ctx, `SELECT seq, id, arrived_at, method, uri, headers, body FROM queue WHERE tunnel_id = ? AND seq > ? ORDER BY seq LIMIT ?`, tunnelID, after, limit)
 	if err != nil {
@@ -221,7 +221,7 @@ func (db *DB) QueuedAfter(ctx context.Context, tunnelID string, after int64, lim
 }
 
 // Dequeue removes delivered requests by seq.
-func (db *DB) Dequeue(ctx context.Context, seqs ...int64) (err error) {
+func (db *RelayStore) Dequeue(ctx context.Context, seqs ...int64) (err error) {
 	defer db.explain(&err)
 	if len(seqs) == 0 {
 		return nil
@@ -245,7 +245,7 @@ func (db *DB) Dequeue(ctx context.Context, seqs ...int64) (err error) {
 }
 
 // QueueStatsByTunnel sizes every tunnel's queue.
-func (db *DB) QueueStatsByTunnel(ctx context.Context) (_ map[string]QueueStats, err error) {
+func (db *RelayStore) QueueStatsByTunnel(ctx context.Context) (_ map[string]QueueStats, err error) {
 	defer db.explain(&err)
 	rows, err := db.read.QueryContext(ctx, `SELECT tunnel_id, count(*), coalesce(sum(size), 0) FROM queue GROUP BY tunnel_id`)
 	if err != nil {
@@ -266,7 +266,7 @@ func (db *DB) QueueStatsByTunnel(ctx context.Context) (_ map[string]QueueStats, 
 
 // ExpireQueued drops queued requests that arrived before cutoff and returns
 // how many went, per tunnel.
-func (db *DB) ExpireQueued(ctx context.Context, cutoff time.Time) (_ int64, err error) {
+func (db *RelayStore) ExpireQueued(ctx context.Context, cutoff time.Time) (_ int64, err error) {
 	defer db.explain(&err)
 	res, err := db.write.ExecContext(ctx, `DELETE FROM queue WHERE arrived_at < ?`, cutoff.UnixMicro())
 	if err != nil {

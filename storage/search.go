@@ -27,7 +27,7 @@ import (
 // searchCap is how many matches the first pass collects.
 const searchCap = 1000
 
-func (db *DB) searchCaptures(ctx context.Context, f CaptureFilter, q string) ([]*Capture, int, error) {
+func (db *core) searchCaptures(ctx context.Context, f CaptureFilter, q string) ([]*Capture, int, error) {
 	seqs, err := db.ftsSeqs(ctx, q, "ASC", searchCap+1, 0)
 	if err != nil {
 		return nil, 0, err
@@ -70,7 +70,7 @@ func page(seqs []int64, p Page) []int64 {
 
 // ftsSeqs returns the seqs of the captures whose body matches FTS query
 // q, in order ("ASC" or "DESC").
-func (db *DB) ftsSeqs(ctx context.Context, q, order string, limit, offset int) (_ []int64, err error) {
+func (db *core) ftsSeqs(ctx context.Context, q, order string, limit, offset int) (_ []int64, err error) {
 	defer func() { err = db.index.damage(err) }() // these statements read the index alone
 	if order != "ASC" && order != "DESC" {
 		return nil, fmt.Errorf("storage: search order %q", order)
@@ -96,7 +96,7 @@ func (db *DB) ftsSeqs(ctx context.Context, q, order string, limit, offset int) (
 }
 
 // capturesBySeq loads the listed captures, newest first, without bodies.
-func (db *DB) capturesBySeq(ctx context.Context, seqs []int64, count int) ([]*Capture, int, error) {
+func (db *core) capturesBySeq(ctx context.Context, seqs []int64, count int) ([]*Capture, int, error) {
 	if len(seqs) == 0 {
 		return []*Capture{}, count, nil
 	}

@@ -9,7 +9,7 @@ import (
 
 // searchStore holds more captures than searchCap matching a common word,
 // so that each of searchCaptures' ways is taken.
-func searchStore(t *testing.T) *DB {
+func searchStore(t *testing.T) *AgentStore {
 	t.Helper()
 	ctx := context.Background()
 	db := openAgentDB(t)

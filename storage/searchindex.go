@@ -475,7 +475,7 @@ func (ix *indexer) indexBodies(tx *sql.Tx, upto, last int64, max int) (int64, er
 
 // SetSearchBacklogMax sets the bound of the backlog (default 50,000); 0
 // indexes every capture as soon as it is saved, beside the writer.
-func (db *DB) SetSearchBacklogMax(n int64) {
+func (db *AgentStore) SetSearchBacklogMax(n int64) {
 	if db.index == nil {
 		return
 	}
@@ -487,7 +487,7 @@ func (db *DB) SetSearchBacklogMax(n int64) {
 
 // SearchBacklog is how many saved captures the full-text index had not
 // taken as this process last saw; searches do not rely on it.
-func (db *DB) SearchBacklog() int64 {
+func (db *AgentStore) SearchBacklog() int64 {
 	if db.index == nil {
 		return 0
 	}
@@ -496,7 +496,7 @@ func (db *DB) SearchBacklog() int64 {
 
 // IndexSearch adds up to max of the oldest unindexed captures to the
 // full-text index in one transaction and returns the backlog left.
-func (db *DB) IndexSearch(ctx context.Context, max int) (_ int64, err error) {
+func (db *AgentStore) IndexSearch(ctx context.Context, max int) (_ int64, err error) {
 	defer db.explain(&err)
 	if db.index == nil {
 		return 0, fmt.Errorf("storage: %s databases have no search index", db.schema)
@@ -507,7 +507,7 @@ func (db *DB) IndexSearch(ctx context.Context, max int) (_ int64, err error) {
 // CatchUpSearch indexes the whole backlog, so a search sees every capture;
 // every text search does it first. The backlog is read from the files, not
 // this process's view: another process may have saved captures.
-func (db *DB) CatchUpSearch(ctx context.Context) (err error) {
+func (db *AgentStore) CatchUpSearch(ctx context.Context) (err error) {
 	defer db.explain(&err)
 	// One query per file, so that damage found is put down to the right one.
 	var last, upto int64

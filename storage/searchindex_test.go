@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-func searchIDs(t *testing.T, db *DB, text string) []string {
+func searchIDs(t *testing.T, db *AgentStore, text string) []string {
 	t.Helper()
 	rows, count, err := db.Captures(context.Background(), CaptureFilter{Text: text, Page: Page{Limit: 50}})
 	if err != nil {
@@ -24,7 +24,7 @@ func searchIDs(t *testing.T, db *DB, text string) []string {
 
 // idleForever keeps db's background indexer from indexing a backlog within
 // its bound, so that a test sees the backlog it left.
-func idleForever(db *DB) {
+func idleForever(db *AgentStore) {
 	db.index.mu.Lock()
 	db.index.idle = time.Hour
 	db.index.mu.Unlock()
@@ -96,9 +96,9 @@ func TestSearchIndexedWhenIdle(t *testing.T) {
 }
 
 // openAgentAt opens the agent store at path; the test's end closes it.
-func openAgentAt(t *testing.T, path string) *DB {
+func openAgentAt(t *testing.T, path string) *AgentStore {
 	t.Helper()
-	db, err := Open(context.Background(), path, SchemaAgent)
+	db, err := OpenAgent(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestSearchBacklogIsBounded(t *testing.T) {
 func TestSearchBacklogSurvivesReopen(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db, err := Open(ctx, path, SchemaAgent)
+	db, err := OpenAgent(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestSearchBacklogSurvivesReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	db, err = Open(ctx, path, SchemaAgent)
+	db, err = OpenAgent(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestSearchIndexWithTwoWriters(t *testing.T) {
 	a := openAgentAt(t, path)
 	b := openAgentAt(t, path)
 	a.SetSearchBacklogMax(3)
-	write := func(db *DB, n int) {
+	write := func(db *AgentStore, n int) {
 		t.Helper()
 		if err := db.WriteCaptures(ctx, []*Capture{testCapture(n, fmt.Appendf(nil, `{"city":"Chicago","n":"N%d"}`, n))}, nil); err != nil {
 			t.Fatalf("capture %d: %v", n, err)
@@ -207,7 +207,7 @@ func TestSearchIndexWithTwoWriters(t *testing.T) {
 	if left, err := a.IndexSearch(ctx, 100); err != nil || left != 0 {
 		t.Fatalf("a indexing: %d left, %v", left, err)
 	}
-	for _, db := range []*DB{a, b} {
+	for _, db := range []*AgentStore{a, b} {
 		if got := searchIDs(t, db, "Chicago"); len(got) != 11 {
 			t.Errorf("search: %d matches, want 11", len(got))
 		}
@@ -243,7 +243,7 @@ func TestSearchIndexRebuilt(t *testing.T) {
 	pathA, pathB := filepath.Join(dirA, "agent.db"), filepath.Join(dirB, "agent.db")
 	save := func(path, body string) {
 		t.Helper()
-		db, err := Open(ctx, path, SchemaAgent)
+		db, err := OpenAgent(ctx, path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +259,7 @@ func TestSearchIndexRebuilt(t *testing.T) {
 	save(pathB, `{"city":"Boston"}`)
 	search := func(path string, want map[string]int) {
 		t.Helper()
-		db, err := Open(ctx, path, SchemaAgent)
+		db, err := OpenAgent(ctx, path)
 		if err != nil {
 			t.Fatal(err)
 		}

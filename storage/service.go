@@ -75,7 +75,7 @@ type ServiceAttempt struct {
 // --- settings -----------------------------------------------------------
 
 // ServiceSetting returns a setting, or ErrNotFound.
-func (db *DB) ServiceSetting(ctx context.Context, key string) (string, error) {
+func (db *ServiceStore) ServiceSetting(ctx context.Context, key string) (string, error) {
 	var v string
 	err := db.read.QueryRowContext(ctx, `SELECT value FROM service_settings WHERE key = ?`, key).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -86,7 +86,7 @@ func (db *DB) ServiceSetting(ctx context.Context, key string) (string, error) {
 
 // InitServiceSetting stores value under key unless a value is there
 // already, and returns the value kept.
-func (db *DB) InitServiceSetting(ctx context.Context, key, value string) (string, error) {
+func (db *ServiceStore) InitServiceSetting(ctx context.Context, key, value string) (string, error) {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return "", err
@@ -128,7 +128,7 @@ func isContactColumn(name string) bool {
 // UpsertContact inserts c, or when a contact with c.ID exists, replaces the
 // fields c sets (non-empty strings; custom fields are merged). c is filled
 // with the stored record.
-func (db *DB) UpsertContact(ctx context.Context, c *ServiceContact) error {
+func (db *ServiceStore) UpsertContact(ctx context.Context, c *ServiceContact) error {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -165,7 +165,7 @@ func upsertContact(ctx context.Context, tx *sql.Tx, c *ServiceContact) error {
 }
 
 // ContactByID returns a contact, or ErrNotFound.
-func (db *DB) ContactByID(ctx context.Context, id string) (*ServiceContact, error) {
+func (db *ServiceStore) ContactByID(ctx context.Context, id string) (*ServiceContact, error) {
 	row := db.read.QueryRowContext(ctx, `SELECT seq, id, name, phone, email, custom_fields, created_at FROM contacts WHERE id = ?`, id)
 	c, err := scanContact(row)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -175,7 +175,7 @@ func (db *DB) ContactByID(ctx context.Context, id string) (*ServiceContact, erro
 }
 
 // ContactByPhone returns the oldest contact with phone, or ErrNotFound.
-func (db *DB) ContactByPhone(ctx context.Context, phone string) (*ServiceContact, error) {
+func (db *ServiceStore) ContactByPhone(ctx context.Context, phone string) (*ServiceContact, error) {
 	row := db.read.QueryRowContext(ctx, `SELECT seq, id, name, phone, email, custom_fields, created_at FROM contacts WHERE phone = ? ORDER BY seq LIMIT 1`, phone)
 	c, err := scanContact(row)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -185,7 +185,7 @@ func (db *DB) ContactByPhone(ctx context.Context, phone string) (*ServiceContact
 }
 
 // CustomFieldInUse reports whether any contact has the custom field name.
-func (db *DB) CustomFieldInUse(ctx context.Context, name string) (bool, error) {
+func (db *ServiceStore) CustomFieldInUse(ctx context.Context, name string) (bool, error) {
 	var n int
 	err := db.read.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM contacts, json_each(contacts.custom_fields) WHERE json_each.key = ?)`, name).Scan(&n)
 	return n == 1, err
@@ -193,7 +193,7 @@ func (db *DB) CustomFieldInUse(ctx context.Context, name string) (bool, error) {
 
 // ListContacts returns a page of contacts matching every filter, newest
 // first, and the number of matching rows ignoring the page.
-func (db *DB) ListContacts(ctx context.Context, filters []ContactFilter, p Page) ([]*ServiceContact, int, error) {
+func (db *ServiceStore) ListContacts(ctx context.Context, filters []ContactFilter, p Page) ([]*ServiceContact, int, error) {
 	var where []string
 	var args []any
 	for _, f := range filters {
@@ -242,7 +242,7 @@ func (db *DB) ListContacts(ctx context.Context, filters []ContactFilter, p Page)
 }
 
 // CountContacts is the number of contacts.
-func (db *DB) CountContacts(ctx context.Context) (int, error) {
+func (db *ServiceStore) CountContacts(ctx context.Context) (int, error) {
 	var n int
 	err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM contacts`).Scan(&n)
 	return n, err
@@ -264,7 +264,7 @@ func scanContact(s scanner) (*ServiceContact, error) {
 
 // CreateCall saves a call, its contact (upserted, when given) and the
 // deliveries of its events in one transaction.
-func (db *DB) CreateCall(ctx context.Context, call *ServiceCall, contact *ServiceContact, deliveries []*ServiceDelivery, attempts map[string][]*ServiceAttempt) error {
+func (db *ServiceStore) CreateCall(ctx context.Context, call *ServiceCall, contact *ServiceContact, deliveries []*ServiceDelivery, attempts map[string][]*ServiceAttempt) error {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -278,7 +278,7 @@ func (db *DB) CreateCall(ctx context.Context, call *ServiceCall, contact *Servic
 
 // SeedService saves many contacts and calls in one transaction (--seed).
 // calls[i] goes with deliveries[i]; attempts are keyed by delivery id.
-func (db *DB) SeedService(ctx context.Context, contacts []*ServiceContact, calls []*ServiceCall, deliveries [][]*ServiceDelivery, attempts map[string][]*ServiceAttempt) error {
+func (db *ServiceStore) SeedService(ctx context.Context, contacts []*ServiceContact, calls []*ServiceCall, deliveries [][]*ServiceDelivery, attempts map[string][]*ServiceAttempt) error {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -330,7 +330,7 @@ func createCall(ctx context.Context, tx *sql.Tx, call *ServiceCall, contact *Ser
 }
 
 // CallByID returns a call, or ErrNotFound.
-func (db *DB) CallByID(ctx context.Context, id string) (*ServiceCall, error) {
+func (db *ServiceStore) CallByID(ctx context.Context, id string) (*ServiceCall, error) {
 	var c ServiceCall
 	var dispatched int64
 	var rec sql.NullInt64
@@ -376,7 +376,7 @@ func scanDelivery(s scanner) (*ServiceDelivery, error) {
 
 // ListDeliveries returns a page of the delivery log as of now (rows due
 // later are not there yet), newest first, and the number of rows matching.
-func (db *DB) ListDeliveries(ctx context.Context, f DeliveryFilter, now time.Time, p Page) ([]*ServiceDelivery, int, error) {
+func (db *ServiceStore) ListDeliveries(ctx context.Context, f DeliveryFilter, now time.Time, p Page) ([]*ServiceDelivery, int, error) {
 	cond := ` WHERE created_at <= ?`
 	args := []any{now.UnixMicro()}
 	if f.CallID != "" {
@@ -415,7 +415,7 @@ func (db *DB) ListDeliveries(ctx context.Context, f DeliveryFilter, now time.Tim
 // DeliveryByID returns a delivery that exists as of now with all its
 // attempts, or ErrNotFound. The two are read apart: an attempt finishing in
 // between shows in the log one step ahead of the row.
-func (db *DB) DeliveryByID(ctx context.Context, id string, now time.Time) (*ServiceDelivery, []*ServiceAttempt, error) {
+func (db *ServiceStore) DeliveryByID(ctx context.Context, id string, now time.Time) (*ServiceDelivery, []*ServiceAttempt, error) {
 	d, err := scanDelivery(db.read.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries WHERE id = ? AND created_at <= ?`, id, now.UnixMicro()))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil, ErrNotFound
@@ -445,7 +445,7 @@ func (db *DB) DeliveryByID(ctx context.Context, id string, now time.Time) (*Serv
 
 // ReplayDelivery gives a delivery that exists as of now a fresh budget of
 // attempts, the first due at now, and returns it.
-func (db *DB) ReplayDelivery(ctx context.Context, id string, now time.Time) (*ServiceDelivery, error) {
+func (db *ServiceStore) ReplayDelivery(ctx context.Context, id string, now time.Time) (*ServiceDelivery, error) {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -468,7 +468,7 @@ func (db *DB) ReplayDelivery(ctx context.Context, id string, now time.Time) (*Se
 
 // ResetInflight releases every delivery marked in flight: at start-up none
 // is, whatever a crash left behind. Their next_at is kept, so they are due.
-func (db *DB) ResetInflight(ctx context.Context) error {
+func (db *ServiceStore) ResetInflight(ctx context.Context) error {
 	_, err := db.write.ExecContext(ctx, `UPDATE deliveries SET inflight = 0, next_at = coalesce(next_at, created_at) WHERE inflight = 1 AND status = 'pending'`)
 	if err == nil {
 		_, err = db.write.ExecContext(ctx, `UPDATE deliveries SET inflight = 0 WHERE inflight = 1`)
@@ -480,7 +480,7 @@ func (db *DB) ResetInflight(ctx context.Context) error {
 // deliveries due by now, at most one per call and none of a call that has an
 // attempt in flight already, earliest due first: a call's events are tried
 // one at a time, in the order they are due.
-func (db *DB) ClaimDueDeliveries(ctx context.Context, now time.Time, limit int) ([]*ServiceDelivery, error) {
+func (db *ServiceStore) ClaimDueDeliveries(ctx context.Context, now time.Time, limit int) ([]*ServiceDelivery, error) {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -522,7 +522,7 @@ func (db *DB) ClaimDueDeliveries(ctx context.Context, now time.Time, limit int) 
 // NextDeliveryDue is the earliest next_at of a pending delivery that could
 // be claimed (not in flight, nor of a call in flight); ok is false when
 // there is none.
-func (db *DB) NextDeliveryDue(ctx context.Context) (at time.Time, ok bool, err error) {
+func (db *ServiceStore) NextDeliveryDue(ctx context.Context) (at time.Time, ok bool, err error) {
 	var n sql.NullInt64
 	err = db.write.QueryRowContext(ctx, `SELECT min(next_at) FROM deliveries
 		WHERE status = 'pending' AND inflight = 0 AND next_at IS NOT NULL
@@ -535,7 +535,7 @@ func (db *DB) NextDeliveryDue(ctx context.Context) (at time.Time, ok bool, err e
 
 // ReleaseDelivery takes a delivery out of flight without recording an
 // attempt (the emulator stopped mid-attempt); it stays due.
-func (db *DB) ReleaseDelivery(ctx context.Context, id string) error {
+func (db *ServiceStore) ReleaseDelivery(ctx context.Context, id string) error {
 	_, err := db.write.ExecContext(ctx, `UPDATE deliveries SET inflight = 0 WHERE id = ?`, id)
 	return err
 }
@@ -550,7 +550,7 @@ type AttemptOutcome struct {
 // FinishAttempt records attempt a of delivery id, made in round, and takes
 // the delivery out of flight. When a replay started a new round meanwhile,
 // the attempt is logged but the delivery keeps the new round's state.
-func (db *DB) FinishAttempt(ctx context.Context, id string, round int, a *ServiceAttempt, o AttemptOutcome) error {
+func (db *ServiceStore) FinishAttempt(ctx context.Context, id string, round int, a *ServiceAttempt, o AttemptOutcome) error {
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return err

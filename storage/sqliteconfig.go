@@ -7,8 +7,8 @@ package storage
 // mutex and together saved and indexed 19,000 captures/s, with them off
 // 23,000/s (the store benchmark's sustained measure, on 2 cores). Nothing here reads the
 // statistics. The option has to be set before SQLite initialises, which
-// it does on the first connection; a package variable of the only package
-// that imports the driver is set before any code can open one.
+// it does on the first connection: open turns it off, once, before its
+// first connection.
 //
 // sqlite3_config is variadic, which cgo cannot call: the wrapper does.
 
@@ -17,7 +17,14 @@ package storage
 // static int calltap_memstatus_off(void) { return sqlite3_config(calltapConfigMemstatus, 0); }
 import "C"
 
-// memstatusOff is SQLite's answer: SQLITE_OK (0), or SQLITE_MISUSE (21)
-// had SQLite been initialised already, in which case the statistics stay
-// on and nothing else changes.
-var memstatusOff = int(C.calltap_memstatus_off())
+import "sync"
+
+var (
+	memstatusOnce sync.Once
+	memstatusOff  int // SQLite's answer, set by disableMemstatus
+)
+
+// disableMemstatus turns SQLite's memory statistics off. SQLite answers
+// SQLITE_MISUSE had it been initialised already (another package opened a
+// connection first): the statistics then stay on and nothing else changes.
+func disableMemstatus() { memstatusOff = int(C.calltap_memstatus_off()) }

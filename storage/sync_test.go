@@ -10,7 +10,7 @@ import (
 )
 
 // synchronous is the write connection's PRAGMA synchronous: 1 NORMAL, 2 FULL.
-func synchronous(t *testing.T, db *DB) int {
+func synchronous(t *testing.T, db *core) int {
 	t.Helper()
 	var n int
 	if err := db.write.QueryRowContext(context.Background(), `PRAGMA synchronous`).Scan(&n); err != nil {
@@ -28,13 +28,13 @@ func TestSyncModeOfWriter(t *testing.T) {
 			opts []Option
 			want int
 		}{{nil, 2}, {[]Option{WithSync(SyncFull)}, 2}, {[]Option{WithSync(SyncNormal)}, 1}} {
-			db, err := Open(ctx, filepath.Join(t.TempDir(), string(schema)+".db"), schema, tc.opts...)
+			db, err := open(ctx, filepath.Join(t.TempDir(), string(schema)+".db"), schema, tc.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if schema == SchemaAgent {
 				// The capture writer's own connection.
-				if err := db.WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{}`))}, nil); err != nil {
+				if err := (&AgentStore{db}).WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{}`))}, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -44,14 +44,14 @@ func TestSyncModeOfWriter(t *testing.T) {
 			db.Close()
 		}
 	}
-	if _, err := Open(ctx, filepath.Join(t.TempDir(), "agent.db"), SchemaAgent, WithSync("sometimes")); err == nil {
+	if _, err := OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"), WithSync("sometimes")); err == nil {
 		t.Error("opened with an unknown sync mode")
 	}
 }
 
 // watchSyncs records the files db's body store syncs, and whether the
 // capture with id was visible to a reader at each sync.
-func watchSyncs(t *testing.T, db *DB, id string) (synced func() map[string]bool) {
+func watchSyncs(t *testing.T, db *AgentStore, id string) (synced func() map[string]bool) {
 	mu := sync.Mutex{}
 	seen := map[string]bool{}
 	db.bodies.sync = func(f *os.File) error {
@@ -108,7 +108,7 @@ func TestSegmentsSyncedBeforeCommit(t *testing.T) {
 		}
 	}
 
-	db, err := Open(ctx, filepath.Join(t.TempDir(), "agent.db"), SchemaAgent, WithSync(SyncNormal))
+	db, err := OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"), WithSync(SyncNormal))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ var writerPragmas = []string{
 
 // rawFor returns the writer state of driver connection dc, preparing it
 // on first use (or when database/sql replaced a broken connection).
-func (db *DB) rawFor(dc any) (*rawConn, error) {
+func (db *core) rawFor(dc any) (*rawConn, error) {
 	sc, ok := dc.(*sqlite3.SQLiteConn)
 	if !ok {
 		return nil, fmt.Errorf("storage: write connection is a %T, not a SQLite connection", dc)
@@ -159,7 +159,7 @@ func (w *rawConn) queryRow(query string, args []driver.Value, dest ...any) (ok b
 // writeRaw runs fn in one IMMEDIATE transaction on the write connection's
 // driver connection, committing when fn succeeds and rolling back when it
 // or the commit fails.
-func (db *DB) writeRaw(ctx context.Context, fn func(*rawConn) error) error {
+func (db *core) writeRaw(ctx context.Context, fn func(*rawConn) error) error {
 	conn, err := db.write.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("storage: write connection: %w", err)

@@ -105,7 +105,7 @@ type agentApp struct {
 	// in its server.
 	devRelay *devRelay
 
-	db         *storage.DB
+	db         *storage.AgentStore
 	agent      *agent.Agent
 	inspectLn  net.Listener
 	inspectURL string
@@ -117,7 +117,7 @@ type devRelay struct {
 	listen, publicURL string
 	flags             relayFlags
 
-	db  *storage.DB
+	db  *storage.RelayStore
 	ln  net.Listener
 	srv *relay.Server
 }

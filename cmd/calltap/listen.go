@@ -73,8 +73,8 @@ func (f *agentFlags) validate() error {
 	return nil
 }
 
-func agentDB(ctx context.Context, dataDir string, opts ...storage.Option) (*storage.DB, error) {
-	return storage.Open(ctx, filepath.Join(dataDir, "agent.db"), storage.SchemaAgent, opts...)
+func agentDB(ctx context.Context, dataDir string, opts ...storage.Option) (*storage.AgentStore, error) {
+	return storage.OpenAgent(ctx, filepath.Join(dataDir, "agent.db"), opts...)
 }
 
 func cmdListen(ctx context.Context, args []string, stdio Stdio) int {

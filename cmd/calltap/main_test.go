@@ -121,15 +121,20 @@ func TestSyncFlagOpensStoreSo(t *testing.T) {
 		if ok, _ := parseFlags(fs, tc.args, Stdio{Out: io.Discard, Err: io.Discard}); !ok {
 			t.Fatalf("%v refused", tc.args)
 		}
-		for _, open := range []func(context.Context, string, ...storage.Option) (*storage.DB, error){agentDB, relayDB} {
-			db, err := open(context.Background(), t.TempDir(), f.option())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := db.SyncMode(); got != tc.want {
+		agentStore, err := agentDB(context.Background(), t.TempDir(), f.option())
+		if err != nil {
+			t.Fatal(err)
+		}
+		relayStore, err := relayDB(context.Background(), t.TempDir(), f.option())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, got := range []storage.SyncMode{agentStore.SyncMode(), relayStore.SyncMode()} {
+			if got != tc.want {
 				t.Errorf("%v: store opened %s, want %s", tc.args, got, tc.want)
 			}
-			db.Close()
 		}
+		agentStore.Close()
+		relayStore.Close()
 	}
 }

@@ -52,7 +52,7 @@ func (f *relayFlags) register(fs *flagSet) {
 	fs.DurationVar(&f.pongWait, "pong-wait", relay.DefaultPongWait, "an agent silent this long is considered gone")
 }
 
-func (f *relayFlags) config(db *storage.DB, publicURL string) relay.Config {
+func (f *relayFlags) config(db *storage.RelayStore, publicURL string) relay.Config {
 	return relay.Config{
 		DB: db, PublicURL: publicURL, Version: version,
 		ForwardTimeout: f.forwardTimeout, MaxBody: f.maxBody, MaxHeaderBytes: f.maxHeaderBytes,
@@ -69,8 +69,8 @@ func (f *relayFlags) validate() error {
 	return nil
 }
 
-func relayDB(ctx context.Context, dataDir string, opts ...storage.Option) (*storage.DB, error) {
-	return storage.Open(ctx, filepath.Join(dataDir, "relay.db"), storage.SchemaRelay, opts...)
+func relayDB(ctx context.Context, dataDir string, opts ...storage.Option) (*storage.RelayStore, error) {
+	return storage.OpenRelay(ctx, filepath.Join(dataDir, "relay.db"), opts...)
 }
 
 func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {

@@ -31,7 +31,7 @@ const (
 
 // Config configures an Agent.
 type Config struct {
-	Store          *storage.DB
+	Store          *storage.AgentStore
 	ForwardTo      string        // the local handler's base URL; may be empty for replay-only use
 	ForwardTimeout time.Duration // 30 s
 	MaxBody        int64         // largest response body kept from the handler, 10 MiB
@@ -73,7 +73,7 @@ type Event struct {
 // Agent captures, forwards and replays requests.
 type Agent struct {
 	cfg       Config
-	store     *storage.DB
+	store     *storage.AgentStore
 	forwardTo *url.URL       // nil when no local handler is configured
 	client    *http.Client   // https targets
 	handler   *handlerClient // http targets: the local handler, usually
@@ -209,7 +209,7 @@ func ParseTarget(s string) (*url.URL, error) {
 }
 
 // Store is the agent's capture store.
-func (a *Agent) Store() *storage.DB { return a.store }
+func (a *Agent) Store() *storage.AgentStore { return a.store }
 
 // Config is the agent's configuration, defaults filled in.
 func (a *Agent) Config() Config { return a.cfg }

@@ -35,7 +35,7 @@ import (
 
 // MediaConfig configures a MediaSaver.
 type MediaConfig struct {
-	DB  *storage.DB
+	DB  *storage.AgentStore
 	Dir string // where files are written; created (0700) if missing
 
 	// AllowPrivate lets links point at loopback, private and link-local
@@ -425,7 +425,7 @@ func MediaPath(id string) string { return "/api/v1/ext/media/" + url.PathEscape(
 // expired (--rewrite-media). A link is matched by its URL, else by the
 // call and kind of a saved file. Links without a saved copy are left as
 // they are; n says how many were rewritten. Other bytes are unchanged.
-func RewriteMediaLinks(ctx context.Context, db *storage.DB, body []byte, inspectorURL string) (out []byte, n int, err error) {
+func RewriteMediaLinks(ctx context.Context, db *storage.AgentStore, body []byte, inspectorURL string) (out []byte, n int, err error) {
 	ix, _ := callevent.Index(body)
 	base := strings.TrimRight(inspectorURL, "/")
 	out, n = callevent.RewriteMediaURLs(body, func(field, link string) (string, bool) {

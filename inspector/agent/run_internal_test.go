@@ -27,7 +27,7 @@ func TestRunWaitsForItsWork(t *testing.T) {
 	}))
 	defer h.Close()
 	ctx := context.Background()
-	db, err := storage.Open(ctx, filepath.Join(t.TempDir(), "agent.db"), storage.SchemaAgent)
+	db, err := storage.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

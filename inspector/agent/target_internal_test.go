@@ -35,7 +35,7 @@ func TestAgentKeepsTargetsUnderItsBasePath(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	db, err := storage.Open(ctx, filepath.Join(t.TempDir(), "agent.db"), storage.SchemaAgent)
+	db, err := storage.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestAgentKeepsTargetsUnderItsBasePath(t *testing.T) {
 
 func TestReplayRefusesDotSegmentPath(t *testing.T) {
 	ctx := context.Background()
-	db, err := storage.Open(ctx, filepath.Join(t.TempDir(), "agent.db"), storage.SchemaAgent)
+	db, err := storage.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

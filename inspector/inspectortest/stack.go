@@ -42,7 +42,7 @@ type Stack struct {
 	opts Options
 	Dir  string
 
-	RelayDB   *storage.DB
+	RelayDB   *storage.RelayStore
 	Relay     *relay.Server
 	RelayAddr string // host:port, stable across RestartRelay
 	RelayURL  string
@@ -54,7 +54,7 @@ type Stack struct {
 	relayStop    func()
 	agentStop    func()
 	Agent        *agent.Agent
-	AgentDB      *storage.DB
+	AgentDB      *storage.AgentStore
 	InspectorURL string
 	States       chan relay.ConnState // every state change of the agent's client
 	ClientErr    chan error           // what the client's Run returned
@@ -74,7 +74,7 @@ func Start(t testing.TB, opts Options) *Stack {
 	}
 	s := &Stack{t: t, opts: opts, Dir: opts.Dir}
 	ctx := context.Background()
-	db, err := storage.Open(ctx, filepath.Join(opts.Dir, "relay.db"), storage.SchemaRelay)
+	db, err := storage.OpenRelay(ctx, filepath.Join(opts.Dir, "relay.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func (s *Stack) StartRelay() {
 func (s *Stack) StartAgent() {
 	s.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	db, err := storage.Open(ctx, filepath.Join(s.Dir, "agent.db"), storage.SchemaAgent)
+	db, err := storage.OpenAgent(ctx, filepath.Join(s.Dir, "agent.db"))
 	if err != nil {
 		s.t.Fatal(err)
 	}

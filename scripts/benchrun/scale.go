@@ -56,7 +56,7 @@ func cmdScale(ctx context.Context, args []string) error {
 	}
 	defer os.RemoveAll(dir)
 
-	db, err := storage.Open(ctx, filepath.Join(dir, "relay.db"), storage.SchemaRelay)
+	db, err := storage.OpenRelay(ctx, filepath.Join(dir, "relay.db"))
 	if err != nil {
 		return err
 	}

@@ -134,7 +134,7 @@ func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 		sync                    storage.SyncMode
 	}{{false, false, storage.SyncFull}, {true, false, storage.SyncFull}, {true, true, storage.SyncFull}, {true, false, storage.SyncNormal}} {
 		withResponse := mode.withResponse
-		db, err := storage.Open(ctx, filepath.Join(dir, fmt.Sprintf("agent-%v-%v-%s.db", withResponse, mode.keepIndex, mode.sync)), storage.SchemaAgent,
+		db, err := storage.OpenAgent(ctx, filepath.Join(dir, fmt.Sprintf("agent-%v-%v-%s.db", withResponse, mode.keepIndex, mode.sync)),
 			storage.WithSync(mode.sync))
 		if err != nil {
 			return err
@@ -280,7 +280,7 @@ func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (stri
 		os.Remove(storage.SearchIndexPath(building) + suffix)
 	}
 	fmt.Fprintf(os.Stderr, "store: building %d captures in %s (once; kept for later runs)\n", size, path)
-	db, err := storage.Open(ctx, building, storage.SchemaAgent)
+	db, err := storage.OpenAgent(ctx, building)
 	if err != nil {
 		return "", err
 	}
@@ -357,7 +357,7 @@ func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (stri
 // handler on loopback and times the list endpoint's first page under each
 // filter the UI offers.
 func measureQueries(ctx context.Context, res *results, path string, size int) error {
-	db, err := storage.Open(ctx, path, storage.SchemaAgent)
+	db, err := storage.OpenAgent(ctx, path)
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ const Prefix = "/api/v1/ext"
 // Server is the emulated voice service: its API and its delivery scheduler.
 type Server struct {
 	cfg    Config
-	db     *storage.DB
+	db     *storage.ServiceStore
 	mux    *http.ServeMux
 	client *http.Client
 	keys   []hashedKey
@@ -51,7 +51,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("emulator: no data directory")
 	}
 	ctx := context.Background()
-	db, err := storage.Open(ctx, filepath.Join(cfg.DataDir, "service.db"), storage.SchemaService)
+	db, err := storage.OpenService(ctx, filepath.Join(cfg.DataDir, "service.db"))
 	if err != nil {
 		return nil, err
 	}
