@@ -74,16 +74,6 @@ type ServiceAttempt struct {
 
 // --- settings -----------------------------------------------------------
 
-// ServiceSetting returns a setting, or ErrNotFound.
-func (db *ServiceStore) ServiceSetting(ctx context.Context, key string) (string, error) {
-	var v string
-	err := db.read.QueryRowContext(ctx, `SELECT value FROM service_settings WHERE key = ?`, key).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", ErrNotFound
-	}
-	return v, err
-}
-
 // InitServiceSetting stores value under key unless a value is there
 // already, and returns the value kept.
 func (db *ServiceStore) InitServiceSetting(ctx context.Context, key, value string) (string, error) {
@@ -123,21 +113,6 @@ func isContactColumn(name string) bool {
 		}
 	}
 	return false
-}
-
-// UpsertContact inserts c, or when a contact with c.ID exists, replaces the
-// fields c sets (non-empty strings; custom fields are merged). c is filled
-// with the stored record.
-func (db *ServiceStore) UpsertContact(ctx context.Context, c *ServiceContact) error {
-	tx, err := db.write.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if err := upsertContact(ctx, tx, c); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
 func upsertContact(ctx context.Context, tx *sql.Tx, c *ServiceContact) error {
