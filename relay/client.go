@@ -42,7 +42,7 @@ type Stream struct {
 // from the relay's queue only after this; for a live one the response says
 // it too, so the agent acks one only when its handler is slow.
 func (s *Stream) Ack() {
-	s.c.trySendWait(outFrame{head: appendAck(nil, s.stream)})
+	s.c.sendUnlessClosed(outFrame{head: appendAck(nil, s.stream)})
 }
 
 // AckAll acknowledges many saved requests at once: the agent's writer
@@ -83,7 +83,7 @@ func (s *Stream) Respond(r *Response) {
 	if r.Result == ResultTooLarge && !s.c.knowsTooLarge.Load() {
 		r.Result = ResultUnreachable // what an older relay understands, with the same 502
 	}
-	s.c.trySendWait(outFrame{head: appendResponseHead(nil, r), body: r.Body})
+	s.c.sendUnlessClosed(outFrame{head: appendResponseHead(nil, r), body: r.Body})
 }
 
 // Limits are what the relay takes on this request's connection.
@@ -312,10 +312,10 @@ type clientConn struct {
 	forwardTimeout time.Duration
 }
 
-// trySendWait sends a frame, written at once or queued while waiting for
-// room; dropped if the connection is gone (the relay then treats the
-// request as not acknowledged).
-func (cc *clientConn) trySendWait(f outFrame) {
+// sendUnlessClosed sends a frame, written at once or queued, blocking
+// while the queue is full; the frame is dropped only with the connection
+// (the relay then treats the request as not acknowledged).
+func (cc *clientConn) sendUnlessClosed(f outFrame) {
 	cc.send(f, nil)
 }
 

@@ -77,8 +77,8 @@ const drainWindow = 32
 
 // dequeueAcked removes the queued requests the agent acknowledged from the
 // queue: first and all others acknowledged meanwhile, in one transaction (a
-// commit per request capped a drain at ~1,600/s), and only then counts them
-// out and opens the window for more. drainLoop calls it whenever it waits.
+// commit per request would bound the drain by the commit rate), and only
+// then counts them out and opens the window for more. drainLoop calls it whenever it waits.
 func (ac *agentConn) dequeueAcked(first int64) {
 	seqs := []int64{first}
 	for {

@@ -69,6 +69,10 @@ type Config struct {
 	NoticeInterval time.Duration // 1 s: at most one refusal notice per tunnel per interval
 }
 
+// DefaultConfig is the Config a Server runs with when no field is set:
+// the defaults of `calltap relay`'s flags.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
 func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -3,10 +3,9 @@ package storage
 // SQLite keeps memory statistics by default, and updating them takes a
 // mutex shared by every connection of the process on every allocation.
 // The agent runs its capture writer and its search indexer side by side,
-// on two connections; with the statistics on, they took turns on that
-// mutex and together saved and indexed 19,000 captures/s, with them off
-// 23,000/s (the store benchmark's sustained measure, on 2 cores). Nothing here reads the
-// statistics. The option has to be set before SQLite initialises, which
+// on two connections, and with the statistics on they take turns on that
+// mutex (the README's Performance section has the cost). Nothing here
+// reads the statistics. The option has to be set before SQLite initialises, which
 // it does on the first connection: open turns it off, once, before its
 // first connection.
 //

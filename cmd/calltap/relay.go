@@ -38,18 +38,19 @@ type relayFlags struct {
 }
 
 func (f *relayFlags) register(fs *flagSet) {
-	fs.DurationVar(&f.forwardTimeout, "forward-timeout", 30*time.Second, "how long a sender waits for the local handler before `504`")
-	fs.Int64Var(&f.maxBody, "max-body", 10<<20, "largest body in bytes: a larger request → 413, a larger answer of the local handler → 502")
-	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request head in bytes (larger → 431)")
-	fs.StringVar(&f.offline, "offline", relay.OfflineQueue, "while a tunnel has no agent: queue (store, answer 202) or reject (503 + Retry-After)")
-	fs.IntVar(&f.queueMaxCount, "queue-max-count", 10000, "most requests held per offline tunnel (more → 503)")
-	fs.Int64Var(&f.queueMaxBytes, "queue-max-bytes", 256<<20, "most bytes held per offline tunnel (more → 503)")
-	fs.DurationVar(&f.queueMaxAge, "queue-max-age", 72*time.Hour, "queued requests older than this are dropped")
-	fs.Float64Var(&f.rateLimit, "rate-limit", 50, "requests per second per tunnel (more → 429)")
-	fs.IntVar(&f.rateBurst, "rate-burst", 200, "burst allowed above --rate-limit")
-	fs.IntVar(&f.maxInFlight, "max-in-flight", 256, "concurrent requests per tunnel (more → 503)")
-	fs.DurationVar(&f.authTimeout, "auth-timeout", 10*time.Second, "time a client has to send its request head (agents: to authenticate)")
-	fs.DurationVar(&f.pongWait, "pong-wait", relay.DefaultPongWait, "an agent silent this long is considered gone")
+	d := relay.DefaultConfig()
+	fs.DurationVar(&f.forwardTimeout, "forward-timeout", d.ForwardTimeout, "how long a sender waits for the local handler before `504`")
+	fs.Int64Var(&f.maxBody, "max-body", d.MaxBody, "largest body in bytes: a larger request → 413, a larger answer of the local handler → 502")
+	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", d.MaxHeaderBytes, "largest request head in bytes (larger → 431)")
+	fs.StringVar(&f.offline, "offline", d.Offline, "while a tunnel has no agent: queue (store, answer 202) or reject (503 + Retry-After)")
+	fs.IntVar(&f.queueMaxCount, "queue-max-count", d.QueueMaxCount, "most requests held per offline tunnel (more → 503)")
+	fs.Int64Var(&f.queueMaxBytes, "queue-max-bytes", d.QueueMaxBytes, "most bytes held per offline tunnel (more → 503)")
+	fs.DurationVar(&f.queueMaxAge, "queue-max-age", d.QueueMaxAge, "queued requests older than this are dropped")
+	fs.Float64Var(&f.rateLimit, "rate-limit", d.RateLimit, "requests per second per tunnel (more → 429)")
+	fs.IntVar(&f.rateBurst, "rate-burst", d.RateBurst, "burst allowed above --rate-limit")
+	fs.IntVar(&f.maxInFlight, "max-in-flight", d.MaxInFlight, "concurrent requests per tunnel (more → 503)")
+	fs.DurationVar(&f.authTimeout, "auth-timeout", d.AuthTimeout, "time a client has to send its request head (agents: to authenticate)")
+	fs.DurationVar(&f.pongWait, "pong-wait", d.Keepalive.PongWait, "an agent silent this long is considered gone")
 }
 
 func (f *relayFlags) config(db *storage.RelayStore, publicURL string) relay.Config {

@@ -12,10 +12,6 @@ import (
 	"github.com/calltap/calltap/storage"
 )
 
-// ServiceSchedule is the voice service's retry schedule (documentation
-// 6.8): the delay before each of the five attempts.
-var ServiceSchedule = callevent.RetrySchedule[:]
-
 // ReplayOptions says what to re-send and how. Nil edits keep the original.
 type ReplayOptions struct {
 	ID        string        `json:"id"`
@@ -137,7 +133,7 @@ func (a *Agent) prepareReplay(ctx context.Context, o ReplayOptions) (*storage.Ca
 		return nil, api.Invalid("no target: give \"to\" or start the agent with --forward-to")
 	}
 	if o.Retry == "service" {
-		c.MaxAttempts = len(ServiceSchedule)
+		c.MaxAttempts = len(callevent.RetrySchedule)
 	}
 	if err := a.save(ctx, writeOp{insert: c}); err != nil {
 		return nil, err
@@ -151,7 +147,7 @@ func (a *Agent) deliverWithSchedule(ctx context.Context, c *storage.Capture, sca
 	if scale <= 0 {
 		scale = 1
 	}
-	for n, delay := range ServiceSchedule {
+	for n, delay := range callevent.RetrySchedule {
 		if n > 0 {
 			t := time.NewTimer(time.Duration(float64(delay) * scale))
 			select {

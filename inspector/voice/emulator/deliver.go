@@ -23,10 +23,6 @@ const (
 	StatusFailed    = "failed"    // a 4xx not retried, a 3xx, or the attempts ran out
 )
 
-// RetrySchedule is the documented delay before each attempt (6.8), before
-// --time-scale.
-var RetrySchedule = callevent.RetrySchedule
-
 // maxResponseBody is how much of a target's answer is kept.
 const maxResponseBody = 64 << 10
 
@@ -108,8 +104,8 @@ func (s *Server) attempt(ctx context.Context, d *storage.ServiceDelivery) {
 	switch {
 	case status >= 200 && status < 300:
 		o.Status, o.DeliveredAt = StatusDelivered, finished
-	case callevent.Retryable(status) && try < d.MaxAttempts && try < len(RetrySchedule):
-		o.Status, o.NextAt = StatusPending, finished.Add(s.scaled(RetrySchedule[try]))
+	case callevent.Retryable(status) && try < d.MaxAttempts && try < len(callevent.RetrySchedule):
+		o.Status, o.NextAt = StatusPending, finished.Add(s.scaled(callevent.RetrySchedule[try]))
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
