@@ -67,12 +67,16 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	closing := s.closing
+	if !closing {
+		s.conns.Add(1) // Run waits for this connection once it shuts down
+	}
 	s.mu.Unlock()
 	if closing {
 		w.Header().Set("Retry-After", "1")
 		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "relay shutting down"))
 		return
 	}
+	defer s.conns.Done()
 	hw := &hijackBatch{ResponseWriter: w}
 	ws, err := s.upgrader.Upgrade(hw, r, nil)
 	if err != nil {
@@ -98,18 +102,28 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	if old != nil {
 		old.goAway(GoAway{Reason: GoAwayReplaced, Message: "another agent connected with the same token and took over this tunnel"})
 	}
+	s.mu.Lock()
+	closing = s.closing
+	s.mu.Unlock()
+	if closing {
+		// shutdown may have looked for agents before this one took its
+		// tunnel: send it away here, or Run would wait for it for good.
+		ac.goAway(GoAway{Reason: GoAwayShutdown, Message: "relay shutting down"})
+	}
 	s.metrics.agentsConnected.Add(1)
 	log := s.log.With("tunnel", t.id, "name", t.name)
 	log.Info("agent connected", "remote", r.RemoteAddr, "queued", queued)
-	go ac.sendLoop()
+	var loops sync.WaitGroup
+	loops.Go(ac.sendLoop)
 	ac.trySend(outFrame{head: appendJSON(nil, frameHello, Hello{
 		TunnelID: t.id, Name: t.name, PublicURL: s.TunnelURL(t.id), MaxBody: s.cfg.MaxBody, MaxFrame: s.cfg.MaxFrame, Queued: queued, Version: s.cfg.Version,
 		ForwardTimeoutMS: s.cfg.ForwardTimeout.Milliseconds(),
 	})})
-	go ac.drainLoop()
+	loops.Go(ac.drainLoop)
 	err = ac.readLoop()
 	ac.close(err)
 	ac.failPending()
+	loops.Wait()
 	t.mu.Lock()
 	if t.agent == ac {
 		t.agent = nil

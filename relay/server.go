@@ -140,6 +140,7 @@ type Server struct {
 	mu      sync.Mutex
 	tunnels map[string]*tunnel // guarded by mu; by tunnel id
 	closing bool               // guarded by mu
+	conns   sync.WaitGroup     // agent connections, each with its loops; added to under mu while !closing
 
 	metrics metrics
 }
@@ -231,7 +232,8 @@ func (s *Server) HTTPServer(addr string) *http.Server {
 func (s *Server) readTimeout() time.Duration { return s.cfg.ForwardTimeout + 30*time.Second }
 
 // Run expires old queued requests and drops agents whose token was revoked,
-// until ctx ends; then it tells every agent the relay is going away.
+// until ctx ends; then it tells every agent the relay is going away and
+// returns once every agent connection and its loops have ended.
 func (s *Server) Run(ctx context.Context) error {
 	expire := time.NewTicker(expireEvery)
 	defer expire.Stop()
@@ -241,6 +243,7 @@ func (s *Server) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			s.shutdown()
+			s.conns.Wait()
 			return nil
 		case <-expire.C:
 			s.expireQueued(ctx)
