@@ -45,12 +45,12 @@ type CallTimelineEvent struct {
 	Event          string  `json:"event"`
 	DeliveryID     string  `json:"delivery_id"`
 	OccurredAt     string  `json:"occurred_at"` // as sent
-	ReceivedAt     *string `json:"received_at"` // at the relay for late deliveries, else at the agent
+	ReceivedAt     *string `json:"received_at"` // at the relay for queued requests, else at the agent
 	Duplicate      bool    `json:"duplicate"`
 	DuplicateOf    string  `json:"duplicate_of"`
 	ReplayOf       string  `json:"replay_of"`
 	Source         string  `json:"source"`
-	Late           bool    `json:"late"`
+	Queued         bool    `json:"queued"`
 	Status         string  `json:"status"`
 	ResponseStatus *int    `json:"response_status"`
 	CheckErrors    int     `json:"check_errors"`   // contract findings of severity error
@@ -248,7 +248,7 @@ func (c *CallsAPI) Detail(ctx context.Context, callID string) (*CallDetail, erro
 		cp := byID[e.CaptureID]
 		te := CallTimelineEvent{CaptureID: cp.ID, Event: cp.Event, DeliveryID: cp.DeliveryID, OccurredAt: cp.OccurredAt,
 			ReceivedAt: api.Time(e.ReceivedAt), Duplicate: e.Duplicate, DuplicateOf: cp.DuplicateOf, ReplayOf: cp.ReplayOf,
-			Source: cp.Source, Late: cp.Late, Status: cp.Status}
+			Source: cp.Source, Queued: cp.Queued, Status: cp.Status}
 		if cp.ResponseStatus > 0 {
 			st := cp.ResponseStatus
 			te.ResponseStatus = &st

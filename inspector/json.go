@@ -28,7 +28,7 @@ type Summary struct {
 	Error          string   `json:"error"`
 	ReplayOf       string   `json:"replay_of"`
 	DuplicateOf    string   `json:"duplicate_of"`
-	Late           bool     `json:"late"`
+	Queued         bool     `json:"queued"`
 	ArrivedAt      *string  `json:"arrived_at"`
 	Source         string   `json:"source"`
 	Size           int      `json:"size"`
@@ -40,7 +40,7 @@ func SummaryOf(c *storage.Capture) Summary {
 	s := Summary{
 		ID: c.ID, CreatedAt: api.Time(c.CreatedAt), Method: c.Method, Path: c.Path, Query: c.Query,
 		Event: c.Event, CallID: c.CallID, DeliveryID: c.DeliveryID, Status: c.Status, Error: c.Error,
-		ReplayOf: c.ReplayOf, DuplicateOf: c.DuplicateOf, Late: c.Late, ArrivedAt: api.Time(c.ArrivedAt),
+		ReplayOf: c.ReplayOf, DuplicateOf: c.DuplicateOf, Queued: c.Queued, ArrivedAt: api.Time(c.ArrivedAt),
 		Source: c.Source, Size: c.Size, Attempts: c.Attempts, MaxAttempts: c.MaxAttempts,
 	}
 	if c.Body != nil {

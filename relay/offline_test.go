@@ -69,7 +69,7 @@ func TestOfflineQueueDeliversInOrderExactlyOnce(t *testing.T) {
 	if string(got[n].Body) != `{"seq":"live"}` {
 		t.Fatalf("extra delivery %s: a queued request arrived twice", got[n].Body)
 	}
-	// Each is marked late in the agent, with when it reached the relay.
+	// Each is marked queued in the agent, with when it reached the relay.
 	caps, count, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 200}})
 	if err != nil {
 		t.Fatal(err)
@@ -79,15 +79,15 @@ func TestOfflineQueueDeliversInOrderExactlyOnce(t *testing.T) {
 	}
 	late := 0
 	for _, c := range caps {
-		if c.Late {
+		if c.Queued {
 			late++
 			if c.ArrivedAt.IsZero() || c.ArrivedAt.After(c.CreatedAt) || !ids[c.RelayID] {
-				t.Errorf("late capture %s: arrived %v saved %v relay id %q", c.ID, c.ArrivedAt, c.CreatedAt, c.RelayID)
+				t.Errorf("queued capture %s: arrived %v saved %v relay id %q", c.ID, c.ArrivedAt, c.CreatedAt, c.RelayID)
 			}
 		}
 	}
 	if late != n {
-		t.Errorf("%d captures marked late, want %d", late, n)
+		t.Errorf("%d captures marked queued, want %d", late, n)
 	}
 	stats, _ := st.RelayDB.QueueStatsByTunnel(context.Background())
 	if stats[st.TunnelID].Count != 0 {
@@ -280,7 +280,7 @@ func TestSavedButUnsentQueuedRequestIsSentOnRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &storage.Capture{ID: "6f1c1c7e-2b7e-4f52-a0a4-5b0d1f7e9c01", RelayID: "r-1", Source: "tunnel", CreatedAt: time.Now(), ArrivedAt: time.Now(),
-		Late: true, Method: "POST", Path: "/late", Body: []byte(`{"late":true}`), Duration: -1}
+		Queued: true, Method: "POST", Path: "/late", Body: []byte(`{"late":true}`), Duration: -1}
 	if err := db.WriteCaptures(context.Background(), []*storage.Capture{c}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -429,14 +429,14 @@ func TestNewRequestWaitingPastForwardTimeoutIsQueued(t *testing.T) {
 		if c.ResponseStatus != http.StatusCreated {
 			t.Errorf("capture %s: response %d recorded, want 201", c.ID, c.ResponseStatus)
 		}
-		if c.Late {
+		if c.Queued {
 			late++
 		}
 	}
-	// Those answered 202 by the agent are marked late like queued ones,
+	// Those answered 202 by the agent are marked queued like the relay's own,
 	// so that a restart before their turn still sends them.
 	if late != queued+deferred {
-		t.Errorf("%d captures marked late, want %d", late, queued+deferred)
+		t.Errorf("%d captures marked queued, want %d", late, queued+deferred)
 	}
 }
 
@@ -454,7 +454,7 @@ func TestUnsentQueuedRequestsGoBeforeNewOnes(t *testing.T) {
 	var cs []*storage.Capture
 	for i := 0; i < unsent; i++ {
 		cs = append(cs, &storage.Capture{ID: fmt.Sprintf("6f1c1c7e-2b7e-4f52-a0a4-5b0d1f7e%04d", i), RelayID: fmt.Sprintf("r-%d", i), Source: "tunnel",
-			CreatedAt: time.Now(), ArrivedAt: time.Now(), Late: true, Method: "POST", Path: "/hook", Body: []byte(fmt.Sprintf(`{"seq":%d}`, i)), Duration: -1})
+			CreatedAt: time.Now(), ArrivedAt: time.Now(), Queued: true, Method: "POST", Path: "/hook", Body: []byte(fmt.Sprintf(`{"seq":%d}`, i)), Duration: -1})
 	}
 	if err := db.WriteCaptures(context.Background(), cs, nil); err != nil {
 		t.Fatal(err)

@@ -19,8 +19,8 @@ type Capture struct {
 	RelayID        string // the relay's request id; empty for local captures
 	Source         string // tunnel | replay | backfill | trigger
 	CreatedAt      time.Time
-	ArrivedAt      time.Time // at the relay; zero unless delivered late
-	Late           bool      // its sender was answered 202 before the handler saw it (the relay's offline queue); an update sets it, never clears it
+	ArrivedAt      time.Time // at the relay; zero unless it waited in the relay's queue
+	Queued         bool      // its sender was answered 202 before the handler saw it (the relay's offline queue); an update sets it, never clears it
 	Method         string
 	Path           string
 	Query          string
@@ -145,15 +145,15 @@ func (db *AgentStore) WriteCaptures(ctx context.Context, inserts, updates []*Cap
 
 // The writer's statements, prepared once on the write connection.
 const (
-	qSelRelay = `SELECT seq, id FROM captures WHERE relay_id = ? AND late = 1`
+	qSelRelay = `SELECT seq, id FROM captures WHERE relay_id = ? AND queued = 1`
 	qSelDup   = `SELECT id FROM captures WHERE delivery_id = ? ORDER BY seq LIMIT 1`
-	qInsert   = `INSERT INTO captures (id, relay_id, source, created_at, arrived_at, late, method, path, query,
+	qInsert   = `INSERT INTO captures (id, relay_id, source, created_at, arrived_at, queued, method, path, query,
 		request_headers, size, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, max_attempts)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	qBodyIns = `INSERT INTO capture_bodies (seq, body, file, file_offset) VALUES (?, ?, ?, ?)`
 	qUpdate  = `UPDATE captures SET status = ?, response_status = ?, response_headers = ?, response_body = ?,
 		error = ?, duration_us = ?, delivered_at = ?, attempts = ?, max_attempts = ?, target = ?,
-		late = late OR ?, arrived_at = COALESCE(arrived_at, ?) WHERE id = ?`
+		queued = queued OR ?, arrived_at = COALESCE(arrived_at, ?) WHERE id = ?`
 	qAttIns = `INSERT OR REPLACE INTO attempts (capture_id, n, at, response_status, error, duration_us) VALUES (?, ?, ?, ?, ?, ?)`
 )
 
@@ -174,7 +174,7 @@ func nmicros(t time.Time) driver.Value {
 }
 
 func (w *rawConn) insertCapture(c *Capture) error {
-	if c.RelayID != "" && c.Late {
+	if c.RelayID != "" && c.Queued {
 		// Only a queued request is ever sent again (our ack was lost).
 		var seq int64
 		var id string
@@ -217,7 +217,7 @@ func (w *rawConn) insertCapture(c *Capture) error {
 		stored, file, offset = []byte{}, c.bodyFile, c.bodyOffset
 	}
 	seq, err := w.exec(qInsert,
-		c.ID, nstr(c.RelayID), c.Source, c.CreatedAt.UnixMicro(), nmicros(c.ArrivedAt), c.Late, c.Method, c.Path, c.Query,
+		c.ID, nstr(c.RelayID), c.Source, c.CreatedAt.UnixMicro(), nmicros(c.ArrivedAt), c.Queued, c.Method, c.Path, c.Query,
 		c.RequestHeaders, int64(len(c.Body)), c.Target, nstr(c.Event), nstr(c.CallID), nstr(c.DeliveryID), nstr(c.OccurredAt),
 		nstr(c.DuplicateOf), nstr(c.ReplayOf), c.Status, int64(c.MaxAttempts))
 	if err != nil {
@@ -249,7 +249,7 @@ func (w *rawConn) updateCapture(c *Capture) error {
 	}
 	if _, err := w.exec(qUpdate,
 		c.Status, status, nstr(c.ResponseHeaders), respBody, nstr(c.Error), dur, nmicros(c.DeliveredAt),
-		int64(c.Attempts), int64(c.MaxAttempts), c.Target, c.Late, nmicros(c.ArrivedAt), c.ID); err != nil {
+		int64(c.Attempts), int64(c.MaxAttempts), c.Target, c.Queued, nmicros(c.ArrivedAt), c.ID); err != nil {
 		return fmt.Errorf("storage: record response: %w", err)
 	}
 	if c.LastAttempt == nil {
@@ -266,7 +266,7 @@ func (w *rawConn) updateCapture(c *Capture) error {
 	return nil
 }
 
-const captureColumns = `seq, id, relay_id, source, created_at, arrived_at, late, method, path, query, request_headers,
+const captureColumns = `seq, id, relay_id, source, created_at, arrived_at, queued, method, path, query, request_headers,
 	size, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, response_status,
 	error, duration_us, delivered_at, attempts, max_attempts`
 
@@ -286,7 +286,7 @@ func scanCapture(sc interface{ Scan(...any) error }, extra ...any) (*Capture, er
 		created                                                                 int64
 		arrived, respStatus, dur, delivered                                     sql.NullInt64
 	)
-	dest := []any{&c.Seq, &c.ID, &relayID, &c.Source, &created, &arrived, &c.Late, &c.Method, &c.Path, &c.Query, &c.RequestHeaders,
+	dest := []any{&c.Seq, &c.ID, &relayID, &c.Source, &created, &arrived, &c.Queued, &c.Method, &c.Path, &c.Query, &c.RequestHeaders,
 		&c.Size, &c.Target, &event, &callID, &deliveryID, &occurredAt, &dupOf, &replayOf, &c.Status, &respStatus,
 		&errTxt, &dur, &delivered, &c.Attempts, &c.MaxAttempts}
 	if err := sc.Scan(append(dest, extra...)...); err != nil {
@@ -501,12 +501,12 @@ func (db *AgentStore) Attempts(ctx context.Context, captureID string) (_ []Attem
 	return out, rows.Err()
 }
 
-// UndeliveredLate lists, oldest first, the captures that came from the
+// UndeliveredQueued lists, oldest first, the captures that came from the
 // relay's offline queue but were never sent to the handler: the agent
 // stopped after saving them. The agent sends them on its next start.
-func (db *AgentStore) UndeliveredLate(ctx context.Context) (_ []string, err error) {
+func (db *AgentStore) UndeliveredQueued(ctx context.Context) (_ []string, err error) {
 	defer db.explain(&err)
-	rows, err := db.read.QueryContext(ctx, `SELECT id FROM captures WHERE late = 1 AND attempts = 0 ORDER BY seq`)
+	rows, err := db.read.QueryContext(ctx, `SELECT id FROM captures WHERE queued = 1 AND attempts = 0 ORDER BY seq`)
 	if err != nil {
 		return nil, err
 	}

@@ -84,16 +84,16 @@ func TestWriteCapturesRoundTrip(t *testing.T) {
 	}
 }
 
-func TestWriteCapturesRedeliveredLate(t *testing.T) {
+func TestWriteCapturesRedeliveredQueued(t *testing.T) {
 	ctx := context.Background()
 	db := openAgentDB(t)
 	first := testCapture(1, []byte("a"))
-	first.RelayID, first.Late = "r-1", true
+	first.RelayID, first.Queued = "r-1", true
 	if err := db.WriteCaptures(ctx, []*Capture{first}, nil); err != nil {
 		t.Fatal(err)
 	}
 	again := testCapture(2, []byte("a"))
-	again.RelayID, again.Late = "r-1", true
+	again.RelayID, again.Queued = "r-1", true
 	live := testCapture(3, []byte("b"))
 	live.RelayID = "r-2"
 	if err := db.WriteCaptures(ctx, []*Capture{again, live}, nil); err != nil {
@@ -105,9 +105,9 @@ func TestWriteCapturesRedeliveredLate(t *testing.T) {
 	if _, n, err := db.Captures(ctx, CaptureFilter{Page: Page{Limit: 10}}); err != nil || n != 2 {
 		t.Fatalf("%d captures, %v", n, err)
 	}
-	ids, err := db.UndeliveredLate(ctx)
+	ids, err := db.UndeliveredQueued(ctx)
 	if err != nil || len(ids) != 1 || ids[0] != first.ID {
-		t.Fatalf("undelivered late %v, %v", ids, err)
+		t.Fatalf("undelivered queued %v, %v", ids, err)
 	}
 }
 
@@ -172,7 +172,7 @@ func TestMigrateBodiesApart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(c.Body, body) || c.Size != len(body) || string(c.ResponseBody) != "resp" || c.Late != (i == 1) || c.RelayID != fmt.Sprintf("r-%d", i) {
+		if !bytes.Equal(c.Body, body) || c.Size != len(body) || string(c.ResponseBody) != "resp" || c.Queued != (i == 1) || c.RelayID != fmt.Sprintf("r-%d", i) {
 			t.Fatalf("capture %d after the migration: %+v", i, c)
 		}
 	}

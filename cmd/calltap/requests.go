@@ -68,8 +68,8 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 			status = fmt.Sprint(c.ResponseStatus)
 		}
 		flags := ""
-		if c.Late {
-			flags += "late "
+		if c.Queued {
+			flags += "queued "
 		}
 		if c.DuplicateOf != "" {
 			flags += "duplicate "

@@ -162,7 +162,7 @@ func New(cfg Config) (*Agent, error) {
 		// Queued requests saved by an earlier run that stopped before
 		// sending them take the first turns, before any request of this
 		// run can arrive.
-		ids, err := a.store.UndeliveredLate(context.Background())
+		ids, err := a.store.UndeliveredQueued(context.Background())
 		if err != nil {
 			a.log.Error("reading undelivered queued requests", "err", err)
 		}

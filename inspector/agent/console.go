@@ -75,8 +75,8 @@ func (a *Agent) printLine(c *storage.Capture) {
 		event = "-"
 	}
 	var flags []string
-	if c.Late {
-		flags = append(flags, "late")
+	if c.Queued {
+		flags = append(flags, "queued")
 	}
 	if c.DuplicateOf != "" {
 		flags = append(flags, "duplicate")

@@ -29,7 +29,7 @@ func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 		}
 		return
 	}
-	c.Late = true
+	c.Queued = true
 	c.ArrivedAt = time.UnixMicro(req.ArrivedAt).UTC()
 	t := &turn{saved: make(chan struct{})}
 	a.addTurn(t) // now, so that its place is its arrival, however long the save takes
@@ -196,8 +196,8 @@ func (a *Agent) serveInTurn(c *storage.Capture, req *relay.Request, s *relay.Str
 func deferMargin(ft time.Duration) time.Duration { return min(ft/4, 2*time.Second) }
 
 // deferTurn answers a live request still waiting for its turn "queued",
-// once it is saved and marked late, so that a restart before its turn still
-// sends it (UndeliveredLate).
+// once it is saved and marked queued, so that a restart before its turn still
+// sends it (UndeliveredQueued).
 func (a *Agent) deferTurn(t *turn) {
 	if !t.state.CompareAndSwap(turnWaiting, turnDeferred) {
 		return // turnLoop took it
@@ -209,9 +209,9 @@ func (a *Agent) deferTurn(t *turn) {
 		t.s.Respond(notSaved)
 		return
 	}
-	late := *t.c
-	late.Late, late.ArrivedAt = true, t.arrivedAt
-	if err := a.save(context.Background(), writeOp{update: &late, keep: true}); err != nil {
+	kept := *t.c
+	kept.Queued, kept.ArrivedAt = true, t.arrivedAt
+	if err := a.save(context.Background(), writeOp{update: &kept, keep: true}); err != nil {
 		t.s.Respond(notSaved) // the agent is stopping
 		return
 	}

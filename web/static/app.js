@@ -138,7 +138,7 @@ class App {
         copyButton(t.public_url, '', 'Copy the public URL')));
     }
     if (t.forward_to) items.push(h('span', { class: 'arrow muted' }, '→'), h('span', { class: 'mono fwd', title: 'Local target' }, t.forward_to));
-    if (t.queued) items.push(h('span', { class: 'flag f-late', title: 'Requests waiting in the relay to be delivered' }, `${t.queued} queued`));
+    if (t.queued) items.push(h('span', { class: 'flag f-queued', title: 'Requests waiting in the relay to be delivered' }, `${t.queued} queued`));
     if (t.rejected) items.push(h('span', { class: 'flag f-failed', title: 'Requests refused by --require-header' }, `${t.rejected} rejected`));
     clear(this.status, ...items);
     document.title = state === 'connected' || !t.state ? 'calltap' : `calltap · ${label}`;

@@ -24,7 +24,7 @@ function callSummary(c) {
   return {
     id: first(c.call_id, call.call_id, c.id),
     last: first(c.last_at, c.last_activity, c.last_activity_at, c.updated_at, c.last_received_at),
-    lastEvent: first(c.last_event, c.latest_event, c.event),
+    lastEvent: first(c.last_event, c.queuedst_event, c.event),
     count: first(c.event_count, c.events_count, typeof c.events === 'number' ? c.events : null, Array.isArray(c.events) ? c.events.length : null, c.count),
     outcome: first(c.outcome_code, call.outcome_code, c.state, c.outcome, call.outcome, c.final_event ? String(c.final_event).replace(/^call\./, '') : null),
     who: first(c.contact_name, call.contact && call.contact.name, c.to_number, call.to_number),
@@ -402,7 +402,7 @@ function evFields(e) {
     arrived: fmt.parseTime(e.arrived_at),
     delivery: first(e.delivery_id),
     dup: e.duplicate || !!first(e.duplicate_of),
-    late: !!e.late,
+    queued: !!e.queued,
     status: e.response_status,
     raw: e,
   };
@@ -427,7 +427,7 @@ function eventsTable(events) {
         h('td', null, f.kind ? eventBadge(f.kind) : ''),
         h('td', null, statusCell(e)),
         h('td', null, f.occurred != null && f.received != null ? h('span', { class: 'mono muted' }, fmt.delta(f.received - f.occurred)) : '',
-          f.dup ? h('span', { class: 'flag f-dup' }, 'dup') : null, f.late ? h('span', { class: 'flag f-late' }, 'late') : null,
+          f.dup ? h('span', { class: 'flag f-dup' }, 'dup') : null, f.queued ? h('span', { class: 'flag f-queued' }, 'queued') : null,
           e.replay_of ? h('span', { class: 'flag f-replay' }, 'replay') : null),
         h('td', null, checkCounts(e)),
         h('td', null, f.id ? h('a', { href: `/requests/${encodeURIComponent(f.id)}`, 'data-nav': '', class: 'mono small' }, fmt.shortId(f.id)) : ''));
@@ -498,9 +498,9 @@ function timeline(events, anomalies) {
       if (f.received == null) return;
       const cls = ['tl-rec', fmt.statusClass(f.status)];
       if (f.dup || i > 0) cls.push('dup');
-      if (f.late) cls.push('late');
+      if (f.queued) cls.push('queued');
       const title = `${i > 0 || f.dup ? 'duplicate ' : ''}received ${fmt.fullTime(new Date(f.received).toISOString())}` +
-        (f.occurred != null ? ` (${fmt.delta(f.received - f.occurred)} after it occurred)` : '') + (f.status ? ` → ${f.status}` : '') + (f.late ? ' · late from the relay queue' : '');
+        (f.occurred != null ? ` (${fmt.delta(f.received - f.occurred)} after it occurred)` : '') + (f.status ? ` → ${f.status}` : '') + (f.queued ? ' · from the relay queue' : '');
       const el = f.id ? h('a', { class: cls.join(' '), href: `/requests/${encodeURIComponent(f.id)}`, 'data-nav': '', style: { left: x(f.received) }, title }) : h('span', { class: cls.join(' '), style: { left: x(f.received) }, title });
       track.append(el);
     });

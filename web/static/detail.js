@@ -269,7 +269,7 @@ export class Detail {
       ['URL', !d.source || d.source === 'tunnel' ? h('span', { class: 'mono wrap' }, full, ' ', copyButton(full, '', 'Copy URL')) : null],
       ['Forwarded to', local ? h('span', { class: 'mono wrap' }, local) : null],
       ['Received', fmt.fullTime(d.created_at)],
-      ['At relay', d.arrived_at && d.arrived_at !== d.created_at ? fmt.fullTime(d.arrived_at) + (d.late ? '  (queued while offline)' : '') : null],
+      ['At relay', d.arrived_at && d.arrived_at !== d.created_at ? fmt.fullTime(d.arrived_at) + (d.queued ? '  (queued while offline)' : '') : null],
       ['Event', d.event ? eventBadge(d.event) : null],
       ['Call', callLink],
       ['Delivery id', d.delivery_id ? h('span', { class: 'mono' }, d.delivery_id) : null],

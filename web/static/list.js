@@ -54,7 +54,7 @@ export function flagsOf(c) {
   // A replay repeats its original's payload id by design; only a
   // duplicate of something else is news.
   if (c.duplicate_of && c.duplicate_of !== c.replay_of) out.push(['dup', 'dup', `Duplicate delivery of ${c.duplicate_of} (same payload id)`]);
-  if (c.late) out.push(['late', 'late', `Delivered late from the relay's queue${c.arrived_at ? '; reached the relay ' + fmt.fullTime(c.arrived_at) : ''}`]);
+  if (c.queued) out.push(['queued', 'queued', `Delivered from the relay's queue${c.arrived_at ? '; reached the relay ' + fmt.fullTime(c.arrived_at) : ''}`]);
   if (c.status === 'failed') out.push(['failed', 'failed', c.error ? `Failed: ${c.error}` : 'Delivery to the local handler failed']);
   if (c.source && c.source !== 'tunnel' && c.source !== 'replay') out.push([c.source, 'src', `Source: ${c.source}`]);
   return out;

@@ -14,7 +14,7 @@ type CallEvent struct {
 	Event      string
 	DeliveryID string
 	OccurredAt time.Time // zero when the payload's occurred_at does not parse
-	ReceivedAt time.Time // when it reached us (the relay's arrival time for late deliveries)
+	ReceivedAt time.Time // when it reached us (the relay's arrival time for queued requests)
 	Duplicate  bool      // a retry or replay of an earlier delivery
 	Body       []byte
 }
