@@ -39,7 +39,7 @@ func callsCapture(t *testing.T, db *storage.AgentStore, at time.Time, ps ...call
 		}
 		caps = append(caps, callsCaptureBody(at.Add(time.Duration(i)*time.Second), body))
 	}
-	if err := db.WriteCaptures(context.Background(), caps, nil); err != nil {
+	if _, err := db.WriteCaptures(context.Background(), caps, nil); err != nil {
 		t.Fatal(err)
 	}
 	return caps
@@ -106,7 +106,7 @@ func TestCallsAPI(t *testing.T) {
 	a := callevent.CallSpec{Start: start}.Events()
 	aCaps := callsCapture(t, db, now.Add(-30*time.Minute), a...)
 	retry := callsCaptureBody(now.Add(-29*time.Minute), aCaps[2].Body)
-	if err := db.WriteCaptures(context.Background(), []*storage.Capture{retry}, nil); err != nil {
+	if _, err := db.WriteCaptures(context.Background(), []*storage.Capture{retry}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// B: busy.

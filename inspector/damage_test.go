@@ -32,7 +32,7 @@ func TestDamagedStoreAnswersClearly(t *testing.T) {
 		cs = append(cs, &storage.Capture{ID: id, Source: "tunnel", CreatedAt: time.Unix(1795335117, 0).UTC(), Method: "POST", Path: "/voice",
 			Body: []byte(strings.Repeat("lorem ipsum dolor sit amet ", 70)), Target: "http://127.0.0.1:3000/voice", Duration: -1})
 	}
-	if err := db.WriteCaptures(ctx, cs, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, cs, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {

@@ -281,7 +281,7 @@ func TestSavedButUnsentQueuedRequestIsSentOnRestart(t *testing.T) {
 	}
 	c := &storage.Capture{ID: "6f1c1c7e-2b7e-4f52-a0a4-5b0d1f7e9c01", RelayID: "r-1", Source: "tunnel", CreatedAt: time.Now(), ArrivedAt: time.Now(),
 		Queued: true, Method: "POST", Path: "/late", Body: []byte(`{"late":true}`), Duration: -1}
-	if err := db.WriteCaptures(context.Background(), []*storage.Capture{c}, nil); err != nil {
+	if _, err := db.WriteCaptures(context.Background(), []*storage.Capture{c}, nil); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -456,7 +456,7 @@ func TestUnsentQueuedRequestsGoBeforeNewOnes(t *testing.T) {
 		cs = append(cs, &storage.Capture{ID: fmt.Sprintf("6f1c1c7e-2b7e-4f52-a0a4-5b0d1f7e%04d", i), RelayID: fmt.Sprintf("r-%d", i), Source: "tunnel",
 			CreatedAt: time.Now(), ArrivedAt: time.Now(), Queued: true, Method: "POST", Path: "/hook", Body: []byte(fmt.Sprintf(`{"seq":%d}`, i)), Duration: -1})
 	}
-	if err := db.WriteCaptures(context.Background(), cs, nil); err != nil {
+	if _, err := db.WriteCaptures(context.Background(), cs, nil); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

@@ -13,7 +13,7 @@ func TestKnownDeliveryIDs(t *testing.T) {
 	for i := 0; i < 700; i += 2 { // every even delivery id is captured
 		caps = append(caps, callCapture(i, "call-1", "call.started", ""))
 	}
-	if err := db.WriteCaptures(ctx, caps, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, caps, nil); err != nil {
 		t.Fatal(err)
 	}
 	var ids []string

@@ -118,7 +118,7 @@ func benchWriteCaptures(b *testing.B, only map[string]bool, opts []storage.Optio
 						upd = append(upd, responded(c))
 					}
 				}
-				if err := db.WriteCaptures(ctx, ins, upd); err != nil {
+				if _, err := db.WriteCaptures(ctx, ins, upd); err != nil {
 					b.Fatal(err)
 				}
 				prev = ins
@@ -156,7 +156,7 @@ func benchWriteCaptures(b *testing.B, only map[string]bool, opts []storage.Optio
 					if update && prev != nil {
 						upd = append(upd, responded(prev))
 					}
-					if err := db.WriteCaptures(ctx, []*storage.Capture{c}, upd); err != nil {
+					if _, err := db.WriteCaptures(ctx, []*storage.Capture{c}, upd); err != nil {
 						b.Fatal(err)
 					}
 					prev = c
@@ -181,7 +181,7 @@ func BenchmarkCaptures(b *testing.B) {
 		for j := range cs {
 			cs[j] = benchCapture(i + j)
 		}
-		if err := db.WriteCaptures(ctx, cs, nil); err != nil {
+		if _, err := db.WriteCaptures(ctx, cs, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -20,9 +20,7 @@ func TestLargeBodiesInFiles(t *testing.T) {
 	text := fmt.Appendf(nil, `{"call":{"call_id":"call-0"},"notes":"%s Zanzibar"}`, bytes.Repeat([]byte("lorem "), fileBodyMin/6))
 	small := []byte(`{"city":"Denver"}`)
 	cs := []*Capture{testCapture(0, binary), testCapture(1, text), testCapture(2, small)}
-	if err := db.WriteCaptures(ctx, cs, nil); err != nil {
-		t.Fatal(err)
-	}
+	saveCaptures(t, db, cs...)
 	for i, c := range cs {
 		got, err := db.Capture(ctx, c.ID)
 		if err != nil {
@@ -121,7 +119,7 @@ func TestStageBodiesSideBySide(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := db.WriteCaptures(ctx, cs, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, cs, nil); err != nil {
 		t.Fatal(err)
 	}
 	for i, c := range cs {

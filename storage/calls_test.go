@@ -52,7 +52,7 @@ func TestCallsListingAndFilters(t *testing.T) {
 		// Indexed as a call, but a body that is not JSON must not break the outcome filter.
 		{ID: "junk", Source: "tunnel", CreatedAt: callsT0.Add(9 * time.Second), Method: "POST", Path: "/x", Body: []byte{0xff, '{'}, Event: "call.ended", CallID: "D"},
 	}
-	if err := db.WriteCaptures(ctx, caps, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, caps, nil); err != nil {
 		t.Fatal(err)
 	}
 	rows, count, err := db.Calls(ctx, CallFilter{Page: Page{Limit: 50}})
@@ -106,7 +106,7 @@ func TestCallCapturesBatches(t *testing.T) {
 		caps[i].DeliveryID = id
 		ids = append(ids, id)
 	}
-	if err := db.WriteCaptures(ctx, caps, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, caps, nil); err != nil {
 		t.Fatal(err)
 	}
 	got, err := db.CallCaptures(ctx, ids...)

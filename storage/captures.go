@@ -50,12 +50,7 @@ type Capture struct {
 	// in the same transaction.
 	LastAttempt *Attempt
 
-	// Redelivered is set by WriteCaptures when a capture with the same
-	// RelayID was saved before: the relay sent a queued request again
-	// because our ack was lost. The existing row is kept.
-	Redelivered bool
-
-	bodyFile   string // the segment holding Body once written (StageBody); "" before
+	bodyFile   string // the segment holding Body once written (StageBody, or WriteCaptures for one not staged); "" before
 	bodyOffset int64  // where in it
 }
 
@@ -86,9 +81,23 @@ func fromMicros(n sql.NullInt64) time.Time {
 	return time.UnixMicro(n.Int64).UTC()
 }
 
+// Written is what WriteCaptures assigned to one inserted capture.
+type Written struct {
+	Seq         int64  // its place in the store
+	ID          string // its id: the one given, or the first copy's when Redelivered
+	DuplicateOf string // the first capture of the same delivery id, if any
+	// Redelivered: a capture with the same RelayID was saved before (the
+	// relay sent a queued request again because our ack was lost); that
+	// row is kept and nothing was inserted.
+	Redelivered bool
+}
+
 // WriteCaptures saves new captures and the responses of earlier ones in one
 // transaction: the agent batches whatever arrived while the previous commit
-// ran, so a burst costs one commit, not one per request.
+// ran, so a burst costs one commit, not one per request. It returns what it
+// assigned to each insert, in order, and leaves the captures it was given
+// as they were (but for where a large body it wrote for them lies, so that
+// a second try does not write it again).
 //
 // It runs on the driver's connection itself (see writer.go): statements
 // prepared once, no goroutine per statement. ctx is only checked between
@@ -97,24 +106,26 @@ func fromMicros(n sql.NullInt64) time.Time {
 // Captures reach the full-text index later, in a file of their own (see
 // searchindex.go). While the index is further behind than its bound,
 // WriteCaptures keeps to the indexer's pace.
-func (db *AgentStore) WriteCaptures(ctx context.Context, inserts, updates []*Capture) (err error) {
+func (db *AgentStore) WriteCaptures(ctx context.Context, inserts, updates []*Capture) (_ []Written, err error) {
 	defer db.explain(&err)
 	if db.index != nil && len(inserts) > 0 {
 		if err := db.index.waitRoom(ctx, len(inserts)); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	var last int64
+	written := make([]Written, len(inserts))
 	err = db.writeRaw(ctx, func(w *rawConn) error {
-		for _, c := range inserts {
+		for i, c := range inserts {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if err := w.insertCapture(c); err != nil {
+			var err error
+			if written[i], err = w.insertCapture(c); err != nil {
 				return err
 			}
-			if !c.Redelivered {
-				last = max(last, c.Seq)
+			if !written[i].Redelivered {
+				last = max(last, written[i].Seq)
 			}
 		}
 		for _, c := range updates {
@@ -135,12 +146,12 @@ func (db *AgentStore) WriteCaptures(ctx context.Context, inserts, updates []*Cap
 		}
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if db.index != nil && last > 0 {
 		db.index.saved(last)
 	}
-	return nil
+	return written, nil
 }
 
 // The writer's statements, prepared once on the write connection.
@@ -173,44 +184,43 @@ func nmicros(t time.Time) driver.Value {
 	return t.UnixMicro()
 }
 
-func (w *rawConn) insertCapture(c *Capture) error {
+func (w *rawConn) insertCapture(c *Capture) (Written, error) {
+	out := Written{ID: c.ID, DuplicateOf: c.DuplicateOf}
 	if c.RelayID != "" && c.Queued {
 		// Only a queued request is ever sent again (our ack was lost).
-		var seq int64
-		var id string
-		ok, err := w.queryRow(qSelRelay, []driver.Value{c.RelayID}, &seq, &id)
+		ok, err := w.queryRow(qSelRelay, []driver.Value{c.RelayID}, &out.Seq, &out.ID)
 		if err != nil {
-			return fmt.Errorf("storage: look up relay id: %w", err)
+			return out, fmt.Errorf("storage: look up relay id: %w", err)
 		}
 		if ok {
-			c.Seq, c.ID, c.Redelivered = seq, id, true
-			return nil
+			out.Redelivered = true
+			return out, nil
 		}
 	}
-	if c.DeliveryID != "" && c.DuplicateOf == "" {
-		if _, err := w.queryRow(qSelDup, []driver.Value{c.DeliveryID}, &c.DuplicateOf); err != nil {
-			return fmt.Errorf("storage: look up delivery id: %w", err)
+	if c.DeliveryID != "" && out.DuplicateOf == "" {
+		if _, err := w.queryRow(qSelDup, []driver.Value{c.DeliveryID}, &out.DuplicateOf); err != nil {
+			return out, fmt.Errorf("storage: look up delivery id: %w", err)
 		}
 	}
-	if c.Status == "" {
-		c.Status = StatusPending
+	status, maxAttempts, headers, body := c.Status, c.MaxAttempts, c.RequestHeaders, c.Body
+	if status == "" {
+		status = StatusPending
 	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 1
+	if maxAttempts == 0 {
+		maxAttempts = 1
 	}
-	if c.RequestHeaders == "" {
-		c.RequestHeaders = "[]"
+	if headers == "" {
+		headers = "[]"
 	}
-	if c.Body == nil {
-		c.Body = []byte{}
+	if body == nil {
+		body = []byte{}
 	}
-	c.Size = len(c.Body)
-	stored, file, offset := c.Body, driver.Value(nil), driver.Value(nil)
-	if KeptApart(len(c.Body)) && w.bodies != nil {
+	stored, file, offset := body, driver.Value(nil), driver.Value(nil)
+	if KeptApart(len(body)) && w.bodies != nil {
 		if c.bodyFile == "" { // not staged
-			name, off, err := w.bodies.append(c.Body)
+			name, off, err := w.bodies.append(body)
 			if err != nil {
-				return err
+				return out, err
 			}
 			c.bodyFile, c.bodyOffset = name, off
 		}
@@ -218,16 +228,16 @@ func (w *rawConn) insertCapture(c *Capture) error {
 	}
 	seq, err := w.exec(qInsert,
 		c.ID, nstr(c.RelayID), c.Source, c.CreatedAt.UnixMicro(), nmicros(c.ArrivedAt), c.Queued, c.Method, c.Path, c.Query,
-		c.RequestHeaders, int64(len(c.Body)), c.Target, nstr(c.Event), nstr(c.CallID), nstr(c.DeliveryID), nstr(c.OccurredAt),
-		nstr(c.DuplicateOf), nstr(c.ReplayOf), c.Status, int64(c.MaxAttempts))
+		headers, int64(len(body)), c.Target, nstr(c.Event), nstr(c.CallID), nstr(c.DeliveryID), nstr(c.OccurredAt),
+		nstr(out.DuplicateOf), nstr(c.ReplayOf), status, int64(maxAttempts))
 	if err != nil {
-		return fmt.Errorf("storage: insert capture: %w", err)
+		return out, fmt.Errorf("storage: insert capture: %w", err)
 	}
-	c.Seq = seq
+	out.Seq = seq
 	if _, err := w.exec(qBodyIns, seq, stored, file, offset); err != nil {
-		return fmt.Errorf("storage: insert capture body: %w", err)
+		return out, fmt.Errorf("storage: insert capture body: %w", err)
 	}
-	return nil
+	return out, nil
 }
 
 // indexable reports whether a body goes into the full-text index.

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -28,6 +29,19 @@ func answeredCapture(c *Capture) *Capture {
 	return &u
 }
 
+// saveCaptures writes cs in one commit and sets on each what the store
+// assigned to it, as the agent does.
+func saveCaptures(t testing.TB, db *AgentStore, cs ...*Capture) {
+	t.Helper()
+	written, err := db.WriteCaptures(context.Background(), cs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range written {
+		cs[i].Seq, cs[i].ID, cs[i].DuplicateOf = w.Seq, w.ID, w.DuplicateOf
+	}
+}
+
 // binaryBody is not UTF-8: it is kept byte-exact but not indexed.
 var binaryBody = []byte{0xff, 0xfe, 0x00, 0x01, 'D', 'e', 'n', 'v', 'e', 'r', 0x80}
 
@@ -37,13 +51,11 @@ func TestWriteCapturesRoundTrip(t *testing.T) {
 	a := testCapture(1, []byte(`{"city":"Denver","lead_id":"L-123"}`))
 	b := testCapture(2, binaryBody)
 	c := testCapture(3, nil)
-	if err := db.WriteCaptures(ctx, []*Capture{a, b, c}, nil); err != nil {
-		t.Fatal(err)
-	}
+	saveCaptures(t, db, a, b, c)
 	if a.Seq == 0 || b.Seq != a.Seq+1 || c.Seq != b.Seq+1 {
 		t.Fatalf("seqs %d %d %d", a.Seq, b.Seq, c.Seq)
 	}
-	if err := db.WriteCaptures(ctx, nil, []*Capture{answeredCapture(a)}); err != nil {
+	if _, err := db.WriteCaptures(ctx, nil, []*Capture{answeredCapture(a)}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := db.Capture(ctx, a.ID)
@@ -84,23 +96,35 @@ func TestWriteCapturesRoundTrip(t *testing.T) {
 	}
 }
 
+// A queued request the relay sends again is recognised by its relay id:
+// WriteCaptures reports the first copy's id and place and inserts nothing,
+// and leaves the captures it was given untouched.
 func TestWriteCapturesRedeliveredQueued(t *testing.T) {
 	ctx := context.Background()
 	db := openAgentDB(t)
 	first := testCapture(1, []byte("a"))
 	first.RelayID, first.Queued = "r-1", true
-	if err := db.WriteCaptures(ctx, []*Capture{first}, nil); err != nil {
+	w1, err := db.WriteCaptures(ctx, []*Capture{first}, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	again := testCapture(2, []byte("a"))
 	again.RelayID, again.Queued = "r-1", true
 	live := testCapture(3, []byte("b"))
 	live.RelayID = "r-2"
-	if err := db.WriteCaptures(ctx, []*Capture{again, live}, nil); err != nil {
+	before := []Capture{*again, *live}
+	w2, err := db.WriteCaptures(ctx, []*Capture{again, live}, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !again.Redelivered || again.ID != first.ID || again.Seq != first.Seq || live.Redelivered {
-		t.Fatalf("redelivery: %+v %+v", again, live)
+	if len(w1) != 1 || w1[0].Redelivered || w1[0].ID != first.ID || w1[0].Seq == 0 {
+		t.Fatalf("first write: %+v", w1)
+	}
+	if len(w2) != 2 || !w2[0].Redelivered || w2[0].ID != first.ID || w2[0].Seq != w1[0].Seq || w2[1].Redelivered || w2[1].ID != live.ID {
+		t.Fatalf("redelivery: %+v, first %+v", w2, w1)
+	}
+	if !reflect.DeepEqual([]Capture{*again, *live}, before) {
+		t.Errorf("WriteCaptures changed the captures it was given")
 	}
 	if _, n, err := db.Captures(ctx, CaptureFilter{Page: Page{Limit: 10}}); err != nil || n != 2 {
 		t.Fatalf("%d captures, %v", n, err)
@@ -117,14 +141,14 @@ func TestWriteCapturesRollsBack(t *testing.T) {
 	db := openAgentDB(t)
 	a := testCapture(1, []byte("first"))
 	dup := testCapture(1, []byte("same id"))
-	if err := db.WriteCaptures(ctx, []*Capture{a, dup}, nil); err == nil {
+	if _, err := db.WriteCaptures(ctx, []*Capture{a, dup}, nil); err == nil {
 		t.Fatal("a duplicate id was saved")
 	}
 	if _, n, err := db.Captures(ctx, CaptureFilter{Page: Page{Limit: 10}}); err != nil || n != 0 {
 		t.Fatalf("%d captures after a failed batch, %v", n, err)
 	}
 	b := testCapture(2, []byte("second"))
-	if err := db.WriteCaptures(ctx, []*Capture{b}, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, []*Capture{b}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Capture(ctx, b.ID); err != nil {
@@ -185,9 +209,7 @@ func TestMigrateBodiesApart(t *testing.T) {
 	}
 	// New captures go on after the migrated ones.
 	c := testCapture(9, []byte("new"))
-	if err := db.WriteCaptures(ctx, []*Capture{c}, nil); err != nil {
-		t.Fatal(err)
-	}
+	saveCaptures(t, db, c)
 	if c.Seq != 4 {
 		t.Fatalf("new capture got seq %d", c.Seq)
 	}

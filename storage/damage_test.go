@@ -30,7 +30,7 @@ func savedStore(t *testing.T, dir string, n int) string {
 		batch = append(batch, testCapture(i, []byte(body)))
 	}
 	batch[0].Body = bytes.Repeat([]byte("Denver "), fileBodyMin/7+1)
-	if err := db.WriteCaptures(ctx, batch, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, batch, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.CatchUpSearch(ctx); err != nil {
@@ -109,7 +109,7 @@ func TestOpenAcceptsNewStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{}`))}, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{}`))}, nil); err != nil {
 		t.Fatal(err)
 	}
 

@@ -25,7 +25,7 @@ func searchStore(t *testing.T) *AgentStore {
 		}
 		batch = append(batch, c)
 	}
-	if err := db.WriteCaptures(ctx, batch, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, batch, nil); err != nil {
 		t.Fatal(err)
 	}
 	return db

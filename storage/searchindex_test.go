@@ -41,7 +41,7 @@ func TestSearchSeesCapturesNotYetIndexed(t *testing.T) {
 	for i := range 10 {
 		cs = append(cs, testCapture(i, fmt.Appendf(nil, `{"city":"Denver","lead_id":"L-%d"}`, i)))
 	}
-	if err := db.WriteCaptures(ctx, cs, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, cs, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := db.SearchBacklog(); n != 10 {
@@ -54,7 +54,7 @@ func TestSearchSeesCapturesNotYetIndexed(t *testing.T) {
 		t.Errorf("a search leaves a backlog of %d", n)
 	}
 	more := testCapture(10, []byte(`{"city":"Boston"}`))
-	if err := db.WriteCaptures(ctx, []*Capture{more}, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, []*Capture{more}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if left, err := db.IndexSearch(ctx, 100); err != nil || left != 0 {
@@ -72,7 +72,7 @@ func TestSearchSeesCapturesNotYetIndexed(t *testing.T) {
 func TestSearchIndexedWhenIdle(t *testing.T) {
 	ctx := context.Background()
 	db := openAgentDB(t)
-	if err := db.WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{"city":"Austin"}`))}, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{"city":"Austin"}`))}, nil); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.After(10 * time.Second)
@@ -137,12 +137,13 @@ func TestSearchBacklogIsBounded(t *testing.T) {
 	for i := range searchLead + 100 {
 		first = append(first, testCapture(i, []byte(`{"city":"Austin"}`)))
 	}
-	if err := db.WriteCaptures(ctx, first, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, first, nil); err != nil {
 		t.Fatal(err)
 	}
 	wrote := make(chan error, 1)
 	go func() {
-		wrote <- db.WriteCaptures(ctx, []*Capture{testCapture(searchLead+100, []byte(`{"city":"Austin"}`))}, nil)
+		_, err := db.WriteCaptures(ctx, []*Capture{testCapture(searchLead+100, []byte(`{"city":"Austin"}`))}, nil)
+		wrote <- err
 	}()
 	unlock() // the indexer goes on
 	if err := <-wrote; err != nil {
@@ -165,7 +166,7 @@ func TestSearchBacklogSurvivesReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{"city":"Seattle"}`))}, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{"city":"Seattle"}`))}, nil); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -190,7 +191,7 @@ func TestSearchIndexWithTwoWriters(t *testing.T) {
 	a.SetSearchBacklogMax(3)
 	write := func(db *AgentStore, n int) {
 		t.Helper()
-		if err := db.WriteCaptures(ctx, []*Capture{testCapture(n, fmt.Appendf(nil, `{"city":"Chicago","n":"N%d"}`, n))}, nil); err != nil {
+		if _, err := db.WriteCaptures(ctx, []*Capture{testCapture(n, fmt.Appendf(nil, `{"city":"Chicago","n":"N%d"}`, n))}, nil); err != nil {
 			t.Fatalf("capture %d: %v", n, err)
 		}
 	}
@@ -220,9 +221,7 @@ func TestSearchBacklogEndsPastAMissingBody(t *testing.T) {
 	ctx := context.Background()
 	db := openAgentDB(t)
 	a, b := testCapture(1, []byte(`{"city":"Austin"}`)), testCapture(2, []byte(`{"city":"Austin"}`))
-	if err := db.WriteCaptures(ctx, []*Capture{a, b}, nil); err != nil {
-		t.Fatal(err)
-	}
+	saveCaptures(t, db, a, b)
 	if _, err := db.write.ExecContext(ctx, `DELETE FROM capture_bodies WHERE seq = ?`, b.Seq); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +247,7 @@ func TestSearchIndexRebuilt(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		if err := db.WriteCaptures(ctx, []*Capture{testCapture(1, []byte(body))}, nil); err != nil {
+		if _, err := db.WriteCaptures(ctx, []*Capture{testCapture(1, []byte(body))}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if left, err := db.IndexSearch(ctx, 10); err != nil || left != 0 {
@@ -310,7 +309,7 @@ func TestSearchBacklogDoesNotStopWrites(t *testing.T) {
 			batch = append(batch, testCapture(n, []byte(`{"city":"Denver"}`)))
 			n++
 		}
-		if err := db.WriteCaptures(ctx, batch, nil); err != nil {
+		if _, err := db.WriteCaptures(ctx, batch, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -318,7 +317,7 @@ func TestSearchBacklogDoesNotStopWrites(t *testing.T) {
 	db.SetSearchBacklogMax(0) // 3 leads behind
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := db.WriteCaptures(wctx, []*Capture{testCapture(n, []byte(`{"city":"Denver"}`))}, nil); err != nil {
+	if _, err := db.WriteCaptures(wctx, []*Capture{testCapture(n, []byte(`{"city":"Denver"}`))}, nil); err != nil {
 		t.Fatalf("a write behind a backlog it did not make: %v", err)
 	}
 	unlock()

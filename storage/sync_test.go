@@ -34,7 +34,7 @@ func TestSyncModeOfWriter(t *testing.T) {
 			}
 			if schema == SchemaAgent {
 				// The capture writer's own connection.
-				if err := (&AgentStore{db}).WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{}`))}, nil); err != nil {
+				if _, err := (&AgentStore{db}).WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{}`))}, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -88,7 +88,7 @@ func TestSegmentsSyncedBeforeCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := db.WriteCaptures(ctx, []*Capture{c}, nil); err != nil {
+		if _, err := db.WriteCaptures(ctx, []*Capture{c}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if c.bodyFile == "" {
@@ -100,7 +100,7 @@ func TestSegmentsSyncedBeforeCommit(t *testing.T) {
 		}
 		// A commit that names no new body syncs nothing again.
 		clear(got)
-		if err := db.WriteCaptures(ctx, []*Capture{testCapture(2, []byte(`{}`))}, nil); err != nil {
+		if _, err := db.WriteCaptures(ctx, []*Capture{testCapture(2, []byte(`{}`))}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got := synced(); len(got) != 0 {
@@ -115,7 +115,7 @@ func TestSegmentsSyncedBeforeCommit(t *testing.T) {
 	defer db.Close()
 	c := testCapture(1, big)
 	synced := watchSyncs(t, db, c.ID)
-	if err := db.WriteCaptures(ctx, []*Capture{c}, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, []*Capture{c}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := synced(); len(got) != 0 {

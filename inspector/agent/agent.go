@@ -58,7 +58,7 @@ type Config struct {
 	// writeCaptures replaces Store.WriteCaptures in writeLoop; nil uses it.
 	// Only tests set it (export_test.go), to make commits fail the way a
 	// full disk does without needing one.
-	writeCaptures func(ctx context.Context, inserts, updates []*storage.Capture) error
+	writeCaptures func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error)
 }
 
 // Event is what the agent tells whoever shows its work as it happens (the

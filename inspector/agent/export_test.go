@@ -8,6 +8,6 @@ import (
 
 // SetWriteCaptures makes the agent built from c commit its captures through
 // f, which may fail a commit the way a full disk does.
-func SetWriteCaptures(c *Config, f func(ctx context.Context, inserts, updates []*storage.Capture) error) {
+func SetWriteCaptures(c *Config, f func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error)) {
 	c.writeCaptures = f
 }

@@ -40,7 +40,7 @@ func TestRunWaitsForItsWork(t *testing.T) {
 	ran := make(chan struct{})
 	go func() { a.Run(runCtx); close(ran) }()
 	orig := a.newCapture(SourceTunnel, "POST", "/calls", nil, []byte("{}"))
-	if err := db.WriteCaptures(ctx, []*storage.Capture{orig}, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, []*storage.Capture{orig}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Replay(ctx, ReplayOptions{ID: orig.ID, Retry: "service"}); err != nil {

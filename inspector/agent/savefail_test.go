@@ -42,7 +42,7 @@ func (d *fullDisk) refused() (commits, updates int) {
 // install routes the agent's commits through d.
 func (d *fullDisk) install(c *agent.Config) {
 	store := c.Store
-	agent.SetWriteCaptures(c, func(ctx context.Context, inserts, updates []*storage.Capture) error {
+	agent.SetWriteCaptures(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
 		d.mu.Lock()
 		for _, c := range inserts {
 			var b struct{ Seq int }
@@ -55,7 +55,7 @@ func (d *fullDisk) install(c *agent.Config) {
 			d.failed++
 			d.updates += len(updates)
 			d.mu.Unlock()
-			return fmt.Errorf("storage: insert capture: %w", syscall.ENOSPC)
+			return nil, fmt.Errorf("storage: insert capture: %w", syscall.ENOSPC)
 		}
 		d.mu.Unlock()
 		return store.WriteCaptures(ctx, inserts, updates)

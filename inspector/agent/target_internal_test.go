@@ -70,7 +70,7 @@ func TestReplayRefusesDotSegmentPath(t *testing.T) {
 	go func() { a.Run(runCtx); close(ran) }()
 	defer func() { cancel(); <-ran }()
 	orig := a.newCapture(SourceTunnel, "POST", "/calls", nil, []byte("{}"))
-	if err := db.WriteCaptures(ctx, []*storage.Capture{orig}, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, []*storage.Capture{orig}, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"/../admin", "/%2e%2e/admin?x=1"} {

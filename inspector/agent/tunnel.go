@@ -41,16 +41,16 @@ func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 		s.Release() // the body is read back from the store
 		t.id, t.err = c.ID, err
 		// The relay sent it again because our ack was lost: the first
-		// copy has its turn. (A save tried again may find its own first
-		// try, committed after all: that one keeps its id.)
-		t.skip = c.Redelivered && c.ID != id
+		// copy (whose id the store gave back) has its turn. A save tried
+		// again may find its own first try, committed after all: that one
+		// keeps its id, and its turn.
+		t.skip = c.ID != id
 		close(t.saved)
 	}})
 }
 
 // serveLive saves and forwards a live request side by side; see ServeTunnel.
 func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
-	out := *c // what the forward reads: writeLoop owns c until its commit
 	// The commit's outcome: nil if it failed, else the timer of the ack
 	// the relay needs only if the handler is slow to answer (the response
 	// of a live request tells the relay it was saved).
@@ -66,7 +66,7 @@ func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
 	// outcome is known: writeLoop, or Run's stop, tells every queued write.
 	started := a.start(func() {
 		defer s.Release()
-		res := a.send(context.Background(), &out, h, s.Limits())
+		res := a.send(context.Background(), c, h, s.Limits())
 		ack := <-saved
 		if ack == nil {
 			// The handler may have seen it; the sender, told it failed,
@@ -131,7 +131,6 @@ type turn struct {
 	// A live request only (s != nil).
 	s         *relay.Stream
 	c         *storage.Capture // writeLoop's until saved
-	out       storage.Capture  // what the forward reads
 	h         relay.Header
 	arrivedAt time.Time
 	state     atomic.Int32  // turnWaiting, then turnSending (turnLoop) or turnDeferred (the timer)
@@ -168,7 +167,7 @@ func (a *Agent) addTurn(t *turn) {
 // timeout: then the agent answers "queued" (the sender gets 202) and
 // delivers it later, in its turn, like a queued request.
 func (a *Agent) serveInTurn(c *storage.Capture, req *relay.Request, s *relay.Stream) {
-	t := &turn{saved: make(chan struct{}), s: s, c: c, out: *c, h: req.Header,
+	t := &turn{saved: make(chan struct{}), s: s, c: c, h: req.Header,
 		arrivedAt: time.UnixMicro(req.ArrivedAt).UTC(), answered: make(chan struct{})}
 	if ft := s.ForwardTimeout(); ft > 0 {
 		t.timer = time.AfterFunc(ft-deferMargin(ft), func() {
@@ -293,7 +292,7 @@ func (a *Agent) sendLive(ctx context.Context, t *turn) {
 		}
 	default:
 	}
-	res := a.send(context.Background(), &t.out, t.h, t.s.Limits())
+	res := a.send(context.Background(), t.c, t.h, t.s.Limits())
 	select {
 	case <-t.saved:
 	case <-ctx.Done():

@@ -100,7 +100,7 @@ func (a *Agent) writeLoop(ctx context.Context) {
 				updates = append(updates, op.update)
 			}
 		}
-		err := a.cfg.writeCaptures(context.WithoutCancel(ctx), inserts, updates)
+		written, err := a.cfg.writeCaptures(context.WithoutCancel(ctx), inserts, updates)
 		if err != nil {
 			for _, op := range batch {
 				if op.keep {
@@ -127,7 +127,19 @@ func (a *Agent) writeLoop(ctx context.Context) {
 			}
 			relay.AckAll(acks)
 		}
+		nth := 0 // the insert's index in written
 		for _, op := range batch {
+			redelivered := false
+			if op.insert != nil {
+				if err == nil {
+					// The store assigned these: the capture is writeLoop's
+					// until its op's after runs.
+					w := written[nth]
+					op.insert.Seq, op.insert.ID, op.insert.DuplicateOf = w.Seq, w.ID, w.DuplicateOf
+					redelivered = w.Redelivered
+				}
+				nth++
+			}
 			if err != nil && op.keep {
 				continue // in kept
 			}
@@ -135,12 +147,10 @@ func (a *Agent) writeLoop(ctx context.Context) {
 			if c == nil {
 				c = op.update
 			}
-			if err == nil && c != nil {
-				if !c.Redelivered {
-					a.publish(Event{Capture: c})
-					if op.insert != nil && a.media != nil {
-						a.media.SaveCapture(c) // returns at once
-					}
+			if err == nil && c != nil && !redelivered {
+				a.publish(Event{Capture: c})
+				if op.insert != nil && a.media != nil {
+					a.media.SaveCapture(c) // returns at once
 				}
 			}
 			if op.after != nil {

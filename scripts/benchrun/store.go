@@ -180,7 +180,7 @@ func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 						upd = append(upd, answered(c))
 					}
 				}
-				if err := db.WriteCaptures(ctx, ins, upd); err != nil {
+				if _, err := db.WriteCaptures(ctx, ins, upd); err != nil {
 					return err
 				}
 				prev = ins
@@ -317,7 +317,7 @@ func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (stri
 	t0 := time.Now()
 	n := 0
 	for b := range batches {
-		if err := db.WriteCaptures(ctx, b, nil); err != nil {
+		if _, err := db.WriteCaptures(ctx, b, nil); err != nil {
 			db.Close()
 			return "", err
 		}
