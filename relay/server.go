@@ -394,7 +394,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// errorStatus writes an error envelope and counts it.
+// fail writes an error envelope and counts it.
 func (s *Server) fail(w http.ResponseWriter, e *api.Error) {
 	s.metrics.countStatus(e.Status)
 	api.WriteError(w, e)

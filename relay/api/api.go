@@ -66,10 +66,12 @@ func Errorf(status int, code, format string, args ...any) *Error {
 	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// Common errors.
+// NotFound is the error for a missing what (404 not_found).
 func NotFound(what string) *Error {
 	return Errorf(http.StatusNotFound, CodeNotFound, "%s not found", what)
 }
+
+// Invalid is the error for a bad request (400 invalid_request).
 func Invalid(format string, args ...any) *Error {
 	return Errorf(http.StatusBadRequest, CodeInvalid, format, args...)
 }
