@@ -119,7 +119,10 @@ type AgentStore struct{ *core }
 
 // RelayStore is the relay's database: tokens, settings and the offline
 // queue (calltap relay, and dev's local relay).
-type RelayStore struct{ *core }
+type RelayStore struct {
+	*core
+	enqueues groupCommit[*QueuedRequest]
+}
 
 // ServiceStore is the voice service emulator's database (calltap
 // mock-service).
@@ -140,7 +143,7 @@ func OpenRelay(ctx context.Context, path string, opts ...Option) (*RelayStore, e
 	if err != nil {
 		return nil, err
 	}
-	return &RelayStore{c}, nil
+	return &RelayStore{core: c}, nil
 }
 
 // OpenService opens (creating if needed) the emulator's database at path.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -189,16 +190,95 @@ type QueueStats struct {
 	Bytes int64
 }
 
-// Enqueue appends r to its tunnel's queue.
+// Enqueue appends r to its tunnel's queue and returns once it is committed.
+// Calls that arrive while a commit runs share the next one: with every
+// commit synced (SyncFull), a burst of senders pays for one sync, not one
+// each. A failed commit fails every request in it, none of which has been
+// acknowledged to its sender.
 func (db *RelayStore) Enqueue(ctx context.Context, r *QueuedRequest) (err error) {
 	defer db.explain(&err)
-	res, err := db.write.ExecContext(ctx, `INSERT INTO queue (id, tunnel_id, arrived_at, method, uri, headers, body, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.ID, r.TunnelID, r.ArrivedAt, r.Method, r.URI, r.Headers, r.Body, len(r.Body)+len(r.Headers)+len(r.URI))
+	return db.enqueues.do(r, func(batch []*QueuedRequest) error { return db.enqueue(context.WithoutCancel(ctx), batch) })
+}
+
+func (db *RelayStore) enqueue(ctx context.Context, batch []*QueuedRequest) error {
+	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	r.Seq, err = res.LastInsertId()
-	return err
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO queue (id, tunnel_id, arrived_at, method, uri, headers, body, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	seqs := make([]int64, len(batch))
+	for i, r := range batch {
+		res, err := stmt.ExecContext(ctx, r.ID, r.TunnelID, r.ArrivedAt, r.Method, r.URI, r.Headers, r.Body, len(r.Body)+len(r.Headers)+len(r.URI))
+		if err != nil {
+			return err
+		}
+		if seqs[i], err = res.LastInsertId(); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	for i, r := range batch {
+		r.Seq = seqs[i]
+	}
+	return nil
+}
+
+// groupCommit lets concurrent callers share one commit. One caller at a
+// time leads: it commits everything waiting, in arrival order, then hands
+// the lead to the first caller that came meanwhile, and returns. The others
+// wait for the commit that took theirs. No goroutine of its own.
+type groupCommit[T any] struct {
+	mu      sync.Mutex
+	pending []groupItem[T] // guarded by mu
+	leading bool           // guarded by mu: a caller leads
+}
+
+type groupItem[T any] struct {
+	v    T
+	done chan error // buffered: a send never waits
+}
+
+// errLead tells a waiting caller that it leads now.
+var errLead = errors.New("storage: lead the next commit")
+
+func (g *groupCommit[T]) do(v T, commit func([]T) error) error {
+	it := groupItem[T]{v: v, done: make(chan error, 1)}
+	g.mu.Lock()
+	g.pending = append(g.pending, it)
+	if g.leading {
+		g.mu.Unlock()
+		if err := <-it.done; err != errLead {
+			return err
+		}
+		g.mu.Lock()
+	}
+	g.leading = true
+	batch := g.pending
+	g.pending = nil
+	g.mu.Unlock()
+	vs := make([]T, len(batch))
+	for i, b := range batch {
+		vs[i] = b.v
+	}
+	err := commit(vs)
+	for _, b := range batch {
+		b.done <- err
+	}
+	g.mu.Lock()
+	if len(g.pending) > 0 {
+		g.pending[0].done <- errLead
+	} else {
+		g.leading = false
+	}
+	g.mu.Unlock()
+	return <-it.done
 }
 
 // QueuedAfter returns up to limit requests of tunnelID with seq > after, in order.
