@@ -370,23 +370,16 @@ func TestNewRequestsDuringDrainKeepArrivalOrder(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // a handler's work, not a wait for readiness
 		w.WriteHeader(http.StatusCreated)
 	})
+	var openOnce sync.Once
+	open := func() { openOnce.Do(func() { close(handedOver) }) }
+	t.Cleanup(open) // a failed wait must not leave the handler blocked
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
 	st.StopAgent()
 	const queued, fresh = 100, 20
 	queueWhileAway(t, st, queued)
 	st.StartAgent()
-	go func() {
-		defer close(handedOver)
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			stats, err := st.RelayDB.QueueStatsByTunnel(context.Background())
-			if err == nil && stats[st.TunnelID].Count == 0 {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
 	relayQueueEmpty(t, st)
+	open()
 	// From here on the relay sends each new request live, while the agent
 	// is still delivering the queue to the handler.
 	if len(rec.all()) >= queued {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/calltap/calltap/relay/polltest"
 )
 
 // Callers that arrive while a commit runs share the next one, in the order
@@ -35,19 +37,11 @@ func TestGroupCommitSharesCommits(t *testing.T) {
 	wg.Go(func() { errs[0] = g.do(0, commit) })
 	waitPending := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		polltest.Until(t, 5*time.Second, func() bool {
 			g.mu.Lock()
-			got := len(g.pending)
-			g.mu.Unlock()
-			if got == n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d callers waiting, want %d", got, n)
-			}
-			time.Sleep(time.Millisecond)
-		}
+			defer g.mu.Unlock()
+			return len(g.pending) == n
+		}, fmt.Sprintf("%d callers never waited together", n))
 	}
 	<-entered // the first leads, with nothing else waiting
 	for i := 1; i < 6; i++ {

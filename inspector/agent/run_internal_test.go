@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
 	"go.uber.org/goleak"
 )
@@ -46,13 +47,7 @@ func TestRunWaitsForItsWork(t *testing.T) {
 	if _, err := a.Replay(ctx, ReplayOptions{ID: orig.ID, Retry: "service"}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for tries.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the replay's first try never came")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	polltest.Until(t, 10*time.Second, func() bool { return tries.Load() > 0 }, "the replay's first try never came")
 	cancel()
 	select {
 	case <-ran:
