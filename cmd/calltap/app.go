@@ -18,8 +18,8 @@ import (
 	"github.com/calltap/calltap/web"
 )
 
-// runApp opens, runs and closes app, the one shape of every long-running
-// command; an error is printed as the command's one line and exit 1.
+// runApp opens, runs and closes app (dev and listen run an agentApp); an
+// error is printed as the command's one line and exit 1.
 func runApp(ctx context.Context, stdio Stdio, name string, app interface {
 	Open(context.Context) error
 	Run(context.Context) error
