@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -177,5 +179,87 @@ func TestInterruptDuringStreamLosesNothing(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// SIGINT while calls are being dispatched ends mock-service within its
+// grace period; every call it accepted is in its log when it starts again.
+func TestInterruptMockServiceLosesNothing(t *testing.T) {
+	h := httptest.NewServer(&counter{})
+	defer h.Close()
+	dir, addr := t.TempDir(), freeAddr(t)
+	args := []string{"mock-service", "--listen", addr, "--api-key", "test_key=webhooks:read,webhooks:write", "--allow-http-webhooks",
+		"--time-scale", "0.001", "--data", dir, "--quiet"}
+	svc := start(t, args...)
+	base := "http://" + addr + "/api/v1/ext"
+	call := func(method, path, body string) (int, []byte) {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer test_key")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	polltest.Until(t, 15*time.Second, func() bool { code, _ := call("GET", "/webhooks/", ""); return code == http.StatusOK }, "mock-service did not come up")
+
+	var (
+		mu       sync.Mutex
+		accepted []string
+		wg       sync.WaitGroup
+		stop     = make(chan struct{})
+	)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				code, b := call("POST", "/calls/dispatch/", `{"to_number":"+14155550123","event_webhook_url":"`+h.URL+`/hook"}`)
+				if code == 0 {
+					return // the service is gone
+				}
+				var out struct {
+					Data struct {
+						CallID string `json:"call_id"`
+					} `json:"data"`
+				}
+				if code >= 200 && code < 300 && json.Unmarshal(b, &out) == nil && out.Data.CallID != "" {
+					mu.Lock()
+					accepted = append(accepted, out.Data.CallID)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	polltest.Until(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(accepted) >= 20
+	}, "no calls were dispatched")
+	svc.cmd.Process.Signal(syscall.SIGINT)
+	if code := exitWithin(t, svc, httpGrace+5*time.Second, "mock-service after SIGINT"); code != 0 {
+		t.Errorf("exit status %d after SIGINT, want 0", code)
+	}
+	close(stop)
+	wg.Wait()
+
+	start(t, args...)
+	polltest.Until(t, 15*time.Second, func() bool { code, _ := call("GET", "/webhooks/", ""); return code == http.StatusOK }, "mock-service did not come back")
+	for _, id := range accepted {
+		code, b := call("GET", "/webhooks/?call_id="+id, "")
+		var page struct {
+			Data struct {
+				Count int `json:"count"`
+			} `json:"data"`
+		}
+		if code != http.StatusOK || json.Unmarshal(b, &page) != nil || page.Data.Count == 0 {
+			t.Errorf("call %s was accepted before SIGINT but has no delivery after the restart: %d %s", id, code, b)
+		}
 	}
 }
