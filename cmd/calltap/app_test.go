@@ -77,8 +77,9 @@ func TestRevokingDevTokenEndsDev(t *testing.T) {
 }
 
 // SIGINT while requests stream in ends dev, and listen with its relay,
-// within their grace period; every request that got 2xx or 202 is in the
-// agent's store afterwards.
+// within their grace period; every request that got 2xx or 202 is
+// afterwards in the agent's store or, answered 202 once the agent had gone,
+// in the relay's queue.
 func TestInterruptDuringStreamLosesNothing(t *testing.T) {
 	for _, mode := range []string{"dev", "listen"} {
 		t.Run(mode, func(t *testing.T) {
@@ -173,9 +174,29 @@ func TestInterruptDuringStreamLosesNothing(t *testing.T) {
 					break
 				}
 			}
+			// What the relay answered 202 for after the agent had gone waits
+			// in the relay's queue for the agent's next start.
+			rdb, err := relayDB(context.Background(), dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rdb.Close()
+			stats, err := rdb.QueueStatsByTunnel(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for tunnel := range stats {
+				qs, err := rdb.QueuedAfter(context.Background(), tunnel, 0, 1<<20)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, q := range qs {
+					saved[string(q.Body)] = true
+				}
+			}
 			for _, b := range accepted {
 				if !saved[b] {
-					t.Errorf("%s was answered 2xx or 202 but is not in the store", b)
+					t.Errorf("%s was answered 2xx or 202 but is neither in the agent's store nor in the relay's queue", b)
 				}
 			}
 		})
