@@ -346,6 +346,7 @@ func (db *AgentStore) Capture(ctx context.Context, id string) (_ *Capture, err e
 type CaptureFilter struct {
 	Event       string
 	CallID      string
+	CallIDs     []string // any of these calls (export)
 	DeliveryID  string
 	StatusClass string // 2xx 3xx 4xx 5xx none
 	Text        string // full-text search in bodies
@@ -358,12 +359,18 @@ type CaptureFilter struct {
 }
 
 func (f *CaptureFilter) where() (string, []any) {
+	conds, args := f.condsWithText()
+	return joinWhere(conds), args
+}
+
+// condsWithText is conds and, for a text search, the match in the index.
+func (f *CaptureFilter) condsWithText() ([]string, []any) {
 	conds, args := f.conds()
 	if q := ftsQuery(f.Text); q != "" {
 		conds = append(conds, "seq IN (SELECT docid FROM search.captures_fts WHERE body MATCH ?)")
 		args = append(args, q)
 	}
-	return joinWhere(conds), args
+	return conds, args
 }
 
 func joinWhere(conds []string) string {
@@ -386,6 +393,14 @@ func (f *CaptureFilter) conds() ([]string, []any) {
 	}
 	if f.CallID != "" {
 		add("call_id = ?", f.CallID)
+	}
+	if len(f.CallIDs) > 0 {
+		marks := strings.Repeat("?, ", len(f.CallIDs))
+		ids := make([]any, len(f.CallIDs))
+		for i, id := range f.CallIDs {
+			ids[i] = id
+		}
+		add("call_id IN ("+marks[:len(marks)-2]+")", ids...)
 	}
 	if f.DeliveryID != "" {
 		add("delivery_id = ?", f.DeliveryID)
@@ -441,6 +456,37 @@ func (db *AgentStore) Captures(ctx context.Context, f CaptureFilter) (_ []*Captu
 		return db.searchCaptures(ctx, f, q)
 	}
 	return db.listCaptures(ctx, f)
+}
+
+// CapturesAfter returns up to limit captures that match f (its Page aside)
+// and come after seq after, oldest first, bodies included: a walk that
+// neither repeats nor misses a capture while new ones are saved.
+func (db *AgentStore) CapturesAfter(ctx context.Context, f CaptureFilter, after int64, limit int) (_ []*Capture, err error) {
+	defer db.explain(&err)
+	if f.Text != "" {
+		if err := db.CatchUpSearch(ctx); err != nil {
+			return nil, err
+		}
+	}
+	conds, args := f.condsWithText()
+	conds = append(conds, "seq > ?")
+	args = append(args, after, limit)
+	rows, err := db.read.QueryContext(ctx, `SELECT `+captureColumns+` FROM captures`+joinWhere(conds)+` ORDER BY seq LIMIT ?`, args...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := scanCaptures(rows, limit)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range out {
+		full, err := db.Capture(ctx, c.ID)
+		if err != nil {
+			return nil, err
+		}
+		*c = *full
+	}
+	return out, nil
 }
 
 // listCaptures is Captures without the shortcuts of searchCaptures.

@@ -27,6 +27,7 @@ const (
 	SourceReplay   = "replay"
 	SourceBackfill = "backfill"
 	SourceTrigger  = "trigger"
+	SourceImport   = "import" // loaded from an export (calltap import)
 )
 
 // Config configures an Agent.

@@ -29,7 +29,7 @@ func (a *Agent) newCapture(source, method, uri string, h relay.Header, body []by
 		MaxAttempts:    1,
 		Duration:       -1,
 	}
-	indexCapture(c)
+	IndexCapture(c)
 	if a.forwardTo != nil {
 		if c.Target = joinTarget(a.forwardTo, path, query); c.Target == "" {
 			c.Error = errOutsideBase

@@ -5,9 +5,9 @@ import (
 	"github.com/calltap/calltap/storage"
 )
 
-// indexCapture fills the call-event columns of c from its body, so captures
+// IndexCapture fills the call-event columns of c from its body, so captures
 // list and group by event, call and delivery without parsing bodies again.
-func indexCapture(c *storage.Capture) {
+func IndexCapture(c *storage.Capture) {
 	ix, ok := callevent.Index(c.Body)
 	if !ok {
 		return

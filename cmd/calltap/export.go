@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/storage"
+)
+
+func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
+	fs := newFlagSet("export", "calltap export [--call-id ID]… [--event KIND] [--since 2h] [--q TEXT] [-o FILE] [--data DIR]",
+		"Write captures byte-exact as JSON Lines, oldest first: a first line naming the format and its version, then one\ncapture a line as the inspector's API details it. Without -o, to standard output.")
+	var (
+		dataDir = fs.String("data", defaultDataDir(), "data directory")
+		callIDs stringList
+		event   = fs.String("event", "", "only this event kind, e.g. call.ended")
+		since   = fs.Duration("since", 0, "only captures of the last d, e.g. 2h")
+		text    = fs.String("q", "", "full-text search in bodies")
+		out     = fs.String("o", "", "file to write (written whole or not at all)")
+	)
+	fs.Var(&callIDs, "call-id", "only this call (repeatable)")
+	if ok, code := parseFlags(fs, args, stdio); !ok {
+		return code
+	}
+	if len(fs.args) > 0 {
+		return usageError(stdio, "export", "unexpected argument %q", fs.args[0])
+	}
+	if *since < 0 {
+		return usageError(stdio, "export", "--since must be positive")
+	}
+	f := storage.CaptureFilter{Event: *event, CallIDs: callIDs, Text: *text}
+	if *since > 0 {
+		f.Since = time.Now().Add(-*since)
+	}
+	db, err := agentDB(ctx, *dataDir)
+	if err != nil {
+		return fail(stdio, "export", err)
+	}
+	defer db.Close()
+	// An unknown call or an empty selection is said before anything is
+	// written.
+	for _, id := range callIDs {
+		if _, n, err := db.Captures(ctx, storage.CaptureFilter{CallID: id, Page: storage.Page{Limit: 1}}); err != nil {
+			return fail(stdio, "export", err)
+		} else if n == 0 {
+			return fail(stdio, "export", fmt.Errorf("no capture of call %s in %s", id, *dataDir))
+		}
+	}
+	if first, err := db.CapturesAfter(ctx, f, 0, 1); err != nil {
+		return fail(stdio, "export", err)
+	} else if len(first) == 0 {
+		return fail(stdio, "export", errors.New("no capture matches: nothing to export"))
+	}
+	w, commit := stdio.Out, func() error { return nil }
+	if *out != "" {
+		tmp, err := os.CreateTemp(filepath.Dir(*out), "."+filepath.Base(*out)+".*")
+		if err != nil {
+			return fail(stdio, "export", err)
+		}
+		defer os.Remove(tmp.Name()) // gone by then unless the export failed
+		w, commit = tmp, func() error {
+			if err := tmp.Close(); err != nil {
+				return err
+			}
+			return os.Rename(tmp.Name(), *out)
+		}
+	}
+	progress := func(n int) { fmt.Fprintf(stdio.Err, "\rexported %d captures", n) }
+	n, err := inspector.Export(ctx, db, f, w, progress)
+	fmt.Fprintln(stdio.Err)
+	if err == nil {
+		err = commit()
+	}
+	if err != nil {
+		return fail(stdio, "export", err)
+	}
+	if *out != "" {
+		fmt.Fprintf(stdio.Err, "%d captures written to %s\n", n, *out)
+	}
+	return 0
+}
+
+func cmdImport(ctx context.Context, args []string, stdio Stdio) int {
+	fs := newFlagSet("import", "calltap import FILE [--data DIR]",
+		"Load an export into the local store, byte-exact and marked as imported. Captures the store already holds (by id)\nare left as they are, so importing twice adds nothing; a file with a bad line imports nothing.")
+	dataDir := fs.String("data", defaultDataDir(), "data directory")
+	if ok, code := parseFlags(fs, args, stdio); !ok {
+		return code
+	}
+	if len(fs.args) != 1 {
+		return usageError(stdio, "import", "want one FILE, the export to load")
+	}
+	file, err := os.Open(fs.args[0])
+	if err != nil {
+		return fail(stdio, "import", err)
+	}
+	defer file.Close()
+	cs, err := inspector.ReadExport(file)
+	if err != nil {
+		return fail(stdio, "import", fmt.Errorf("%s: %w", fs.args[0], err))
+	}
+	db, err := agentDB(ctx, *dataDir)
+	if err != nil {
+		return fail(stdio, "import", err)
+	}
+	defer db.Close()
+	n, err := inspector.Import(ctx, db, cs)
+	if err != nil {
+		return fail(stdio, "import", err)
+	}
+	fmt.Fprintf(stdio.Out, "imported %d of %d captures (%d already in the store)\n", n, len(cs), len(cs)-n)
+	return 0
+}

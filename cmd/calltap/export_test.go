@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/storage"
+)
+
+// exportStore makes a data directory whose store holds two calls' events
+// (one body not UTF-8, one repeated header, answers recorded) and returns
+// it with the captures as saved.
+func exportStore(t *testing.T) (string, []*storage.Capture) {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := agentDB(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	var cs []*storage.Capture
+	for i, ev := range []string{"call.started", "call.ended", "call.started"} {
+		call := fmt.Sprintf("6f1c1c7e-2b7e-4f52-a0a4-5b0d1f7e9c0%d", i/2)
+		body := fmt.Appendf(nil, `{"id":"d-%d","event":%q,"occurred_at":"2026-11-22T10:00:0%d+00:00","call":{"call_id":%q}}`, i, ev, i, call)
+		c := &storage.Capture{ID: fmt.Sprintf("0193a1b2-0000-7000-8000-00000000000%d", i), Source: "tunnel", CreatedAt: t0.Add(time.Duration(i) * time.Second),
+			Method: "POST", Path: "/hooks/voice", Query: "a=1&a=2", RequestHeaders: `[["Content-Type","application/json"],["X-Multi","one"],["X-Multi","two"]]`,
+			Body: body, Target: "http://127.0.0.1:3000/hooks/voice?a=1&a=2", Duration: -1}
+		agent.IndexCapture(c)
+		cs = append(cs, c)
+	}
+	cs = append(cs, &storage.Capture{ID: "0193a1b2-0000-7000-8000-000000000009", Source: "tunnel", CreatedAt: t0.Add(time.Minute),
+		Method: "PUT", Path: "/bin", RequestHeaders: `[]`, Body: []byte{0xff, 0x00, 0x80, 'x'}, Duration: -1})
+	if _, err := db.WriteCaptures(context.Background(), cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	var answers []*storage.Capture
+	for _, c := range cs[:2] {
+		u := *c
+		u.Status, u.ResponseStatus, u.Attempts, u.Duration, u.DeliveredAt = storage.StatusDelivered, 201, 1, 1500*time.Microsecond, c.CreatedAt.Add(time.Millisecond)
+		u.ResponseHeaders, u.ResponseBody = `[["Content-Type","text/plain"]]`, []byte("ok\x00\xff")
+		answers = append(answers, &u)
+	}
+	if _, err := db.WriteCaptures(context.Background(), nil, answers); err != nil {
+		t.Fatal(err)
+	}
+	return dir, cs
+}
+
+// An export loaded into an empty store gives back every capture
+// byte-exact, marked as imported; a second import adds nothing.
+func TestExportImportRoundTrip(t *testing.T) {
+	src, cs := exportStore(t)
+	file := filepath.Join(t.TempDir(), "calls.jsonl")
+	if code, _, stderr := runCmd(t, "export", "--data", src, "-o", file); code != 0 {
+		t.Fatalf("export: %d %s", code, stderr)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != len(cs)+1 || !strings.Contains(lines[0], `"format":"calltap-export"`) || !strings.Contains(lines[0], `"version":1`) {
+		t.Fatalf("export of %d lines, first %s", len(lines), lines[0])
+	}
+	dst := t.TempDir()
+	code, stdout, stderr := runCmd(t, "import", file, "--data", dst)
+	if code != 0 || !strings.Contains(stdout, "imported 4 of 4") {
+		t.Fatalf("import: %d %s %s", code, stdout, stderr)
+	}
+	db, err := agentDB(context.Background(), dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, want := range cs {
+		got, err := db.Capture(context.Background(), want.ID)
+		if err != nil {
+			t.Fatalf("%s: %v", want.ID, err)
+		}
+		if !bytes.Equal(got.Body, want.Body) || got.RequestHeaders != want.RequestHeaders || got.Method != want.Method ||
+			got.Path != want.Path || got.Query != want.Query || !got.CreatedAt.Equal(want.CreatedAt) || got.Source != agent.SourceImport ||
+			got.Event != want.Event || got.CallID != want.CallID {
+			t.Errorf("%s came back as %+v", want.ID, got)
+		}
+	}
+	answered, err := db.Capture(context.Background(), cs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if answered.ResponseStatus != 201 || !bytes.Equal(answered.ResponseBody, []byte("ok\x00\xff")) || answered.Duration != 1500*time.Microsecond {
+		t.Errorf("the answer came back as %d %q %s", answered.ResponseStatus, answered.ResponseBody, answered.Duration)
+	}
+	if code, stdout, _ := runCmd(t, "import", file, "--data", dst); code != 0 || !strings.Contains(stdout, "imported 0 of 4") {
+		t.Errorf("a second import: %d %s", code, stdout)
+	}
+	if _, n, err := db.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 10}}); err != nil || n != 4 {
+		t.Errorf("%d captures after two imports, %v", n, err)
+	}
+
+	// One call only, oldest first.
+	code, one, _ := runCmd(t, "export", "--data", src, "--call-id", cs[2].CallID)
+	if code != 0 || strings.Count(one, "\n") != 2 || !strings.Contains(one, cs[2].ID) {
+		t.Errorf("export of one call: %d\n%s", code, one)
+	}
+}
+
+// Bad input gets one line, exit 1, and writes nothing.
+func TestExportImportRefuseBadInput(t *testing.T) {
+	src, _ := exportStore(t)
+	out := filepath.Join(t.TempDir(), "x.jsonl")
+	for _, args := range [][]string{
+		{"export", "--data", src, "--call-id", "no-such-call", "-o", out},
+		{"export", "--data", src, "--event", "call.failed", "-o", out},
+	} {
+		code, _, stderr := runCmd(t, args...)
+		if code != 1 || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: %d %q", args, code, stderr)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("%v wrote %s", args, out)
+		}
+	}
+
+	good := filepath.Join(t.TempDir(), "good.jsonl")
+	if code, _, stderr := runCmd(t, "export", "--data", src, "-o", good); code != 0 {
+		t.Fatal(stderr)
+	}
+	b, _ := os.ReadFile(good)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	dir := t.TempDir()
+	for name, tc := range map[string]struct{ content, want string }{
+		"malformed line": {strings.Join(append(lines[:3:3], "{not json"), "\n"), "line 4"},
+		"newer version":  {strings.Replace(lines[0], `"version":1`, `"version":2`, 1) + "\n" + lines[1], "version 2"},
+		"not an export":  {"hello\n", "not a calltap export"},
+		"empty":          {"", "empty"},
+	} {
+		f := filepath.Join(t.TempDir(), "in.jsonl")
+		os.WriteFile(f, []byte(tc.content), 0o600)
+		code, _, stderr := runCmd(t, "import", f, "--data", dir)
+		if code != 1 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: %d %q, want one line saying %q", name, code, stderr, tc.want)
+		}
+	}
+	db, err := agentDB(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, n, err := db.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 10}}); err != nil || n != 0 {
+		t.Errorf("bad imports left %d captures, %v", n, err)
+	}
+}

@@ -1,0 +1,222 @@
+package inspector
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/storage"
+)
+
+// An export is JSON Lines: a first line naming the format and its version,
+// then one capture a line, oldest first, each the inspector API's detail of
+// that capture (bodies as text, or base64 with body_encoding when they are
+// not UTF-8).
+const (
+	ExportFormat  = "calltap-export"
+	ExportVersion = 1
+)
+
+// ExportHeader is an export's first line.
+type ExportHeader struct {
+	Format     string `json:"format"`
+	Version    int    `json:"version"`
+	ExportedAt string `json:"exported_at"`
+}
+
+// exportPage is how many captures an export reads at a time: its memory
+// does not grow with the store.
+const exportPage = 200
+
+// Export writes the captures f selects (its Page aside) to w as JSON Lines,
+// oldest first, calling progress after each page with the count so far. It
+// returns how many it wrote.
+func Export(ctx context.Context, db *storage.AgentStore, f storage.CaptureFilter, w io.Writer, progress func(int)) (int, error) {
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	if err := enc.Encode(ExportHeader{Format: ExportFormat, Version: ExportVersion, ExportedAt: api.FormatTime(time.Now())}); err != nil {
+		return 0, err
+	}
+	n := 0
+	var after int64
+	for {
+		page, err := db.CapturesAfter(ctx, f, after, exportPage)
+		if err != nil {
+			return n, err
+		}
+		for _, c := range page {
+			attempts, err := db.Attempts(ctx, c.ID)
+			if err != nil {
+				return n, err
+			}
+			d := detailOf(c, attempts, nil)
+			d.Checks = checksOf(c)
+			if err := enc.Encode(d); err != nil {
+				return n, err
+			}
+			after = c.Seq
+			n++
+		}
+		if progress != nil && len(page) > 0 {
+			progress(n)
+		}
+		if len(page) < exportPage {
+			return n, bw.Flush()
+		}
+	}
+}
+
+// ImportError is a line of an export that cannot be imported.
+type ImportError struct {
+	Line int
+	Err  error
+}
+
+func (e *ImportError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e.Err) }
+
+// maxExportLine bounds one line of an export: the largest body calltap
+// keeps, base64, with room for the rest.
+const maxExportLine = 64 << 20
+
+// ReadExport reads a whole export from r and returns its captures, marked
+// as imported. Nothing is returned unless every line is good: the first bad
+// one is an *ImportError naming it.
+func ReadExport(r io.Reader) ([]*storage.Capture, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxExportLine)
+	line := 0
+	bad := func(format string, args ...any) error {
+		return &ImportError{Line: line, Err: fmt.Errorf(format, args...)}
+	}
+	var out []*storage.Capture
+	for sc.Scan() {
+		line++
+		b := sc.Bytes()
+		if line == 1 {
+			var h ExportHeader
+			if json.Unmarshal(b, &h) != nil || h.Format != ExportFormat {
+				return nil, bad("not a calltap export (its first line names no format %q)", ExportFormat)
+			}
+			if h.Version > ExportVersion || h.Version < 1 {
+				return nil, bad("export version %d; this calltap reads version %d (upgrade calltap)", h.Version, ExportVersion)
+			}
+			continue
+		}
+		if len(strings.TrimSpace(string(b))) == 0 {
+			continue
+		}
+		var d Detail
+		if err := json.Unmarshal(b, &d); err != nil {
+			return nil, bad("not a capture: %v", err)
+		}
+		c, err := captureOf(&d)
+		if err != nil {
+			return nil, bad("%v", err)
+		}
+		out = append(out, c)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, bad("%v", err)
+	}
+	if line == 0 {
+		return nil, errors.New("the file is empty: not a calltap export")
+	}
+	return out, nil
+}
+
+// captureOf turns an exported detail back into a capture, byte-exact.
+func captureOf(d *Detail) (*storage.Capture, error) {
+	if d.ID == "" {
+		return nil, errors.New("a capture without an id")
+	}
+	body, err := decodeBody(d.Body, d.BodyEncoding)
+	if err != nil {
+		return nil, fmt.Errorf("body: %w", err)
+	}
+	respBody, err := decodeBody(d.ResponseBody, d.ResponseBodyEncoding)
+	if err != nil {
+		return nil, fmt.Errorf("response_body: %w", err)
+	}
+	c := &storage.Capture{
+		ID: d.ID, Source: agent.SourceImport, Method: d.Method, Path: d.Path, Query: d.Query, Body: body,
+		Target: d.Target, Status: d.Status, Error: d.Error, ReplayOf: d.ReplayOf, Queued: d.Queued,
+		Attempts: d.Attempts, MaxAttempts: d.MaxAttempts, Duration: -1,
+	}
+	for _, t := range []struct {
+		s    *string
+		into *time.Time
+		name string
+	}{{d.CreatedAt, &c.CreatedAt, "created_at"}, {d.ArrivedAt, &c.ArrivedAt, "arrived_at"}, {d.DeliveredAt, &c.DeliveredAt, "delivered_at"}} {
+		if t.s == nil {
+			continue
+		}
+		if *t.into, err = time.Parse(time.RFC3339Nano, *t.s); err != nil {
+			return nil, fmt.Errorf("%s: %v", t.name, err)
+		}
+	}
+	if c.CreatedAt.IsZero() {
+		return nil, errors.New("a capture without created_at")
+	}
+	hj, err := d.RequestHeaders.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	c.RequestHeaders = string(hj)
+	if d.ResponseStatus != nil {
+		c.ResponseStatus = *d.ResponseStatus
+		rh, err := d.ResponseHeaders.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		c.ResponseHeaders, c.ResponseBody = string(rh), respBody
+	}
+	if d.DurationMS != nil {
+		c.Duration = time.Duration(*d.DurationMS * float64(time.Millisecond)).Round(time.Microsecond)
+	}
+	agent.IndexCapture(c)
+	return c, nil
+}
+
+func decodeBody(s, encoding string) ([]byte, error) {
+	switch encoding {
+	case "", "utf8":
+		return []byte(s), nil
+	case "base64":
+		return base64.StdEncoding.DecodeString(s)
+	}
+	return nil, fmt.Errorf("unknown encoding %q", encoding)
+}
+
+// Import saves the captures of an export that the store does not hold yet
+// (by id), in one transaction, and returns how many it added: importing the
+// same export twice adds nothing.
+func Import(ctx context.Context, db *storage.AgentStore, cs []*storage.Capture) (int, error) {
+	var fresh, updates []*storage.Capture
+	for _, c := range cs {
+		if _, err := db.Capture(ctx, c.ID); err == nil {
+			continue
+		} else if !errors.Is(err, storage.ErrNotFound) {
+			return 0, err
+		}
+		fresh = append(fresh, c)
+		if c.ResponseStatus != 0 || c.Error != "" {
+			u := *c
+			updates = append(updates, &u)
+		}
+	}
+	if len(fresh) == 0 {
+		return 0, nil
+	}
+	if _, err := db.WriteCaptures(ctx, fresh, updates); err != nil {
+		return 0, err
+	}
+	return len(fresh), nil
+}
