@@ -3,10 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -156,5 +161,96 @@ func TestExportImportRefuseBadInput(t *testing.T) {
 	defer db.Close()
 	if _, n, err := db.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 10}}); err != nil || n != 0 {
 		t.Errorf("bad imports left %d captures, %v", n, err)
+	}
+}
+
+// recordingHandler answers {"ok":true} with 200, except call.ended, which
+// it answers 500, and records the events it saw in order.
+type recordingHandler struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (h *recordingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	var p struct{ Event string }
+	json.Unmarshal(b, &p)
+	h.mu.Lock()
+	h.events = append(h.events, p.Event)
+	h.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	if p.Event == "call.ended" {
+		w.WriteHeader(http.StatusInternalServerError)
+	}
+	io.WriteString(w, `{"ok":true}`)
+}
+
+func (h *recordingHandler) seen() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.events...)
+}
+
+// A whole call is re-fired in order, each event stored as a replay of its
+// original; --expect names every event whose answer did not match, from
+// the store or from an export.
+func TestReplayCall(t *testing.T) {
+	src, cs := exportStore(t)
+	// The service tried call.started again: a duplicate of its delivery.
+	db, err := agentDB(context.Background(), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry := *cs[0]
+	retry.ID, retry.CreatedAt = "0193a1b2-0000-7000-8000-000000000008", cs[0].CreatedAt.Add(30*time.Second)
+	if _, err := db.WriteCaptures(context.Background(), []*storage.Capture{&retry}, nil); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	h := &recordingHandler{}
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	call := cs[0].CallID
+
+	code, stdout, stderr := runCmd(t, "replay", "--call", call, "--data", src, "--to", hs.URL, "--time-scale", "0", "--expect", "2xx", "--expect-body-json", "ok=true")
+	if code != 1 || !strings.Contains(stdout, "FAIL call.ended") || !strings.Contains(stdout, "answered 500, want 2xx") || !strings.Contains(stdout, "2 replayed, 1 failed") {
+		t.Errorf("replay --call: %d\n%s%s", code, stdout, stderr)
+	}
+	if got := strings.Join(h.seen(), " "); got != "call.started call.ended" {
+		t.Errorf("the handler saw %q, want the call's two events once each, in order", got)
+	}
+	db, err = agentDB(context.Background(), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replays, _, err := db.Captures(context.Background(), storage.CaptureFilter{ReplayOf: cs[0].ID, Page: storage.Page{Limit: 10}})
+	db.Close()
+	if err != nil || len(replays) != 1 {
+		t.Errorf("%d replays stored of the first event, %v", len(replays), err)
+	}
+
+	code, stdout, _ = runCmd(t, "replay", "--call", call, "--data", src, "--to", hs.URL, "--time-scale", "0", "--with-retries", "--json")
+	var out struct {
+		Replayed, Failed int
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &out) != nil || out.Replayed != 3 {
+		t.Errorf("--with-retries --json: %d %s", code, stdout)
+	}
+
+	file := filepath.Join(t.TempDir(), "call.jsonl")
+	if code, _, stderr := runCmd(t, "export", "--data", src, "--call-id", call, "-o", file); code != 0 {
+		t.Fatal(stderr)
+	}
+	code, stdout, stderr = runCmd(t, "replay", "--from", file, "--to", hs.URL, "--time-scale", "0", "--expect", "2xx")
+	if code != 1 || !strings.Contains(stdout, "FAIL call.ended") {
+		t.Errorf("replay --from: %d\n%s%s", code, stdout, stderr)
+	}
+
+	code, _, stderr = runCmd(t, "replay", "--call", "no-such-call", "--data", src, "--to", hs.URL)
+	if code != 1 || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "no capture of call no-such-call") {
+		t.Errorf("unknown call: %d %q", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, "replay", "--call", call, "--expect", "2xy"); code != 2 {
+		t.Errorf("a bad --expect: %d %q", code, stderr)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -89,17 +90,58 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 }
 
 func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
-	fs := newFlagSet("replay", "calltap replay ID [--to URL] [--retry service [--time-scale F]] [--json]",
-		"Re-send a captured request, byte-exact, to the local handler it went to (or --to), and store the result as a new\ncapture linked to the original. Works whether or not an agent is running.")
+	fs := newFlagSet("replay", "calltap replay ID [--to URL] [--retry service [--time-scale F]] [--json]\n       calltap replay --call CALL_ID | --from FILE [--to URL] [--time-scale F] [--with-retries] [--expect 2xx] [--expect-body-json path=value]… [--json]",
+		"Re-send a captured request, byte-exact, to the local handler it went to (or --to), and store the result as a new\ncapture linked to the original. Works whether or not an agent is running.\n\nWith --call, re-fire a whole call's events in their original order, spaced as they first arrived (times\n--time-scale; 0 sends them back to back); with --from, those of an export, without a store. --expect checks each\nanswer and exits 1 naming every event that did not match: captured calls as regression tests of a handler.")
 	var (
-		dataDir   = fs.String("data", defaultDataDir(), "data directory")
-		to        = fs.String("to", "", "send to this URL instead")
-		retry     = fs.String("retry", "", "'service' retries like the voice service: 0, 30s, 2m, 8m, 32m on errors, 408, 429, 5xx")
-		timeScale = fs.Float64("time-scale", 1, "multiply the retry delays (0.01 runs the schedule in 25 s)")
-		asJSON    = fs.Bool("json", false, "print the result as JSON")
+		dataDir    = fs.String("data", defaultDataDir(), "data directory")
+		to         = fs.String("to", "", "send to this URL instead")
+		retry      = fs.String("retry", "", "'service' retries like the voice service: 0, 30s, 2m, 8m, 32m on errors, 408, 429, 5xx")
+		timeScale  = fs.Float64("time-scale", 1, "multiply the retry delays (0.01 runs the schedule in 25 s), or with --call/--from the gaps between events (0: none)")
+		asJSON     = fs.Bool("json", false, "print the result as JSON")
+		call       = fs.String("call", "", "replay every event of this call, in order")
+		from       = fs.String("from", "", "replay the captures of this export (calltap export), without a store")
+		retries    = fs.Bool("with-retries", false, "with --call/--from: replay the service's retries of a delivery too, not just the first")
+		expect     = fs.String("expect", "", "with --call/--from: the status class (2xx) or status each answer must have")
+		expectJSON stringList
 	)
+	fs.Var(&expectJSON, "expect-body-json", "with --call/--from: path=value every answer's JSON body must hold (repeatable)")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
+	}
+	if *call != "" || *from != "" {
+		if len(fs.args) > 0 {
+			return usageError(stdio, "replay", "give a capture ID or --call/--from, not both")
+		}
+		if *retry != "" {
+			return usageError(stdio, "replay", "--retry replays one capture; not with --call/--from")
+		}
+		r := &callReplay{callID: *call, from: *from, to: *to, timeScale: *timeScale, retries: *retries, expect: *expect, expectJSON: expectJSON, asJSON: *asJSON}
+		if err := r.validate(); err != nil {
+			return usageError(stdio, "replay", "%v", err)
+		}
+		dir := *dataDir
+		if *from != "" {
+			tmp, err := os.MkdirTemp("", "calltap-replay-")
+			if err != nil {
+				return fail(stdio, "replay", err)
+			}
+			defer os.RemoveAll(tmp)
+			db, err := loadExport(ctx, *from, tmp)
+			if err != nil {
+				return fail(stdio, "replay", err)
+			}
+			defer db.Close()
+			return r.run(ctx, stdio, db)
+		}
+		db, err := agentDB(ctx, dir)
+		if err != nil {
+			return fail(stdio, "replay", err)
+		}
+		defer db.Close()
+		return r.run(ctx, stdio, db)
+	}
+	if *expect != "" || len(expectJSON) > 0 || *retries {
+		return usageError(stdio, "replay", "--expect, --expect-body-json and --with-retries go with --call or --from")
 	}
 	if len(fs.args) != 1 {
 		return usageError(stdio, "replay", "give one capture ID")

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/storage"
+)
+
+// callReplay is `calltap replay --call ID` or `--from FILE`: a whole call
+// (or a whole export) re-fired in its original order and spacing, each
+// request stored as a replay of its original, each answer checked against
+// what --expect says.
+type callReplay struct {
+	callID     string
+	from       string // an export to replay instead of the store's captures
+	to         string
+	timeScale  float64
+	retries    bool     // replay the service's retries of a delivery too
+	expect     string   // "2xx", "200", …; "" checks nothing
+	expectJSON []string // path=value checks of the answer's JSON body
+	asJSON     bool
+}
+
+// callReplayResult is one replayed request, as --json prints it.
+type callReplayResult struct {
+	Original string   `json:"original_id"`
+	ID       string   `json:"id"`
+	Event    string   `json:"event"`
+	Status   int      `json:"response_status"`
+	Error    string   `json:"error,omitempty"`
+	Failures []string `json:"failures"` // what did not match --expect
+}
+
+func (r *callReplay) validate() error {
+	if r.expect != "" {
+		if _, _, err := statusRange(r.expect); err != nil {
+			return err
+		}
+	}
+	for _, e := range r.expectJSON {
+		if p, _, ok := strings.Cut(e, "="); !ok || p == "" {
+			return fmt.Errorf("--expect-body-json %q: want path=value", e)
+		}
+	}
+	if r.timeScale < 0 {
+		return fmt.Errorf("--time-scale must not be negative")
+	}
+	return nil
+}
+
+// statusRange reads --expect: a class such as 2xx, or one status.
+func statusRange(s string) (int, int, error) {
+	if len(s) == 3 && strings.HasSuffix(s, "xx") && s[0] >= '1' && s[0] <= '5' {
+		base := int(s[0]-'0') * 100
+		return base, base + 99, nil
+	}
+	if n, err := strconv.Atoi(s); err == nil && n >= 100 && n <= 599 {
+		return n, n, nil
+	}
+	return 0, 0, fmt.Errorf("--expect %q: want a status class such as 2xx or a status such as 200", s)
+}
+
+// run replays the selection through an agent over db and reports; the
+// exit status is 1 when anything did not match.
+func (r *callReplay) run(ctx context.Context, stdio Stdio, db *storage.AgentStore) int {
+	f := storage.CaptureFilter{}
+	if r.callID != "" {
+		f.CallIDs = []string{r.callID}
+	}
+	var originals []*storage.Capture
+	var after int64
+	for {
+		page, err := db.CapturesAfter(ctx, f, after, 200)
+		if err != nil {
+			return fail(stdio, "replay", err)
+		}
+		for _, c := range page {
+			after = c.Seq
+			if c.ReplayOf != "" || (c.DuplicateOf != "" && !r.retries) {
+				continue // a replay of ours, or the service trying again
+			}
+			originals = append(originals, c)
+		}
+		if len(page) < 200 {
+			break
+		}
+	}
+	if len(originals) == 0 {
+		if r.callID != "" {
+			return fail(stdio, "replay", fmt.Errorf("no capture of call %s", r.callID))
+		}
+		return fail(stdio, "replay", fmt.Errorf("nothing to replay"))
+	}
+	a, err := agent.New(agent.Config{Store: db})
+	if err != nil {
+		return fail(stdio, "replay", err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { a.Run(runCtx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	lo, hi := 0, 0
+	if r.expect != "" {
+		lo, hi, _ = statusRange(r.expect)
+	}
+	var results []callReplayResult
+	failed := 0
+	for i, orig := range originals {
+		if i > 0 && r.timeScale > 0 {
+			gap := time.Duration(float64(arrival(orig).Sub(arrival(originals[i-1]))) * r.timeScale)
+			select {
+			case <-time.After(gap):
+			case <-ctx.Done():
+				return fail(stdio, "replay", ctx.Err())
+			}
+		}
+		c, err := a.ReplayAndWait(ctx, agent.ReplayOptions{ID: orig.ID, To: r.to})
+		if err != nil {
+			return fail(stdio, "replay", err)
+		}
+		res := callReplayResult{Original: orig.ID, ID: c.ID, Event: orig.Event, Status: c.ResponseStatus, Error: c.Error, Failures: []string{}}
+		if res.Event == "" {
+			res.Event = orig.Method + " " + orig.Path
+		}
+		if r.expect != "" && (c.ResponseStatus < lo || c.ResponseStatus > hi) {
+			got := "no answer"
+			if c.ResponseStatus > 0 {
+				got = strconv.Itoa(c.ResponseStatus)
+			}
+			res.Failures = append(res.Failures, fmt.Sprintf("answered %s, want %s", got, r.expect))
+		}
+		for _, e := range r.expectJSON {
+			if msg := checkBodyJSON(c.ResponseBody, e); msg != "" {
+				res.Failures = append(res.Failures, msg)
+			}
+		}
+		if len(res.Failures) > 0 {
+			failed++
+		}
+		results = append(results, res)
+	}
+	if r.asJSON {
+		json.NewEncoder(stdio.Out).Encode(map[string]any{"replayed": len(results), "failed": failed, "results": results})
+	} else {
+		for _, res := range results {
+			mark := "ok  "
+			if len(res.Failures) > 0 {
+				mark = "FAIL"
+			}
+			fmt.Fprintf(stdio.Out, "%s %-26s %s → %d", mark, res.Event, res.Original, res.Status)
+			if len(res.Failures) > 0 {
+				fmt.Fprintf(stdio.Out, "  %s", strings.Join(res.Failures, "; "))
+			} else if res.Error != "" {
+				fmt.Fprintf(stdio.Out, "  %s", res.Error)
+			}
+			fmt.Fprintln(stdio.Out)
+		}
+		fmt.Fprintf(stdio.Out, "%d replayed, %d failed\n", len(results), failed)
+	}
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+// arrival is when a capture reached calltap the first time: at the relay
+// for one that waited in its queue.
+func arrival(c *storage.Capture) time.Time {
+	if !c.ArrivedAt.IsZero() {
+		return c.ArrivedAt
+	}
+	return c.CreatedAt
+}
+
+// checkBodyJSON checks one path=value of --expect-body-json against an
+// answer's JSON body; "" when it holds. A value is compared as JSON when it
+// parses as JSON (true, 3, "x"), else as a string.
+func checkBodyJSON(body []byte, expr string) string {
+	path, want, _ := strings.Cut(expr, "=")
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		return fmt.Sprintf("the answer is not JSON, want %s", expr)
+	}
+	for _, key := range strings.Split(path, ".") {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return fmt.Sprintf("the answer has no %s", path)
+		}
+		if v, ok = obj[key]; !ok {
+			return fmt.Sprintf("the answer has no %s", path)
+		}
+	}
+	var wantV any
+	if json.Unmarshal([]byte(want), &wantV) != nil {
+		wantV = want
+	}
+	gotJSON, _ := json.Marshal(v)
+	wantJSON, _ := json.Marshal(wantV)
+	if string(gotJSON) != string(wantJSON) {
+		return fmt.Sprintf("%s is %s, want %s", path, gotJSON, wantJSON)
+	}
+	return ""
+}
+
+// loadExport reads an export into a throwaway store in dir, so that a call
+// replays from a file exactly as from the store.
+func loadExport(ctx context.Context, file, dir string) (*storage.AgentStore, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cs, err := inspector.ReadExport(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	db, err := agentDB(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := inspector.Import(ctx, db, cs); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
