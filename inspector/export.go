@@ -8,10 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
@@ -219,4 +222,172 @@ func Import(ctx context.Context, db *storage.AgentStore, cs []*storage.Capture) 
 		return 0, err
 	}
 	return len(fresh), nil
+}
+
+// HAR 1.2, as browsers' developer tools and HTTP tools read it. A body that
+// is not UTF-8 is base64 with "encoding": "base64", in content as the
+// specification has it and in postData as its readers accept.
+type (
+	harLog struct {
+		Version string       `json:"version"`
+		Creator harNameValue `json:"creator"`
+		Entries []harEntry   `json:"entries"`
+	}
+	harNameValue struct {
+		Name    string `json:"name"`
+		Value   string `json:"value,omitempty"`
+		Version string `json:"version,omitempty"`
+	}
+	harEntry struct {
+		ID              string      `json:"_id"`
+		StartedDateTime string      `json:"startedDateTime"`
+		Time            int64       `json:"time"`
+		Request         harRequest  `json:"request"`
+		Response        harResponse `json:"response"`
+		Cache           struct{}    `json:"cache"`
+		Timings         harTimings  `json:"timings"`
+	}
+	harRequest struct {
+		Method      string         `json:"method"`
+		URL         string         `json:"url"`
+		HTTPVersion string         `json:"httpVersion"`
+		Cookies     []harNameValue `json:"cookies"`
+		Headers     []harNameValue `json:"headers"`
+		QueryString []harNameValue `json:"queryString"`
+		PostData    *harBody       `json:"postData,omitempty"`
+		HeadersSize int64          `json:"headersSize"`
+		BodySize    int64          `json:"bodySize"`
+	}
+	harResponse struct {
+		Status      int            `json:"status"`
+		StatusText  string         `json:"statusText"`
+		HTTPVersion string         `json:"httpVersion"`
+		Cookies     []harNameValue `json:"cookies"`
+		Headers     []harNameValue `json:"headers"`
+		Content     harBody        `json:"content"`
+		RedirectURL string         `json:"redirectURL"`
+		HeadersSize int64          `json:"headersSize"`
+		BodySize    int64          `json:"bodySize"`
+	}
+	harBody struct {
+		Size     int64  `json:"size"`
+		MimeType string `json:"mimeType"`
+		Text     string `json:"text"`
+		Encoding string `json:"encoding,omitempty"`
+	}
+	harTimings struct {
+		Send    int64 `json:"send"`
+		Wait    int64 `json:"wait"`
+		Receive int64 `json:"receive"`
+	}
+)
+
+// ExportHAR writes what Export would as one HAR 1.2 document, streamed an
+// entry at a time.
+func ExportHAR(ctx context.Context, db *storage.AgentStore, f storage.CaptureFilter, version string, w io.Writer, progress func(int)) (int, error) {
+	bw := bufio.NewWriter(w)
+	head, err := json.Marshal(harLog{Version: "1.2", Creator: harNameValue{Name: "calltap", Version: version}})
+	if err != nil {
+		return 0, err
+	}
+	// The document up to its entries, then each entry as it is read.
+	open := strings.TrimSuffix(string(head), `null}`)
+	fmt.Fprintf(bw, `{"log":%s[`, open)
+	n := 0
+	var after int64
+	for {
+		page, err := db.CapturesAfter(ctx, f, after, exportPage)
+		if err != nil {
+			return n, err
+		}
+		for _, c := range page {
+			b, err := json.Marshal(harEntryOf(c))
+			if err != nil {
+				return n, err
+			}
+			if n > 0 {
+				bw.WriteByte(',')
+			}
+			bw.Write(b)
+			after = c.Seq
+			n++
+		}
+		if progress != nil && len(page) > 0 {
+			progress(n)
+		}
+		if len(page) < exportPage {
+			break
+		}
+	}
+	bw.WriteString("]}}\n")
+	return n, bw.Flush()
+}
+
+func harEntryOf(c *storage.Capture) harEntry {
+	var reqH, respH relay.Header
+	_ = reqH.UnmarshalJSON([]byte(c.RequestHeaders))
+	if c.ResponseHeaders != "" {
+		_ = respH.UnmarshalJSON([]byte(c.ResponseHeaders))
+	}
+	target := c.Target
+	if target == "" {
+		target = "http://" + reqH.Get("Host") + c.Path
+		if c.Query != "" {
+			target += "?" + c.Query
+		}
+	}
+	e := harEntry{ID: c.ID, StartedDateTime: api.FormatTime(Arrival(c)),
+		Request: harRequest{Method: c.Method, URL: target, HTTPVersion: "HTTP/1.1", Cookies: []harNameValue{}, Headers: harHeaders(reqH),
+			QueryString: []harNameValue{}, HeadersSize: -1, BodySize: int64(len(c.Body))},
+		Response: harResponse{Status: c.ResponseStatus, HTTPVersion: "HTTP/1.1", Cookies: []harNameValue{}, Headers: harHeaders(respH),
+			HeadersSize: -1, BodySize: int64(len(c.ResponseBody))},
+	}
+	for _, kv := range strings.Split(c.Query, "&") {
+		if kv == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(kv, "=")
+		k, _ = url.QueryUnescape(k)
+		v, _ = url.QueryUnescape(v)
+		e.Request.QueryString = append(e.Request.QueryString, harNameValue{Name: k, Value: v})
+	}
+	if c.Method != "GET" && c.Method != "HEAD" {
+		b := harBodyOf(c.Body, reqH.Get("Content-Type"))
+		e.Request.PostData = &b
+	}
+	e.Response.Content = harBodyOf(c.ResponseBody, respH.Get("Content-Type"))
+	if c.ResponseStatus > 0 {
+		e.Response.StatusText = http.StatusText(c.ResponseStatus)
+	}
+	if c.Duration > 0 {
+		e.Time = c.Duration.Milliseconds()
+		e.Timings.Wait = e.Time
+	}
+	return e
+}
+
+// Arrival is when a capture first reached calltap: at the relay for one
+// that waited in its queue.
+func Arrival(c *storage.Capture) time.Time {
+	if !c.ArrivedAt.IsZero() {
+		return c.ArrivedAt
+	}
+	return c.CreatedAt
+}
+
+func harHeaders(h relay.Header) []harNameValue {
+	out := make([]harNameValue, len(h))
+	for i, f := range h {
+		out[i] = harNameValue{Name: f.Name, Value: f.Value}
+	}
+	return out
+}
+
+func harBodyOf(b []byte, mime string) harBody {
+	text, enc := encodeBody(b)
+	out := harBody{Size: int64(len(b)), MimeType: mime, Text: text}
+	if enc == "base64" {
+		out.Encoding = "base64"
+	}
+	return out
 }

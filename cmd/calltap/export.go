@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,8 +14,8 @@ import (
 )
 
 func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
-	fs := newFlagSet("export", "calltap export [--call-id ID]… [--event KIND] [--since 2h] [--q TEXT] [-o FILE] [--data DIR]",
-		"Write captures byte-exact as JSON Lines, oldest first: a first line naming the format and its version, then one\ncapture a line as the inspector's API details it. Without -o, to standard output.")
+	fs := newFlagSet("export", "calltap export [--call-id ID]… [--event KIND] [--since 2h] [--q TEXT] [--format jsonl|har] [-o FILE] [--data DIR]",
+		"Write captures byte-exact, oldest first: as JSON Lines (a first line naming the format and its version, then one\ncapture a line as the inspector's API details it), or as HAR 1.2 for browsers' developer tools and HTTP tools.\nWithout -o, to standard output.")
 	var (
 		dataDir = fs.String("data", defaultDataDir(), "data directory")
 		callIDs stringList
@@ -22,6 +23,7 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 		since   = fs.Duration("since", 0, "only captures of the last d, e.g. 2h")
 		text    = fs.String("q", "", "full-text search in bodies")
 		out     = fs.String("o", "", "file to write (written whole or not at all)")
+		format  = fs.String("format", "jsonl", "jsonl (calltap import reads it back) or har")
 	)
 	fs.Var(&callIDs, "call-id", "only this call (repeatable)")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
@@ -29,6 +31,9 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	if len(fs.args) > 0 {
 		return usageError(stdio, "export", "unexpected argument %q", fs.args[0])
+	}
+	if *format != "jsonl" && *format != "har" {
+		return usageError(stdio, "export", "--format must be jsonl or har")
 	}
 	if *since < 0 {
 		return usageError(stdio, "export", "--since must be positive")
@@ -71,7 +76,13 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 		}
 	}
 	progress := func(n int) { fmt.Fprintf(stdio.Err, "\rexported %d captures", n) }
-	n, err := inspector.Export(ctx, db, f, w, progress)
+	export := inspector.Export
+	if *format == "har" {
+		export = func(ctx context.Context, db *storage.AgentStore, f storage.CaptureFilter, w io.Writer, progress func(int)) (int, error) {
+			return inspector.ExportHAR(ctx, db, f, version, w, progress)
+		}
+	}
+	n, err := export(ctx, db, f, w, progress)
 	fmt.Fprintln(stdio.Err)
 	if err == nil {
 		err = commit()

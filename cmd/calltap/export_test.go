@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/martian/v3/har"
+
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/storage"
 )
@@ -252,5 +254,49 @@ func TestReplayCall(t *testing.T) {
 	}
 	if code, _, stderr := runCmd(t, "replay", "--call", call, "--expect", "2xy"); code != 2 {
 		t.Errorf("a bad --expect: %d %q", code, stderr)
+	}
+}
+
+// A HAR export is read back by a HAR reader (martian's, a maintained Go
+// implementation of HAR 1.2) with every entry byte-exact.
+func TestExportHARIsReadByAReader(t *testing.T) {
+	src, cs := exportStore(t)
+	file := filepath.Join(t.TempDir(), "calls.har")
+	if code, _, stderr := runCmd(t, "export", "--data", src, "--format", "har", "-o", file); code != 0 {
+		t.Fatalf("export: %d %s", code, stderr)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc har.HAR
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("the HAR reader refused the export: %v", err)
+	}
+	if doc.Log == nil || doc.Log.Version != "1.2" || doc.Log.Creator == nil || doc.Log.Creator.Name != "calltap" || len(doc.Log.Entries) != len(cs) {
+		t.Fatalf("log %+v", doc.Log)
+	}
+	for i, e := range doc.Log.Entries {
+		want := cs[i]
+		if e.Request == nil || e.Response == nil || e.Request.PostData == nil || e.Response.Content == nil {
+			t.Fatalf("entry %d is missing parts: %+v", i, e)
+		}
+		if e.Request.Method != want.Method || !bytes.Equal([]byte(e.Request.PostData.Text), want.Body) || !e.StartedDateTime.Equal(want.CreatedAt) {
+			t.Errorf("entry %d: %s %q at %s, want %s %q at %s", i, e.Request.Method, e.Request.PostData.Text, e.StartedDateTime, want.Method, want.Body, want.CreatedAt)
+		}
+	}
+	first := doc.Log.Entries[0]
+	var multi []string
+	for _, h := range first.Request.Headers {
+		if h.Name == "X-Multi" {
+			multi = append(multi, h.Value)
+		}
+	}
+	if strings.Join(multi, ",") != "one,two" || len(first.Request.QueryString) != 2 {
+		t.Errorf("headers %v and query %v: repeats lost", first.Request.Headers, first.Request.QueryString)
+	}
+	if first.Response.Status != 201 || !bytes.Equal(first.Response.Content.Text, []byte("ok\x00\xff")) || first.Time != 1 {
+		t.Errorf("response %d %q, time %d", first.Response.Status, first.Response.Content.Text, first.Time)
 	}
 }

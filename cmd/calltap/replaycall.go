@@ -116,7 +116,7 @@ func (r *callReplay) run(ctx context.Context, stdio Stdio, db *storage.AgentStor
 	failed := 0
 	for i, orig := range originals {
 		if i > 0 && r.timeScale > 0 {
-			gap := time.Duration(float64(arrival(orig).Sub(arrival(originals[i-1]))) * r.timeScale)
+			gap := time.Duration(float64(inspector.Arrival(orig).Sub(inspector.Arrival(originals[i-1]))) * r.timeScale)
 			select {
 			case <-time.After(gap):
 			case <-ctx.Done():
@@ -170,15 +170,6 @@ func (r *callReplay) run(ctx context.Context, stdio Stdio, db *storage.AgentStor
 		return 1
 	}
 	return 0
-}
-
-// arrival is when a capture reached calltap the first time: at the relay
-// for one that waited in its queue.
-func arrival(c *storage.Capture) time.Time {
-	if !c.ArrivedAt.IsZero() {
-		return c.ArrivedAt
-	}
-	return c.CreatedAt
 }
 
 // checkBodyJSON checks one path=value of --expect-body-json against an
