@@ -132,11 +132,11 @@ func (r *callReplay) run(ctx context.Context, stdio Stdio, db *storage.AgentStor
 			res.Event = orig.Method + " " + orig.Path
 		}
 		if r.expect != "" && (c.ResponseStatus < lo || c.ResponseStatus > hi) {
-			got := "no answer"
+			got := "got no answer"
 			if c.ResponseStatus > 0 {
-				got = strconv.Itoa(c.ResponseStatus)
+				got = "answered " + strconv.Itoa(c.ResponseStatus)
 			}
-			res.Failures = append(res.Failures, fmt.Sprintf("answered %s, want %s", got, r.expect))
+			res.Failures = append(res.Failures, fmt.Sprintf("%s, want %s", got, r.expect))
 		}
 		for _, e := range r.expectJSON {
 			if msg := checkBodyJSON(c.ResponseBody, e); msg != "" {
