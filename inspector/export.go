@@ -336,7 +336,7 @@ func harEntryOf(c *storage.Capture) harEntry {
 			target += "?" + c.Query
 		}
 	}
-	e := harEntry{ID: c.ID, StartedDateTime: api.FormatTime(Arrival(c)),
+	e := harEntry{ID: c.ID, StartedDateTime: api.FormatTime(agent.Arrival(c)),
 		Request: harRequest{Method: c.Method, URL: target, HTTPVersion: "HTTP/1.1", Cookies: []harNameValue{}, Headers: harHeaders(reqH),
 			QueryString: []harNameValue{}, HeadersSize: -1, BodySize: int64(len(c.Body))},
 		Response: harResponse{Status: c.ResponseStatus, HTTPVersion: "HTTP/1.1", Cookies: []harNameValue{}, Headers: harHeaders(respH),
@@ -364,15 +364,6 @@ func harEntryOf(c *storage.Capture) harEntry {
 		e.Timings.Wait = e.Time
 	}
 	return e
-}
-
-// Arrival is when a capture first reached calltap: at the relay for one
-// that waited in its queue.
-func Arrival(c *storage.Capture) time.Time {
-	if !c.ArrivedAt.IsZero() {
-		return c.ArrivedAt
-	}
-	return c.CreatedAt
 }
 
 func harHeaders(h relay.Header) []harNameValue {

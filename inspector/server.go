@@ -22,8 +22,9 @@ import (
 
 // ServerConfig configures the inspector's HTTP side.
 type ServerConfig struct {
-	Agent  *agent.Agent
-	Assets http.Handler // the embedded browser UI, served at /
+	Agent   *agent.Agent
+	Assets  http.Handler // the embedded browser UI, served at /
+	Version string       // calltap's, named in HAR exports
 
 	// AllowedHosts are extra Host names accepted besides localhost,
 	// 127.0.0.1 and [::1] (--inspect-host): anything else is refused, so a
@@ -74,6 +75,8 @@ func NewServer(cfg ServerConfig) *Server {
 	m.HandleFunc("GET /api/v1/ext/tunnel/", s.tunnel)
 	m.HandleFunc("GET /api/tunnels", s.ngrokTunnels)
 	m.HandleFunc("GET /api/v1/ext/stream", s.stream)
+	m.HandleFunc("GET /api/v1/ext/export", s.export)
+	m.HandleFunc("POST /api/v1/ext/calls/{call_id}/replay/", s.replayCall)
 	acfg := cfg.Agent.Config()
 	CallRoutes(m, acfg.Store, acfg.AnalysisPendingAfter)
 	if acfg.MediaDir != "" {
@@ -355,6 +358,74 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	api.WriteData(w, http.StatusOK, "replayed", ReplayStatus(c, o.Retry == "service"))
+}
+
+// export downloads the captures the list's filters select (limit and
+// offset aside), oldest first, as JSON Lines (format=jsonl, the default) or
+// HAR (format=har).
+func (s *Server) export(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f, err := ParseCaptureFilter(q)
+	if err != nil {
+		api.WriteError(w, err)
+		return
+	}
+	format := q.Get("format")
+	if format == "" {
+		format = "jsonl"
+	}
+	if format != "jsonl" && format != "har" {
+		api.WriteError(w, api.Invalid("format must be jsonl or har"))
+		return
+	}
+	db := s.agent.Store()
+	if first, err := db.CapturesAfter(r.Context(), f, 0, 1); err != nil {
+		api.WriteError(w, err)
+		return
+	} else if len(first) == 0 {
+		api.WriteError(w, api.Errorf(http.StatusNotFound, api.CodeNotFound, "no capture matches: nothing to export"))
+		return
+	}
+	name := "calltap-" + time.Now().UTC().Format("20060102-150405")
+	if format == "har" {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.har"`)
+		ExportHAR(r.Context(), db, f, s.cfg.Version, w, nil)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.jsonl"`)
+	Export(r.Context(), db, f, w, nil)
+}
+
+// replayCall re-fires a whole call in the background: {"to"?, "time_scale"?
+// (1: as the events first arrived; 0: back to back), "with_retries"?}.
+func (s *Server) replayCall(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		To          string   `json:"to"`
+		TimeScale   *float64 `json:"time_scale"`
+		WithRetries bool     `json:"with_retries"`
+	}
+	if r.ContentLength != 0 {
+		if err := api.DecodeJSON(w, r, 64<<10, &body); err != nil {
+			api.WriteError(w, err)
+			return
+		}
+	}
+	o := agent.CallReplayOptions{CallID: r.PathValue("call_id"), To: body.To, TimeScale: 1, WithRetries: body.WithRetries}
+	if body.TimeScale != nil {
+		if *body.TimeScale < 0 {
+			api.WriteError(w, api.Invalid("time_scale must not be negative"))
+			return
+		}
+		o.TimeScale = *body.TimeScale
+	}
+	n, err := s.agent.ReplayCallInBackground(r.Context(), o)
+	if err != nil {
+		api.WriteError(w, err)
+		return
+	}
+	api.WriteData(w, http.StatusAccepted, "replaying the call", map[string]any{"call_id": o.CallID, "count": n, "queued": true})
 }
 
 func (s *Server) tunnel(w http.ResponseWriter, r *http.Request) {

@@ -12,10 +12,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/polltest"
 )
 
 type envelope struct {
@@ -457,5 +459,62 @@ func TestValidInspectHost(t *testing.T) {
 		if err := inspector.ValidInspectHost(h); (err == nil) != ok {
 			t.Errorf("ValidInspectHost(%q) = %v, want ok %v", h, err, ok)
 		}
+	}
+}
+
+// The inspector exports what its filters select, as JSON Lines or HAR, and
+// replays a whole call in the background.
+func TestExportAndReplayCallThroughTheAPI(t *testing.T) {
+	h := &handler{}
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL + "/hooks"})
+	send(t, st.TunnelURL+"/voice", event("call.started", "c-9", 1))
+	send(t, st.TunnelURL+"/voice", event("call.ended", "c-9", 2))
+	send(t, st.TunnelURL+"/voice", event("call.started", "c-10", 3))
+
+	get := func(url string) (int, string, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Content-Disposition"), string(b)
+	}
+	code, disp, body := get(st.InspectorURL + "/api/v1/ext/export?call_id=c-9")
+	lines := strings.Split(strings.TrimSpace(body), "\n")
+	if code != 200 || !strings.Contains(disp, ".jsonl") || len(lines) != 3 || !strings.Contains(lines[0], `"calltap-export"`) || !strings.Contains(lines[2], "call.ended") {
+		t.Errorf("export: %d %q\n%s", code, disp, body)
+	}
+	code, disp, body = get(st.InspectorURL + "/api/v1/ext/export?call_id=c-9&format=har")
+	var doc struct {
+		Log struct {
+			Version string            `json:"version"`
+			Entries []json.RawMessage `json:"entries"`
+		} `json:"log"`
+	}
+	if code != 200 || !strings.Contains(disp, ".har") || json.Unmarshal([]byte(body), &doc) != nil || doc.Log.Version != "1.2" || len(doc.Log.Entries) != 2 {
+		t.Errorf("HAR export: %d %q\n%s", code, disp, body)
+	}
+	if code, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/export?format=zip", ""); code != 400 || env.Error == nil {
+		t.Errorf("a bad format: %d", code)
+	}
+	if code, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/export?call_id=nope", ""); code != 404 || env.Error == nil {
+		t.Errorf("an empty selection: %d", code)
+	}
+
+	before := h.count()
+	code, env := do(t, "POST", st.InspectorURL+"/api/v1/ext/calls/c-9/replay/", `{"time_scale":0}`, "Content-Type", "application/json")
+	var res struct {
+		Count int `json:"count"`
+	}
+	json.Unmarshal(env.Data, &res)
+	if code != 202 || res.Count != 2 {
+		t.Fatalf("replay the call: %d %s", code, env.Data)
+	}
+	polltest.Until(t, 10*time.Second, func() bool { return h.count() == before+2 }, "the call's two events were not replayed")
+	if code, env := do(t, "POST", st.InspectorURL+"/api/v1/ext/calls/nope/replay/", `{}`, "Content-Type", "application/json"); code != 404 || env.Error == nil {
+		t.Errorf("replay of an unknown call: %d", code)
 	}
 }

@@ -162,7 +162,7 @@ func (app *agentApp) Open(ctx context.Context) (err error) {
 		}
 		app.inspectURL = "http://" + app.inspectLn.Addr().String()
 		app.agent.SetInspectorURL(app.inspectURL)
-		srv := inspector.NewServer(inspector.ServerConfig{Agent: app.agent, Assets: web.Handler(), AllowedHosts: f.inspectHosts, Token: f.inspectToken})
+		srv := inspector.NewServer(inspector.ServerConfig{Agent: app.agent, Assets: web.Handler(), Version: version, AllowedHosts: f.inspectHosts, Token: f.inspectToken})
 		app.inspectSrv = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	}
 	return nil

@@ -3,14 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -71,34 +72,6 @@ func statusRange(s string) (int, int, error) {
 // run replays the selection through an agent over db and reports; the
 // exit status is 1 when anything did not match.
 func (r *callReplay) run(ctx context.Context, stdio Stdio, db *storage.AgentStore) int {
-	f := storage.CaptureFilter{}
-	if r.callID != "" {
-		f.CallIDs = []string{r.callID}
-	}
-	var originals []*storage.Capture
-	var after int64
-	for {
-		page, err := db.CapturesAfter(ctx, f, after, 200)
-		if err != nil {
-			return fail(stdio, "replay", err)
-		}
-		for _, c := range page {
-			after = c.Seq
-			if c.ReplayOf != "" || (c.DuplicateOf != "" && !r.retries) {
-				continue // a replay of ours, or the service trying again
-			}
-			originals = append(originals, c)
-		}
-		if len(page) < 200 {
-			break
-		}
-	}
-	if len(originals) == 0 {
-		if r.callID != "" {
-			return fail(stdio, "replay", fmt.Errorf("no capture of call %s", r.callID))
-		}
-		return fail(stdio, "replay", fmt.Errorf("nothing to replay"))
-	}
 	a, err := agent.New(agent.Config{Store: db})
 	if err != nil {
 		return fail(stdio, "replay", err)
@@ -108,25 +81,18 @@ func (r *callReplay) run(ctx context.Context, stdio Stdio, db *storage.AgentStor
 	go func() { a.Run(runCtx); close(done) }()
 	defer func() { cancel(); <-done }()
 
+	o := agent.CallReplayOptions{CallID: r.callID, To: r.to, TimeScale: r.timeScale, WithRetries: r.retries}
+	originals, err := a.CallOriginals(ctx, o)
+	if err != nil {
+		return fail(stdio, "replay", apiMessage(err))
+	}
 	lo, hi := 0, 0
 	if r.expect != "" {
 		lo, hi, _ = statusRange(r.expect)
 	}
 	var results []callReplayResult
 	failed := 0
-	for i, orig := range originals {
-		if i > 0 && r.timeScale > 0 {
-			gap := time.Duration(float64(inspector.Arrival(orig).Sub(inspector.Arrival(originals[i-1]))) * r.timeScale)
-			select {
-			case <-time.After(gap):
-			case <-ctx.Done():
-				return fail(stdio, "replay", ctx.Err())
-			}
-		}
-		c, err := a.ReplayAndWait(ctx, agent.ReplayOptions{ID: orig.ID, To: r.to})
-		if err != nil {
-			return fail(stdio, "replay", err)
-		}
+	err = a.ReplayCall(ctx, originals, o, func(orig, c *storage.Capture) {
 		res := callReplayResult{Original: orig.ID, ID: c.ID, Event: orig.Event, Status: c.ResponseStatus, Error: c.Error, Failures: []string{}}
 		if res.Event == "" {
 			res.Event = orig.Method + " " + orig.Path
@@ -147,6 +113,9 @@ func (r *callReplay) run(ctx context.Context, stdio Stdio, db *storage.AgentStor
 			failed++
 		}
 		results = append(results, res)
+	})
+	if err != nil {
+		return fail(stdio, "replay", apiMessage(err))
 	}
 	if r.asJSON {
 		json.NewEncoder(stdio.Out).Encode(map[string]any{"replayed": len(results), "failed": failed, "results": results})
@@ -170,6 +139,15 @@ func (r *callReplay) run(ctx context.Context, stdio Stdio, db *storage.AgentStor
 		return 1
 	}
 	return 0
+}
+
+// apiMessage is an API error's message alone, as a command prints it.
+func apiMessage(err error) error {
+	var e *api.Error
+	if errors.As(err, &e) {
+		return errors.New(e.Message)
+	}
+	return err
 }
 
 // checkBodyJSON checks one path=value of --expect-body-json against an
