@@ -725,6 +725,54 @@ func TestBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("ReplayCallAndExport", func(t *testing.T) {
+		s := startStack(t)
+		callID := uuid.NewString()
+		t0 := time.Now().Add(-time.Minute).UTC()
+		for _, b := range [][]byte{event("call.started", callID, t0, nil), event("call.ended", callID, t0.Add(30*time.Second), nil)} {
+			s.send(t, "/webhooks/voice", b)
+		}
+		tb := newTab(t, browser, s.InspectorURL)
+		tb.open("/calls/" + callID)
+		tb.waitFor("the call's timeline", `document.querySelectorAll('[data-view=calls] .tl-lane:not(.tl-head)').length === 2`)
+		// Back to back, from the button: both events reach the handler again.
+		tb.js(`document.querySelector('[data-view=calls] .act-replay-spacing').value = '0'`)
+		tb.click(`[data-view=calls] .act-replay-call`)
+		polltest.Until(t, 10*time.Second, func() bool { return len(s.h.received()) == 4 }, "the call was not replayed from the button")
+		// And from the keyboard.
+		tb.do(chromedp.KeyEvent("r"))
+		polltest.Until(t, 10*time.Second, func() bool { return len(s.h.received()) == 6 }, "the call was not replayed with r")
+		got := s.h.received()
+		for i, want := range []string{"call.started", "call.ended", "call.started", "call.ended", "call.started", "call.ended"} {
+			if !strings.Contains(string(got[i].Body), want) {
+				t.Errorf("delivery %d is not %s", i, want)
+			}
+		}
+
+		// Export follows the filters, from its link and from the keyboard.
+		tb.open("/?event=call.ended")
+		tb.waitFor("the filtered list", `!!document.querySelector('[data-view=requests] .act-export-jsonl')`)
+		tb.do(chromedp.KeyEvent("x"))
+		href := tb.str(`document.querySelector('[data-view=requests] .act-export-jsonl').href`)
+		if !strings.Contains(href, "/api/v1/ext/export?") || !strings.Contains(href, "event=call.ended") || !strings.Contains(href, "format=jsonl") {
+			t.Fatalf("export link %q", href)
+		}
+		resp, err := http.Get(href)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if resp.StatusCode != 200 || len(lines) < 2 || !strings.Contains(lines[0], "calltap-export") || strings.Contains(string(b), "call.started") {
+			t.Errorf("the export behind the link: %d\n%s", resp.StatusCode, b)
+		}
+		tb.js(`document.querySelector('[data-view=requests] .act-export-har').dispatchEvent(new MouseEvent('mousedown'))`)
+		if har := tb.str(`document.querySelector('[data-view=requests] .act-export-har').href`); !strings.Contains(har, "format=har") {
+			t.Errorf("HAR link %q", har)
+		}
+	})
+
 	t.Run("ContractChecksAsAnnotations", func(t *testing.T) {
 		s := startStack(t)
 		b := event("call.started", uuid.NewString(), time.Now(), nil)

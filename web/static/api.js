@@ -56,6 +56,17 @@ export const replay = (req) => post('webhooks/replay/', req);
 export const getTunnel = () => get('tunnel/');
 export const listCalls = (params, signal) => get('calls/', params, signal);
 export const getCall = (id, signal) => get(`calls/${encodeURIComponent(id)}/`, null, signal);
+export const replayCall = (id, timeScale) => post(`calls/${encodeURIComponent(id)}/replay/`, { time_scale: timeScale });
+// exportURL downloads what the list's filters select (limit and offset
+// aside), as JSON Lines or HAR.
+export function exportURL(filters, format) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(filters || {})) {
+    if (v != null && v !== '' && k !== 'limit' && k !== 'offset') q.set(k, String(v));
+  }
+  q.set('format', format);
+  return `${BASE}/export?${q}`;
+}
 
 // Stream follows /api/v1/ext/stream. EventSource reconnects by itself after
 // a dropped connection but gives up for good on an HTTP error, so a closed

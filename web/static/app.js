@@ -105,7 +105,7 @@ class App {
 
   buildHelp() {
     const rows = [
-      [['j', '↓'], 'next row'], [['k', '↑'], 'previous row'], [['Enter'], 'open the row'], [['r'], 'replay the selected request'],
+      [['j', '↓'], 'next row'], [['k', '↑'], 'previous row'], [['Enter'], 'open the row'], [['r'], 'replay the selected request, or the open call'], [['x'], 'export what the filters select'],
       [['e'], 'edit and replay'], [['/'], 'search'], [['g', 'r'], 'requests'], [['g', 'c'], 'calls'], [['Esc'], 'close dialog / detail'], [['?'], 'this help'],
     ];
     const dlg = h('dialog', { class: 'dlg help-dlg', 'aria-label': 'Keyboard shortcuts' },
@@ -237,7 +237,12 @@ class App {
           const id = this.selectedCaptureId();
           if (id) this.ctx.replayNow(id);
           else toast('Select a request to replay', 'info', 1500);
+        } else if (this.view === 'calls' && this.calls.callId && this.calls.replayCall) {
+          this.calls.replayCall();
         }
+        break;
+      case 'x':
+        if (this.view === 'requests') this.requests.exportNow();
         break;
       case 'e':
         if (this.view === 'requests') this.editSelected();

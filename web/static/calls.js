@@ -4,7 +4,7 @@
 // anomalies. The calls API is read tolerantly: fields it does not send are
 // left out, fields it adds later do no harm.
 
-import { h, icon, clear, extLink, safeURL, copyButton } from './dom.js';
+import { h, icon, clear, extLink, safeURL, copyButton, toast } from './dom.js';
 import * as api from './api.js';
 import * as fmt from './format.js';
 import * as json from './json.js';
@@ -222,12 +222,31 @@ export class CallsView {
 
     const close = h('button', { class: 'btn btn-ghost btn-sm btn-icon', type: 'button', title: 'Close (Esc)', 'aria-label': 'Close' }, icon('x'));
     close.addEventListener('click', () => this.app.navigate('/calls' + this.query()));
+    // Replay call: every event again, in order, spaced as they first
+    // arrived or back to back.
+    const spacing = h('select', { class: 'act-replay-spacing', 'aria-label': 'Spacing of the replayed events', title: 'Spacing of the replayed events' },
+      h('option', { value: '1' }, 'as they arrived'), h('option', { value: '0' }, 'back to back'));
+    const replayBtn = h('button', { class: 'btn btn-primary btn-sm act-replay-call', type: 'button', title: 'Replay every event of this call (r)' }, icon('replay'), 'Replay call');
+    this.replayCall = async () => {
+      replayBtn.disabled = true;
+      try {
+        const r = await api.replayCall(id, Number(spacing.value));
+        toast(`Replaying ${r.count} event${r.count === 1 ? '' : 's'} of the call`, 'info', 2500);
+      } catch (err) {
+        toast(`Could not replay the call: ${err.message}`, 'error');
+      } finally {
+        replayBtn.disabled = false;
+      }
+    };
+    replayBtn.addEventListener('click', () => this.replayCall());
     const head = h('header', { class: 'd-head' },
       h('div', { class: 'd-line' },
         icon('phone', 'big-icon'),
         h('span', { class: 'd-path mono' }, id),
         copyButton(id, '', 'Copy call id'),
         h('span', { class: 'spacer' }),
+        spacing,
+        replayBtn,
         close),
       h('div', { class: 'd-meta' },
         s.lastEvent ? eventBadge(s.lastEvent) : null,

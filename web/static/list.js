@@ -141,6 +141,14 @@ export class RequestList {
     };
     this.clearBtn = h('button', { class: 'btn btn-ghost btn-sm f-clear', type: 'button', title: 'Clear all filters' }, icon('x'), 'Clear');
     this.clearBtn.addEventListener('click', () => this.setAll({}));
+    this.exportLinks = ['jsonl', 'har'].map((format) =>
+      h('a', { class: 'btn btn-ghost btn-sm act-export-' + format, href: '#', download: '', title: `Export what the filters select as ${format === 'har' ? 'HAR' : 'JSON Lines'}${format === 'jsonl' ? ' (x)' : ''}` },
+        icon('download'), format === 'har' ? 'HAR' : 'Export'));
+    for (const [i, format] of ['jsonl', 'har'].entries()) {
+      // The link follows the filters as they change.
+      this.exportLinks[i].addEventListener('mousedown', () => (this.exportLinks[i].href = api.exportURL(this.filters, format)));
+      this.exportLinks[i].addEventListener('focus', () => (this.exportLinks[i].href = api.exportURL(this.filters, format)));
+    }
     const bar = h('div', { class: 'filters' },
       h('div', { class: 'frow' },
         h('label', { class: 'search' }, icon('search'), search),
@@ -151,9 +159,16 @@ export class RequestList {
         this.rangePicker(time),
         sel('source', 'Source', [['', 'Any source'], ['tunnel', 'tunnel'], ['replay', 'replay'], ['trigger', 'trigger'], ['backfill', 'backfill']]),
         sel('duplicate', 'Duplicate deliveries', [['', 'Duplicates'], ['false', 'No duplicates'], ['true', 'Only duplicates']]),
-        this.clearBtn));
+        this.clearBtn, ...this.exportLinks));
     this.updateClear();
     return bar;
+  }
+
+  // exportNow downloads what the filters select, as JSON Lines.
+  exportNow() {
+    const a = this.exportLinks[0];
+    a.href = api.exportURL(this.filters, 'jsonl');
+    a.click();
   }
 
   // rangePicker is the time range: a small popover with since and until
