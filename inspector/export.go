@@ -35,9 +35,8 @@ type ExportHeader struct {
 	ExportedAt string `json:"exported_at"`
 }
 
-// exportPage is how many captures an export reads at a time: its memory
-// does not grow with the store.
-const exportPage = 200
+// exportEvery is how often an export reports its progress, in captures.
+const exportEvery = 1000
 
 // Export writes the captures f selects (its Page aside) to w as JSON Lines,
 // oldest first, calling progress after each page with the count so far. It
@@ -48,33 +47,39 @@ func Export(ctx context.Context, db *storage.AgentStore, f storage.CaptureFilter
 	if err := enc.Encode(ExportHeader{Format: ExportFormat, Version: ExportVersion, ExportedAt: api.FormatTime(time.Now())}); err != nil {
 		return 0, err
 	}
-	n := 0
-	var after int64
-	for {
-		page, err := db.CapturesAfter(ctx, f, after, exportPage)
+	n, err := eachCapture(ctx, db, f, progress, func(c *storage.Capture) error {
+		attempts, err := db.Attempts(ctx, c.ID)
 		if err != nil {
-			return n, err
+			return err
 		}
-		for _, c := range page {
-			attempts, err := db.Attempts(ctx, c.ID)
-			if err != nil {
-				return n, err
-			}
-			d := detailOf(c, attempts, nil)
-			d.Checks = checksOf(c)
-			if err := enc.Encode(d); err != nil {
-				return n, err
-			}
-			after = c.Seq
-			n++
+		d := detailOf(c, attempts, nil)
+		d.Checks = checksOf(c)
+		return enc.Encode(d)
+	})
+	if err != nil {
+		return n, err
+	}
+	return n, bw.Flush()
+}
+
+// eachCapture is the store's EachCapture, telling progress the count so
+// far every exportEvery captures and at the end.
+func eachCapture(ctx context.Context, db *storage.AgentStore, f storage.CaptureFilter, progress func(int), fn func(*storage.Capture) error) (int, error) {
+	n := 0
+	_, err := db.EachCapture(ctx, f, func(c *storage.Capture) error {
+		if err := fn(c); err != nil {
+			return err
 		}
-		if progress != nil && len(page) > 0 {
+		n++
+		if progress != nil && n%exportEvery == 0 {
 			progress(n)
 		}
-		if len(page) < exportPage {
-			return n, bw.Flush()
-		}
+		return nil
+	})
+	if progress != nil && n%exportEvery != 0 {
+		progress(n)
 	}
+	return n, err
 }
 
 // ImportError is a line of an export that cannot be imported.
@@ -293,31 +298,19 @@ func ExportHAR(ctx context.Context, db *storage.AgentStore, f storage.CaptureFil
 	// The document up to its entries, then each entry as it is read.
 	open := strings.TrimSuffix(string(head), `null}`)
 	fmt.Fprintf(bw, `{"log":%s[`, open)
-	n := 0
-	var after int64
-	for {
-		page, err := db.CapturesAfter(ctx, f, after, exportPage)
+	sep := ""
+	n, err := eachCapture(ctx, db, f, progress, func(c *storage.Capture) error {
+		b, err := json.Marshal(harEntryOf(c))
 		if err != nil {
-			return n, err
+			return err
 		}
-		for _, c := range page {
-			b, err := json.Marshal(harEntryOf(c))
-			if err != nil {
-				return n, err
-			}
-			if n > 0 {
-				bw.WriteByte(',')
-			}
-			bw.Write(b)
-			after = c.Seq
-			n++
-		}
-		if progress != nil && len(page) > 0 {
-			progress(n)
-		}
-		if len(page) < exportPage {
-			break
-		}
+		bw.WriteString(sep)
+		sep = ","
+		_, err = bw.Write(b)
+		return err
+	})
+	if err != nil {
+		return n, err
 	}
 	bw.WriteString("]}}\n")
 	return n, bw.Flush()

@@ -489,6 +489,31 @@ func (db *AgentStore) CapturesAfter(ctx context.Context, f CaptureFilter, after 
 	return out, nil
 }
 
+// EachCapture calls fn with every capture f selects (its Page aside),
+// oldest first and bodies included, reading a page at a time so that memory
+// does not grow with the store; then returns how many it passed to fn.
+func (db *AgentStore) EachCapture(ctx context.Context, f CaptureFilter, fn func(*Capture) error) (int, error) {
+	const page = 200
+	n := 0
+	var after int64
+	for {
+		cs, err := db.CapturesAfter(ctx, f, after, page)
+		if err != nil {
+			return n, err
+		}
+		for _, c := range cs {
+			if err := fn(c); err != nil {
+				return n, err
+			}
+			after = c.Seq
+			n++
+		}
+		if len(cs) < page {
+			return n, nil
+		}
+	}
+}
+
 // listCaptures is Captures without the shortcuts of searchCaptures.
 func (db *core) listCaptures(ctx context.Context, f CaptureFilter) ([]*Capture, int, error) {
 	where, args := f.where()

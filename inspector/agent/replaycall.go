@@ -27,22 +27,13 @@ func (a *Agent) CallOriginals(ctx context.Context, o CallReplayOptions) ([]*stor
 		f.CallIDs = []string{o.CallID}
 	}
 	var out []*storage.Capture
-	var after int64
-	for {
-		page, err := a.store.CapturesAfter(ctx, f, after, 200)
-		if err != nil {
-			return nil, err
-		}
-		for _, c := range page {
-			after = c.Seq
-			if c.ReplayOf != "" || (c.DuplicateOf != "" && !o.WithRetries) {
-				continue
-			}
+	if _, err := a.store.EachCapture(ctx, f, func(c *storage.Capture) error {
+		if c.ReplayOf == "" && (c.DuplicateOf == "" || o.WithRetries) {
 			out = append(out, c)
 		}
-		if len(page) < 200 {
-			break
-		}
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	if len(out) == 0 {
 		if o.CallID != "" {
