@@ -300,3 +300,17 @@ func TestExportHARIsReadByAReader(t *testing.T) {
 		t.Errorf("response %d %q, time %d", first.Response.Status, first.Response.Content.Text, first.Time)
 	}
 }
+
+// Progress goes to stderr only when it is a terminal or with --progress:
+// a script reading stderr sees nothing else.
+func TestExportProgress(t *testing.T) {
+	src, cs := exportStore(t)
+	code, stdout, stderr := runCmd(t, "export", "--data", src)
+	if code != 0 || stderr != "" || strings.Count(stdout, "\n") != len(cs)+1 {
+		t.Errorf("export to a pipe: %d, stderr %q", code, stderr)
+	}
+	code, stdout, stderr = runCmd(t, "export", "--data", src, "--progress")
+	if code != 0 || stderr != "calltap export: 4 captures so far\n" || strings.Count(stdout, "\n") != len(cs)+1 {
+		t.Errorf("export --progress: %d, stderr %q", code, stderr)
+	}
+}
