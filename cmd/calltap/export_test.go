@@ -121,7 +121,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 
 // Bad input gets one line, exit 1, and writes nothing.
 func TestExportImportRefuseBadInput(t *testing.T) {
-	src, _ := exportStore(t)
+	src, cs := exportStore(t)
 	out := filepath.Join(t.TempDir(), "x.jsonl")
 	for _, args := range [][]string{
 		{"export", "--data", src, "--call-id", "no-such-call", "-o", out},
@@ -147,6 +147,7 @@ func TestExportImportRefuseBadInput(t *testing.T) {
 		"malformed line": {strings.Join(append(lines[:3:3], "{not json"), "\n"), "line 4"},
 		"newer version":  {strings.Replace(lines[0], `"version":1`, `"version":2`, 1) + "\n" + lines[1], "version 2"},
 		"not an export":  {"hello\n", "not a calltap export"},
+		"repeated id":    {strings.Join(append(lines[:3:3], lines[1]), "\n"), "line 4: capture " + cs[0].ID + " is already on line 2"},
 		"empty":          {"", "empty"},
 	} {
 		f := filepath.Join(t.TempDir(), "in.jsonl")
