@@ -105,6 +105,7 @@ func ReadExport(r io.Reader) ([]*storage.Capture, error) {
 		return &ImportError{Line: line, Err: fmt.Errorf(format, args...)}
 	}
 	var out []*storage.Capture
+	seen := map[string]int{} // id → the line that had it
 	for sc.Scan() {
 		line++
 		b := sc.Bytes()
@@ -129,6 +130,12 @@ func ReadExport(r io.Reader) ([]*storage.Capture, error) {
 		if err != nil {
 			return nil, bad("%v", err)
 		}
+		// An export names each capture once; a repeat would otherwise
+		// fail the whole import at the store, with no line to look at.
+		if first, ok := seen[c.ID]; ok {
+			return nil, bad("capture %s is already on line %d", c.ID, first)
+		}
+		seen[c.ID] = line
 		out = append(out, c)
 	}
 	if err := sc.Err(); err != nil {

@@ -14,8 +14,8 @@ import (
 )
 
 func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
-	fs := newFlagSet("export", "calltap export [--call-id ID]… [--event KIND] [--since 2h] [--q TEXT] [--format jsonl|har] [-o FILE] [--data DIR]",
-		"Write captures byte-exact, oldest first: as JSON Lines (a first line naming the format and its version, then one\ncapture a line as the inspector's API details it), or as HAR 1.2 for browsers' developer tools and HTTP tools.\nWithout -o, to standard output.")
+	fs := newFlagSet("export", "calltap export [--call-id ID]… [--event KIND] [--since 2h] [--q TEXT] [--format jsonl|har] [-o FILE] [--progress] [--data DIR]",
+		"Write captures byte-exact, oldest first: as JSON Lines (a first line naming the format and its version, then one\ncapture a line as the inspector's API details it), or as HAR 1.2 for browsers' developer tools and HTTP tools.\nWithout -o, to standard output. Progress shows on stderr when it is a terminal, or with --progress.")
 	var (
 		dataDir = fs.String("data", defaultDataDir(), "data directory")
 		callIDs stringList
@@ -24,6 +24,7 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 		text    = fs.String("q", "", "full-text search in bodies")
 		out     = fs.String("o", "", "file to write (written whole or not at all)")
 		format  = fs.String("format", "jsonl", "jsonl (calltap import reads it back) or har")
+		showAll = fs.Bool("progress", false, "a line on stderr every page of captures even when stderr is not a terminal")
 	)
 	fs.Var(&callIDs, "call-id", "only this call (repeatable)")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
@@ -75,7 +76,18 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 			return os.Rename(tmp.Name(), *out)
 		}
 	}
-	progress := func(n int) { fmt.Fprintf(stdio.Err, "\rexported %d captures", n) }
+	// A terminal sees one line rewritten; with --progress, anything else
+	// (a log, CI) gets a line a page. Otherwise stderr stays quiet, for
+	// scripts that read it.
+	status := newStatusLine(stdio.Err)
+	progress := func(n int) {
+		switch {
+		case status.on:
+			status.show(fmt.Sprintf("exported %d captures…", n), false)
+		case *showAll:
+			fmt.Fprintf(stdio.Err, "calltap export: %d captures so far\n", n)
+		}
+	}
 	export := inspector.Export
 	if *format == "har" {
 		export = func(ctx context.Context, db *storage.AgentStore, f storage.CaptureFilter, w io.Writer, progress func(int)) (int, error) {
@@ -83,7 +95,7 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 		}
 	}
 	n, err := export(ctx, db, f, w, progress)
-	fmt.Fprintln(stdio.Err)
+	status.done()
 	if err == nil {
 		err = commit()
 	}

@@ -121,7 +121,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 
 // Bad input gets one line, exit 1, and writes nothing.
 func TestExportImportRefuseBadInput(t *testing.T) {
-	src, _ := exportStore(t)
+	src, cs := exportStore(t)
 	out := filepath.Join(t.TempDir(), "x.jsonl")
 	for _, args := range [][]string{
 		{"export", "--data", src, "--call-id", "no-such-call", "-o", out},
@@ -147,6 +147,7 @@ func TestExportImportRefuseBadInput(t *testing.T) {
 		"malformed line": {strings.Join(append(lines[:3:3], "{not json"), "\n"), "line 4"},
 		"newer version":  {strings.Replace(lines[0], `"version":1`, `"version":2`, 1) + "\n" + lines[1], "version 2"},
 		"not an export":  {"hello\n", "not a calltap export"},
+		"repeated id":    {strings.Join(append(lines[:3:3], lines[1]), "\n"), "line 4: capture " + cs[0].ID + " is already on line 2"},
 		"empty":          {"", "empty"},
 	} {
 		f := filepath.Join(t.TempDir(), "in.jsonl")
@@ -298,5 +299,19 @@ func TestExportHARIsReadByAReader(t *testing.T) {
 	}
 	if first.Response.Status != 201 || !bytes.Equal(first.Response.Content.Text, []byte("ok\x00\xff")) || first.Time != 1 {
 		t.Errorf("response %d %q, time %d", first.Response.Status, first.Response.Content.Text, first.Time)
+	}
+}
+
+// Progress goes to stderr only when it is a terminal or with --progress:
+// a script reading stderr sees nothing else.
+func TestExportProgress(t *testing.T) {
+	src, cs := exportStore(t)
+	code, stdout, stderr := runCmd(t, "export", "--data", src)
+	if code != 0 || stderr != "" || strings.Count(stdout, "\n") != len(cs)+1 {
+		t.Errorf("export to a pipe: %d, stderr %q", code, stderr)
+	}
+	code, stdout, stderr = runCmd(t, "export", "--data", src, "--progress")
+	if code != 0 || stderr != "calltap export: 4 captures so far\n" || strings.Count(stdout, "\n") != len(cs)+1 {
+		t.Errorf("export --progress: %d, stderr %q", code, stderr)
 	}
 }
