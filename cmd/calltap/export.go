@@ -24,7 +24,7 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 		text    = fs.String("q", "", "full-text search in bodies")
 		out     = fs.String("o", "", "file to write (written whole or not at all)")
 		format  = fs.String("format", "jsonl", "jsonl (calltap import reads it back) or har")
-		showAll = fs.Bool("progress", false, "a line on stderr every page of captures even when stderr is not a terminal")
+		showAll = fs.Bool("progress", false, "a line on stderr every 1,000 captures and at the end, even when stderr is not a terminal")
 	)
 	fs.Var(&callIDs, "call-id", "only this call (repeatable)")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
@@ -77,7 +77,7 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 		}
 	}
 	// A terminal sees one line rewritten; with --progress, anything else
-	// (a log, CI) gets a line a page. Otherwise stderr stays quiet, for
+	// (a log, CI) gets a line every 1,000 captures and one at the end. Otherwise stderr stays quiet, for
 	// scripts that read it.
 	status := newStatusLine(stdio.Err)
 	progress := func(n int) {
