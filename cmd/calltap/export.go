@@ -77,8 +77,8 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 		}
 	}
 	// A terminal sees one line rewritten; with --progress, anything else
-	// (a log, CI) gets a line every 1,000 captures and one at the end. Otherwise stderr stays quiet, for
-	// scripts that read it.
+	// (a log, CI) gets a line every 1,000 captures and one at the end.
+	// Otherwise stderr stays quiet, for scripts that read it.
 	status := newStatusLine(stdio.Err)
 	progress := func(n int) {
 		switch {
