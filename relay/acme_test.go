@@ -416,7 +416,7 @@ func TestACMERelayEndToEnd(t *testing.T) {
 	if want := "https://" + acmeDomain + ":" + strconv.Itoa(portOf(t, addr)) + "/t/" + info.TunnelID; info.URL != want {
 		t.Errorf("tunnel URL %q, want %q", info.URL, want)
 	}
-	srv, err := relay.NewServer(ctx, relay.Config{DB: relayDB, PublicURL: pub, Logger: quiet, Version: "test"})
+	srv, err := relay.NewServer(ctx, relay.Config{Store: relayDB, PublicURL: pub, Logger: quiet, Version: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

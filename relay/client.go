@@ -121,7 +121,11 @@ const (
 
 // ClientConfig configures an agent's connection to a relay.
 type ClientConfig struct {
-	RelayURL       string // http(s)://host[:port] of the relay
+	// RelayURL is http(s)://host[:port] of the relay, or of several nodes
+	// of one relay, comma-separated: the client moves to the next when a
+	// connection fails or ends. (One name that resolves to several
+	// addresses works too: the dialer tries each address in turn.)
+	RelayURL string
 	Token          string
 	RequireHeaders []string // "Name: value" every sender must present
 	TLSConfig      *tls.Config
@@ -150,25 +154,20 @@ var (
 type Client struct {
 	cfg    ClientConfig
 	dialer websocket.Dialer
-	wsURL  string
+	wsURLs []string // one per relay node; Run moves to the next when one fails
 	log    *slog.Logger
 }
 
 // NewClient validates cfg.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	u, err := url.Parse(cfg.RelayURL)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("relay URL %q: want http(s)://host[:port]", cfg.RelayURL)
+	var wsURLs []string
+	for _, raw := range strings.Split(cfg.RelayURL, ",") {
+		ws, err := websocketURL(strings.TrimSpace(raw))
+		if err != nil {
+			return nil, err
+		}
+		wsURLs = append(wsURLs, ws)
 	}
-	switch u.Scheme {
-	case "http", "ws":
-		u.Scheme = "ws"
-	case "https", "wss":
-		u.Scheme = "wss"
-	default:
-		return nil, fmt.Errorf("relay URL %q: scheme must be http or https", cfg.RelayURL)
-	}
-	u.Path = strings.TrimRight(u.Path, "/") + ConnectPath
 	if cfg.Handler == nil {
 		return nil, errors.New("relay: ClientConfig.Handler is required")
 	}
@@ -192,7 +191,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 			return nil, fmt.Errorf("--require-header %q: want 'Name: value'", h)
 		}
 	}
-	c := &Client{cfg: cfg, wsURL: u.String(), log: cfg.Logger}
+	c := &Client{cfg: cfg, wsURLs: wsURLs, log: cfg.Logger}
 	c.dialer = websocket.Dialer{
 		Proxy:            http.ProxyFromEnvironment,
 		HandshakeTimeout: 10 * time.Second,
@@ -208,8 +207,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // for good (ErrUnauthorized, ErrReplaced, ErrRevoked).
 func (c *Client) Run(ctx context.Context) error {
 	attempt := 0
-	for {
-		connected, err := c.connectOnce(ctx)
+	for next := 0; ; next = (next + 1) % len(c.wsURLs) {
+		connected, err := c.connectOnce(ctx, c.wsURLs[next])
 		if ctx.Err() != nil {
 			c.cfg.OnState(ConnState{State: StateOffline})
 			return nil
@@ -244,7 +243,7 @@ func (c *Client) backoff(attempt int) time.Duration {
 
 // connectOnce dials, serves the connection until it ends and reports
 // whether the handshake succeeded.
-func (c *Client) connectOnce(ctx context.Context) (bool, error) {
+func (c *Client) connectOnce(ctx context.Context, wsURL string) (bool, error) {
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+c.cfg.Token)
 	h.Set(MaxFrameHeader, strconv.FormatInt(c.cfg.MaxFrame, 10))
@@ -263,7 +262,7 @@ func (c *Client) connectOnce(ctx context.Context) (bool, error) {
 		bc = newBatchConn(conn)
 		return bc, nil
 	}
-	ws, resp, err := dialer.DialContext(ctx, c.wsURL, h)
+	ws, resp, err := dialer.DialContext(ctx, wsURL, h)
 	if err != nil {
 		if resp != nil {
 			defer resp.Body.Close()
@@ -285,6 +284,24 @@ func (c *Client) connectOnce(ctx context.Context) (bool, error) {
 	err = cc.readLoop()
 	cc.close(err)
 	return cc.helloSeen, err
+}
+
+// websocketURL is where an agent connects on the relay at raw.
+func websocketURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("relay URL %q: want http(s)://host[:port]", raw)
+	}
+	switch u.Scheme {
+	case "http", "ws":
+		u.Scheme = "ws"
+	case "https", "wss":
+		u.Scheme = "wss"
+	default:
+		return "", fmt.Errorf("relay URL %q: scheme must be http or https", raw)
+	}
+	u.Path = strings.TrimRight(u.Path, "/") + ConnectPath
+	return u.String(), nil
 }
 
 // errorMessage pulls the message out of an error envelope, or returns the text.

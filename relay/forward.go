@@ -15,8 +15,9 @@ import (
 )
 
 // forward sends a live request to the agent and relays its answer.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *tunnel, ac *agentConn, req *Request, buf *bytes.Buffer, log reqLogger) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ForwardTimeout)
+// sender is the sender's context: its end means nobody waits for the answer.
+func (s *Server) forward(w http.ResponseWriter, sender context.Context, ac *agentConn, req *Request, buf *bytes.Buffer, log reqLogger) {
+	ctx, cancel := context.WithTimeout(sender, s.cfg.ForwardTimeout)
 	defer cancel()
 	resp, acked, err := ac.roundTrip(ctx, req, buf)
 	switch {
@@ -27,11 +28,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, t *tunnel, ac *
 		log.Warn("request larger than the agent reads", "size", len(req.Body), "agent_max_frame", ac.peerMax.Load())
 		s.fail(w, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "the request is larger than the agent accepts (%d bytes with its headers)", ac.peerMax.Load()))
 		return
-	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+	case errors.Is(err, context.DeadlineExceeded) && sender.Err() == nil:
 		log.Warn("local handler too slow", "timeout", s.cfg.ForwardTimeout, "saved", acked)
 		s.fail(w, api.Errorf(http.StatusGatewayTimeout, api.CodeGatewayTimeout, "the local handler did not answer within %s", s.cfg.ForwardTimeout))
 		return
-	case r.Context().Err() != nil:
+	case sender.Err() != nil:
 		return // the sender went away
 	case acked:
 		log.Warn("agent lost after saving the request", "err", err)

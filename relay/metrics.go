@@ -1,10 +1,12 @@
 package relay
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // metrics are the relay's Prometheus counters.
@@ -13,6 +15,8 @@ type metrics struct {
 	byClass         [6]atomic.Int64 // index status/100; 0 for anything odd
 	bytesIn         atomic.Int64
 	bytesOut        atomic.Int64
+	crossIn         atomic.Int64 // requests other nodes handed to this one
+	crossOut        atomic.Int64 // requests this node handed to others
 }
 
 func (m *metrics) countStatus(code int) {
@@ -42,6 +46,29 @@ func (s *Server) serveMetrics(w http.ResponseWriter) {
 	fmt.Fprintf(&b, "# HELP calltap_queue_bytes Bytes held in offline queues.\n# TYPE calltap_queue_bytes gauge\ncalltap_queue_bytes %d\n", bytes)
 	fmt.Fprintf(&b, "# HELP calltap_bytes_in_total Request body bytes received from senders.\n# TYPE calltap_bytes_in_total counter\ncalltap_bytes_in_total %d\n", s.metrics.bytesIn.Load())
 	fmt.Fprintf(&b, "# HELP calltap_bytes_out_total Response body bytes sent to senders.\n# TYPE calltap_bytes_out_total counter\ncalltap_bytes_out_total %d\n", s.metrics.bytesOut.Load())
+	if s.cfg.Cluster != nil {
+		s.clusterMetrics(&b)
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Write([]byte(b.String()))
+}
+
+// clusterMetrics are a cluster node's own: calltap_tunnels_connected above
+// counts the tunnels held here.
+func (s *Server) clusterMetrics(b *strings.Builder) {
+	fmt.Fprintf(b, "# HELP calltap_cluster_requests_total Requests handed between relay nodes: in, from another node to an agent here; out, to the node holding the agent.\n# TYPE calltap_cluster_requests_total counter\n")
+	fmt.Fprintf(b, "calltap_cluster_requests_total{direction=\"in\"} %d\ncalltap_cluster_requests_total{direction=\"out\"} %d\n", s.metrics.crossIn.Load(), s.metrics.crossOut.Load())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := s.cfg.Cluster.Stats(ctx)
+	up := 1
+	if err != nil {
+		up = 0
+	}
+	fmt.Fprintf(b, "# HELP calltap_nats_up Whether this node reached NATS just now.\n# TYPE calltap_nats_up gauge\ncalltap_nats_up %d\n", up)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(b, "# HELP calltap_nats_rtt_seconds Round trip to this node's NATS server.\n# TYPE calltap_nats_rtt_seconds gauge\ncalltap_nats_rtt_seconds %g\n", st.RTT.Seconds())
+	fmt.Fprintf(b, "# HELP calltap_cluster_queue_depth Requests in the shared queue, every tunnel's: how far agents lag behind.\n# TYPE calltap_cluster_queue_depth gauge\ncalltap_cluster_queue_depth %d\n", st.Queued)
 }

@@ -509,3 +509,39 @@ func writeFrame(w io.WriteCloser, head, body []byte) error {
 	}
 	return w.Close()
 }
+
+// Between relay nodes (calltap relay --nats), a request taken by one node
+// for a tunnel whose agent another holds crosses in one NATS request to
+// that node (relay/cluster):
+//
+//	request data: a request frame as above, Stream 0 (AppendForward)
+//	reply data:   a response frame, Stream 0, Result 0, carrying the
+//	              status, headers and body the sender is to get (AppendAnswer)
+//
+// A body too large for one NATS message is left out of the frame and
+// travels through a JetStream object store, named in a message header.
+
+// AppendForward encodes req, body included, for another node.
+func AppendForward(b []byte, req *Request) []byte {
+	return append(appendRequestHead(b, req), req.Body...)
+}
+
+// DecodeForward parses what AppendForward wrote. Body aliases b.
+func DecodeForward(b []byte) (*Request, error) { return decodeRequest(b) }
+
+// AppendAnswer encodes a node's answer, body included.
+func AppendAnswer(b []byte, a *Answer) []byte {
+	return append(appendResponseHead(b, &Response{Status: a.Status, Header: a.Header}), a.Body...)
+}
+
+// DecodeAnswer parses what AppendAnswer wrote. Body aliases b.
+func DecodeAnswer(b []byte) (*Answer, error) {
+	r, err := decodeResponse(b)
+	if err != nil {
+		return nil, err
+	}
+	if r.Result != ResultOK {
+		return nil, errMalformed
+	}
+	return &Answer{Status: r.Status, Header: r.Header, Body: r.Body}, nil
+}

@@ -34,10 +34,14 @@ func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, 
 	// behind this one instead of overtaking it.
 	t.queued++
 	t.queuedBytes += size
+	t.storing++
 	t.mu.Unlock()
-	err := s.cfg.DB.Enqueue(context.WithoutCancel(ctx), &storage.QueuedRequest{
+	err := s.cfg.Store.Enqueue(context.WithoutCancel(ctx), &storage.QueuedRequest{
 		ID: req.ID, TunnelID: t.id, ArrivedAt: req.ArrivedAt, Method: req.Method, URI: req.URI, Headers: head, Body: req.Body,
 	})
+	t.mu.Lock()
+	t.storing--
+	t.mu.Unlock()
 	if err != nil {
 		t.mu.Lock()
 		t.queued--
@@ -52,6 +56,10 @@ func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, 
 	case t.kick <- struct{}{}:
 	default:
 	}
+	if s.cfg.Cluster != nil && !t.held() {
+		// The agent may have reached another node while this was stored.
+		s.cfg.Cluster.Kick(t.id)
+	}
 	log.Info("queued for offline agent", "method", req.Method, "uri", req.URI)
 	s.answerQueued(w, req.ID, "queued: the agent is offline; the request will be delivered when it reconnects")
 }
@@ -64,7 +72,7 @@ func (s *Server) answerQueued(w http.ResponseWriter, id, message string) {
 }
 
 func (s *Server) expireQueued(ctx context.Context) {
-	if n, err := s.cfg.DB.ExpireQueued(ctx, time.Now().Add(-s.cfg.QueueMaxAge)); err != nil {
+	if n, err := s.cfg.Store.ExpireQueued(ctx, time.Now().Add(-s.cfg.QueueMaxAge)); err != nil {
 		s.log.Error("expire queue", "err", err)
 	} else if n > 0 {
 		s.log.Warn("dropped expired queued requests", "count", n, "max_age", s.cfg.QueueMaxAge)
@@ -103,7 +111,7 @@ func (ac *agentConn) flushAcked() {
 }
 
 func (ac *agentConn) dequeue(seqs []int64) {
-	if err := ac.srv.cfg.DB.Dequeue(context.Background(), seqs...); err != nil {
+	if err := ac.srv.cfg.Store.Dequeue(context.Background(), seqs...); err != nil {
 		ac.srv.log.Error("dequeue", "tunnel", ac.t.id, "err", err)
 	}
 	t := ac.t
@@ -130,7 +138,7 @@ func (ac *agentConn) drainLoop() {
 	var after int64
 	ctx := context.Background()
 	for {
-		batch, err := ac.srv.cfg.DB.QueuedAfter(ctx, t.id, after, drainWindow)
+		batch, err := ac.srv.cfg.Store.QueuedAfter(ctx, t.id, after, drainWindow)
 		if err != nil {
 			ac.srv.log.Error("read queue", "tunnel", t.id, "err", err)
 			ac.close(err)
@@ -150,6 +158,7 @@ func (ac *agentConn) drainLoop() {
 			select {
 			case <-t.kick:
 			case <-retry:
+				ac.srv.recount(ctx, t)
 			case seq := <-ac.acked:
 				ac.dequeueAcked(seq)
 			case <-ac.done:
@@ -174,7 +183,7 @@ func (ac *agentConn) drainLoop() {
 			hdr, err := decodeHeaderBytes(q.Headers)
 			if err != nil {
 				ac.srv.log.Error("queued request unreadable; dropping", "tunnel", t.id, "id", q.ID, "err", err)
-				ac.srv.cfg.DB.Dequeue(ctx, q.Seq)
+				ac.srv.cfg.Store.Dequeue(ctx, q.Seq)
 				<-ac.window
 				continue
 			}
@@ -197,6 +206,23 @@ func (ac *agentConn) drainLoop() {
 			after = q.Seq
 		}
 	}
+}
+
+// recount corrects, in a cluster, a tunnel's count of queued requests
+// from the shared queue: another node's kick may have counted requests
+// this node then drained, and a count left above zero would queue every
+// live request for good. Inserts under way here still count.
+func (s *Server) recount(ctx context.Context, t *tunnel) {
+	if s.cfg.Cluster == nil {
+		return // one node counts exactly
+	}
+	st, err := s.cfg.Store.TunnelQueueStats(ctx, t.id)
+	if err != nil {
+		return
+	}
+	t.mu.Lock()
+	t.queued, t.queuedBytes = st.Count+t.storing, st.Bytes
+	t.mu.Unlock()
 }
 
 func decodeHeaderBytes(b []byte) (Header, error) {

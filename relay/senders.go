@@ -6,6 +6,7 @@ package relay
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"errors"
 	"io"
@@ -94,8 +95,10 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	t, err := s.lookupTunnel(r.Context(), id)
 	if err != nil {
+		// The service retries a 5xx: what cannot be looked up now is not lost.
 		s.log.Error("tunnel lookup", "tunnel", id, "err", err)
-		s.fail(w, api.Errorf(http.StatusInternalServerError, api.CodeInternal, "internal error"))
+		w.Header().Set("Retry-After", "5")
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay could not read its tokens; retry later"))
 		return
 	}
 	if t == nil {
@@ -113,10 +116,7 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, api.Errorf(http.StatusTooManyRequests, api.CodeRateLimited, "too many requests for this tunnel"))
 		return
 	}
-	t.mu.Lock()
-	require := t.require
-	t.mu.Unlock()
-	for _, f := range require {
+	for _, f := range s.requiredHeaders(t) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get(f.Name)), []byte(f.Value)) != 1 {
 			t.rejected.Add(1)
 			t.notifyRefused()
@@ -164,7 +164,18 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 		Body:      buf.Bytes(),
 	}
 	log.request = req.ID
+	if node := s.remoteHolder(t); node != "" && !t.held() {
+		defer putBuf(buf)
+		s.forwardToNode(w, r, t, node, req, log)
+		return
+	}
+	s.deliver(w, r.Context(), t, req, buf, log)
+}
 
+// deliver hands req to the agent connected here, or queues it while none
+// is, or while the queue still drains (a live request must not overtake
+// queued ones). ctx is the sender's.
+func (s *Server) deliver(w http.ResponseWriter, ctx context.Context, t *tunnel, req *Request, buf *bytes.Buffer, log reqLogger) {
 	t.mu.Lock()
 	ac := t.agent
 	live := ac != nil && t.queued == 0
@@ -172,11 +183,18 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 	if live {
 		// The pooled buffer backs req.Body until the frame is written; the
 		// round trip returns only after that.
-		s.forward(w, r, t, ac, req, buf, log)
+		s.forward(w, ctx, ac, req, buf, log)
 		return
 	}
 	defer putBuf(buf)
-	s.enqueue(w, r.Context(), t, req, log)
+	s.enqueue(w, ctx, t, req, log)
+}
+
+// held reports whether an agent holds t on this node.
+func (t *tunnel) held() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.agent != nil
 }
 
 // readBody reads a sender's body into a pooled buffer, holding the sender

@@ -32,8 +32,9 @@ const (
 
 // Config is everything a Server needs. Zero values take the defaults below.
 type Config struct {
-	DB        *storage.RelayStore
-	PublicURL string // base URL senders use, without trailing slash
+	Store     Store   // tokens and the offline queue
+	Cluster   Cluster // the other relay nodes sharing Store; nil for a single node
+	PublicURL string  // base URL senders use, without trailing slash
 	Version   string
 	Logger    *slog.Logger
 
@@ -154,6 +155,7 @@ type tunnel struct {
 	agent       *agentConn    // guarded by mu; nil while no agent holds the tunnel
 	queued      int           // guarded by mu; rows in the offline queue, counting inserts under way
 	queuedBytes int64         // guarded by mu
+	storing     int           // guarded by mu; inserts under way, counted in queued
 	require     []HeaderField // guarded by mu; set by the agent holding (or last holding) the tunnel
 	limiter     tokenBucket   // guarded by mu
 
@@ -170,11 +172,30 @@ type tunnel struct {
 	kick       chan struct{} // cap 1: wakes the drain loop after an enqueue
 }
 
-// NewServer builds a relay over cfg.DB and loads the queue left by a
+// Store is what a relay keeps: tokens (only their hashes) and the offline
+// queue. *storage.RelayStore keeps them in one SQLite file for a single
+// node; relay/cluster keeps them in NATS JetStream for several.
+type Store interface {
+	Authenticate(ctx context.Context, token string) (*storage.Token, error)
+	TunnelLive(ctx context.Context, tunnelID string) (bool, error)
+	RevokedTunnels(ctx context.Context) (map[string]bool, error)
+
+	// Enqueue returns once r is stored for good, with r.Seq set.
+	Enqueue(ctx context.Context, r *storage.QueuedRequest) error
+	// QueuedAfter returns up to limit requests of tunnelID with a Seq
+	// above after, in the order they were stored.
+	QueuedAfter(ctx context.Context, tunnelID string, after int64, limit int) ([]*storage.QueuedRequest, error)
+	Dequeue(ctx context.Context, seqs ...int64) error
+	QueueStatsByTunnel(ctx context.Context) (map[string]storage.QueueStats, error)
+	TunnelQueueStats(ctx context.Context, tunnelID string) (storage.QueueStats, error)
+	ExpireQueued(ctx context.Context, cutoff time.Time) (int64, error)
+}
+
+// NewServer builds a relay over cfg.Store and loads the queue left by a
 // previous run, so it drains when each agent comes back.
 func NewServer(ctx context.Context, cfg Config) (*Server, error) {
-	if cfg.DB == nil {
-		return nil, errors.New("relay: Config.DB is required")
+	if cfg.Store == nil {
+		return nil, errors.New("relay: Config.Store is required")
 	}
 	cfg = cfg.withDefaults()
 	if cfg.Offline != OfflineQueue && cfg.Offline != OfflineReject {
@@ -192,7 +213,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		// Agents are programs, not pages: a browser Origin has no business here.
 		CheckOrigin: func(r *http.Request) bool { return r.Header.Get("Origin") == "" },
 	}
-	stats, err := cfg.DB.QueueStatsByTunnel(ctx)
+	stats, err := cfg.Store.QueueStatsByTunnel(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("relay: read offline queue: %w", err)
 	}
@@ -235,6 +256,11 @@ func (s *Server) readTimeout() time.Duration { return s.cfg.ForwardTimeout + 30*
 // until ctx ends; then it tells every agent the relay is going away and
 // returns once every agent connection and its loops have ended.
 func (s *Server) Run(ctx context.Context) error {
+	if s.cfg.Cluster != nil {
+		clustered := make(chan error, 1)
+		go func() { clustered <- s.serveClustered(ctx) }()
+		defer func() { <-clustered }()
+	}
 	expire := time.NewTicker(expireEvery)
 	defer expire.Stop()
 	revoke := time.NewTicker(revokeEvery)
@@ -264,30 +290,36 @@ const (
 // dropRevoked sends away the agents of revoked tokens and forgets their
 // tunnels, whose URLs then answer 404.
 func (s *Server) dropRevoked(ctx context.Context) {
-	revoked, err := s.cfg.DB.RevokedTunnels(ctx)
+	revoked, err := s.cfg.Store.RevokedTunnels(ctx)
 	if err != nil {
 		s.log.Error("read revoked tokens", "err", err)
 		return
 	}
 	for id := range revoked {
-		s.mu.Lock()
-		t := s.tunnels[id]
-		delete(s.tunnels, id)
-		s.mu.Unlock()
-		if t == nil {
-			continue
-		}
-		t.mu.Lock()
-		ac := t.agent
-		t.mu.Unlock()
-		if ac != nil {
-			ac.goAway(GoAway{Reason: GoAwayRevoked, Message: "the token of this tunnel was revoked"})
-		}
+		s.dropTunnel(id)
+	}
+}
+
+// dropTunnel sends away the agent of a revoked token and forgets its
+// tunnel, whose URL then answers 404.
+func (s *Server) dropTunnel(id string) {
+	s.mu.Lock()
+	t := s.tunnels[id]
+	delete(s.tunnels, id)
+	s.mu.Unlock()
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	ac := t.agent
+	t.mu.Unlock()
+	if ac != nil {
+		ac.goAway(GoAway{Reason: GoAwayRevoked, Message: "the token of this tunnel was revoked"})
 	}
 }
 
 func (s *Server) resyncQueueCounts(ctx context.Context) {
-	stats, err := s.cfg.DB.QueueStatsByTunnel(ctx)
+	stats, err := s.cfg.Store.QueueStatsByTunnel(ctx)
 	if err != nil {
 		return
 	}
@@ -335,7 +367,7 @@ func (s *Server) lookupTunnel(ctx context.Context, id string) (*tunnel, error) {
 	if !validTunnelID(id) {
 		return nil, nil
 	}
-	live, err := s.cfg.DB.TunnelLive(ctx, id)
+	live, err := s.cfg.Store.TunnelLive(ctx, id)
 	if err != nil || !live {
 		return nil, err
 	}

@@ -33,6 +33,9 @@ type TLSOptions struct {
 
 	Email        string // ACME account contact (optional)
 	CacheDir     string // ACME account key and certificates; required with ACME
+	// SharedCache, when set, keeps them instead where every relay node
+	// of a cluster finds them; it is given the CA's directory URL.
+	SharedCache func(directoryURL string) autocert.Cache
 	DirectoryURL string // ACME directory; "" is Let's Encrypt production
 	CARootsFile  string // PEM roots trusted, besides the system's, when talking to DirectoryURL
 
@@ -95,7 +98,7 @@ func NewTLS(o TLSOptions) (*TLS, error) {
 	if len(t.domains) == 0 {
 		return nil, errors.New("automatic certificates need at least one --domain")
 	}
-	if o.CacheDir == "" {
+	if o.CacheDir == "" && o.SharedCache == nil {
 		// Without a cache every restart would ask the CA again and soon
 		// hit its rate limits.
 		return nil, errors.New("automatic certificates need a cache directory")
@@ -116,11 +119,15 @@ func NewTLS(o TLSOptions) (*TLS, error) {
 		}
 		client.HTTPClient = hc
 	}
+	var cache autocert.Cache = autocert.DirCache(cacheDirFor(o.CacheDir, dir))
+	if o.SharedCache != nil {
+		cache = o.SharedCache(dir)
+	}
 	t.manager = &autocert.Manager{
 		// Running the relay with --domain is the operator accepting the
 		// CA's terms; there is nobody to prompt.
 		Prompt:     autocert.AcceptTOS,
-		Cache:      autocert.DirCache(cacheDirFor(o.CacheDir, dir)),
+		Cache:      cache,
 		HostPolicy: autocert.HostWhitelist(t.domains...),
 		Email:      o.Email,
 		Client:     client,

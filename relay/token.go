@@ -24,13 +24,24 @@ type TokenInfo struct {
 // command, run beside it, can print tunnel URLs.
 const settingPublicURL = "public_url"
 
+// TokenStore is where tokens are minted, listed and revoked, and where the
+// relay's settings live: its SQLite file (*storage.RelayStore) or its
+// cluster (relay/cluster).
+type TokenStore interface {
+	CreateToken(ctx context.Context, name, token, tunnelID string) (*storage.Token, error)
+	Tokens(ctx context.Context) ([]*storage.Token, error)
+	RevokeToken(ctx context.Context, name string) error
+	Setting(ctx context.Context, key string) (string, error)
+	SetSetting(ctx context.Context, key, value string) error
+}
+
 // SetPublicURL remembers the relay's public URL in its database.
-func SetPublicURL(ctx context.Context, db *storage.RelayStore, u string) error {
+func SetPublicURL(ctx context.Context, db TokenStore, u string) error {
 	return db.SetSetting(ctx, settingPublicURL, strings.TrimRight(u, "/"))
 }
 
 // PublicURLOf returns the public URL the relay last ran with ("" if never).
-func PublicURLOf(ctx context.Context, db *storage.RelayStore) (string, error) {
+func PublicURLOf(ctx context.Context, db TokenStore) (string, error) {
 	return db.Setting(ctx, settingPublicURL)
 }
 
@@ -43,7 +54,7 @@ func NewTunnelID() string {
 
 // CreateToken mints a token for name bound to a new tunnel id. The token is
 // returned once; only its hash is stored.
-func CreateToken(ctx context.Context, db *storage.RelayStore, name, publicURL string) (*TokenInfo, error) {
+func CreateToken(ctx context.Context, db TokenStore, name, publicURL string) (*TokenInfo, error) {
 	if !validName(name) {
 		return nil, fmt.Errorf("token name %q: use 1-64 letters, digits, '.', '_' or '-'", name)
 	}

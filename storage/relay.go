@@ -354,3 +354,11 @@ func (db *RelayStore) ExpireQueued(ctx context.Context, cutoff time.Time) (_ int
 	}
 	return res.RowsAffected()
 }
+
+// TunnelQueueStats sizes one tunnel's queue.
+func (db *RelayStore) TunnelQueueStats(ctx context.Context, tunnelID string) (_ QueueStats, err error) {
+	defer db.explain(&err)
+	var s QueueStats
+	err = db.read.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM queue WHERE tunnel_id = ?`, tunnelID).Scan(&s.Count, &s.Bytes)
+	return s, err
+}

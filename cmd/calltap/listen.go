@@ -82,7 +82,7 @@ func cmdListen(ctx context.Context, args []string, stdio Stdio) int {
 		"Connect to a relay and receive your tunnel's requests: each is saved in SQLite, forwarded to the local handler,\nand shown in the inspector. Requests that arrived while you were away are delivered first, in order.")
 	var (
 		af       agentFlags
-		relayURL = fs.String("relay", "", "the relay's URL, e.g. https://relay.example.com")
+		relayURL = fs.String("relay", "", "the relay's URL, e.g. https://relay.example.com; several nodes of one relay comma-separated")
 		token    = fs.String("token", os.Getenv("CALLTAP_TOKEN"), "your token (default $CALLTAP_TOKEN)")
 		require  stringList
 		caFile   = fs.String("relay-ca", "", "PEM file of extra roots to trust for the relay's certificate")

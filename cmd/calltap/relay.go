@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/cluster"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -53,9 +54,9 @@ func (f *relayFlags) register(fs *flagSet) {
 	fs.DurationVar(&f.pongWait, "pong-wait", d.Keepalive.PongWait, "an agent silent this long is considered gone")
 }
 
-func (f *relayFlags) config(db *storage.RelayStore, publicURL string) relay.Config {
+func (f *relayFlags) config(db relay.Store, publicURL string) relay.Config {
 	return relay.Config{
-		DB: db, PublicURL: publicURL, Version: version,
+		Store: db, PublicURL: publicURL, Version: version,
 		ForwardTimeout: f.forwardTimeout, MaxBody: f.maxBody, MaxHeaderBytes: f.maxHeaderBytes,
 		Offline: f.offline, QueueMaxCount: f.queueMaxCount, QueueMaxBytes: f.queueMaxBytes, QueueMaxAge: f.queueMaxAge,
 		RateLimit: f.rateLimit, RateBurst: f.rateBurst, MaxInFlight: f.maxInFlight, AuthTimeout: f.authTimeout,
@@ -74,6 +75,45 @@ func relayDB(ctx context.Context, dataDir string, opts ...storage.Option) (*stor
 	return storage.OpenRelay(ctx, filepath.Join(dataDir, "relay.db"), opts...)
 }
 
+// natsFlags make a relay node of a cluster whose state is in NATS JetStream.
+type natsFlags struct {
+	urls     string
+	creds    string
+	replicas int
+	node     string
+}
+
+func (f *natsFlags) register(fs *flagSet, node bool) {
+	fs.StringVar(&f.urls, "nats", "", "NATS servers, comma-separated (nats://a:4222,nats://b:4222): keep tokens, the offline queue and certificates in JetStream, shared by every relay node given the same servers")
+	fs.StringVar(&f.creds, "nats-creds", "", "NATS credentials file (.creds) for --nats")
+	fs.IntVar(&f.replicas, "nats-replicas", 1, "copies JetStream keeps of the relay's state: 1, or 3 on a cluster of three NATS servers or more")
+	if node {
+		fs.StringVar(&f.node, "node", "", "this node's name among the relay nodes (default: host name and a random suffix)")
+	}
+}
+
+func (f *natsFlags) validate() error {
+	if f.urls == "" {
+		if f.creds != "" {
+			return errors.New("--nats-creds needs --nats")
+		}
+		return nil
+	}
+	if f.replicas < 1 || f.replicas > 5 {
+		return errors.New("--nats-replicas must be between 1 and 5")
+	}
+	return nil
+}
+
+// open connects to the cluster; the queue limits are the stream's.
+func (f *natsFlags) open(ctx context.Context, rf *relayFlags, log *slog.Logger) (*cluster.Cluster, error) {
+	o := cluster.Options{URLs: f.urls, Creds: f.creds, Replicas: f.replicas, Node: f.node, Logger: log}
+	if rf != nil {
+		o.QueueMaxAge, o.QueueMaxCount = rf.queueMaxAge, rf.queueMaxCount
+	}
+	return cluster.Open(ctx, o)
+}
+
 func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 	if len(args) > 0 && args[0] == "token" {
 		return cmdRelayToken(ctx, args[1:], stdio)
@@ -90,10 +130,12 @@ func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 		jsonLogs   = fs.Bool("log-json", false, "log as JSON")
 		logVerbose = fs.Bool("v", false, "log each forwarded request")
 		sync       syncFlag
+		nf         natsFlags
 	)
 	sync.register(fs)
 	tf.register(fs)
 	rf.register(fs)
+	nf.register(fs, true)
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
 	}
@@ -106,21 +148,44 @@ func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 	if err := tf.validate(*insecure); err != nil {
 		return usageError(stdio, "relay", "%v", err)
 	}
-	log := newLogger(stdio, *jsonLogs, *logVerbose)
-	db, err := relayDB(ctx, *dataDir, sync.option())
-	if err != nil {
-		return fail(stdio, "relay", err)
+	if err := nf.validate(); err != nil {
+		return usageError(stdio, "relay", "%v", err)
 	}
-	defer db.Close()
+	log := newLogger(stdio, *jsonLogs, *logVerbose)
+	var (
+		db    relay.Store
+		admin relay.TokenStore
+		cl    *cluster.Cluster
+	)
+	if nf.urls != "" {
+		c, err := nf.open(ctx, &rf, log)
+		if err != nil {
+			return fail(stdio, "relay", err)
+		}
+		defer c.Close()
+		db, admin, cl = c, c, c
+		tf.shared = c.CertCache
+		log.Info("relay node of a cluster", "node", c.Self(), "nats", nf.urls, "replicas", nf.replicas)
+	} else {
+		sdb, err := relayDB(ctx, *dataDir, sync.option())
+		if err != nil {
+			return fail(stdio, "relay", err)
+		}
+		defer sdb.Close()
+		db, admin = sdb, sdb
+	}
 	pub := *publicURL
 	if pub == "" {
 		pub = tf.publicURL(*listen, *insecure)
 	}
-	if err := relay.SetPublicURL(ctx, db, pub); err != nil {
+	if err := relay.SetPublicURL(ctx, admin, pub); err != nil {
 		return fail(stdio, "relay", err)
 	}
 	cfg := rf.config(db, pub)
 	cfg.Logger = log
+	if cl != nil {
+		cfg.Cluster = cl
+	}
 	srv, err := relay.NewServer(ctx, cfg)
 	if err != nil {
 		return fail(stdio, "relay", err)
@@ -197,7 +262,7 @@ func cmdRelayToken(ctx context.Context, args []string, stdio Stdio) int {
 		if len(args) > 0 {
 			w = stdio.Out
 		}
-		fmt.Fprintln(w, "Usage: calltap relay token create NAME | list | revoke NAME  --data DIR [--json]")
+		fmt.Fprintln(w, "Usage: calltap relay token create NAME | list | revoke NAME  (--data DIR | --nats URLS) [--json]")
 		if len(args) == 0 {
 			return 2
 		}
@@ -208,6 +273,8 @@ func cmdRelayToken(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("relay token "+sub, "calltap relay token "+sub+" [NAME] --data DIR", "Manage developers' tokens in a relay's data directory.")
 	dataDir := fs.String("data", defaultDataDir(), "the relay's data directory")
 	asJSON := fs.Bool("json", false, "print JSON")
+	var nf natsFlags
+	nf.register(fs, false)
 	var publicURL *string
 	if sub == "create" {
 		publicURL = fs.String("public-url", "", "the relay's public URL (default: the one the relay last ran with)")
@@ -230,15 +297,30 @@ func cmdRelayToken(ctx context.Context, args []string, stdio Stdio) int {
 		}
 		return usageError(stdio, name, "unexpected argument %q", fs.args[0])
 	}
-	db, err := relayDB(ctx, *dataDir)
-	if err != nil {
-		return fail(stdio, name, err)
+	if err := nf.validate(); err != nil {
+		return usageError(stdio, name, "%v", err)
 	}
-	defer db.Close()
+	var db relay.TokenStore
+	if nf.urls != "" {
+		c, err := nf.open(ctx, nil, slog.New(slog.DiscardHandler))
+		if err != nil {
+			return fail(stdio, name, err)
+		}
+		defer c.Close()
+		db = c
+	} else {
+		sdb, err := relayDB(ctx, *dataDir)
+		if err != nil {
+			return fail(stdio, name, err)
+		}
+		defer sdb.Close()
+		db = sdb
+	}
 	switch sub {
 	case "create":
 		pub := *publicURL
 		if pub == "" {
+			var err error
 			if pub, err = relay.PublicURLOf(ctx, db); err != nil {
 				return fail(stdio, name, err)
 			}
@@ -294,7 +376,7 @@ func cmdRelayToken(ctx context.Context, args []string, stdio Stdio) int {
 			json.NewEncoder(stdio.Out).Encode(map[string]any{"name": fs.args[0], "revoked": true})
 			return 0
 		}
-		fmt.Fprintf(stdio.Out, "Revoked %s. A connected agent is dropped within seconds; its URL answers 404.\n", fs.args[0])
+		fmt.Fprintf(stdio.Out, "Revoked %s. A connected agent is dropped within a second, on whichever node it is; its URL answers 404.\n", fs.args[0])
 	}
 	return 0
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/calltap/calltap/relay"
+	"golang.org/x/crypto/acme/autocert"
 )
 
 // tlsFlags are the relay's certificate settings.
@@ -19,6 +20,9 @@ type tlsFlags struct {
 	certFile   string
 	keyFile    string
 	httpListen string
+
+	// shared, set for a cluster node, keeps ACME's cache where every node finds it.
+	shared func(directoryURL string) autocert.Cache
 }
 
 func (f *tlsFlags) register(fs *flagSet) {
@@ -84,7 +88,7 @@ func (f *tlsFlags) build(dataDir, listen string, log *slog.Logger) (*relay.TLS, 
 	t, err := relay.NewTLS(relay.TLSOptions{
 		Domains: domains, Email: f.email, CacheDir: filepath.Join(dataDir, "autocert"),
 		DirectoryURL: f.directory, CARootsFile: f.caRoots, CertFile: f.certFile, KeyFile: f.keyFile,
-		HTTPSPort: port, Logger: log,
+		HTTPSPort: port, Logger: log, SharedCache: f.shared,
 	})
 	if err != nil {
 		return nil, err

@@ -100,7 +100,7 @@ func Start(t testing.TB, opts Options) *Stack {
 
 func (s *Stack) startRelay(ln net.Listener) {
 	s.t.Helper()
-	cfg := relay.Config{DB: s.RelayDB, PublicURL: s.RelayURL, Logger: s.opts.Logger, Version: "test"}
+	cfg := relay.Config{Store: s.RelayDB, PublicURL: s.RelayURL, Logger: s.opts.Logger, Version: "test"}
 	if s.opts.Relay != nil {
 		s.opts.Relay(&cfg)
 	}

@@ -66,7 +66,7 @@ func cmdScale(ctx context.Context, args []string) error {
 		return err
 	}
 	relayURL := "http://" + ln.Addr().String()
-	srv, err := relay.NewServer(ctx, relay.Config{DB: db, PublicURL: relayURL, Version: "bench",
+	srv, err := relay.NewServer(ctx, relay.Config{Store: db, PublicURL: relayURL, Version: "bench",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return err

@@ -1,0 +1,248 @@
+// Several relay nodes as one: a request that lands on a node other than
+// the one holding its tunnel's agent is handed to that node, and queues
+// kept by any node drain through whichever node the agent reaches.
+
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/calltap/calltap/relay/api"
+)
+
+// Cluster is how a relay node reaches the others that share its Store
+// (relay/cluster implements it over NATS). A single node has none.
+type Cluster interface {
+	// Self names this node among the others.
+	Self() string
+	// Holder says which node holds tunnelID's agent, from a local
+	// mirror: no round trip.
+	Holder(tunnelID string) Holding
+	// Hold records that this node now holds tunnelID's agent, which
+	// requires require of every sender. release gives the tunnel up,
+	// unless another node has taken it meanwhile.
+	Hold(ctx context.Context, tunnelID string, require []HeaderField) (release func(), err error)
+	// Forward hands req to node and returns its answer; ErrNodeGone when
+	// no node by that name is serving.
+	Forward(ctx context.Context, node, tunnelID string, req *Request) (*Answer, error)
+	// Kick tells the node holding tunnelID, if any, that its queue grew.
+	Kick(tunnelID string)
+	// Serve receives the other nodes' forwards and kicks, and learns of
+	// tunnels taken over by other nodes, until ctx ends.
+	Serve(ctx context.Context, h NodeHandlers) error
+	// Stats are for /metrics.
+	Stats(ctx context.Context) (ClusterStats, error)
+}
+
+// ClusterStats are a node's view of the cluster.
+type ClusterStats struct {
+	RTT    time.Duration // a round trip to the NATS server this node uses
+	Queued uint64        // requests in the shared queue, every tunnel's: how far agents lag
+}
+
+// Holding is where a tunnel's agent is. Node is "" while no agent holds
+// it; Require stays what its last agent asked of senders.
+type Holding struct {
+	Node    string        `json:"node"`
+	Require []HeaderField `json:"require,omitempty"`
+}
+
+// NodeHandlers are a Server's answers to the other nodes.
+type NodeHandlers struct {
+	Forward   func(ctx context.Context, tunnelID string, req *Request) *Answer
+	Kicked    func(tunnelID string)
+	TakenOver func(tunnelID string) // another node holds a tunnel this one holds
+	Revoked   func(tunnelID string) // its token was revoked, on any node
+}
+
+// ErrNodeGone is Cluster.Forward's error when the holding node is not
+// serving: it died, or is restarting.
+var ErrNodeGone = errors.New("relay: the node holding the agent is gone")
+
+// Answer is what a node answered a forwarded request: status, headers and
+// body as its sender is to get them.
+type Answer struct {
+	Status int
+	Header Header
+	Body   []byte
+}
+
+// serveClustered runs Cluster.Serve until ctx ends.
+func (s *Server) serveClustered(ctx context.Context) error {
+	return s.cfg.Cluster.Serve(ctx, NodeHandlers{Forward: s.serveForwarded, Kicked: s.kicked, TakenOver: s.takenOver, Revoked: s.dropTunnel})
+}
+
+// remoteHolder returns the other node that holds t's agent, or "".
+func (s *Server) remoteHolder(t *tunnel) string {
+	if s.cfg.Cluster == nil {
+		return ""
+	}
+	n := s.cfg.Cluster.Holder(t.id).Node
+	if n == s.cfg.Cluster.Self() {
+		return ""
+	}
+	return n
+}
+
+// requiredHeaders are what senders of t must present: what the agent asked
+// for on connecting to this node, or, in a cluster with no agent here, to
+// whichever node it reached last.
+func (s *Server) requiredHeaders(t *tunnel) []HeaderField {
+	t.mu.Lock()
+	require, here := t.require, t.agent != nil
+	t.mu.Unlock()
+	if here || s.cfg.Cluster == nil {
+		return require
+	}
+	return s.cfg.Cluster.Holder(t.id).Require
+}
+
+// forwardToNode hands a request to the node holding its agent and relays
+// that node's answer. A node that is gone leaves the request to the
+// shared queue, which any node drains.
+func (s *Server) forwardToNode(w http.ResponseWriter, r *http.Request, t *tunnel, node string, req *Request, log reqLogger) {
+	// The holding node answers within its forward timeout; the margin is
+	// for the hop.
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ForwardTimeout+5*time.Second)
+	defer cancel()
+	s.metrics.crossOut.Add(1)
+	a, err := s.cfg.Cluster.Forward(ctx, node, t.id, req)
+	switch {
+	case errors.Is(err, ErrNodeGone):
+		log.Warn("node holding the agent is gone; queueing", "node", node)
+		s.enqueue(w, r.Context(), t, req, log)
+		return
+	case r.Context().Err() != nil:
+		return
+	case errors.Is(err, context.DeadlineExceeded):
+		s.fail(w, api.Errorf(http.StatusGatewayTimeout, api.CodeGatewayTimeout, "the relay node holding the agent did not answer within %s", s.cfg.ForwardTimeout+5*time.Second))
+		return
+	case err != nil:
+		log.Warn("forward to node", "node", node, "err", err)
+		w.Header().Set("Retry-After", "5")
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay node holding the agent could not be reached; retry"))
+		return
+	}
+	h := w.Header()
+	for _, f := range a.Header {
+		if api.ConnectionHeader(f.Name) {
+			continue
+		}
+		h.Add(f.Name, f.Value)
+	}
+	h.Set("Content-Length", strconv.Itoa(len(a.Body)))
+	w.WriteHeader(a.Status)
+	n, _ := w.Write(a.Body)
+	s.metrics.bytesOut.Add(int64(n))
+	s.metrics.countStatus(a.Status)
+}
+
+// serveForwarded answers a request another node took for a tunnel whose
+// agent is here: live, or queued when the agent has left or is draining,
+// exactly as if its sender had come here. It never forwards again.
+func (s *Server) serveForwarded(ctx context.Context, tunnelID string, req *Request) *Answer {
+	s.metrics.crossIn.Add(1)
+	rec := &answerWriter{header: http.Header{}, body: &bytes.Buffer{}}
+	t, err := s.lookupTunnel(ctx, tunnelID)
+	switch {
+	case err != nil:
+		rec.Header().Set("Retry-After", "5")
+		api.WriteError(rec, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay could not read its tokens; retry"))
+	case t == nil:
+		api.WriteError(rec, api.NotFound("tunnel"))
+	default:
+		select {
+		case t.inflight <- struct{}{}:
+			s.deliver(rec, ctx, t, req, nil, reqLogger{s.log, t.id, req.ID})
+			<-t.inflight
+		default:
+			rec.Header().Set("Retry-After", "1")
+			api.WriteError(rec, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "too many requests in flight for this tunnel"))
+		}
+	}
+	return rec.answer()
+}
+
+// kicked wakes the drain of a tunnel held here whose queue another node
+// added to, and makes live requests wait behind what was queued.
+func (s *Server) kicked(tunnelID string) {
+	s.mu.Lock()
+	t := s.tunnels[tunnelID]
+	s.mu.Unlock()
+	if t == nil {
+		return
+	}
+	st, err := s.cfg.Store.TunnelQueueStats(context.Background(), tunnelID)
+	t.mu.Lock()
+	if err == nil && st.Count > t.queued {
+		t.queued, t.queuedBytes = st.Count, st.Bytes
+	}
+	t.mu.Unlock()
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// takenOver sends away this node's agent of a tunnel another node now
+// holds: the same token connected there, and the newest agent wins, as on
+// one node.
+func (s *Server) takenOver(tunnelID string) {
+	s.mu.Lock()
+	t := s.tunnels[tunnelID]
+	s.mu.Unlock()
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	ac := t.agent
+	t.mu.Unlock()
+	if ac != nil {
+		ac.goAway(GoAway{Reason: GoAwayReplaced, Message: "another agent connected with the same token to another relay node and took over this tunnel"})
+	}
+}
+
+// ErrorAnswer is e as a node answers it: the error envelope, with e's status.
+func ErrorAnswer(e *api.Error) *Answer {
+	rec := &answerWriter{header: http.Header{}, body: &bytes.Buffer{}}
+	api.WriteError(rec, e)
+	return rec.answer()
+}
+
+func (a *answerWriter) answer() *Answer {
+	out := &Answer{Status: a.status, Body: a.body.Bytes()}
+	if out.Status == 0 {
+		out.Status = http.StatusOK
+	}
+	for _, name := range sortedKeys(a.header) {
+		for _, v := range a.header[name] {
+			out.Header = append(out.Header, HeaderField{name, v})
+		}
+	}
+	return out
+}
+
+// answerWriter records what the local path answers a forwarded request.
+type answerWriter struct {
+	header http.Header
+	status int
+	body   *bytes.Buffer
+}
+
+func (a *answerWriter) Header() http.Header { return a.header }
+
+func (a *answerWriter) WriteHeader(code int) {
+	if a.status == 0 {
+		a.status = code
+	}
+}
+
+func (a *answerWriter) Write(b []byte) (int, error) {
+	a.WriteHeader(http.StatusOK)
+	return a.body.Write(b)
+}

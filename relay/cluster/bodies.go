@@ -1,0 +1,84 @@
+// Bodies too large for one NATS message (the servers' max_payload, 1 MiB
+// unless raised; the relay takes up to --max-body, 10 MiB) are cut into
+// chunks in stream CALLTAP_BODIES and named by the chunks' sequences in
+// the message that would have carried them. Chunks are read back from the
+// stream's leader, by sequence: a JetStream object store reads through
+// replicas (direct get), and a replica may not have a chunk the moment
+// another node asks for it.
+
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const (
+	streamBodies = "CALLTAP_BODIES"
+	subjectBody  = "calltap.body." // + request id
+)
+
+// putBody stores body in chunks and returns their sequences, for the
+// Calltap-Body-Chunks header.
+func (c *Cluster) putBody(ctx context.Context, id string, body []byte) (string, error) {
+	var acks []jetstream.PubAckFuture
+	for off := 0; off < len(body); off += c.maxInline {
+		m := nats.NewMsg(subjectBody + id)
+		m.Data = body[off:min(off+c.maxInline, len(body))]
+		f, err := c.js.PublishMsgAsync(m)
+		if err != nil {
+			return "", err
+		}
+		acks = append(acks, f)
+	}
+	seqs := make([]string, 0, len(acks))
+	for _, f := range acks {
+		select {
+		case ack := <-f.Ok():
+			seqs = append(seqs, strconv.FormatUint(ack.Sequence, 10))
+		case err := <-f.Err():
+			c.deleteBody(context.WithoutCancel(ctx), strings.Join(seqs, ","))
+			return "", err
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	return strings.Join(seqs, ","), nil
+}
+
+// getBody reads back what putBody stored.
+func (c *Cluster) getBody(ctx context.Context, chunks string) ([]byte, error) {
+	var body []byte
+	for s := range strings.SplitSeq(chunks, ",") {
+		seq, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("chunk %q: %w", s, err)
+		}
+		m, err := c.bodies.GetMsg(ctx, seq)
+		if err != nil {
+			return nil, fmt.Errorf("chunk %d: %w", seq, err)
+		}
+		body = append(body, m.Data...)
+	}
+	return body, nil
+}
+
+// deleteBody removes the chunks; the stream's max age removes what a dead
+// node left behind.
+func (c *Cluster) deleteBody(ctx context.Context, chunks string) {
+	if chunks == "" {
+		return
+	}
+	for s := range strings.SplitSeq(chunks, ",") {
+		seq, _ := strconv.ParseUint(s, 10, 64)
+		if err := c.bodies.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			c.log.Debug("delete body chunk", "seq", seq, "err", err)
+		}
+	}
+}

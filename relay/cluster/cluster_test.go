@@ -1,0 +1,262 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/cluster/natstest"
+	"github.com/calltap/calltap/relay/polltest"
+)
+
+// errorCode is the code of an error envelope.
+func errorCode(t *testing.T, body string) string {
+	t.Helper()
+	var env struct {
+		Error *struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &env); err != nil || env.Error == nil {
+		t.Fatalf("not an error envelope: %q", body)
+	}
+	return env.Error.Code
+}
+
+// A webhook that lands on a node other than the agent's gets the
+// handler's answer byte-exact, with one node's statuses, bodies beyond
+// NATS's 1 MiB included.
+func TestCrossNodeLiveDelivery(t *testing.T) {
+	nats := natstest.Start(t, 3)
+	nodes := startNodes(t, nats, 3, func(c *relay.Config) { c.ForwardTimeout = 2 * time.Second })
+	slowDone := make(chan struct{})
+	var releaseSlow sync.Once
+	defer releaseSlow.Do(func() { close(slowDone) })
+	info := token(t, nodes[1], "alice")
+	_, ts := startHandler(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		switch r.URL.Path {
+		case "/slow":
+			<-slowDone
+		case "/teapot":
+			w.WriteHeader(http.StatusTeapot)
+		default:
+			w.Header().Add("X-Reply", "one")
+			w.Header().Add("X-Reply", "two")
+			w.WriteHeader(http.StatusCreated)
+			w.Write(bytes.ToUpper(body))
+		}
+	})
+	ra := startAgent(t, t.TempDir(), info.Token, ts.URL, nodes[0])
+
+	for _, n := range nodes {
+		resp, body := post(t, tunnelURL(n, info)+"/hook?x=1", `{"event":"call.started"}`)
+		if resp.StatusCode != http.StatusCreated || body != `{"EVENT":"CALL.STARTED"}` {
+			t.Fatalf("via %s: %d %q", n.name, resp.StatusCode, body)
+		}
+		if got := resp.Header.Values("X-Reply"); len(got) != 2 || got[0] != "one" || got[1] != "two" {
+			t.Errorf("via %s: X-Reply %q", n.name, got)
+		}
+	}
+	if resp, _ := post(t, tunnelURL(nodes[2], info)+"/teapot", "{}"); resp.StatusCode != http.StatusTeapot {
+		t.Errorf("the handler's status is passed through: got %d", resp.StatusCode)
+	}
+	resp, body := post(t, tunnelURL(nodes[2], info)+"/slow", "{}")
+	if resp.StatusCode != http.StatusGatewayTimeout || errorCode(t, body) != "gateway_timeout" {
+		t.Errorf("a slow handler: %d %s", resp.StatusCode, body)
+	}
+	releaseSlow.Do(func() { close(slowDone) })
+
+	// 3 MiB each way: more than one NATS message holds.
+	big := make([]byte, 3<<20)
+	rand.Read(big)
+	r, err := http.Post(tunnelURL(nodes[1], info)+"/big", "application/octet-stream", bytes.NewReader(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != http.StatusCreated || !bytes.Equal(got, bytes.ToUpper(big)) {
+		t.Fatalf("3 MiB body: status %d, %d bytes back, equal %v (%.300s)", r.StatusCode, len(got), bytes.Equal(got, bytes.ToUpper(big)), got)
+	}
+	cs := ra.captures(t)
+	if last := cs[len(cs)-1]; !bytes.Equal(last.Body, big) {
+		t.Errorf("the agent saved %d bytes of the 3 MiB body, or other bytes", len(last.Body))
+	}
+
+	ts.Close() // the handler is gone: 502, from another node too
+	resp, body = post(t, tunnelURL(nodes[2], info)+"/hook", "{}")
+	if resp.StatusCode != http.StatusBadGateway || errorCode(t, body) != "bad_gateway" {
+		t.Errorf("an unreachable handler: %d %s", resp.StatusCode, body)
+	}
+
+	m := metrics(t, nodes[0])
+	if !strings.Contains(m, `calltap_cluster_requests_total{direction="in"}`) || strings.Contains(m, `calltap_cluster_requests_total{direction="in"} 0`) {
+		t.Errorf("node 0 counts no request in from other nodes:\n%s", m)
+	}
+	for _, want := range []string{"calltap_tunnels_connected 1", "calltap_nats_up 1", "calltap_nats_rtt_seconds", "calltap_cluster_queue_depth 0"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics of node 0 lack %q", want)
+		}
+	}
+	if m := metrics(t, nodes[2]); strings.Contains(m, `calltap_cluster_requests_total{direction="out"} 0`) {
+		t.Errorf("node 2 counts no request out:\n%s", m)
+	}
+}
+
+func metrics(t *testing.T, n *node) string {
+	t.Helper()
+	resp, err := http.Get(n.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// With the agent away, webhooks landing on all three nodes are queued in
+// the stream, then delivered exactly once, in order, through whichever
+// node the agent reaches, and removed once it saved them.
+func TestQueueAcrossNodes(t *testing.T) {
+	nats := natstest.Start(t, 3)
+	nodes := startNodes(t, nats, 3, nil)
+	info := token(t, nodes[0], "alice")
+	h, ts := startHandler(t, nil)
+
+	const n = 30
+	var want []string
+	for i := range n {
+		body := fmt.Sprintf(`{"n":%d}`, i)
+		want = append(want, body)
+		resp, b := post(t, tunnelURL(nodes[i%3], info), body)
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("request %d via %s: %d %s", i, nodes[i%3].name, resp.StatusCode, b)
+		}
+	}
+	if st, err := nodes[1].c.TunnelQueueStats(context.Background(), info.TunnelID); err != nil || st.Count != n {
+		t.Fatalf("queued in the stream: %+v %v, want %d", st, err, n)
+	}
+	ra := startAgent(t, t.TempDir(), info.Token, ts.URL, nodes[2])
+	polltest.Until(t, 15*time.Second, func() bool { return len(h.seen()) >= n }, "the queue did not drain")
+	// A request after the drain goes behind the queued ones: live (204),
+	// or queued (202) if the holding node has not yet read the agent's
+	// last acks.
+	if resp, _ := post(t, tunnelURL(nodes[0], info), `{"n":"live"}`); resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusAccepted {
+		t.Errorf("a request after the drain: %d", resp.StatusCode)
+	}
+	want = append(want, `{"n":"live"}`)
+	polltest.Until(t, 10*time.Second, func() bool { return len(h.seen()) > n }, "the request after the drain did not arrive")
+	if got := h.seen(); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("the handler saw\n%v\nwant\n%v", got, want)
+	}
+	polltest.Until(t, 10*time.Second, func() bool {
+		st, err := nodes[0].c.TunnelQueueStats(context.Background(), info.TunnelID)
+		return err == nil && st.Count == 0
+	}, "the stream still holds delivered requests")
+	if cs := ra.captures(t); len(cs) != n+1 {
+		t.Errorf("the agent saved %d captures, want %d", len(cs), n+1)
+	}
+}
+
+// Revoking a token on any node drops its agent wherever it is within a
+// second, and its URL answers 404 on every node.
+func TestRevokeOnAnyNode(t *testing.T) {
+	nats := natstest.Start(t, 3)
+	nodes := startNodes(t, nats, 3, nil)
+	info := token(t, nodes[0], "alice")
+	_, ts := startHandler(t, nil)
+	ra := startAgent(t, t.TempDir(), info.Token, ts.URL, nodes[1])
+	for _, n := range nodes { // every node has looked the tunnel up
+		if resp, _ := post(t, tunnelURL(n, info), "{}"); resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("before revoking, via %s: %d", n.name, resp.StatusCode)
+		}
+	}
+	start := time.Now()
+	if err := nodes[2].c.RevokeToken(context.Background(), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ra.clientErr:
+		if !errors.Is(err, relay.ErrRevoked) {
+			t.Errorf("the client ended with %v, want ErrRevoked", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("the agent was dropped %s after the revoke, want within 1 s", d)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the agent was not dropped within 1 s of the revoke on another node")
+	}
+	for _, n := range nodes {
+		polltest.Until(t, time.Second, func() bool {
+			resp, _ := post(t, tunnelURL(n, info), "{}")
+			return resp.StatusCode == http.StatusNotFound
+		}, "the URL of a revoked token does not answer 404 on "+n.name)
+	}
+}
+
+// One NATS server of three dies: the relays keep serving and lose nothing
+// acknowledged. All of them die: 503 with Retry-After, never 202; back,
+// the relays recover.
+func TestNATSServersDie(t *testing.T) {
+	nats := natstest.Start(t, 3)
+	nodes := startNodes(t, nats, 3, nil)
+	info := token(t, nodes[0], "alice")
+	h, ts := startHandler(t, nil)
+
+	nats.Stop(0)
+	var want []string
+	for i := range 9 {
+		body := fmt.Sprintf(`{"n":%d}`, i)
+		resp, b := post(t, tunnelURL(nodes[i%3], info), body)
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("with one NATS server down, request %d: %d %s", i, resp.StatusCode, b)
+		}
+		want = append(want, body)
+	}
+	ra := startAgent(t, t.TempDir(), info.Token, ts.URL, nodes[1])
+	polltest.Until(t, 15*time.Second, func() bool { return len(h.seen()) == len(want) }, "the queue did not drain with one NATS server down")
+	resp, _ := post(t, tunnelURL(nodes[2], info), `{"n":"live"}`)
+	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusAccepted { // 202: behind the last acks
+		t.Errorf("across nodes with one NATS server down: %d", resp.StatusCode)
+	}
+	want = append(want, `{"n":"live"}`)
+	polltest.Until(t, 10*time.Second, func() bool { return len(h.seen()) == len(want) }, "the request after the drain did not arrive")
+	ra.stop()
+
+	nats.Stop(1)
+	nats.Stop(2)
+	for _, n := range nodes {
+		polltest.Until(t, 10*time.Second, func() bool {
+			resp, body := post(t, tunnelURL(n, info), `{"n":"lost?"}`)
+			if resp.StatusCode == http.StatusAccepted {
+				t.Fatalf("%s answered 202 with every NATS server down: %s", n.name, body)
+			}
+			return resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != ""
+		}, "no 503 with Retry-After from "+n.name+" with every NATS server down")
+	}
+
+	for i := range 3 {
+		nats.Restart(i)
+	}
+	nats.WaitReady()
+	polltest.Until(t, 30*time.Second, func() bool {
+		resp, _ := post(t, tunnelURL(nodes[0], info), `{"n":"back"}`)
+		return resp.StatusCode == http.StatusAccepted
+	}, "the relays did not recover once NATS was back")
+	want = append(want, `{"n":"back"}`)
+	startAgent(t, t.TempDir(), info.Token, ts.URL, nodes[2])
+	polltest.Until(t, 15*time.Second, func() bool { return len(h.seen()) >= len(want) }, "what was queued once NATS came back was not delivered")
+	if got := h.seen(); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("the handler saw\n%v\nwant\n%v", got, want)
+	}
+}

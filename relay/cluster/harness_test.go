@@ -1,0 +1,195 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/cluster"
+	"github.com/calltap/calltap/relay/cluster/natstest"
+	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/storage"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// node is one relay node of the cluster, in this process.
+type node struct {
+	name string
+	c    *cluster.Cluster
+	srv  *relay.Server
+	URL  string
+	stop func()
+}
+
+// startNode runs a relay node over the NATS cluster on 127.0.0.1:0.
+func startNode(t *testing.T, nats *natstest.Cluster, name string, tune func(*relay.Config)) *node {
+	t.Helper()
+	ctx := context.Background()
+	c, err := cluster.Open(ctx, cluster.Options{URLs: nats.URLs(), Replicas: 3, Node: name, Logger: quiet, RequestTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{name: name, c: c, URL: "http://" + ln.Addr().String()}
+	cfg := relay.Config{Store: c, Cluster: c, PublicURL: n.URL, Logger: quiet, Version: "test", ForwardTimeout: 5 * time.Second}
+	if tune != nil {
+		tune(&cfg)
+	}
+	srv, err := relay.NewServer(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.srv = srv
+	rctx, cancel := context.WithCancel(ctx)
+	hs := srv.HTTPServer(ln.Addr().String())
+	var wg sync.WaitGroup
+	wg.Go(func() { srv.Run(rctx) })
+	wg.Go(func() { hs.Serve(ln) })
+	var once sync.Once
+	n.stop = func() {
+		once.Do(func() {
+			cancel()
+			hs.Close()
+			wg.Wait()
+			c.Close()
+		})
+	}
+	t.Cleanup(n.stop)
+	return n
+}
+
+// startNodes runs n relay nodes named n0, n1, ….
+func startNodes(t *testing.T, nats *natstest.Cluster, n int, tune func(*relay.Config)) []*node {
+	var out []*node
+	for i := range n {
+		out = append(out, startNode(t, nats, fmt.Sprintf("n%d", i), tune))
+	}
+	return out
+}
+
+// runningAgent is a real agent with its SQLite store, connected through
+// relay.Client to the given nodes.
+type runningAgent struct {
+	a         *agent.Agent
+	db        *storage.AgentStore
+	clientErr chan error
+	stop      func()
+}
+
+func startAgent(t *testing.T, dir, token, forwardTo string, nodes ...*node) *runningAgent {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	db, err := storage.OpenAgent(ctx, filepath.Join(dir, "agent.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Store: db, ForwardTo: forwardTo, Logger: quiet, ForwardTimeout: 10 * time.Second, ResumeQueued: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var urls []string
+	for _, n := range nodes {
+		urls = append(urls, n.URL)
+	}
+	ra := &runningAgent{a: a, db: db, clientErr: make(chan error, 1)}
+	c, err := relay.NewClient(relay.ClientConfig{RelayURL: strings.Join(urls, ","), Token: token, Handler: a, Logger: quiet,
+		BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, OnState: a.SetConnState})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { a.Run(ctx) })
+	wg.Go(func() { ra.clientErr <- c.Run(ctx) })
+	var once sync.Once
+	ra.stop = func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			db.Close()
+		})
+	}
+	t.Cleanup(ra.stop)
+	polltest.Until(t, 10*time.Second, func() bool { return a.TunnelState().State == relay.StateConnected }, "the agent did not connect")
+	return ra
+}
+
+// captures returns what the agent saved, oldest first.
+func (ra *runningAgent) captures(t *testing.T) []*storage.Capture {
+	t.Helper()
+	cs, err := ra.db.CapturesAfter(context.Background(), storage.CaptureFilter{}, 0, 100000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// token mints a token through one node's cluster view.
+func token(t *testing.T, n *node, name string) *relay.TokenInfo {
+	t.Helper()
+	info, err := relay.CreateToken(context.Background(), n.c, name, n.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+// tunnelURL is the tunnel's URL on node n.
+func tunnelURL(n *node, info *relay.TokenInfo) string { return n.URL + "/t/" + info.TunnelID }
+
+// handler records what reached the developer's local handler.
+type handler struct {
+	mu     sync.Mutex
+	bodies []string
+	fn     func(w http.ResponseWriter, r *http.Request, body []byte)
+}
+
+func startHandler(t *testing.T, fn func(w http.ResponseWriter, r *http.Request, body []byte)) (*handler, *httptest.Server) {
+	h := &handler{fn: fn}
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	return h, ts
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	h.mu.Lock()
+	h.bodies = append(h.bodies, string(body))
+	h.mu.Unlock()
+	if h.fn != nil {
+		h.fn(w, r, body)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *handler) seen() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.bodies...)
+}
+
+func post(t *testing.T, url, body string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}

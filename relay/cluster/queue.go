@@ -1,0 +1,167 @@
+// The offline queue in stream CALLTAP_QUEUE: one subject per tunnel, the
+// stream sequence as the queue's seq. A message's headers carry the
+// request line; its data is the request's headers (uvarint length, then
+// the wire encoding) and its body, unless the body is in chunks (bodies.go).
+
+package cluster
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/calltap/calltap/storage"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Enqueue stores r in the stream and returns once JetStream has it on the
+// replicas it was asked for.
+func (c *Cluster) Enqueue(ctx context.Context, r *storage.QueuedRequest) error {
+	if err := c.connected(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	m := nats.NewMsg(subjectQueue + r.TunnelID)
+	m.Header.Set(jetstream.MsgIDHeader, r.ID)
+	m.Header.Set(hdrArrived, strconv.FormatInt(r.ArrivedAt, 10))
+	m.Header.Set(hdrMethod, r.Method)
+	m.Header.Set(hdrURI, r.URI)
+	data := binary.AppendUvarint(nil, uint64(len(r.Headers)))
+	data = append(data, r.Headers...)
+	var chunks string
+	if len(r.Body) > c.maxInline {
+		var err error
+		if chunks, err = c.putBody(ctx, r.ID, r.Body); err != nil {
+			return fmt.Errorf("store the body: %w", err)
+		}
+		m.Header.Set(hdrBodyChunks, chunks)
+	} else {
+		data = append(data, r.Body...)
+	}
+	m.Data = data
+	ack, err := c.js.PublishMsg(ctx, m)
+	if err != nil {
+		c.deleteBody(context.WithoutCancel(ctx), chunks)
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && strings.Contains(apiErr.Description, "maximum messages per subject") {
+			return fmt.Errorf("the tunnel's queue is full: %w", err)
+		}
+		return err
+	}
+	r.Seq = int64(ack.Sequence)
+	return nil
+}
+
+// QueuedAfter returns up to limit requests of tunnelID after seq after, in
+// stream order. Each is one read from the stream's leader, so that a
+// request deleted once delivered is never read again from a replica that
+// has not heard yet.
+func (c *Cluster) QueuedAfter(ctx context.Context, tunnelID string, after int64, limit int) ([]*storage.QueuedRequest, error) {
+	if err := c.connected(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	subject := subjectQueue + tunnelID
+	var out []*storage.QueuedRequest
+	seq := uint64(after) + 1
+	for len(out) < limit {
+		m, err := c.queue.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		} else if err != nil {
+			return nil, err
+		}
+		q, err := c.decodeQueued(ctx, m)
+		if err != nil {
+			return nil, fmt.Errorf("queued message %d: %w", m.Sequence, err)
+		}
+		q.TunnelID = tunnelID
+		out = append(out, q)
+		seq = m.Sequence + 1
+	}
+	return out, nil
+}
+
+func (c *Cluster) decodeQueued(ctx context.Context, m *jetstream.RawStreamMsg) (*storage.QueuedRequest, error) {
+	arrived, _ := strconv.ParseInt(m.Header.Get(hdrArrived), 10, 64)
+	q := &storage.QueuedRequest{
+		Seq: int64(m.Sequence), ID: m.Header.Get(jetstream.MsgIDHeader), ArrivedAt: arrived,
+		Method: m.Header.Get(hdrMethod), URI: m.Header.Get(hdrURI),
+	}
+	n, k := binary.Uvarint(m.Data)
+	if k <= 0 || uint64(len(m.Data)-k) < n {
+		return nil, errors.New("malformed")
+	}
+	q.Headers = m.Data[k : k+int(n)]
+	q.Body = m.Data[k+int(n):]
+	if chunks := m.Header.Get(hdrBodyChunks); chunks != "" {
+		b, err := c.getBody(ctx, chunks)
+		if err != nil {
+			return nil, fmt.Errorf("body: %w", err)
+		}
+		q.Body = b
+		c.mu.Lock()
+		c.bodyKeys[q.Seq] = chunks
+		c.mu.Unlock()
+	}
+	return q, nil
+}
+
+// Dequeue removes delivered requests.
+func (c *Cluster) Dequeue(ctx context.Context, seqs ...int64) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	var first error
+	for _, seq := range seqs {
+		err := c.queue.DeleteMsg(ctx, uint64(seq))
+		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) && first == nil {
+			first = err
+		}
+		c.mu.Lock()
+		chunks := c.bodyKeys[seq]
+		delete(c.bodyKeys, seq)
+		c.mu.Unlock()
+		c.deleteBody(ctx, chunks)
+	}
+	return first
+}
+
+// QueueStatsByTunnel counts every tunnel's queue. Bytes are not counted:
+// the stream keeps counts per subject, not sizes.
+func (c *Cluster) QueueStatsByTunnel(ctx context.Context) (map[string]storage.QueueStats, error) {
+	return c.queueStats(ctx, subjectQueue+"*")
+}
+
+// TunnelQueueStats counts one tunnel's queue.
+func (c *Cluster) TunnelQueueStats(ctx context.Context, tunnelID string) (storage.QueueStats, error) {
+	m, err := c.queueStats(ctx, subjectQueue+tunnelID)
+	return m[tunnelID], err
+}
+
+func (c *Cluster) queueStats(ctx context.Context, filter string) (map[string]storage.QueueStats, error) {
+	if err := c.connected(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	info, err := c.queue.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]storage.QueueStats{}
+	for subject, n := range info.State.Subjects {
+		out[strings.TrimPrefix(subject, subjectQueue)] = storage.QueueStats{Count: int(n)}
+	}
+	return out, nil
+}
+
+// ExpireQueued does nothing: the stream drops what is older than its max
+// age by itself.
+func (c *Cluster) ExpireQueued(context.Context, time.Time) (int64, error) { return 0, nil }
