@@ -125,7 +125,7 @@ type ClientConfig struct {
 	// of one relay, comma-separated: the client moves to the next when a
 	// connection fails or ends. (One name that resolves to several
 	// addresses works too: the dialer tries each address in turn.)
-	RelayURL string
+	RelayURL       string
 	Token          string
 	RequireHeaders []string // "Name: value" every sender must present
 	TLSConfig      *tls.Config

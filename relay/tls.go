@@ -31,11 +31,11 @@ type TLSOptions struct {
 	// policy: no other name gets a certificate, whatever a client asks for.
 	Domains []string
 
-	Email        string // ACME account contact (optional)
-	CacheDir     string // ACME account key and certificates; required with ACME
+	Email    string // ACME account contact (optional)
+	CacheDir string // ACME account key and certificates; required with ACME
 	// SharedCache, when set, keeps them instead where every relay node
 	// of a cluster finds them; it is given the CA's directory URL.
-	SharedCache func(directoryURL string) autocert.Cache
+	SharedCache  func(directoryURL string) autocert.Cache
 	DirectoryURL string // ACME directory; "" is Let's Encrypt production
 	CARootsFile  string // PEM roots trusted, besides the system's, when talking to DirectoryURL
 
