@@ -179,12 +179,25 @@ func (c *Cluster) setUp(ctx context.Context) error {
 	}
 	c.js = js
 	r := c.opts.Replicas
-	kv := func(name, desc string) (jetstream.KeyValue, error) {
-		b, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, Description: desc, Storage: jetstream.FileStorage, Replicas: r, History: 1})
+	kv := func(name, desc string) (b jetstream.KeyValue, err error) {
+		err = c.retry(ctx, func(ctx context.Context) (err error) {
+			b, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, Description: desc, Storage: jetstream.FileStorage, Replicas: r, History: 1})
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("key-value bucket %s: %w", name, err)
 		}
 		return b, nil
+	}
+	stream := func(cfg jetstream.StreamConfig) (st jetstream.Stream, err error) {
+		err = c.retry(ctx, func(ctx context.Context) (err error) {
+			st, err = js.CreateOrUpdateStream(ctx, cfg)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", cfg.Name, err)
+		}
+		return st, nil
 	}
 	if c.tokens, err = kv(bucketTokens, "calltap relay: token hashes and settings"); err != nil {
 		return err
@@ -195,7 +208,7 @@ func (c *Cluster) setUp(ctx context.Context) error {
 	if c.certs, err = kv(bucketCerts, "calltap relay: ACME account and certificates"); err != nil {
 		return err
 	}
-	c.bodies, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	c.bodies, err = stream(jetstream.StreamConfig{
 		Name:        streamBodies,
 		Description: "calltap relay: chunks of bodies too large for one message",
 		Subjects:    []string{subjectBody + "*"},
@@ -204,9 +217,9 @@ func (c *Cluster) setUp(ctx context.Context) error {
 		MaxAge:      c.opts.QueueMaxAge,
 	})
 	if err != nil {
-		return fmt.Errorf("stream %s: %w", streamBodies, err)
+		return err
 	}
-	c.queue, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	c.queue, err = stream(jetstream.StreamConfig{
 		Name:        streamQueue,
 		Description: "calltap relay: requests kept for agents that are away, one subject per tunnel",
 		Subjects:    []string{subjectQueue + "*"},
@@ -222,12 +235,45 @@ func (c *Cluster) setUp(ctx context.Context) error {
 		Duplicates: 2 * time.Minute,
 	})
 	if err != nil {
-		return fmt.Errorf("stream %s: %w", streamQueue, err)
+		return err
 	}
 	// A message carries the request head and its headers besides the
 	// body; 64 KiB is the relay's largest request head.
 	c.maxInline = max(int(c.nc.MaxPayload())-(64<<10)-1024, 0)
 	return c.watch(ctx)
+}
+
+// setUpTimeout bounds the retries of setUp's steps: nodes starting
+// together create the same buckets at once, and a JetStream cluster just
+// formed has no leaders for a moment, which both show as timeouts.
+const setUpTimeout = time.Minute
+
+// retry runs step again while it times out, for up to setUpTimeout. The
+// first try has a second, each next one twice as long up to
+// RequestTimeout: a create that lost a race with another node's hangs
+// rather than fails (nats-io/nats.go#949), and is best abandoned early.
+// Other errors (no JetStream, too few servers for the replicas asked) are
+// returned at once.
+func (c *Cluster) retry(ctx context.Context, step func(context.Context) error) error {
+	deadline := time.Now().Add(setUpTimeout)
+	wait, try := 100*time.Millisecond, time.Second
+	for {
+		tctx, cancel := context.WithTimeout(ctx, min(try, c.opts.RequestTimeout))
+		try *= 2
+		err := step(tctx)
+		cancel()
+		transient := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
+		if err == nil || !transient || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		c.log.Info("JetStream not ready; trying again", "err", err, "in", wait)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }
 
 // watch starts the mirrors of the tokens and the holders and returns once

@@ -1,5 +1,6 @@
 // Tokens and settings in the calltap_tokens bucket: hash.<sha256 hex> is a
-// token's record, name.<name> the hash it goes by, setting.<key> a setting.
+// token's record, name.<name> and tunnel.<id> the hash it goes by,
+// setting.<key> a setting.
 
 package cluster
 
@@ -36,6 +37,9 @@ func (c *Cluster) CreateToken(ctx context.Context, name, token, tunnelID string)
 		c.tokens.Delete(ctx, "name."+name)
 		return nil, err
 	}
+	if _, err := c.tokens.Put(ctx, "tunnel."+tunnelID, []byte(h)); err != nil {
+		return nil, err
+	}
 	t := &storage.Token{Name: name, TunnelID: tunnelID, CreatedAt: r.CreatedAt}
 	c.mu.Lock()
 	c.byHash[h] = t
@@ -52,19 +56,10 @@ func (c *Cluster) Authenticate(ctx context.Context, token string) (*storage.Toke
 	c.mu.Unlock()
 	if t == nil {
 		// Created a moment ago elsewhere, and not mirrored yet.
-		ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
-		defer cancel()
-		e, err := c.tokens.Get(ctx, "hash."+h)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil, storage.ErrNotFound
-		} else if err != nil {
+		var err error
+		if t, err = c.record(ctx, h); err != nil {
 			return nil, err
 		}
-		var r tokenRecord
-		if err := json.Unmarshal(e.Value(), &r); err != nil {
-			return nil, err
-		}
-		t = &storage.Token{Name: r.Name, TunnelID: r.TunnelID, CreatedAt: r.CreatedAt, RevokedAt: r.RevokedAt}
 	}
 	if t.RevokedAt != nil {
 		return nil, storage.ErrNotFound
@@ -123,12 +118,47 @@ func (c *Cluster) RevokeToken(ctx context.Context, name string) error {
 	}
 }
 
+// record reads the token whose hash is h from the bucket.
+func (c *Cluster) record(ctx context.Context, h string) (*storage.Token, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	e, err := c.tokens.Get(ctx, "hash."+h)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, storage.ErrNotFound
+	} else if err != nil {
+		return nil, err
+	}
+	var r tokenRecord
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, err
+	}
+	return &storage.Token{Name: r.Name, TunnelID: r.TunnelID, CreatedAt: r.CreatedAt, RevokedAt: r.RevokedAt}, nil
+}
+
 // TunnelLive reports whether a token that is not revoked owns tunnelID.
-func (c *Cluster) TunnelLive(_ context.Context, tunnelID string) (bool, error) {
+func (c *Cluster) TunnelLive(ctx context.Context, tunnelID string) (bool, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	t := c.byTunnel[tunnelID]
-	return t != nil && t.RevokedAt == nil, nil
+	c.mu.Unlock()
+	if t != nil {
+		return t.RevokedAt == nil, nil
+	}
+	// Perhaps created a moment ago elsewhere, and not mirrored yet.
+	tctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	defer cancel()
+	e, err := c.tokens.Get(tctx, "tunnel."+tunnelID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	t, err = c.record(ctx, string(e.Value()))
+	if errors.Is(err, storage.ErrNotFound) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	return t.RevokedAt == nil, nil
 }
 
 // RevokedTunnels returns the tunnel ids of every revoked token.

@@ -1,0 +1,316 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/calltap/calltap/relay/cluster/natstest"
+	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/storage"
+)
+
+// A relay node of three is killed (SIGKILL) while it holds an agent,
+// answers requests and drains a queue; another tunnel's queue waits in
+// the stream. Senders act as the voice service does: a request without a
+// 2xx (or 202) answer is sent again, same payload and delivery id, to
+// whichever node DNS gives next. Nothing answered 2xx or 202 is lost, and
+// a retry of a request the dead node had delivered but never answered is
+// saved as a duplicate of the first copy, not as a second delivery.
+func TestClusterNodeKilled(t *testing.T) {
+	nats := natstest.Start(t, 3)
+	var nodes []*proc
+	var urls []string
+	for i := range 3 {
+		addr := freeAddr(t)
+		u := "http://" + addr
+		urls = append(urls, u)
+		nodes = append(nodes, start(t, "relay", "--nats", nats.URLs(), "--nats-replicas", "3", "--node", fmt.Sprintf("n%d", i),
+			"--listen", addr, "--insecure-http", "--public-url", u, "--data", t.TempDir(),
+			"--pong-wait", "2s", "--forward-timeout", "3s", "--rate-limit", "10000", "--rate-burst", "10000"))
+	}
+	for _, u := range urls {
+		polltest.Until(t, 20*time.Second, func() bool { return getStatus(u+"/healthz") == http.StatusOK }, u+" did not come up")
+	}
+	tunnel := func(name string) string {
+		code, stdout, stderr := runCmd(t, "relay", "token", "create", name, "--nats", nats.URLs(), "--json")
+		if code != 0 {
+			t.Fatalf("token create %s: %s", name, stderr)
+		}
+		var tok struct {
+			Token    string `json:"token"`
+			TunnelID string `json:"tunnel_id"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &tok); err != nil || tok.TunnelID == "" {
+			t.Fatalf("token create %s printed %q", name, stdout)
+		}
+		return tok.Token + " " + tok.TunnelID
+	}
+	aliceTok, aliceID, _ := strings.Cut(tunnel("alice"), " ")
+	bobTok, bobID, _ := strings.Cut(tunnel("bob"), " ")
+
+	h := newEventHandler()
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	defer h.release()
+
+	// Bob's agent is away: his requests wait in the stream, sent to every node.
+	var bobWant []string
+	for i := range 9 {
+		id := fmt.Sprintf("bob_%d", i)
+		if code := postStatus(urls[i%3]+"/t/"+bobID, callEvent(id)); code != http.StatusAccepted {
+			t.Fatalf("bob's %s via node %d: %d, want 202", id, i%3, code)
+		}
+		bobWant = append(bobWant, id)
+	}
+
+	// Alice's agent knows all three nodes and reaches n0 first. A queue of
+	// hers is held too: sent before it connects, drained while n0 dies.
+	s := &senders{urls: urls, path: "/t/" + aliceID}
+	for range 20 {
+		s.send(t)
+	}
+	aliceDir := t.TempDir()
+	alice := start(t, "listen", "--relay", strings.Join(urls, ","), "--token", aliceTok, "--forward-to", hs.URL, "--inspect", "", "--data", aliceDir)
+	polltest.Until(t, 15*time.Second, func() bool { return postStatus(urls[0]+"/t/"+aliceID, callEvent("alice_up")) == http.StatusOK }, "alice's agent did not connect to n0")
+	s.accept("alice_up")
+
+	// Traffic from four senders throughout.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(10 * time.Millisecond): // about the service's pace, not a flood
+					s.send(t)
+				}
+			}
+		})
+	}
+	// Two requests in flight on n0 when it dies: one sent to n0 itself,
+	// one sent to n1 and forwarded to n0. The agent has saved both and the
+	// handler holds them.
+	for i, u := range urls[:2] {
+		id := fmt.Sprintf("alice_inflight_%d", i)
+		wg.Go(func() { s.deliver(t, u, id, callEvent(id+`","hold":"yes`)) })
+		polltest.Until(t, 10*time.Second, func() bool { return h.count(id) == 1 }, id+" did not reach the handler")
+	}
+	s.waitAccepted(t, 60)
+	before := strings.Count(alice.out.String(), "relay connection lost")
+	nodes[0].cmd.Process.Signal(syscall.SIGKILL)
+	nodes[0].cmd.Wait()
+	h.release()
+
+	// The agent notices, waits at most 2 s and reaches a live node (the
+	// next it was given) on its first try.
+	polltest.Until(t, 15*time.Second, func() bool {
+		return strings.Contains(getBody(urls[1]+"/metrics"), "\ncalltap_tunnels_connected 1\n")
+	}, "alice's agent did not reconnect to n1")
+	logs := alice.out.String()
+	lost := regexp.MustCompile(`relay connection lost.* in=([0-9.]+m?s)`).FindAllStringSubmatch(logs, -1)
+	if len(lost) != before+1 {
+		t.Errorf("the agent lost its connection %d times after n0 died, want once (then reconnected to a live node):\n%s", len(lost)-before, logs)
+	} else if d, err := time.ParseDuration(lost[before][1]); err != nil || d > 2*time.Second {
+		t.Errorf("the agent waited %s before reconnecting, want at most 2 s", lost[before][1])
+	}
+	s.waitAccepted(t, s.acceptedCount()+60)
+	close(stop)
+	wg.Wait()
+
+	bob := start(t, "listen", "--relay", strings.Join(urls[1:], ","), "--token", bobTok, "--forward-to", hs.URL, "--inspect", "", "--data", t.TempDir())
+	polltest.Until(t, 20*time.Second, func() bool { return h.count(bobWant[len(bobWant)-1]) > 0 }, "bob's queue was not delivered after n0 died")
+	bob.cmd.Process.Signal(syscall.SIGTERM)
+	bob.cmd.Wait()
+
+	accepted := s.acceptedIDs()
+	polltest.Until(t, 20*time.Second, func() bool {
+		for _, id := range accepted {
+			if h.count(id) == 0 {
+				return false
+			}
+		}
+		return true
+	}, "a request answered 2xx or 202 never reached the handler")
+	alice.cmd.Process.Signal(syscall.SIGTERM)
+	alice.cmd.Wait()
+
+	// In alice's store: every accepted delivery once as itself; any copy
+	// the relays sent again is marked a duplicate of it.
+	db, err := storage.OpenAgent(context.Background(), filepath.Join(aliceDir, "agent.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cs, err := db.CapturesAfter(context.Background(), storage.CaptureFilter{}, 0, 1_000_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := map[string]int{}
+	for _, c := range cs {
+		if c.DeliveryID == "" {
+			t.Errorf("capture %s has no delivery id: %.200s", c.ID, c.Body)
+		} else if c.DuplicateOf == "" {
+			first[c.DeliveryID]++
+		}
+	}
+	for _, id := range accepted {
+		if first[id] != 1 {
+			t.Errorf("delivery %s saved %d times as itself, want once", id, first[id])
+		}
+	}
+	for i := range 2 {
+		id := fmt.Sprintf("alice_inflight_%d", i)
+		if n := h.count(id); n < 2 {
+			t.Errorf("%s reached the handler %d times: the sender's retry of the unanswered request should arrive too", id, n)
+		}
+	}
+	for _, id := range bobWant {
+		if n := h.count(id); n != 1 {
+			t.Errorf("bob's %s reached the handler %d times, want once", id, n)
+		}
+	}
+}
+
+func getBody(url string) string {
+	resp, err := http.Get(url)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func getStatus(url string) int {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// callEvent is a call.started event whose delivery id is id.
+func callEvent(id string) string {
+	return `{"id":"` + id + `","event":"call.started","occurred_at":"2026-11-24T10:00:00Z","call":{"call_id":"call_1"}}`
+}
+
+// senders send call events to the nodes in turn, as the service would
+// through DNS round robin, and resend each until it is accepted.
+type senders struct {
+	urls []string
+	path string
+
+	mu       sync.Mutex
+	next     int      // guarded by mu
+	accepted []string // guarded by mu
+}
+
+func (s *senders) send(t *testing.T) {
+	s.mu.Lock()
+	n := s.next
+	s.next++
+	s.mu.Unlock()
+	id := fmt.Sprintf("alice_%d", n)
+	s.deliver(t, s.urls[n%len(s.urls)], id, callEvent(id))
+}
+
+// deliver sends body until a node answers 2xx or 202, first to url, then
+// to the nodes in turn, retrying on what the service retries on. It may
+// run in any goroutine.
+func (s *senders) deliver(t *testing.T, url, id, body string) {
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 0; ; i++ {
+		u := url
+		if i > 0 {
+			u = s.urls[i%len(s.urls)]
+		}
+		code := postStatus(u+s.path, body)
+		switch {
+		case code >= 200 && code < 300:
+			s.accept(id)
+			return
+		case code != 0 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests && code < 500:
+			t.Errorf("%s via %s: %d, which the service would not retry", id, u, code)
+			return
+		case time.Now().After(deadline):
+			t.Errorf("%s was never accepted: last answer %d", id, code)
+			return
+		}
+		// The service waits 30 s before its second try; a moment here.
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *senders) accept(id string) {
+	s.mu.Lock()
+	s.accepted = append(s.accepted, id)
+	s.mu.Unlock()
+}
+
+func (s *senders) acceptedCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.accepted)
+}
+
+func (s *senders) acceptedIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.accepted...)
+}
+
+func (s *senders) waitAccepted(t *testing.T, n int) {
+	t.Helper()
+	polltest.Until(t, 60*time.Second, func() bool { return s.acceptedCount() >= n }, fmt.Sprintf("fewer than %d requests accepted", n))
+}
+
+// eventHandler counts the deliveries it sees by id and holds those marked
+// "hold" until released.
+type eventHandler struct {
+	mu      sync.Mutex
+	seen    map[string]int // guarded by mu
+	hold    chan struct{}
+	release func()
+}
+
+func newEventHandler() *eventHandler {
+	h := &eventHandler{seen: map[string]int{}, hold: make(chan struct{})}
+	h.release = sync.OnceFunc(func() { close(h.hold) })
+	return h
+}
+
+func (h *eventHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var ev struct {
+		ID   string `json:"id"`
+		Hold string `json:"hold"`
+	}
+	b, _ := io.ReadAll(r.Body)
+	json.Unmarshal(b, &ev)
+	h.mu.Lock()
+	h.seen[ev.ID]++
+	h.mu.Unlock()
+	if ev.Hold != "" {
+		<-h.hold
+	}
+}
+
+func (h *eventHandler) count(id string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seen[id]
+}
