@@ -60,6 +60,11 @@ type NodeHandlers struct {
 	Revoked   func(tunnelID string) // its token was revoked, on any node
 }
 
+// ErrQueueFull is a Store's answer to Enqueue when the tunnel's queue
+// holds as many requests as it may (in a cluster the stream counts them,
+// exactly, across nodes).
+var ErrQueueFull = errors.New("the tunnel's queue is full")
+
 // ErrNodeGone is Cluster.Forward's error when the holding node is not
 // serving: it died, or is restarting.
 var ErrNodeGone = errors.New("relay: the node holding the agent is gone")

@@ -47,6 +47,12 @@ func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, 
 		t.queued--
 		t.queuedBytes -= size
 		t.mu.Unlock()
+		if errors.Is(err, ErrQueueFull) {
+			w.Header().Set("Retry-After", "60")
+			log.Warn("offline queue full", "max_count", s.cfg.QueueMaxCount)
+			s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeQueueFull, "the offline queue of this tunnel is full; retry later"))
+			return
+		}
 		log.Error("enqueue", "err", err)
 		w.Header().Set("Retry-After", "30")
 		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the request could not be stored; retry later"))

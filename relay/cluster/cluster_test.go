@@ -17,6 +17,7 @@ import (
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/cluster/natstest"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/storage"
 )
 
 // errorCode is the code of an error envelope.
@@ -258,5 +259,30 @@ func TestNATSServersDie(t *testing.T) {
 	polltest.Until(t, 15*time.Second, func() bool { return len(h.seen()) >= len(want) }, "what was queued once NATS came back was not delivered")
 	if got := h.seen(); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("the handler saw\n%v\nwant\n%v", got, want)
+	}
+}
+
+// The queue's count limit holds across nodes: the stream counts, so three
+// nodes together keep no more than --queue-max-count, and the next request
+// on any node is refused 503 queue_full, never 202.
+func TestQueueLimitAcrossNodes(t *testing.T) {
+	nats := natstest.Start(t, 3)
+	nodes := startNodes(t, nats, 3, func(c *relay.Config) { c.QueueMaxCount = 4 })
+	info := token(t, nodes[0], "alice")
+	for i := range 4 {
+		if resp, b := post(t, tunnelURL(nodes[i%3], info), fmt.Sprintf(`{"n":%d}`, i)); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	for _, n := range nodes {
+		resp, body := post(t, tunnelURL(n, info), `{"n":"over"}`)
+		if resp.StatusCode != http.StatusServiceUnavailable || errorCode(t, body) != "queue_full" || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("a fifth request via %s: %d %s (Retry-After %q), want 503 queue_full", n.name, resp.StatusCode, body, resp.Header.Get("Retry-After"))
+		}
+	}
+	// The stream refuses it itself, whatever a node counted.
+	err := nodes[2].c.Enqueue(context.Background(), &storage.QueuedRequest{ID: "over", TunnelID: info.TunnelID, Method: "POST", URI: "/"})
+	if !errors.Is(err, relay.ErrQueueFull) {
+		t.Errorf("a fifth request stored straight into the stream: %v, want ErrQueueFull", err)
 	}
 }

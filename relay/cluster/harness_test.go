@@ -37,19 +37,22 @@ type node struct {
 func startNode(t *testing.T, nats *natstest.Cluster, name string, tune func(*relay.Config)) *node {
 	t.Helper()
 	ctx := context.Background()
-	c, err := cluster.Open(ctx, cluster.Options{URLs: nats.URLs(), Replicas: 3, Node: name, Logger: quiet, RequestTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{name: name, c: c, URL: "http://" + ln.Addr().String()}
-	cfg := relay.Config{Store: c, Cluster: c, PublicURL: n.URL, Logger: quiet, Version: "test", ForwardTimeout: 5 * time.Second}
+	n := &node{name: name, URL: "http://" + ln.Addr().String()}
+	cfg := relay.Config{PublicURL: n.URL, Logger: quiet, Version: "test", ForwardTimeout: 5 * time.Second}
 	if tune != nil {
 		tune(&cfg)
 	}
+	// As calltap relay does: the queue's limits are the stream's too.
+	c, err := cluster.Open(ctx, cluster.Options{URLs: nats.URLs(), Replicas: 3, Node: name, Logger: quiet, RequestTimeout: 2 * time.Second,
+		QueueMaxCount: cfg.QueueMaxCount, QueueMaxAge: cfg.QueueMaxAge})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.c, cfg.Store, cfg.Cluster = c, c, c
 	srv, err := relay.NewServer(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

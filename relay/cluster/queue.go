@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,7 +51,7 @@ func (c *Cluster) Enqueue(ctx context.Context, r *storage.QueuedRequest) error {
 		c.deleteBody(context.WithoutCancel(ctx), chunks)
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && strings.Contains(apiErr.Description, "maximum messages per subject") {
-			return fmt.Errorf("the tunnel's queue is full: %w", err)
+			return relay.ErrQueueFull
 		}
 		return err
 	}
