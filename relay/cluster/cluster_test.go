@@ -232,10 +232,23 @@ func TestNATSServersDie(t *testing.T) {
 	}
 	want = append(want, `{"n":"live"}`)
 	polltest.Until(t, 10*time.Second, func() bool { return len(h.seen()) == len(want) }, "the request after the drain did not arrive")
-	ra.stop()
 
 	nats.Stop(1)
 	nats.Stop(2)
+	// Every NATS server gone: the node holding the agent still serves it
+	// live; the others cannot reach it, nor store, and say so.
+	polltest.Until(t, 10*time.Second, func() bool {
+		resp, body := post(t, tunnelURL(nodes[0], info), `{"n":"lost?"}`)
+		if resp.StatusCode == http.StatusAccepted {
+			t.Fatalf("n0 answered 202 with every NATS server down: %s", body)
+		}
+		return resp.StatusCode == http.StatusServiceUnavailable
+	}, "n0 did not notice NATS was gone")
+	if resp, body := post(t, tunnelURL(nodes[1], info), `{"n":"local"}`); resp.StatusCode != http.StatusNoContent {
+		t.Errorf("the node holding the agent, NATS gone: %d %s, want the handler's 204", resp.StatusCode, body)
+	}
+	want = append(want, `{"n":"local"}`)
+	ra.stop()
 	for _, n := range nodes {
 		polltest.Until(t, 10*time.Second, func() bool {
 			resp, body := post(t, tunnelURL(n, info), `{"n":"lost?"}`)
