@@ -80,6 +80,10 @@ type Options struct {
 type Cluster struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
+	// up is closed while nc is connected, and replaced by an open one
+	// when it disconnects (guarded by upMu; set by nc's handlers).
+	upMu sync.Mutex
+	up   chan struct{}
 	node string
 	log  *slog.Logger
 	opts Options
@@ -144,7 +148,7 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 	if !validNode(o.Node) {
 		return nil, fmt.Errorf("node name %q: use letters, digits, '-' and '_'", o.Node)
 	}
-	c := &Cluster{node: o.Node, log: o.Logger, opts: o,
+	c := &Cluster{up: make(chan struct{}), node: o.Node, log: o.Logger, opts: o,
 		byHash: map[string]*storage.Token{}, byTunnel: map[string]*storage.Token{}, holders: map[string]holder{}, mine: map[string]uint64{}, bodyKeys: map[int64]string{}}
 	nopts := []nats.Option{
 		nats.Name("calltap relay " + o.Node),
@@ -154,8 +158,34 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 		// in a buffer: the relay must not answer 202 for a request it may
 		// never store, nor 503 for one stored later behind its back.
 		nats.ReconnectBufSize(-1),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { c.log.Warn("NATS disconnected", "err", err) }),
-		nats.ReconnectHandler(func(nc *nats.Conn) { c.log.Info("NATS reconnected", "server", nc.ConnectedUrlRedacted()) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			c.log.Warn("NATS disconnected", "err", err)
+			c.upMu.Lock()
+			select {
+			case <-c.up:
+				c.up = make(chan struct{})
+			default:
+			}
+			c.upMu.Unlock()
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			c.log.Info("NATS reconnected", "server", nc.ConnectedUrlRedacted())
+			c.upMu.Lock()
+			select {
+			case <-c.up:
+			default:
+				close(c.up)
+			}
+			c.upMu.Unlock()
+		}),
+		// Without a handler nats.go prints these to stderr itself.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			c.log.Warn("NATS", "subject", subject, "err", err)
+		}),
 	}
 	if o.Creds != "" {
 		nopts = append(nopts, nats.UserCredentials(o.Creds))
@@ -165,6 +195,13 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, fmt.Errorf("connect to NATS %s: %w", o.URLs, err)
 	}
 	c.nc = nc
+	c.upMu.Lock()
+	select {
+	case <-c.up:
+	default:
+		close(c.up)
+	}
+	c.upMu.Unlock()
 	if err := c.setUp(ctx); err != nil {
 		nc.Close()
 		return nil, err
@@ -469,8 +506,26 @@ func (c *Cluster) Close() error {
 	return nil
 }
 
-// connected fails at once while no NATS server is reachable.
-func (c *Cluster) connected() error {
+// failoverGrace is how long a request waits for the client to reach
+// another NATS server when its own is gone: a failover of a few hundred
+// milliseconds should cost the sender a little time, not a 503.
+const failoverGrace = 2 * time.Second
+
+// connected returns once NATS is reachable, or fails after failoverGrace.
+func (c *Cluster) connected(ctx context.Context) error {
+	if c.nc.IsConnected() {
+		return nil
+	}
+	c.upMu.Lock()
+	up := c.up
+	c.upMu.Unlock()
+	t := time.NewTimer(failoverGrace)
+	defer t.Stop()
+	select {
+	case <-up:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 	if !c.nc.IsConnected() {
 		return errUnavailable
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -237,7 +238,8 @@ func TestNATSServersDie(t *testing.T) {
 	nats.Stop(2)
 	// Every NATS server gone: the node holding the agent still serves it
 	// live; the others cannot reach it, nor store, and say so.
-	polltest.Until(t, 10*time.Second, func() bool {
+	// (A request handed to n1 just as NATS went waits out its timeout: 504.)
+	polltest.Until(t, 30*time.Second, func() bool {
 		resp, body := post(t, tunnelURL(nodes[0], info), `{"n":"lost?"}`)
 		if resp.StatusCode == http.StatusAccepted {
 			t.Fatalf("n0 answered 202 with every NATS server down: %s", body)
@@ -270,7 +272,10 @@ func TestNATSServersDie(t *testing.T) {
 	want = append(want, `{"n":"back"}`)
 	startAgent(t, t.TempDir(), info.Token, ts.URL, nodes[2])
 	polltest.Until(t, 15*time.Second, func() bool { return len(h.seen()) >= len(want) }, "what was queued once NATS came back was not delivered")
-	if got := h.seen(); strings.Join(got, " ") != strings.Join(want, " ") {
+	// A "lost?" answered 504 may have reached the handler, as with one
+	// node: its sender was told to retry, not that it was kept.
+	got := slices.DeleteFunc(h.seen(), func(b string) bool { return b == `{"n":"lost?"}` })
+	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("the handler saw\n%v\nwant\n%v", got, want)
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 // Forward hands req to node and waits for its answer.
 func (c *Cluster) Forward(ctx context.Context, node, tunnelID string, req *relay.Request) (*relay.Answer, error) {
-	if err := c.connected(); err != nil {
+	if err := c.connected(ctx); err != nil {
 		return nil, err
 	}
 	m := nats.NewMsg(nodeSubject(node))

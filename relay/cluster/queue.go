@@ -6,12 +6,14 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/calltap/calltap/relay"
@@ -23,7 +25,7 @@ import (
 // Enqueue stores r in the stream and returns once JetStream has it on the
 // replicas it was asked for.
 func (c *Cluster) Enqueue(ctx context.Context, r *storage.QueuedRequest) error {
-	if err := c.connected(); err != nil {
+	if err := c.connected(ctx); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
@@ -46,7 +48,10 @@ func (c *Cluster) Enqueue(ctx context.Context, r *storage.QueuedRequest) error {
 		data = append(data, r.Body...)
 	}
 	m.Data = data
-	ack, err := c.js.PublishMsg(ctx, m)
+	// A stream whose leader was on a NATS server just gone has none for a
+	// moment: publishing again rides out the election. The message id
+	// keeps a publish whose ack was lost from being stored twice.
+	ack, err := c.js.PublishMsg(ctx, m, jetstream.WithRetryAttempts(10), jetstream.WithRetryWait(200*time.Millisecond))
 	if err != nil {
 		c.deleteBody(context.WithoutCancel(ctx), chunks)
 		var apiErr *jetstream.APIError
@@ -64,7 +69,7 @@ func (c *Cluster) Enqueue(ctx context.Context, r *storage.QueuedRequest) error {
 // request deleted once delivered is never read again from a replica that
 // has not heard yet.
 func (c *Cluster) QueuedAfter(ctx context.Context, tunnelID string, after int64, limit int) ([]*storage.QueuedRequest, error) {
-	if err := c.connected(); err != nil {
+	if err := c.connected(ctx); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
@@ -115,22 +120,33 @@ func (c *Cluster) decodeQueued(ctx context.Context, m *jetstream.RawStreamMsg) (
 	return q, nil
 }
 
-// Dequeue removes delivered requests.
+// Dequeue removes delivered requests. The deletes go out together: each
+// is a round of the stream's replication, and one after another they would
+// bound the drain (the relay opens its window only once they are done).
 func (c *Cluster) Dequeue(ctx context.Context, seqs ...int64) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
-	var first error
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
 	for _, seq := range seqs {
-		err := c.queue.DeleteMsg(ctx, uint64(seq))
-		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) && first == nil {
-			first = err
-		}
 		c.mu.Lock()
 		chunks := c.bodyKeys[seq]
 		delete(c.bodyKeys, seq)
 		c.mu.Unlock()
-		c.deleteBody(ctx, chunks)
+		wg.Go(func() {
+			err := c.queue.DeleteMsg(ctx, uint64(seq))
+			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				mu.Lock()
+				first = cmp.Or(first, err)
+				mu.Unlock()
+			}
+			c.deleteBody(ctx, chunks)
+		})
 	}
+	wg.Wait()
 	return first
 }
 
@@ -147,7 +163,7 @@ func (c *Cluster) TunnelQueueStats(ctx context.Context, tunnelID string) (storag
 }
 
 func (c *Cluster) queueStats(ctx context.Context, filter string) (map[string]storage.QueueStats, error) {
-	if err := c.connected(); err != nil {
+	if err := c.connected(ctx); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
