@@ -126,6 +126,7 @@ type ClientConfig struct {
 	// connection fails or ends. (One name that resolves to several
 	// addresses works too: the dialer tries each address in turn.)
 	RelayURL       string
+	Resolver       *net.Resolver // looks the relay's name up; nil: the system's
 	Token          string
 	RequireHeaders []string // "Name: value" every sender must present
 	TLSConfig      *tls.Config
@@ -255,7 +256,7 @@ func (c *Client) connectOnce(ctx context.Context, wsURL string) (bool, error) {
 	var bc *batchConn
 	dialer := c.dialer
 	dialer.NetDialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext(ctx, network, addr)
+		conn, err := (&net.Dialer{KeepAlive: 30 * time.Second, Resolver: c.cfg.Resolver}).DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}

@@ -519,7 +519,8 @@ func writeFrame(w io.WriteCloser, head, body []byte) error {
 //	              status, headers and body the sender is to get (AppendAnswer)
 //
 // A body too large for one NATS message is left out of the frame and
-// travels through a JetStream object store, named in a message header.
+// travels in chunks through the CALLTAP_BODIES stream, whose sequence
+// numbers a message header lists (Calltap-Body-Chunks).
 
 // AppendForward encodes req, body included, for another node.
 func AppendForward(b []byte, req *Request) []byte {

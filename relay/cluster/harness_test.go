@@ -36,8 +36,14 @@ type node struct {
 // startNode runs a relay node over the NATS cluster on 127.0.0.1:0.
 func startNode(t *testing.T, nats *natstest.Cluster, name string, tune func(*relay.Config)) *node {
 	t.Helper()
+	return startNodeAt(t, nats, name, "127.0.0.1:0", tune)
+}
+
+// startNodeAt runs a relay node listening on addr.
+func startNodeAt(t *testing.T, nats *natstest.Cluster, name, addr string, tune func(*relay.Config)) *node {
+	t.Helper()
 	ctx := context.Background()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +102,17 @@ type runningAgent struct {
 
 func startAgent(t *testing.T, dir, token, forwardTo string, nodes ...*node) *runningAgent {
 	t.Helper()
+	var urls []string
+	for _, n := range nodes {
+		urls = append(urls, n.URL)
+	}
+	return startAgentAt(t, dir, token, forwardTo, strings.Join(urls, ","), nil)
+}
+
+// startAgentAt runs an agent connecting to relayURL, resolving names with
+// resolver (nil: the system's).
+func startAgentAt(t *testing.T, dir, token, forwardTo, relayURL string, resolver *net.Resolver) *runningAgent {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	db, err := storage.OpenAgent(ctx, filepath.Join(dir, "agent.db"))
 	if err != nil {
@@ -105,12 +122,8 @@ func startAgent(t *testing.T, dir, token, forwardTo string, nodes ...*node) *run
 	if err != nil {
 		t.Fatal(err)
 	}
-	var urls []string
-	for _, n := range nodes {
-		urls = append(urls, n.URL)
-	}
 	ra := &runningAgent{a: a, db: db, clientErr: make(chan error, 1)}
-	c, err := relay.NewClient(relay.ClientConfig{RelayURL: strings.Join(urls, ","), Token: token, Handler: a, Logger: quiet,
+	c, err := relay.NewClient(relay.ClientConfig{RelayURL: relayURL, Resolver: resolver, Token: token, Handler: a, Logger: quiet,
 		BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, OnState: a.SetConnState})
 	if err != nil {
 		t.Fatal(err)
