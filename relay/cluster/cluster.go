@@ -78,8 +78,8 @@ type Options struct {
 // Cluster is one relay node's view of the shared state. It implements
 // relay.Store, relay.Cluster and relay.TokenStore.
 type Cluster struct {
-	nc   *nats.Conn
-	js   jetstream.JetStream
+	nc *nats.Conn
+	js jetstream.JetStream
 	// up is closed while nc is connected, and replaced by an open one
 	// when it disconnects (guarded by upMu; set by nc's handlers).
 	upMu sync.Mutex
