@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
@@ -133,18 +132,7 @@ func (s *Server) forwardToNode(w http.ResponseWriter, r *http.Request, t *tunnel
 		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay node holding the agent could not be reached; retry"))
 		return
 	}
-	h := w.Header()
-	for _, f := range a.Header {
-		if api.ConnectionHeader(f.Name) {
-			continue
-		}
-		h.Add(f.Name, f.Value)
-	}
-	h.Set("Content-Length", strconv.Itoa(len(a.Body)))
-	w.WriteHeader(a.Status)
-	n, _ := w.Write(a.Body)
-	s.metrics.bytesOut.Add(int64(n))
-	s.metrics.countStatus(a.Status)
+	s.writeAnswer(w, a.Status, a.Header, a.Body)
 }
 
 // serveForwarded answers a request another node took for a tunnel whose
@@ -198,18 +186,7 @@ func (s *Server) kicked(tunnelID string) {
 // holds: the same token connected there, and the newest agent wins, as on
 // one node.
 func (s *Server) takenOver(tunnelID string) {
-	s.mu.Lock()
-	t := s.tunnels[tunnelID]
-	s.mu.Unlock()
-	if t == nil {
-		return
-	}
-	t.mu.Lock()
-	ac := t.agent
-	t.mu.Unlock()
-	if ac != nil {
-		ac.goAway(GoAway{Reason: GoAwayReplaced, Message: "another agent connected with the same token to another relay node and took over this tunnel"})
-	}
+	s.sendAway(tunnelID, false, GoAway{Reason: GoAwayReplaced, Message: "another agent connected with the same token to another relay node and took over this tunnel"})
 }
 
 // ErrorAnswer is e as a node answers it: the error envelope, with e's status.

@@ -59,19 +59,25 @@ func (s *Server) forward(w http.ResponseWriter, sender context.Context, ac *agen
 		s.answerQueued(w, req.ID, "queued: the agent saved the request and delivers it after the ones that arrived before it")
 		return
 	}
+	s.writeAnswer(w, resp.Status, resp.Header, resp.Body)
+	log.Debug("forwarded", "method", req.Method, "uri", req.URI, "status", resp.Status)
+}
+
+// writeAnswer gives the sender the handler's answer, without the headers
+// that belong to one connection.
+func (s *Server) writeAnswer(w http.ResponseWriter, status int, header Header, body []byte) {
 	h := w.Header()
-	for _, f := range resp.Header {
+	for _, f := range header {
 		if api.ConnectionHeader(f.Name) {
 			continue
 		}
 		h.Add(f.Name, f.Value)
 	}
-	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
-	w.WriteHeader(resp.Status)
-	n, _ := w.Write(resp.Body)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	n, _ := w.Write(body)
 	s.metrics.bytesOut.Add(int64(n))
-	s.metrics.countStatus(resp.Status)
-	log.Debug("forwarded", "method", req.Method, "uri", req.URI, "status", resp.Status)
+	s.metrics.countStatus(status)
 }
 
 // reqLogger logs with the tunnel and request ids.

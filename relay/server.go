@@ -303,9 +303,17 @@ func (s *Server) dropRevoked(ctx context.Context) {
 // dropTunnel sends away the agent of a revoked token and forgets its
 // tunnel, whose URL then answers 404.
 func (s *Server) dropTunnel(id string) {
+	s.sendAway(id, true, GoAway{Reason: GoAwayRevoked, Message: "the token of this tunnel was revoked"})
+}
+
+// sendAway tells the agent holding tunnel id here, if any, to go, and
+// forgets the tunnel if forget is set.
+func (s *Server) sendAway(id string, forget bool, g GoAway) {
 	s.mu.Lock()
 	t := s.tunnels[id]
-	delete(s.tunnels, id)
+	if forget {
+		delete(s.tunnels, id)
+	}
 	s.mu.Unlock()
 	if t == nil {
 		return
@@ -314,7 +322,7 @@ func (s *Server) dropTunnel(id string) {
 	ac := t.agent
 	t.mu.Unlock()
 	if ac != nil {
-		ac.goAway(GoAway{Reason: GoAwayRevoked, Message: "the token of this tunnel was revoked"})
+		ac.goAway(g)
 	}
 }
 
