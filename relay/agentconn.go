@@ -334,6 +334,10 @@ func (ac *agentConn) handleAck(stream uint64) {
 		return
 	}
 	// Ack means the agent saved it: only now may the relay forget it.
-	// drainLoop deletes it, with the other acks that came meanwhile.
+	// It no longer stands before a live request, which may go straight to
+	// the agent now; drainLoop deletes it from the store, with the other
+	// acks that came meanwhile, and a slow or failing delete (a NATS
+	// failover) must not hold live requests back.
+	ac.t.countOut()
 	ac.acked <- seq // never blocks: at most drainWindow are unacknowledged
 }

@@ -89,6 +89,12 @@ func (s *Server) expireQueued(ctx context.Context) {
 // drainWindow bounds queued requests sent but not yet acknowledged.
 const drainWindow = 32
 
+// How long drainLoop waits before reading a queue it could not read.
+const (
+	readRetryMin = 250 * time.Millisecond
+	readRetryMax = 5 * time.Second
+)
+
 // dequeueAcked removes the queued requests the agent acknowledged from the
 // queue: first and all others acknowledged meanwhile, in one transaction (a
 // commit per request would bound the drain by the commit rate), and only
@@ -116,16 +122,15 @@ func (ac *agentConn) flushAcked() {
 	}
 }
 
+// dequeue deletes what the agent saved (handleAck counted it out already).
+// One that cannot be deleted stays queued and reaches the agent again
+// later, which knows it by its id.
 func (ac *agentConn) dequeue(seqs []int64) {
 	if err := ac.srv.cfg.Store.Dequeue(context.Background(), seqs...); err != nil {
 		ac.srv.log.Error("dequeue", "tunnel", ac.t.id, "err", err)
 	}
 	t := ac.t
 	t.mu.Lock()
-	t.queued -= len(seqs)
-	if t.queued <= 0 {
-		t.queued, t.queuedBytes = 0, 0
-	}
 	left := t.queued
 	t.mu.Unlock()
 	for range seqs {
@@ -143,13 +148,30 @@ func (ac *agentConn) drainLoop() {
 	t := ac.t
 	var after int64
 	ctx := context.Background()
+	retry := readRetryMin
 	for {
 		batch, err := ac.srv.cfg.Store.QueuedAfter(ctx, t.id, after, drainWindow)
 		if err != nil {
-			ac.srv.log.Error("read queue", "tunnel", t.id, "err", err)
-			ac.close(err)
-			return
+			// The store is away for a moment (all of NATS, in a cluster):
+			// the agent stays, its live requests keep flowing while
+			// nothing is queued, and the drain resumes where it was.
+			ac.srv.log.Error("read queue; trying again", "tunnel", t.id, "in", retry, "err", err)
+			wait := time.NewTimer(retry)
+			select {
+			case <-wait.C:
+			case seq := <-ac.acked:
+				wait.Stop()
+				ac.dequeueAcked(seq)
+				continue
+			case <-ac.done:
+				wait.Stop()
+				ac.flushAcked()
+				return
+			}
+			retry = min(2*retry, readRetryMax)
+			continue
 		}
+		retry = readRetryMin
 		if len(batch) == 0 {
 			// An idle tunnel parks here without timers: thousands of them
 			// must cost nothing. Only a place reserved by an insert that had
@@ -190,6 +212,7 @@ func (ac *agentConn) drainLoop() {
 			if err != nil {
 				ac.srv.log.Error("queued request unreadable; dropping", "tunnel", t.id, "id", q.ID, "err", err)
 				ac.srv.cfg.Store.Dequeue(ctx, q.Seq)
+				t.countOut()
 				<-ac.window
 				continue
 			}
@@ -207,10 +230,21 @@ func (ac *agentConn) drainLoop() {
 				ac.mu.Unlock()
 				<-ac.window
 			} else if err != nil {
+				ac.flushAcked()
 				return
 			}
 			after = q.Seq
 		}
+	}
+}
+
+// countOut takes one request off t's count of queued requests: the agent
+// saved it, or it was dropped.
+func (t *tunnel) countOut() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.queued--; t.queued <= 0 {
+		t.queued, t.queuedBytes = 0, 0
 	}
 }
 

@@ -105,9 +105,10 @@ func (f *natsFlags) validate() error {
 	return nil
 }
 
-// open connects to the cluster; the queue limits are the stream's.
+// open connects to the cluster: as a relay node given rf (its queue
+// limits are the stream's), or as a token command without.
 func (f *natsFlags) open(ctx context.Context, rf *relayFlags, log *slog.Logger) (*cluster.Cluster, error) {
-	o := cluster.Options{URLs: f.urls, Creds: f.creds, Replicas: f.replicas, Node: f.node, Logger: log}
+	o := cluster.Options{URLs: f.urls, Creds: f.creds, Replicas: f.replicas, Node: f.node, Logger: log, Tool: rf == nil}
 	if rf != nil {
 		o.QueueMaxAge, o.QueueMaxCount = rf.queueMaxAge, rf.queueMaxCount
 	}

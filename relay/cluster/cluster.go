@@ -68,6 +68,12 @@ type Options struct {
 	QueueMaxAge   time.Duration // queued requests older than this go (the stream's max age)
 	QueueMaxCount int           // most requests queued per tunnel (the stream's max per subject)
 
+	// Tool is set by commands that are not a relay node (calltap relay
+	// token): they use the buckets and streams as the nodes made them,
+	// creating only what is missing, so that a token command's defaults
+	// never change the nodes' replicas or queue limits.
+	Tool bool
+
 	// RequestTimeout bounds one JetStream operation; NATS being away
 	// must turn into a 503 the sender retries, not a sender left waiting.
 	RequestTimeout time.Duration // 5 s
@@ -80,10 +86,6 @@ type Options struct {
 type Cluster struct {
 	nc *nats.Conn
 	js jetstream.JetStream
-	// up is closed while nc is connected, and replaced by an open one
-	// when it disconnects (guarded by upMu; set by nc's handlers).
-	upMu sync.Mutex
-	up   chan struct{}
 	node string
 	log  *slog.Logger
 	opts Options
@@ -148,7 +150,7 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 	if !validNode(o.Node) {
 		return nil, fmt.Errorf("node name %q: use letters, digits, '-' and '_'", o.Node)
 	}
-	c := &Cluster{up: make(chan struct{}), node: o.Node, log: o.Logger, opts: o,
+	c := &Cluster{node: o.Node, log: o.Logger, opts: o,
 		byHash: map[string]*storage.Token{}, byTunnel: map[string]*storage.Token{}, holders: map[string]holder{}, mine: map[string]uint64{}, bodyKeys: map[int64]string{}}
 	nopts := []nats.Option{
 		nats.Name("calltap relay " + o.Node),
@@ -160,23 +162,9 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 		nats.ReconnectBufSize(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			c.log.Warn("NATS disconnected", "err", err)
-			c.upMu.Lock()
-			select {
-			case <-c.up:
-				c.up = make(chan struct{})
-			default:
-			}
-			c.upMu.Unlock()
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			c.log.Info("NATS reconnected", "server", nc.ConnectedUrlRedacted())
-			c.upMu.Lock()
-			select {
-			case <-c.up:
-			default:
-				close(c.up)
-			}
-			c.upMu.Unlock()
 		}),
 		// Without a handler nats.go prints these to stderr itself.
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
@@ -195,13 +183,6 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, fmt.Errorf("connect to NATS %s: %w", o.URLs, err)
 	}
 	c.nc = nc
-	c.upMu.Lock()
-	select {
-	case <-c.up:
-	default:
-		close(c.up)
-	}
-	c.upMu.Unlock()
 	if err := c.setUp(ctx); err != nil {
 		nc.Close()
 		return nil, err
@@ -218,6 +199,11 @@ func (c *Cluster) setUp(ctx context.Context) error {
 	r := c.opts.Replicas
 	kv := func(name, desc string) (b jetstream.KeyValue, err error) {
 		err = c.retry(ctx, func(ctx context.Context) (err error) {
+			if c.opts.Tool {
+				if b, err = js.KeyValue(ctx, name); !errors.Is(err, jetstream.ErrBucketNotFound) {
+					return err
+				}
+			}
 			b, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, Description: desc, Storage: jetstream.FileStorage, Replicas: r, History: 1})
 			return err
 		})
@@ -228,6 +214,11 @@ func (c *Cluster) setUp(ctx context.Context) error {
 	}
 	stream := func(cfg jetstream.StreamConfig) (st jetstream.Stream, err error) {
 		err = c.retry(ctx, func(ctx context.Context) (err error) {
+			if c.opts.Tool {
+				if st, err = js.Stream(ctx, cfg.Name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+					return err
+				}
+			}
 			st, err = js.CreateOrUpdateStream(ctx, cfg)
 			return err
 		})
@@ -516,18 +507,23 @@ func (c *Cluster) connected(ctx context.Context) error {
 	if c.nc.IsConnected() {
 		return nil
 	}
-	c.upMu.Lock()
-	up := c.up
-	c.upMu.Unlock()
+	// Listen first, then look again: a reconnection between the two
+	// would otherwise go unseen.
+	changed := c.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	defer c.nc.RemoveStatusListener(changed)
 	t := time.NewTimer(failoverGrace)
 	defer t.Stop()
-	select {
-	case <-up:
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	if !c.nc.IsConnected() {
-		return errUnavailable
+	for !c.nc.IsConnected() {
+		select {
+		case <-changed:
+		case <-t.C:
+			return errUnavailable
+		case <-ctx.Done():
+			return errUnavailable
+		}
+		if c.nc.IsClosed() {
+			return errUnavailable
+		}
 	}
 	return nil
 }

@@ -16,9 +16,12 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/cluster"
 	"github.com/calltap/calltap/relay/cluster/natstest"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // errorCode is the code of an error envelope.
@@ -59,6 +62,7 @@ func TestCrossNodeLiveDelivery(t *testing.T) {
 		}
 	})
 	ra := startAgent(t, t.TempDir(), info.Token, ts.URL, nodes[0])
+	waitHeld(t, info, nodes...)
 
 	for _, n := range nodes {
 		resp, body := post(t, tunnelURL(n, info)+"/hook?x=1", `{"event":"call.started"}`)
@@ -178,6 +182,7 @@ func TestRevokeOnAnyNode(t *testing.T) {
 	info := token(t, nodes[0], "alice")
 	_, ts := startHandler(t, nil)
 	ra := startAgent(t, t.TempDir(), info.Token, ts.URL, nodes[1])
+	waitHeld(t, info, nodes...)
 	for _, n := range nodes { // every node has looked the tunnel up
 		if resp, _ := post(t, tunnelURL(n, info), "{}"); resp.StatusCode != http.StatusNoContent {
 			t.Fatalf("before revoking, via %s: %d", n.name, resp.StatusCode)
@@ -233,6 +238,12 @@ func TestNATSServersDie(t *testing.T) {
 	}
 	want = append(want, `{"n":"live"}`)
 	polltest.Until(t, 10*time.Second, func() bool { return len(h.seen()) == len(want) }, "the request after the drain did not arrive")
+	// The holding node has seen the queue empty: nothing can be ahead of
+	// a live request, whatever happens to NATS now.
+	polltest.Until(t, 10*time.Second, func() bool {
+		m := metrics(t, nodes[1])
+		return strings.Contains(m, "\ncalltap_queue_depth 0\n") && strings.Contains(m, "\ncalltap_cluster_queue_depth 0\n")
+	}, "the holding node did not see its queue empty")
 
 	nats.Stop(1)
 	nats.Stop(2)
@@ -302,5 +313,36 @@ func TestQueueLimitAcrossNodes(t *testing.T) {
 	err := nodes[2].c.Enqueue(context.Background(), &storage.QueuedRequest{ID: "over", TunnelID: info.TunnelID, Method: "POST", URI: "/"})
 	if !errors.Is(err, relay.ErrQueueFull) {
 		t.Errorf("a fifth request stored straight into the stream: %v, want ErrQueueFull", err)
+	}
+
+	// A token command, with its defaults (one replica, the default limit),
+	// changes neither the nodes' limit nor their replicas.
+	tool, err := cluster.Open(context.Background(), cluster.Options{URLs: nats.URLs(), Tool: true, Logger: testLogger(t, "token command")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.CreateToken(context.Background(), tool, "bob", nodes[0].URL); err != nil {
+		t.Fatal(err)
+	}
+	tool.Close()
+	nc, err := natsgo.Connect(nats.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(context.Background(), "CALLTAP_QUEUE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := st.CachedInfo().Config; cfg.MaxMsgsPerSubject != 4 || cfg.Replicas != 3 {
+		t.Errorf("after a token command the queue stream keeps %d per tunnel on %d replicas, want 4 on 3", cfg.MaxMsgsPerSubject, cfg.Replicas)
+	}
+	kv, err := js.KeyValue(context.Background(), "calltap_tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kst, err := kv.Status(context.Background()); err != nil || kst.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas != 3 {
+		t.Errorf("after a token command the token bucket has %v replicas (err %v), want 3", kst, err)
 	}
 }

@@ -60,6 +60,7 @@ func TestOneNameSeveralNodes(t *testing.T) {
 	info := token(t, first, "alice")
 	h, ts := startHandler(t, nil)
 	startAgentAt(t, t.TempDir(), info.Token, ts.URL, "http://"+net.JoinHostPort(relayName, port), resolver)
+	waitHeld(t, info, first, second)
 
 	for _, n := range []*node{first, second} {
 		if resp, body := post(t, tunnelURL(n, info), `{"n":"`+n.name+`"}`); resp.StatusCode != http.StatusNoContent {

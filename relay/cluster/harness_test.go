@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -22,7 +23,31 @@ import (
 	"github.com/calltap/calltap/storage"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+// testLogger returns a logger for one part of a test (a node, an agent):
+// what it logs is printed, under name, only if the test fails.
+func testLogger(t *testing.T, name string) *slog.Logger {
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("log of %s:\n%s", name, buf.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
 
 // node is one relay node of the cluster, in this process.
 type node struct {
@@ -48,12 +73,13 @@ func startNodeAt(t *testing.T, nats *natstest.Cluster, name, addr string, tune f
 		t.Fatal(err)
 	}
 	n := &node{name: name, URL: "http://" + ln.Addr().String()}
-	cfg := relay.Config{PublicURL: n.URL, Logger: quiet, Version: "test", ForwardTimeout: 5 * time.Second}
+	log := testLogger(t, "node "+name)
+	cfg := relay.Config{PublicURL: n.URL, Logger: log, Version: "test", ForwardTimeout: 5 * time.Second}
 	if tune != nil {
 		tune(&cfg)
 	}
 	// As calltap relay does: the queue's limits are the stream's too.
-	c, err := cluster.Open(ctx, cluster.Options{URLs: nats.URLs(), Replicas: 3, Node: name, Logger: quiet, RequestTimeout: 2 * time.Second,
+	c, err := cluster.Open(ctx, cluster.Options{URLs: nats.URLs(), Replicas: 3, Node: name, Logger: log, RequestTimeout: 2 * time.Second,
 		QueueMaxCount: cfg.QueueMaxCount, QueueMaxAge: cfg.QueueMaxAge})
 	if err != nil {
 		t.Fatal(err)
@@ -118,12 +144,13 @@ func startAgentAt(t *testing.T, dir, token, forwardTo, relayURL string, resolver
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(agent.Config{Store: db, ForwardTo: forwardTo, Logger: quiet, ForwardTimeout: 10 * time.Second, ResumeQueued: true})
+	log := testLogger(t, "agent "+dir)
+	a, err := agent.New(agent.Config{Store: db, ForwardTo: forwardTo, Logger: log, ForwardTimeout: 10 * time.Second, ResumeQueued: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ra := &runningAgent{a: a, db: db, clientErr: make(chan error, 1)}
-	c, err := relay.NewClient(relay.ClientConfig{RelayURL: relayURL, Resolver: resolver, Token: token, Handler: a, Logger: quiet,
+	c, err := relay.NewClient(relay.ClientConfig{RelayURL: relayURL, Resolver: resolver, Token: token, Handler: a, Logger: log,
 		BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, OnState: a.SetConnState})
 	if err != nil {
 		t.Fatal(err)
@@ -142,6 +169,22 @@ func startAgentAt(t *testing.T, dir, token, forwardTo, relayURL string, resolver
 	t.Cleanup(ra.stop)
 	polltest.Until(t, 10*time.Second, func() bool { return a.TunnelState().State == relay.StateConnected }, "the agent did not connect")
 	return ra
+}
+
+// waitHeld waits until every one of nodes knows which node holds the
+// tunnel's agent: until then a node that has not heard queues (202)
+// what it would forward.
+func waitHeld(t *testing.T, info *relay.TokenInfo, nodes ...*node) {
+	t.Helper()
+	polltest.Until(t, 10*time.Second, func() bool {
+		first := nodes[0].c.Holder(info.TunnelID).Node
+		for _, n := range nodes[1:] {
+			if n.c.Holder(info.TunnelID).Node != first {
+				return false
+			}
+		}
+		return first != ""
+	}, "the nodes do not agree which one holds the agent")
 }
 
 // captures returns what the agent saved, oldest first.

@@ -28,8 +28,6 @@ func (c *Cluster) Enqueue(ctx context.Context, r *storage.QueuedRequest) error {
 	if err := c.connected(ctx); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
-	defer cancel()
 	m := nats.NewMsg(subjectQueue + r.TunnelID)
 	m.Header.Set(jetstream.MsgIDHeader, r.ID)
 	m.Header.Set(hdrArrived, strconv.FormatInt(r.ArrivedAt, 10))
@@ -39,8 +37,10 @@ func (c *Cluster) Enqueue(ctx context.Context, r *storage.QueuedRequest) error {
 	data = append(data, r.Headers...)
 	var chunks string
 	if len(r.Body) > c.maxInline {
+		bctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+		defer cancel()
 		var err error
-		if chunks, err = c.putBody(ctx, r.ID, r.Body); err != nil {
+		if chunks, err = c.putBody(bctx, r.ID, r.Body); err != nil {
 			return fmt.Errorf("store the body: %w", err)
 		}
 		m.Header.Set(hdrBodyChunks, chunks)
@@ -49,13 +49,34 @@ func (c *Cluster) Enqueue(ctx context.Context, r *storage.QueuedRequest) error {
 	}
 	m.Data = data
 	// A stream whose leader was on a NATS server just gone has none for a
-	// moment: publishing again rides out the election. The message id
-	// keeps a publish whose ack was lost from being stored twice.
-	ack, err := c.js.PublishMsg(ctx, m, jetstream.WithRetryAttempts(10), jetstream.WithRetryWait(200*time.Millisecond))
-	if err != nil {
-		c.deleteBody(context.WithoutCancel(ctx), chunks)
+	// moment: publishing again rides out the election. So does publishing
+	// again once the client has reached another server, when its own died
+	// under the publish. The message id keeps a publish whose ack was lost
+	// from being stored twice.
+	var ack *jetstream.PubAck
+	var err error
+	for try := 1; ; try++ {
+		pctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+		ack, err = c.js.PublishMsg(pctx, m, jetstream.WithRetryAttempts(10), jetstream.WithRetryWait(200*time.Millisecond))
+		cancel()
 		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && strings.Contains(apiErr.Description, "maximum messages per subject") {
+		if err == nil || errors.As(err, &apiErr) || try == publishTries || ctx.Err() != nil {
+			break
+		}
+		c.log.Debug("publish again", "tunnel", r.TunnelID, "id", r.ID, "err", err)
+		if c.connected(ctx) != nil {
+			break
+		}
+	}
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) {
+			// The message may be stored, its ack lost: its body stays,
+			// for the stream's max age to remove if it is not.
+			return err
+		}
+		c.deleteBody(context.WithoutCancel(ctx), chunks)
+		if strings.Contains(apiErr.Description, "maximum messages per subject") {
 			return relay.ErrQueueFull
 		}
 		return err
@@ -63,6 +84,10 @@ func (c *Cluster) Enqueue(ctx context.Context, r *storage.QueuedRequest) error {
 	r.Seq = int64(ack.Sequence)
 	return nil
 }
+
+// publishTries bounds how often Enqueue publishes one request when the
+// connection fails under it.
+const publishTries = 3
 
 // QueuedAfter returns up to limit requests of tunnelID after seq after, in
 // stream order. Each is one read from the stream's leader, so that a

@@ -1,0 +1,352 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// cmdCluster measures a team relay: three NATS servers with JetStream (in
+// this process, routed on loopback, R3) and three `calltap relay --nats`
+// processes. The agent connects to node 0; the same 2 KB event is posted
+// to node 0 (its own node) and to node 1 (forwarded over NATS), in
+// alternating rounds. Then the agent leaves, senders post to all three
+// nodes, and the agent comes back to node 2 to drain the shared queue.
+// The NATS servers count the bytes of every connection: the relays'
+// traffic per request, and the servers' own (replication) beside it.
+func cmdCluster(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("cluster", flag.ContinueOnError)
+	bin := fs.String("bin", "bin/calltap", "the calltap binary")
+	out := fs.String("out", "", "results file")
+	rounds := fs.Int("rounds", 2, "alternating rounds of same-node and cross-node load")
+	dur := fs.Duration("duration", 3*time.Second, "measured time of each run")
+	warm := fs.Duration("warmup", time.Second, "unmeasured time before each run")
+	queueDur := fs.Duration("queue-duration", 2*time.Second, "how long senders post while the agent is away")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	res, err := openResults(*out)
+	if err != nil {
+		return err
+	}
+	defer res.close()
+	dir, err := scratch("", "cluster")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	nats, err := startNATS(dir, 3)
+	if err != nil {
+		return err
+	}
+	defer nats.shutdown()
+	hp, hurl, err := startHandler(dir)
+	if err != nil {
+		return err
+	}
+	defer hp.stop()
+
+	var nodes []*calltap
+	for i := range 3 {
+		name := fmt.Sprintf("n%d", i)
+		ct, err := newCalltap(ctx, *bin, filepath.Join(dir, name), hurl, append(relayFlagsNoLimits,
+			"--nats", nats.urls(), "--nats-replicas", "3", "--node", name, "--queue-max-count", "1000000", "--queue-max-bytes", "4000000000")...)
+		if err != nil {
+			return err
+		}
+		defer ct.stop()
+		if err := ct.startRelay(ctx); err != nil {
+			return err
+		}
+		nodes = append(nodes, ct)
+	}
+	// One token, in the shared bucket: every node serves its URL.
+	tok, err := exec.CommandContext(ctx, *bin, "relay", "token", "create", "bench", "--nats", nats.urls(),
+		"--public-url", nodes[0].relayURL, "--json").Output()
+	if err != nil {
+		return fmt.Errorf("relay token create --nats: %w", err)
+	}
+	var info struct {
+		Token string `json:"token"`
+		URL   string `json:"url"`
+	}
+	if err := json.Unmarshal(tok, &info); err != nil {
+		return fmt.Errorf("relay token create --json: %w", err)
+	}
+	for _, n := range nodes {
+		n.token = info.Token
+		n.tunnelPath = strings.TrimPrefix(info.URL, nodes[0].relayURL)
+	}
+	if err := nodes[0].startAgent(ctx, true); err != nil {
+		return err
+	}
+	// Every node must know where the agent is before its load begins.
+	for _, n := range nodes[1:] {
+		err := poll(ctx, 10*time.Second, 5*time.Millisecond, "node "+n.relayURL+" did not learn which node holds the agent", func() bool {
+			resp, err := httpc.Post(n.relayURL+n.tunnelPath+"/voice", "application/json", strings.NewReader("{}"))
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == 204 || resp.StatusCode == 200
+		})
+		if err != nil {
+			return err
+		}
+	}
+
+	ev, stamp := jsonEvent2K()
+	type cell struct {
+		name    string
+		node    int
+		conns   int
+		r       loadResult
+		traffic natsTraffic
+	}
+	var cells []*cell
+	for _, conns := range []int{1, 32} {
+		cells = append(cells, &cell{name: "same node", node: 0, conns: conns}, &cell{name: "across nodes", node: 1, conns: conns})
+	}
+	for round := range *rounds {
+		for i := range cells {
+			c := cells[i]
+			if round%2 == 1 { // alternate the order, so drift is shared
+				c = cells[len(cells)-1-i]
+			}
+			fmt.Fprintf(os.Stderr, "cluster: round %d/%d  c=%-2d %s\n", round+1, *rounds, c.conns, c.name)
+			u, _ := url.Parse(nodes[c.node].relayURL)
+			var t0, t1 natsTraffic
+			r, err := runLoad(ctx, loadSpec{Addr: u.Host, Path: nodes[c.node].tunnelPath + "/voice", Body: ev, Stamp: stamp,
+				ContentType: "application/json", Conns: c.conns, Warmup: *warm, Duration: *dur,
+				OnStart: func() { t0 = nats.traffic() },
+				OnEnd:   func() { t1 = nats.traffic() }})
+			if err != nil {
+				return err
+			}
+			c.r.merge(r)
+			c.traffic = c.traffic.add(t1.sub(t0))
+		}
+	}
+	byKey := map[string]*cell{}
+	for _, c := range cells {
+		byKey[fmt.Sprint(c.name, c.conns)] = c
+	}
+	for _, conns := range []int{1, 32} {
+		same, cross := byKey[fmt.Sprint("same node", conns)], byKey[fmt.Sprint("across nodes", conns)]
+		m := fmt.Sprintf("Team relay, 2 KB events, c=%d: on the agent's node / via another node", conns)
+		res.add(row{Measure: m + ": requests/s", Direct: fmtRate(same.r.rate(), "/s") + failed(same.r), Calltap: fmtRate(cross.r.rate(), "/s") + failed(cross.r),
+			Ratio: fmt.Sprintf("%.2f×", cross.r.rate()/same.r.rate())})
+		res.add(row{Measure: m + ": latency p50 / p99",
+			Direct:  fmtDur(same.r.pct(50)) + " / " + fmtDur(same.r.pct(99)),
+			Calltap: fmtDur(cross.r.pct(50)) + " / " + fmtDur(cross.r.pct(99)),
+			Ratio:   "+" + fmtDur(cross.r.pct(50)-same.r.pct(50)) + " / +" + fmtDur(cross.r.pct(99)-same.r.pct(99))})
+		if conns == 32 {
+			res.add(row{Measure: "Team relay: NATS traffic per request, on the agent's node / via another node (relays ↔ NATS; NATS ↔ NATS)",
+				Direct:  same.traffic.perRequest(same.r.N),
+				Calltap: cross.traffic.perRequest(cross.r.N)})
+		}
+	}
+
+	// The queue across nodes: the agent away, each node takes a third of
+	// the senders; the agent comes back on node 2.
+	nodes[0].agent.stop()
+	if err := poll(ctx, 10*time.Second, 5*time.Millisecond, "the agent's node did not see it leave", func() bool {
+		v, err := nodes[0].relayMetric("calltap_tunnels_connected")
+		return err == nil && v == 0
+	}); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var enq loadResult
+	var loadErr error
+	t0 := nats.traffic()
+	for _, n := range nodes {
+		u, _ := url.Parse(n.relayURL)
+		wg.Go(func() {
+			r, err := runLoad(ctx, loadSpec{Addr: u.Host, Path: n.tunnelPath + "/voice", Body: ev, Stamp: stamp, ContentType: "application/json",
+				Conns: 11, Warmup: 300 * time.Millisecond, Duration: *queueDur})
+			mu.Lock()
+			defer mu.Unlock()
+			enq.merge(r)
+			loadErr = errors.Join(loadErr, err)
+		})
+	}
+	wg.Wait()
+	if loadErr != nil {
+		return loadErr
+	}
+	enqTraffic := nats.traffic().sub(t0)
+	enqRow := row{Measure: "Team relay: enqueue with the agent away, senders on all three nodes (2 KB, c=33; stored R3 in JetStream, 202)",
+		Calltap: fmtRate(float64(enq.N)/(*queueDur).Seconds(), "/s") + fmt.Sprintf(", p50 %s, p99 %s", fmtDur(enq.pct(50)), fmtDur(enq.pct(99))),
+		Ratio:   enqTraffic.perRequest(enq.N)}
+	if enq.Statuses[202] != enq.N {
+		enqRow.Calltap += fmt.Sprintf(" (%d not 202)", enq.N-enq.Statuses[202])
+	}
+	res.add(enqRow)
+
+	var depth float64
+	if err := poll(ctx, 30*time.Second, 10*time.Millisecond, "the shared queue's depth did not settle", func() bool {
+		v, err := nodes[2].relayMetric("calltap_cluster_queue_depth")
+		if err == nil && v > 0 && v == depth {
+			return true
+		}
+		depth = v
+		return false
+	}); err != nil {
+		return err
+	}
+	before, err := handlerCount(hurl)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "cluster: %d requests held in the stream; the agent comes back on node 2\n", int(depth))
+	back := nodes[2]
+	back.dir = nodes[0].dir // the same agent store, as a developer's laptop
+	t1 := time.Now()
+	if err := back.startAgent(ctx, false); err != nil {
+		return err
+	}
+	var tConnected, tDrained time.Duration
+	if err := poll(ctx, 10*time.Minute, 5*time.Millisecond, "the shared queue did not drain", func() bool {
+		if tConnected == 0 {
+			if v, err := back.relayMetric("calltap_tunnels_connected"); err == nil && v > 0 {
+				tConnected = time.Since(t1)
+			}
+			return false
+		}
+		n, err := handlerCount(hurl)
+		if err == nil && float64(n-before) >= depth {
+			tDrained = time.Since(t1)
+			return true
+		}
+		return false
+	}); err != nil {
+		return err
+	}
+	res.add(row{Measure: fmt.Sprintf("Team relay: drain of the shared queue, %s held (queued on three nodes) → delivered via node 2, in order", fmtCount(int(depth))),
+		Calltap: fmtRate(depth/(tDrained-tConnected).Seconds(), "/s") + " (" + fmtDur(tDrained-tConnected) + " after connecting)"})
+	return nil
+}
+
+func failed(r loadResult) string {
+	if bad := r.non2xx() + r.Errors; bad > 0 {
+		return fmt.Sprintf(" (%d failed)", bad)
+	}
+	return ""
+}
+
+// natsCluster is n NATS servers with JetStream, routed to each other on
+// loopback, in this process.
+type natsCluster struct {
+	servers []*server.Server
+}
+
+func startNATS(dir string, n int) (*natsCluster, error) {
+	// JetStream's cluster wants every route from the start: the route
+	// ports are chosen before any server starts.
+	routes := make([]int, n)
+	for i := range routes {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		routes[i] = p
+	}
+	c := &natsCluster{}
+	for i := range n {
+		o := &server.Options{
+			ServerName: fmt.Sprintf("nats-%d", i),
+			Host:       "127.0.0.1",
+			Port:       server.RANDOM_PORT,
+			JetStream:  true,
+			StoreDir:   filepath.Join(dir, fmt.Sprintf("nats-%d", i)),
+			NoSigs:     true,
+			NoLog:      true,
+			Cluster:    server.ClusterOpts{Name: "calltap-bench", Host: "127.0.0.1", Port: routes[i]},
+		}
+		for j, rp := range routes {
+			if j != i {
+				o.Routes = append(o.Routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", rp)})
+			}
+		}
+		s, err := server.NewServer(o)
+		if err != nil {
+			c.shutdown()
+			return nil, err
+		}
+		go s.Start()
+		if !s.ReadyForConnections(10 * time.Second) {
+			c.shutdown()
+			return nil, fmt.Errorf("NATS server %d did not start", i)
+		}
+		c.servers = append(c.servers, s)
+	}
+	return c, nil
+}
+
+func (c *natsCluster) urls() string {
+	var us []string
+	for _, s := range c.servers {
+		us = append(us, "nats://"+s.Addr().String())
+	}
+	return strings.Join(us, ",")
+}
+
+func (c *natsCluster) shutdown() {
+	for _, s := range c.servers {
+		s.Shutdown()
+	}
+}
+
+// natsTraffic is what the servers counted: bytes to and from the relays'
+// connections, and between the servers themselves (routes: replication,
+// forwarding between servers).
+type natsTraffic struct {
+	relays, routes int64
+}
+
+func (c *natsCluster) traffic() natsTraffic {
+	var t natsTraffic
+	for _, s := range c.servers {
+		if cz, err := s.Connz(&server.ConnzOptions{Limit: 1000}); err == nil {
+			for _, ci := range cz.Conns {
+				if strings.HasPrefix(ci.Name, "calltap relay ") {
+					t.relays += ci.InBytes + ci.OutBytes
+				}
+			}
+		}
+		if rz, err := s.Routez(nil); err == nil {
+			for _, ri := range rz.Routes {
+				// Each route is counted by both its servers: half here.
+				t.routes += (ri.InBytes + ri.OutBytes) / 2
+			}
+		}
+	}
+	return t
+}
+
+func (t natsTraffic) sub(o natsTraffic) natsTraffic {
+	return natsTraffic{t.relays - o.relays, t.routes - o.routes}
+}
+
+func (t natsTraffic) add(o natsTraffic) natsTraffic {
+	return natsTraffic{t.relays + o.relays, t.routes + o.routes}
+}
+
+func (t natsTraffic) perRequest(n int) string {
+	n = max(n, 1)
+	return fmtBytes(float64(t.relays)/float64(n)) + "; " + fmtBytes(float64(t.routes)/float64(n))
+}
