@@ -48,6 +48,9 @@ func (c *Cluster) Enqueue(ctx context.Context, r *storage.QueuedRequest) error {
 		data = append(data, r.Body...)
 	}
 	m.Data = data
+	// The sender waits for all that follows: two operations' worth at most.
+	ctx, cancel := context.WithTimeout(ctx, 2*c.opts.RequestTimeout)
+	defer cancel()
 	// A stream whose leader was on a NATS server just gone has none for a
 	// moment: publishing again rides out the election. So does publishing
 	// again once the client has reached another server, when its own died
