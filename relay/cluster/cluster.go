@@ -84,8 +84,8 @@ type Options struct {
 // Cluster is one relay node's view of the shared state. It implements
 // relay.Store, relay.Cluster and relay.TokenStore.
 type Cluster struct {
-	nc *nats.Conn
-	js jetstream.JetStream
+	nc   *nats.Conn
+	js   jetstream.JetStream
 	node string
 	log  *slog.Logger
 	opts Options
