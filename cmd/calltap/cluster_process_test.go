@@ -182,6 +182,23 @@ func TestClusterNodeKilled(t *testing.T) {
 			t.Errorf("bob's %s reached the handler %d times, want once", id, n)
 		}
 	}
+
+	// The token commands work against the cluster: list, revoke, and the
+	// revoked URL answers 404 on every live node.
+	code, stdout, stderr := runCmd(t, "relay", "token", "list", "--nats", nats.URLs())
+	if code != 0 || !strings.Contains(stdout, "alice") || !strings.Contains(stdout, "bob") || strings.Contains(stdout, bobTok) {
+		t.Errorf("token list --nats: %d %q %s", code, stdout, stderr)
+	}
+	if code, _, stderr := runCmd(t, "relay", "token", "revoke", "bob", "--nats", nats.URLs()); code != 0 {
+		t.Fatalf("token revoke --nats: %d %s", code, stderr)
+	}
+	for _, u := range urls[1:] {
+		polltest.Until(t, 5*time.Second, func() bool { return postStatus(u+"/t/"+bobID, callEvent("bob_after")) == http.StatusNotFound },
+			"bob's URL does not answer 404 on "+u+" after token revoke --nats")
+	}
+	if code, stdout, _ := runCmd(t, "relay", "token", "list", "--nats", nats.URLs(), "--json"); code != 0 || !strings.Contains(stdout, `"revoked_at":"`) {
+		t.Errorf("token list --nats --json after revoke: %s", stdout)
+	}
 }
 
 func getBody(url string) string {
