@@ -155,9 +155,9 @@ func cmdCluster(ctx context.Context, args []string) error {
 			Calltap: fmt.Sprintf("agent's node %s%s, another node %s%s (%.2f×)", fmtRate(same.r.rate(), "/s"), failed(same.r),
 				fmtRate(cross.r.rate(), "/s"), failed(cross.r), cross.r.rate()/same.r.rate())})
 		res.add(row{Measure: m + ": latency p50 / p99",
-			Calltap: fmt.Sprintf("agent's node %s / %s, another node %s / %s (+%s / +%s)",
+			Calltap: fmt.Sprintf("agent's node %s / %s, another node %s / %s (%s / %s)",
 				fmtDur(same.r.pct(50)), fmtDur(same.r.pct(99)), fmtDur(cross.r.pct(50)), fmtDur(cross.r.pct(99)),
-				fmtDur(cross.r.pct(50)-same.r.pct(50)), fmtDur(cross.r.pct(99)-same.r.pct(99)))})
+				fmtDelta(cross.r.pct(50)-same.r.pct(50)), fmtDelta(cross.r.pct(99)-same.r.pct(99)))})
 		if conns == 32 {
 			res.add(row{Measure: "Team relay: NATS traffic per request (relays ↔ NATS; between NATS servers)",
 				Calltap: "agent's node " + same.traffic.perRequest(same.r.N) + ", another node " + cross.traffic.perRequest(cross.r.N)})

@@ -170,6 +170,14 @@ func fmtDur(d time.Duration) string {
 	}
 }
 
+// fmtDelta is a difference of durations, signed: "+281 µs", "-1.29 ms".
+func fmtDelta(d time.Duration) string {
+	if d < 0 {
+		return fmtDur(d)
+	}
+	return "+" + fmtDur(d)
+}
+
 func fmtBytes(n float64) string {
 	switch {
 	case n >= 1<<30:

@@ -195,7 +195,7 @@ func (c *cell) report(res *results) {
 	add50, add99 := t.pct(50)-d.pct(50), t.pct(99)-d.pct(99)
 	latRow := row{Measure: c.name + ": latency p50 / p99",
 		Direct: fmtDur(d.pct(50)) + " / " + fmtDur(d.pct(99)), Calltap: fmtDur(t.pct(50)) + " / " + fmtDur(t.pct(99)),
-		Ratio: "+" + fmtDur(add50) + " / +" + fmtDur(add99)}
+		Ratio: fmtDelta(add50) + " / " + fmtDelta(add99)}
 	if len(c.body) < 1<<20 && c.conns == 1 {
 		latRow.Target, latRow.Met = "≤ +250 µs at p50", verdict(add50 <= 250*time.Microsecond)
 	}
