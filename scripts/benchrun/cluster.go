@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -64,7 +62,7 @@ func cmdCluster(ctx context.Context, args []string) error {
 		// Each node is given its own NATS server, as when one runs on each
 		// relay machine (the client learns the others from it): a request
 		// across nodes then crosses the servers' routes too.
-		ct, err := newCalltap(ctx, *bin, filepath.Join(dir, name), hurl, append(relayFlagsNoLimits,
+		ct, err := newNode(*bin, filepath.Join(dir, name), hurl, append(relayFlagsNoLimits,
 			"--nats", "nats://"+nats.servers[i].Addr().String(), "--nats-replicas", "3", "--node", name, "--queue-max-count", "1000000", "--queue-max-bytes", "4000000000")...)
 		if err != nil {
 			return err
@@ -76,21 +74,11 @@ func cmdCluster(ctx context.Context, args []string) error {
 		nodes = append(nodes, ct)
 	}
 	// One token, in the shared bucket: every node serves its URL.
-	tok, err := exec.CommandContext(ctx, *bin, "relay", "token", "create", "bench", "--nats", nats.urls(),
-		"--public-url", nodes[0].relayURL, "--json").Output()
-	if err != nil {
-		return fmt.Errorf("relay token create --nats: %w", err)
+	if err := nodes[0].createToken(ctx, "--nats", nats.urls()); err != nil {
+		return err
 	}
-	var info struct {
-		Token string `json:"token"`
-		URL   string `json:"url"`
-	}
-	if err := json.Unmarshal(tok, &info); err != nil {
-		return fmt.Errorf("relay token create --json: %w", err)
-	}
-	for _, n := range nodes {
-		n.token = info.Token
-		n.tunnelPath = strings.TrimPrefix(info.URL, nodes[0].relayURL)
+	for _, n := range nodes[1:] {
+		n.token, n.tunnelPath = nodes[0].token, nodes[0].tunnelPath
 	}
 	if err := nodes[0].startAgent(ctx, true); err != nil {
 		return err
@@ -142,12 +130,8 @@ func cmdCluster(ctx context.Context, args []string) error {
 			c.traffic = c.traffic.add(t1.sub(t0))
 		}
 	}
-	byKey := map[string]*cell{}
-	for _, c := range cells {
-		byKey[fmt.Sprint(c.name, c.conns)] = c
-	}
-	for _, conns := range []int{1, 32} {
-		same, cross := byKey[fmt.Sprint("same node", conns)], byKey[fmt.Sprint("across nodes", conns)]
+	for k := 0; k < len(cells); k += 2 { // pairs: same node, across nodes
+		same, cross, conns := cells[k], cells[k+1], cells[k].conns
 		// The table's columns compare direct with calltap; here both
 		// sides are calltap, so each row says which is which.
 		m := fmt.Sprintf("Team relay, 2 KB events, c=%d", conns)
@@ -244,13 +228,6 @@ func cmdCluster(ctx context.Context, args []string) error {
 	res.add(row{Measure: fmt.Sprintf("Team relay: drain of the shared queue, %s held (queued on three nodes) → delivered via node 2, in order", fmtCount(int(depth))),
 		Calltap: fmtRate(depth/(tDrained-tConnected).Seconds(), "/s") + " (" + fmtDur(tDrained-tConnected) + " after connecting)"})
 	return nil
-}
-
-func failed(r loadResult) string {
-	if bad := r.non2xx() + r.Errors; bad > 0 {
-		return fmt.Sprintf(" (%d failed)", bad)
-	}
-	return ""
 }
 
 // natsCluster is n NATS servers with JetStream, routed to each other on

@@ -240,27 +240,47 @@ var relayFlagsNoLimits = []string{"--rate-limit", "1000000000", "--rate-burst", 
 
 // newCalltap creates the relay's data directory and a token; nothing runs yet.
 func newCalltap(ctx context.Context, bin, dir, forwardTo string, relayArgs ...string) (*calltap, error) {
+	c, err := newNode(bin, dir, forwardTo, relayArgs...)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.createToken(ctx, "--data", filepath.Join(dir, "relay")); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// newNode is a relay and its agent on a free port, without a token yet.
+func newNode(bin, dir, forwardTo string, relayArgs ...string) (*calltap, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	c := &calltap{bin: bin, dir: dir, relayPort: port, relayURL: fmt.Sprintf("http://127.0.0.1:%d", port),
-		relayArgs: relayArgs, forwardTo: forwardTo}
-	out, err := exec.CommandContext(ctx, bin, "relay", "token", "create", "bench",
-		"--data", filepath.Join(dir, "relay"), "--public-url", c.relayURL, "--json").Output()
+	return &calltap{bin: bin, dir: dir, relayPort: port, relayURL: fmt.Sprintf("http://127.0.0.1:%d", port),
+		relayArgs: relayArgs, forwardTo: forwardTo}, nil
+}
+
+// createToken mints the agent's token in the token store named by where
+// (--data DIR, or --nats URLS).
+func (c *calltap) createToken(ctx context.Context, where ...string) error {
+	args := append([]string{"relay", "token", "create", "bench", "--public-url", c.relayURL, "--json"}, where...)
+	out, err := exec.CommandContext(ctx, c.bin, args...).Output()
 	if err != nil {
-		return nil, fmt.Errorf("relay token create: %w", err)
+		return fmt.Errorf("relay token create: %w", err)
 	}
 	var info struct {
 		Token string `json:"token"`
 		URL   string `json:"url"`
 	}
 	if err := json.Unmarshal(out, &info); err != nil {
-		return nil, fmt.Errorf("relay token create --json: %w", err)
+		return fmt.Errorf("relay token create --json: %w", err)
 	}
 	c.token = info.Token
 	c.tunnelPath = strings.TrimPrefix(info.URL, c.relayURL)
-	return c, nil
+	return nil
 }
 
 // startRelay starts the relay process and waits until it answers /healthz.

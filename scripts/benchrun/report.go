@@ -170,6 +170,14 @@ func fmtDur(d time.Duration) string {
 	}
 }
 
+// failed notes, after a rate, the requests of r that did not succeed.
+func failed(r loadResult) string {
+	if bad := r.non2xx() + r.Errors; bad > 0 {
+		return fmt.Sprintf(" (%d failed)", bad)
+	}
+	return ""
+}
+
 // fmtDelta is a difference of durations, signed: "+281 µs", "-1.29 ms".
 func fmtDelta(d time.Duration) string {
 	if d < 0 {

@@ -178,12 +178,8 @@ func (c *cell) report(res *results) {
 	ratio := t.rate() / d.rate()
 	rateRow := row{Measure: c.name + ": requests/s", Direct: fmtRate(d.rate(), "/s"), Calltap: fmtRate(t.rate(), "/s"),
 		Ratio: fmt.Sprintf("%.2f×", ratio)}
-	if bad := t.non2xx() + t.Errors; bad > 0 {
-		rateRow.Calltap += fmt.Sprintf(" (%d failed)", bad)
-	}
-	if bad := d.non2xx() + d.Errors; bad > 0 {
-		rateRow.Direct += fmt.Sprintf(" (%d failed)", bad)
-	}
+	rateRow.Calltap += failed(*t)
+	rateRow.Direct += failed(*d)
 	switch {
 	case len(c.body) < 1<<20 && c.conns > 1:
 		rateRow.Target, rateRow.Met = "≥ 0.30×", verdict(ratio >= 0.30)
