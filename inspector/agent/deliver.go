@@ -8,6 +8,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/tunnelpath"
 	"github.com/calltap/calltap/storage"
 	"github.com/google/uuid"
 )
@@ -40,7 +41,7 @@ func (a *Agent) newCapture(source, method, uri string, h relay.Header, body []by
 
 // errOutsideBase is the error recorded for a request whose path could lead
 // out of the --forward-to base path; it is not sent.
-const errOutsideBase = "refused: the path has a dot segment (. or ..) that could lead outside the --forward-to base path"
+const errOutsideBase = "refused: the path could lead outside the --forward-to base path (a dot segment in some spelling, bytes that are not UTF-8, or a control character)"
 
 // newCaptureID makes a capture's id: a UUIDv7, whose leading timestamp
 // keeps the store's unique index on id appending instead of scattering.
@@ -53,11 +54,11 @@ func newCaptureID() string {
 }
 
 // joinTarget appends the path the sender used after the tunnel prefix to
-// the local handler's URL; "" when the path has a dot segment in any
-// encoding, which the handler (or a server before it) could resolve to a
-// place outside the base path.
+// the local handler's URL; "" when the path rule refuses the path
+// (relay/tunnelpath): the handler, or a server before it, could resolve it
+// to a place outside the base path.
 func joinTarget(base *url.URL, path, query string) string {
-	if relay.HasDotSegment(path) {
+	if tunnelpath.Check(path) != nil {
 		return ""
 	}
 	u := *base

@@ -9,6 +9,7 @@ import (
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/tunnelpath"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -89,8 +90,8 @@ func (a *Agent) prepareReplay(ctx context.Context, o ReplayOptions) (*storage.Ca
 		if len(*o.Path) == 0 || (*o.Path)[0] != '/' {
 			return nil, api.Invalid("path must start with /")
 		}
-		if p, _, _ := strings.Cut(*o.Path, "?"); relay.HasDotSegment(p) {
-			return nil, api.Invalid("path must not have a dot segment (. or ..), in any encoding")
+		if p, _, _ := strings.Cut(*o.Path, "?"); tunnelpath.Check(p) != nil {
+			return nil, api.Invalid("the path %v", tunnelpath.Check(p))
 		}
 		uri = *o.Path
 	}

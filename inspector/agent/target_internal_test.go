@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -25,7 +26,7 @@ func TestAgentKeepsTargetsUnderItsBasePath(t *testing.T) {
 	h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	defer h.Close()
 	base, _ := url.Parse(h.URL + "/wh")
-	for _, p := range []string{"/../admin", "/..", "/a/./b", "/%2e%2e/admin", "/.%2E/admin", "/..%2fadmin", "/..%5cadmin", `/..\admin`, "/%252e%252e/admin"} {
+	for _, p := range append(refusedPaths(t), "/../admin", "/..", "/a/./b") {
 		if got := joinTarget(base, p, "x=1"); got != "" {
 			t.Errorf("joinTarget(%q) = %q, want none", p, got)
 		}
@@ -54,6 +55,26 @@ func TestAgentKeepsTargetsUnderItsBasePath(t *testing.T) {
 	}
 }
 
+// refusedPaths reads the spellings of dot segments the path rule refuses
+// (relay/tunnelpath/testdata).
+func refusedPaths(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../../relay/tunnelpath/testdata/refused.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if line != "" && !strings.HasPrefix(line, "#") {
+			paths = append(paths, line)
+		}
+	}
+	if len(paths) != 189 {
+		t.Fatalf("%d refused paths, want 189", len(paths))
+	}
+	return paths
+}
+
 func TestReplayRefusesDotSegmentPath(t *testing.T) {
 	ctx := context.Background()
 	db, err := storage.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
@@ -73,10 +94,10 @@ func TestReplayRefusesDotSegmentPath(t *testing.T) {
 	if _, err := db.WriteCaptures(ctx, []*storage.Capture{orig}, nil); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"/../admin", "/%2e%2e/admin?x=1"} {
+	for _, p := range append(refusedPaths(t), "/../admin", "/%2e%2e/admin?x=1", "/%c0%ae%c0%ae/admin", "/..%00/admin?x=1") {
 		_, err := a.prepareReplay(ctx, ReplayOptions{ID: orig.ID, Path: &p})
 		var ae *api.Error
-		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.Contains(ae.Message, "dot") {
+		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.Contains(ae.Message, "path") {
 			t.Errorf("replay to %s: %v, want 400", p, err)
 		}
 	}
