@@ -19,77 +19,15 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/tunnelpath"
 	"github.com/google/uuid"
 )
-
-// HasDotSegment reports whether an escaped URL path has a "." or ".."
-// segment in any spelling that a server on the way to the handler might
-// decode into one: percent-encoded (once or more), split at an encoded
-// slash or at a backslash, or with a ";" parameter after it. Such a path
-// could climb out of the base path the agent forwards to.
-func HasDotSegment(path string) bool {
-	if !strings.ContainsAny(path, ".%") {
-		return false // neither a dot nor an escape that could make one
-	}
-	for {
-		if plainDotSegment(path) {
-			return true
-		}
-		dec := unescapeLenient(path)
-		if dec == path {
-			return false
-		}
-		path = dec
-	}
-}
-
-func plainDotSegment(path string) bool {
-	for _, seg := range strings.FieldsFunc(path, func(r rune) bool { return r == '/' || r == '\\' }) {
-		seg, _, _ = strings.Cut(seg, ";")
-		if seg == "." || seg == ".." {
-			return true
-		}
-	}
-	return false
-}
-
-// unescapeLenient decodes every valid %XX and keeps anything else as it
-// is, so that one bad escape does not hide the others.
-func unescapeLenient(s string) string {
-	if !strings.Contains(s, "%") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' && i+2 < len(s) {
-			if hi, lo := unhex(s[i+1]), unhex(s[i+2]); hi >= 0 && lo >= 0 {
-				b.WriteByte(byte(hi<<4 | lo))
-				i += 2
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func unhex(c byte) int {
-	switch {
-	case c >= '0' && c <= '9':
-		return int(c - '0')
-	case c >= 'a' && c <= 'f':
-		return int(c - 'a' + 10)
-	case c >= 'A' && c <= 'F':
-		return int(c - 'A' + 10)
-	}
-	return -1
-}
 
 func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/t/")
 	id, uri, _ := strings.Cut(rest, "/")
 	uri = "/" + uri
-	dotted := HasDotSegment(uri)
+	pathErr := tunnelpath.Check(uri)
 	if r.URL.RawQuery != "" {
 		uri += "?" + r.URL.RawQuery
 	}
@@ -98,11 +36,11 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 		// The service retries a 5xx: what cannot be looked up now is not lost.
 		s.log.Error("tunnel lookup", "tunnel", id, "err", err)
 		w.Header().Set("Retry-After", "5")
-		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay could not read its tokens; retry later"))
+		s.refuse(w, r, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay could not read its tokens; retry later"))
 		return
 	}
 	if t == nil {
-		s.fail(w, api.NotFound("tunnel"))
+		s.refuse(w, r, api.NotFound("tunnel"))
 		return
 	}
 	// A logger per request, made only when something is logged: slog's
@@ -111,38 +49,39 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 
 	// Refused senders spend the tunnel's allowance too: refusing is work,
 	// and a flood must be cut off by the rate limit whatever it carries.
-	if wait, ok := t.allow(time.Now()); !ok {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-		s.fail(w, api.Errorf(http.StatusTooManyRequests, api.CodeRateLimited, "too many requests for this tunnel"))
-		return
+	if !s.cfg.NoRateLimit {
+		if wait, ok := t.allow(time.Now()); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+			s.refuse(w, r, api.Errorf(http.StatusTooManyRequests, api.CodeRateLimited, "too many requests for this tunnel"))
+			return
+		}
 	}
 	for _, f := range s.requiredHeaders(t) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get(f.Name)), []byte(f.Value)) != 1 {
 			t.rejected.Add(1)
 			t.notifyRefused()
 			log.Info("sender refused: required header missing or wrong", "header", f.Name)
-			s.fail(w, api.Errorf(http.StatusUnauthorized, api.CodeHeaderRejected, "the %s header is missing or wrong", f.Name))
+			s.refuse(w, r, api.Errorf(http.StatusUnauthorized, api.CodeHeaderRejected, "the %s header is missing or wrong", f.Name))
 			return
 		}
 	}
-	if dotted {
+	if pathErr != nil {
 		// The path is appended to the base path of the agent's local
 		// handler: a "." or ".." segment could lead out of it.
-		log.Info("sender refused: dot segment in the path", "uri", uri)
-		s.fail(w, api.Invalid("the path after the tunnel id must not have a dot segment (. or ..), in any encoding"))
+		log.Info("sender refused: path", "uri", uri, "reason", pathErr)
+		s.refuse(w, r, api.Invalid("the path after the tunnel id %v", pathErr))
 		return
 	}
 	if r.ContentLength > s.cfg.MaxBody {
-		s.fail(w, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "body larger than %d bytes", s.cfg.MaxBody))
+		s.refuse(w, r, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "body larger than %d bytes", s.cfg.MaxBody))
 		return
 	}
 	buf, bodyErr := s.readBody(w, r, t)
 	if bodyErr != nil {
 		if bodyErr.Status == http.StatusRequestTimeout {
-			w.Header().Set("Connection", "close")
 			log.Info("slow sender cut off", "reason", bodyErr.Message)
 		}
-		s.fail(w, bodyErr)
+		s.refuse(w, r, bodyErr)
 		return
 	}
 	select {
@@ -195,6 +134,53 @@ func (t *tunnel) held() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.agent != nil
+}
+
+// refuse answers e to a sender whose body was not read whole, and closes
+// the connection: the answer goes out at once, whatever the body does
+// (net/http would otherwise read up to 256 KiB of it first, for as long as
+// a slow sender takes), and what the sender still writes is read and
+// dropped for a while before the close (a lingering close, as nginx does),
+// so that a client that writes its whole body before it reads gets this
+// answer rather than a reset.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *api.Error) {
+	if r.ContentLength == 0 {
+		s.fail(w, e) // no body: the connection can serve the next request
+		return
+	}
+	w.Header().Set("Connection", "close")
+	s.fail(w, e)
+	rc := http.NewResponseController(w)
+	if rc.Flush() != nil {
+		return
+	}
+	s.linger(rc, r.Body)
+}
+
+// lingerIdle is how long a lingering close waits for the next bytes.
+const lingerIdle = 2 * time.Second
+
+// linger reads and drops what is left of body, until it ends, or for
+// Config.LingerTime, or after Config.LingerBytes, or when the next 64 KiB
+// take longer than lingerIdle to come.
+func (s *Server) linger(rc *http.ResponseController, body io.Reader) {
+	end := time.Now().Add(s.cfg.LingerTime)
+	for left := s.cfg.LingerBytes; left > 0; {
+		d := time.Now().Add(lingerIdle)
+		if d.After(end) {
+			d = end
+		}
+		if rc.SetReadDeadline(d) != nil {
+			return
+		}
+		n, err := io.CopyN(io.Discard, body, min(left, 64<<10))
+		left -= n
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	// The server closes the body too: it must not wait for it again.
+	rc.SetReadDeadline(time.Now())
 }
 
 // readBody reads a sender's body into a pooled buffer, holding the sender

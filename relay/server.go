@@ -52,6 +52,7 @@ type Config struct {
 
 	RateLimit   float64 // requests per second per tunnel, 50
 	RateBurst   int     // 200
+	NoRateLimit bool    // no per-tunnel rate limit: RateLimit and RateBurst are not used
 	MaxInFlight int     // concurrent live requests per tunnel, 256
 
 	// A body is read before its request takes one of the MaxInFlight
@@ -61,11 +62,21 @@ type Config struct {
 	// one of the tunnel's MaxSlowBodies places, and a sender that finds
 	// none free gets 408 too: slow senders crowd out only each other. The
 	// bodies a tunnel reads at once are so bounded: those within their
-	// grace by the rate limit (RateBurst + RateLimit × BodyGrace), the
-	// others by MaxSlowBodies; each holds at most MaxBody.
+	// grace by the rate limit (RateBurst + RateLimit × BodyGrace; by the
+	// connections alone with NoRateLimit), the others by MaxSlowBodies;
+	// each holds at most MaxBody.
 	BodyGrace     time.Duration // 2 s
 	MinBodyRate   int64         // 16 KiB/s
 	MaxSlowBodies int           // per tunnel, 32
+
+	// A sender refused before its body was read whole (429, 408, 413,
+	// and any other refusal) is answered at once and its connection is
+	// closed. What it still sends is read and dropped first, for up to
+	// LingerTime (and at most 2 s of silence) and LingerBytes: a
+	// lingering close, as nginx does, so that a client that writes its
+	// whole body before it reads gets its answer instead of a reset.
+	LingerTime  time.Duration // 10 s
+	LingerBytes int64         // 64 MiB
 
 	NoticeInterval time.Duration // 1 s: at most one refusal notice per tunnel per interval
 }
@@ -123,6 +134,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxSlowBodies <= 0 {
 		c.MaxSlowBodies = 32
+	}
+	if c.LingerTime <= 0 {
+		c.LingerTime = 10 * time.Second
+	}
+	if c.LingerBytes <= 0 {
+		c.LingerBytes = 64 << 20
 	}
 	if c.NoticeInterval <= 0 {
 		c.NoticeInterval = time.Second
