@@ -20,7 +20,7 @@ func cmdDev(ctx context.Context, args []string, stdio Stdio) int {
 		pubURL = fs.String("public-url", "", "URL senders use (default http://<listen>)")
 	)
 	af.register(fs)
-	rf.register(fs)
+	rf.register(fs, true)
 	fs.require("forward-to")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code

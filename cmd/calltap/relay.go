@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -38,8 +39,14 @@ type relayFlags struct {
 	pongWait       time.Duration
 }
 
-func (f *relayFlags) register(fs *flagSet) {
+// register adds the flags; dev has no rate limit unless asked, since
+// everything it serves is on loopback.
+func (f *relayFlags) register(fs *flagSet, dev bool) {
 	d := relay.DefaultConfig()
+	rateLimit := d.RateLimit
+	if dev {
+		rateLimit = 0
+	}
 	fs.DurationVar(&f.forwardTimeout, "forward-timeout", d.ForwardTimeout, "how long a sender waits for the local handler before `504`")
 	fs.Int64Var(&f.maxBody, "max-body", d.MaxBody, "largest body in bytes: a larger request → 413, a larger answer of the local handler → 502")
 	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", d.MaxHeaderBytes, "largest request head in bytes (larger → 431)")
@@ -47,7 +54,7 @@ func (f *relayFlags) register(fs *flagSet) {
 	fs.IntVar(&f.queueMaxCount, "queue-max-count", d.QueueMaxCount, "most requests held per offline tunnel (more → 503)")
 	fs.Int64Var(&f.queueMaxBytes, "queue-max-bytes", d.QueueMaxBytes, "most bytes held per offline tunnel (more → 503)")
 	fs.DurationVar(&f.queueMaxAge, "queue-max-age", d.QueueMaxAge, "queued requests older than this are dropped")
-	fs.Float64Var(&f.rateLimit, "rate-limit", d.RateLimit, "requests per second per tunnel (more → 429)")
+	fs.Float64Var(&f.rateLimit, "rate-limit", rateLimit, "requests per second per tunnel (more → 429); 0: no limit")
 	fs.IntVar(&f.rateBurst, "rate-burst", d.RateBurst, "burst allowed above --rate-limit")
 	fs.IntVar(&f.maxInFlight, "max-in-flight", d.MaxInFlight, "concurrent requests per tunnel (more → 503)")
 	fs.DurationVar(&f.authTimeout, "auth-timeout", d.AuthTimeout, "time a client has to send its request head (agents: to authenticate)")
@@ -59,7 +66,7 @@ func (f *relayFlags) config(db relay.Store, publicURL string) relay.Config {
 		Store: db, PublicURL: publicURL, Version: version,
 		ForwardTimeout: f.forwardTimeout, MaxBody: f.maxBody, MaxHeaderBytes: f.maxHeaderBytes,
 		Offline: f.offline, QueueMaxCount: f.queueMaxCount, QueueMaxBytes: f.queueMaxBytes, QueueMaxAge: f.queueMaxAge,
-		RateLimit: f.rateLimit, RateBurst: f.rateBurst, MaxInFlight: f.maxInFlight, AuthTimeout: f.authTimeout,
+		RateLimit: f.rateLimit, RateBurst: f.rateBurst, NoRateLimit: f.rateLimit == 0, MaxInFlight: f.maxInFlight, AuthTimeout: f.authTimeout,
 		Keepalive: relay.Keepalive{PongWait: f.pongWait},
 	}
 }
@@ -67,6 +74,12 @@ func (f *relayFlags) config(db relay.Store, publicURL string) relay.Config {
 func (f *relayFlags) validate() error {
 	if f.offline != relay.OfflineQueue && f.offline != relay.OfflineReject {
 		return fmt.Errorf("--offline must be %q or %q", relay.OfflineQueue, relay.OfflineReject)
+	}
+	if !(f.rateLimit >= 0) || math.IsInf(f.rateLimit, 0) {
+		return fmt.Errorf("--rate-limit must be a number of requests per second, or 0 for no limit; got %v", f.rateLimit)
+	}
+	if f.rateBurst < 1 {
+		return fmt.Errorf("--rate-burst must be 1 or more")
 	}
 	return nil
 }
@@ -135,7 +148,7 @@ func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 	)
 	sync.register(fs)
 	tf.register(fs)
-	rf.register(fs)
+	rf.register(fs, false)
 	nf.register(fs, true)
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
