@@ -4,13 +4,16 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/agent"
@@ -83,7 +86,8 @@ func cmdListen(ctx context.Context, args []string, stdio Stdio) int {
 	var (
 		af       agentFlags
 		relayURL = fs.String("relay", "", "the relay's URL, e.g. https://relay.example.com; several nodes of one relay comma-separated")
-		token    = fs.String("token", os.Getenv("CALLTAP_TOKEN"), "your token (default $CALLTAP_TOKEN)")
+		token    = fs.String("token", "", "your token (default $CALLTAP_TOKEN)")
+		tokFile  = fs.String("token-file", "", "read your token from this file instead (kept out of the process list)")
 		require  stringList
 		caFile   = fs.String("relay-ca", "", "PEM file of extra roots to trust for the relay's certificate")
 	)
@@ -96,8 +100,9 @@ func cmdListen(ctx context.Context, args []string, stdio Stdio) int {
 	if len(fs.args) > 0 {
 		return usageError(stdio, "listen", "unexpected argument %q", fs.args[0])
 	}
-	if *token == "" {
-		return usageError(stdio, "listen", "missing required flag --token (or set CALLTAP_TOKEN)")
+	tok, err := listenToken(*token, *tokFile, os.Getenv("CALLTAP_TOKEN"))
+	if err != nil {
+		return usageError(stdio, "listen", "%v", err)
 	}
 	if err := af.validate(); err != nil {
 		return usageError(stdio, "listen", "%v", err)
@@ -119,7 +124,39 @@ func cmdListen(ctx context.Context, args []string, stdio Stdio) int {
 		tlsCfg = &tls.Config{RootCAs: pool}
 	}
 	return runApp(ctx, stdio, "listen", &agentApp{flags: &af, stdio: stdio, log: log,
-		tunnel: relay.ClientConfig{RelayURL: *relayURL, Token: *token, RequireHeaders: require, TLSConfig: tlsCfg}})
+		tunnel: relay.ClientConfig{RelayURL: *relayURL, Token: tok, RequireHeaders: require, TLSConfig: tlsCfg}})
+}
+
+// listenToken picks the token from --token, --token-file or the
+// environment, in that order, without the whitespace around it: a token
+// pasted with a space, or a file or variable ending in a newline (\n or
+// \r\n), is the token all the same, at either end.
+func listenToken(flagValue, file, env string) (string, error) {
+	if flagValue != "" && file != "" {
+		return "", errors.New("give --token or --token-file, not both")
+	}
+	source, tok := "--token", flagValue
+	switch {
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %v", err)
+		}
+		source, tok = "--token-file "+file, string(b)
+	case flagValue == "":
+		source, tok = "CALLTAP_TOKEN", env
+	}
+	tok = strings.TrimSpace(tok)
+	if tok == "" {
+		if source == "CALLTAP_TOKEN" {
+			return "", errors.New("missing required flag --token (or --token-file, or set CALLTAP_TOKEN)")
+		}
+		return "", fmt.Errorf("%s is empty", source)
+	}
+	if i := strings.IndexFunc(tok, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
+		return "", fmt.Errorf("the token from %s has whitespace or a control character inside it; a calltap token has none", source)
+	}
+	return tok, nil
 }
 
 // refusalReportEvery is how often the console sums up refused senders.
