@@ -99,6 +99,9 @@ func (r *callReplay) run(ctx context.Context, stdio Stdio, db *storage.AgentStor
 		}
 		if r.expect != "" && (c.ResponseStatus < lo || c.ResponseStatus > hi) {
 			got := "got no answer"
+			if c.Error != "" {
+				got += " (" + c.Error + ")"
+			}
 			if c.ResponseStatus > 0 {
 				got = "answered " + strconv.Itoa(c.ResponseStatus)
 			}

@@ -220,6 +220,29 @@ func staleConn(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
+// failureCause names in words why a try at the handler got no answer,
+// or "" when the error says nothing plainer than its own text.
+func failureCause(err error, timeout bool) string {
+	var dnsErr *net.DNSError
+	switch {
+	case timeout:
+		return "timed out"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused (is the handler running?)"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset by the handler"
+	case errors.Is(err, syscall.EPIPE):
+		return "connection closed by the handler while sending"
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed by the handler before its answer"
+	case errors.As(err, &dnsErr):
+		return "host not found"
+	case errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH):
+		return "host unreachable"
+	}
+	return ""
+}
+
 func (hc *handlerClient) urlError(req *http.Request, err error) error {
 	op := req.Method[:1] + strings.ToLower(req.Method[1:])
 	return &url.Error{Op: op, URL: req.URL.String(), Err: err}

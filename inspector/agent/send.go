@@ -109,8 +109,14 @@ func answerTooLarge(whose string, limit int64) sendResult {
 }
 
 // sendFailed is the result of a try that got no answer; the client's
-// *url.Error tells whether it timed out.
+// *url.Error tells whether it timed out. The error starts with what
+// failed, in words, before the client's own text.
 func sendFailed(prefix string, err error) sendResult {
 	var ue *url.Error
-	return sendResult{err: prefix + err.Error(), timeout: errors.As(err, &ue) && ue.Timeout()}
+	timeout := errors.As(err, &ue) && ue.Timeout()
+	msg := prefix + err.Error()
+	if cause := failureCause(err, timeout); cause != "" {
+		msg = cause + ": " + msg
+	}
+	return sendResult{err: msg, timeout: timeout}
 }
