@@ -1,13 +1,26 @@
-# calltap — the two set-up commands on a fresh machine are `make demo` and `make test`.
+# calltap — on a fresh machine: `make demo` to see it work, `make test` to
+# check it, `make install` to put calltap on your PATH.
 GO        ?= go
 BIN       := bin/calltap
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
+# make install puts calltap in $(PREFIX)/bin: GOPATH's bin by default (on
+# PATH for most Go users), or e.g. PREFIX=/usr/local.
+PREFIX    ?= $(shell $(GO) env GOPATH)
 
-.PHONY: build test vet lint demo bench fuzz clean
+.PHONY: build install check-tools test vet lint demo bench fuzz clean
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/calltap
+
+install:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(DESTDIR)$(PREFIX)/bin/calltap ./cmd/calltap
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/calltap"
+
+# What the suite needs and the machine lacks (a C compiler, Chromium), in a
+# second, with the command that installs it.
+check-tools:
+	@./scripts/check-tools
 
 vet:
 	$(GO) vet ./...
@@ -22,15 +35,19 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	@out=$$($(GO) run $(DEADCODE) -test ./...) && if [ -n "$$out" ]; then echo "$$out"; echo "deadcode: unused functions above"; exit 1; fi
 
-# vet and lint, then the whole suite with the race detector, then a short
-# fuzz of the frame decoder.
-test: vet lint
+# The tools first (prerequisites run left to right), then vet and lint, then
+# the whole suite with the race detector, then short fuzzes.
+test: check-tools vet lint
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) test -run '^$$' -fuzz FuzzDecodeFrame -fuzztime 15s ./relay/
 	$(GO) test -run '^$$' -fuzz FuzzPathRule -fuzztime 15s ./relay/tunnelpath/
 
 # Runs `calltap dev` with a small sample handler and sends sample call events.
-demo: build
+# The first build compiles SQLite (cgo) and takes minutes: -v lists the
+# packages as they compile, so a cold start shows progress.
+demo:
+	@echo "make demo: building calltap (the first build compiles SQLite and takes a few minutes; packages are listed as they compile)" >&2
+	$(GO) build -v -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/calltap
 	./scripts/demo
 
 bench: build

@@ -253,7 +253,7 @@ func (c *CallsAPI) Detail(ctx context.Context, callID string) (*CallDetail, erro
 			st := cp.ResponseStatus
 			te.ResponseStatus = &st
 		}
-		for _, f := range callevent.Check(cp.Body) {
+		for _, f := range callevent.CheckReceived(cp.Body, e.ReceivedAt) {
 			switch f.Severity {
 			case callevent.SevError:
 				te.CheckErrors++

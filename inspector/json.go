@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"time"
 	"unicode/utf8"
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
@@ -149,7 +150,16 @@ func checksOf(c *storage.Capture) []callevent.Finding {
 	if c.Event == "" {
 		return []callevent.Finding{}
 	}
-	return callevent.Check(c.Body)
+	return callevent.CheckReceived(c.Body, receivedAt(c))
+}
+
+// receivedAt is when a capture reached calltap: at the relay for a request
+// that waited in its queue, else at the agent.
+func receivedAt(c *storage.Capture) time.Time {
+	if !c.ArrivedAt.IsZero() {
+		return c.ArrivedAt
+	}
+	return c.CreatedAt
 }
 
 // ReplayResult is the documentation's replay result (section 2.4).

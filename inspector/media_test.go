@@ -142,7 +142,7 @@ func TestMediaSaveDownloadsInTheBackground(t *testing.T) {
 	}()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("Save blocked on the download")
 	}
 	close(e.cdn.release)

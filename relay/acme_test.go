@@ -99,7 +99,7 @@ func startTestDNS(t *testing.T) string {
 			var d net.Dialer
 			return d.DialContext(ctx, "tcp", addr)
 		}}
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(time.Minute)
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			addrs, err := r.LookupHost(ctx, acmeDomain)

@@ -145,7 +145,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	}
 	t.mu.Unlock()
 	s.metrics.agentsConnected.Add(-1)
-	log.Info("agent disconnected", "reason", err)
+	log.Info("agent disconnected", "reason", ac.cause())
 }
 
 // hijackBatch hands the upgrader a batchConn over the hijacked connection,

@@ -102,6 +102,15 @@ func (c *wsConn) close(err error) {
 	})
 }
 
+// cause is why the connection ended: the first reason given to close. The
+// read that fails after this end closed the connection says only "use of
+// closed network connection"; this says why it was closed.
+func (c *wsConn) cause() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closeErr
+}
+
 var errConnClosed = errors.New("relay: connection closed")
 
 // send writes a frame, or queues it for sendLoop while another writer is

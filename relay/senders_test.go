@@ -108,7 +108,7 @@ func TestRefusalNoticesAreCoalesced(t *testing.T) {
 	floodRefused(t, st.TunnelURL, n)
 	// Every refusal is counted in the end, in a handful of notices.
 	notices := 0
-	ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	ws.SetReadDeadline(time.Now().Add(time.Minute))
 	for {
 		_, b, err := ws.ReadMessage()
 		if err != nil {

@@ -277,7 +277,7 @@ func TestWrongTokenIsRefusedAndClientStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err = c.Run(ctx)
 	if !errors.Is(err, relay.ErrUnauthorized) {

@@ -40,7 +40,7 @@ func TestClusterNodeKilled(t *testing.T) {
 			"--pong-wait", "2s", "--forward-timeout", "3s", "--rate-limit", "10000", "--rate-burst", "10000"))
 	}
 	for _, u := range urls {
-		polltest.Until(t, 20*time.Second, func() bool { return getStatus(u+"/healthz") == http.StatusOK }, u+" did not come up")
+		polltest.Until(t, 2*time.Minute, func() bool { return getStatus(u+"/healthz") == http.StatusOK }, u+" did not come up")
 	}
 	tunnel := func(name string) string {
 		code, stdout, stderr := runCmd(t, "relay", "token", "create", name, "--nats", nats.URLs(), "--json")

@@ -43,9 +43,12 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 	if *since > 0 {
 		f.Since = time.Now().Add(-*since)
 	}
-	db, err := agentDB(ctx, *dataDir)
+	db, path, err := readAgentDB(ctx, *dataDir)
 	if err != nil {
 		return fail(stdio, "export", err)
+	}
+	if db == nil {
+		return fail(stdio, "export", errors.New(noStore(path)))
 	}
 	defer db.Close()
 	// An unknown call or an empty selection is said before anything is

@@ -29,7 +29,7 @@ func harChromium(t *testing.T) string {
 			return p
 		}
 	}
-	t.Fatal("chromium is needed to check HAR exports and was not found: apt-get install -y chromium (or set CALLTAP_CHROMIUM to its path)")
+	t.Fatal("chromium is needed to check HAR exports and was not found: apt-get install -y --no-install-recommends chromium (or set CALLTAP_CHROMIUM to its path)")
 	return ""
 }
 

@@ -47,7 +47,7 @@ func commands() map[string]command {
 		"service":      {cmdService, "call the voice service's API: walk the delivery log, show a delivery, ask for a replay"},
 		"backfill":     {cmdBackfill, "import the deliveries the service sent while the agent was away, from its delivery log"},
 		"media":        {cmdMedia, "fetch fresh links to a call's recording and transcript and save the files"},
-		"export":       {cmdExport, "write captures byte-exact as JSON Lines, to keep or to hand to a teammate"},
+		"export":       {cmdExport, "write captures byte-exact as JSON Lines (or HAR, --format har), to keep or to hand to a teammate"},
 		"import":       {cmdImport, "load an export into the local store"},
 	}
 }

@@ -16,7 +16,7 @@ import (
 func runMedia(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb syncBuffer
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	code := cmdMedia(ctx, args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 	return code, out.String(), errb.String()

@@ -3,20 +3,23 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/storage"
 )
 
 func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
-	fs := newFlagSet("requests", "calltap requests [--event KIND] [--call-id ID] [--limit N] [--json]",
-		"List captured requests from the local store, newest first. Works whether or not an agent is running.")
+	fs := newFlagSet("requests", "calltap requests [--event KIND] [--call-id ID] [--status 2xx|4xx|5xx|none] [--q TEXT] [--limit N] [--offset N] [--data DIR] [--json]",
+		"List captured requests from the local store, newest first. Works whether or not an agent is running.\nRead-only: it creates nothing, and says which store it read (or that there is none).")
 	var (
 		dataDir = fs.String("data", defaultDataDir(), "data directory")
 		event   = fs.String("event", "", "only this event kind, e.g. call.ended")
@@ -44,9 +47,16 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 	if err != nil {
 		return usageError(stdio, "requests", "%v", err.(*api.Error).Message)
 	}
-	db, err := agentDB(ctx, *dataDir)
+	db, path, err := readAgentDB(ctx, *dataDir)
 	if err != nil {
 		return fail(stdio, "requests", err)
+	}
+	if db == nil {
+		if *asJSON {
+			json.NewEncoder(stdio.Out).Encode(api.NewPage(0, 0, f.Offset, []inspector.Summary{}))
+		}
+		fmt.Fprintf(stdio.Err, "calltap requests: %s\n", noStore(path))
+		return 0
 	}
 	defer db.Close()
 	rows, count, err := db.Captures(ctx, f)
@@ -85,8 +95,30 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.CreatedAt.Local().Format(time.DateTime), c.Method, c.Path, ev, status, flags)
 	}
 	tw.Flush()
-	fmt.Fprintf(stdio.Out, "%d of %d\n", len(rows), count)
+	fmt.Fprintf(stdio.Out, "%d of %d in %s\n", len(rows), count, path)
 	return 0
+}
+
+// readAgentDB opens the agent's store for a command that only reads it. It
+// creates nothing: with no store in dataDir it returns a nil store (and no
+// error), and the command says so. path is the store's file either way.
+func readAgentDB(ctx context.Context, dataDir string) (db *storage.AgentStore, path string, err error) {
+	path = filepath.Join(dataDir, "agent.db")
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, path, nil
+	} else if err != nil {
+		return nil, path, err
+	}
+	db, err = agentDB(ctx, dataDir)
+	return db, path, err
+}
+
+// noStore says that a read-only command found no store, and what makes one.
+func noStore(path string) string {
+	return fmt.Sprintf("no store at %s: nothing captured there yet (calltap dev or calltap listen creates it; --data DIR reads another)", path)
 }
 
 func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {

@@ -25,7 +25,7 @@ import (
 func runFn(t *testing.T, fn func(context.Context, []string, Stdio) int, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb syncBuffer
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	code := fn(ctx, args, Stdio{In: strings.NewReader(""), Out: &out, Err: &errb})
 	return code, out.String(), errb.String()

@@ -64,7 +64,7 @@ func waitReadable(t *testing.T, c *handlerConn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.SetReadDeadline(time.Now().Add(time.Minute))
 	defer c.SetReadDeadline(time.Time{})
 	var buf [1]byte
 	err = raw.Read(func(fd uintptr) bool {

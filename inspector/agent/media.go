@@ -278,6 +278,13 @@ func (s *MediaSaver) fetch(ctx context.Context, f *storage.MediaFile) {
 		row.Status, row.Error = storage.MediaFailed, "not an http(s) URL"
 		s.update(ctx, row)
 		return
+	} else if isSampleHost(u.Hostname()) {
+		// calltap trigger's links by default: there is nothing to fetch,
+		// and failing to resolve the name is no news worth a warning.
+		row.Status, row.Error = storage.MediaFailed, "a sample link: "+u.Hostname()+" is reserved for examples and serves nothing (calltap trigger --media-base-url links files that exist)"
+		s.update(ctx, row)
+		log.Debug("media: sample link not downloaded", "host", u.Hostname())
+		return
 	}
 	for attempt := 1; ; attempt++ {
 		select {
@@ -315,6 +322,20 @@ func (s *MediaSaver) fetch(ctx context.Context, f *storage.MediaFile) {
 			return
 		}
 	}
+}
+
+// isSampleHost reports whether host is a name reserved for examples and
+// documentation (RFC 2606, RFC 6761): example.com, .net and .org and their
+// subdomains, and the .example, .invalid and .test domains. No real media
+// is served there; sample call events link to them.
+func isSampleHost(host string) bool {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	for _, d := range []string{"example.com", "example.net", "example.org", "example", "invalid", "test"} {
+		if host == d || strings.HasSuffix(host, "."+d) {
+			return true
+		}
+	}
+	return false
 }
 
 // download makes one attempt and, on success, fills in the file fields.

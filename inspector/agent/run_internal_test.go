@@ -51,7 +51,7 @@ func TestRunWaitsForItsWork(t *testing.T) {
 	cancel()
 	select {
 	case <-ran:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("Run did not return")
 	}
 	if err := a.Flush(ctx); err != errStopped {

@@ -78,7 +78,7 @@ func TestQueuedRequestsRecoverFromFailedSaves(t *testing.T) {
 		first.Do(func() {
 			select {
 			case <-disk.filled:
-			case <-time.After(10 * time.Second):
+			case <-time.After(time.Minute):
 			}
 		})
 		h.ServeHTTP(w, r)

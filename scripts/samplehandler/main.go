@@ -1,7 +1,11 @@
 // Command samplehandler is the small local webhook handler `make demo`
-// forwards to: it answers 200 to call events, 500 to one in five
-// call.analysis_completed deliveries (so the inspector has failures to
-// show), and prints what it received.
+// forwards to, and the handler the README's examples run against. It
+// answers 200 with {"received":true,"id":…,"event":…} to each call event
+// and prints what it received. With --fail-once KIND it answers 500 to the
+// first delivery of that event kind, as a handler whose database was busy
+// would, so the demo can show a failure and the replay that fixes it. It
+// also serves sample recordings and transcripts under /media/, so that the
+// media links of sample events point at files that exist.
 package main
 
 import (
@@ -11,35 +15,83 @@ import (
 	"io"
 	"log"
 	"net/http"
-	"sync/atomic"
+	"os"
+	"strings"
+	"sync"
 	"time"
 )
 
 func main() {
 	addr := flag.String("listen", "127.0.0.1:3000", "address to listen on")
+	failOnce := flag.String("fail-once", "", "answer 500 to the first delivery of this event kind, e.g. call.analysis_completed")
 	flag.Parse()
-	var n atomic.Int64
-	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		var ev struct {
-			ID    string `json:"id"`
-			Event string `json:"event"`
-			Call  struct {
-				CallID string `json:"call_id"`
-			} `json:"call"`
-		}
-		json.Unmarshal(body, &ev)
-		i := n.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		if ev.Event == "call.analysis_completed" && i%5 == 0 {
-			w.WriteHeader(http.StatusInternalServerError)
-			fmt.Fprintln(w, `{"error":"database is busy"}`)
-			return
-		}
-		fmt.Fprintf(w, `{"received":%q,"event":%q}`+"\n", ev.ID, ev.Event)
-	})
-	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: *addr, Handler: newHandler(*failOnce, log.New(os.Stderr, "", log.LstdFlags)), ReadHeaderTimeout: 5 * time.Second}
 	log.Printf("sample handler on http://%s", *addr)
-	log.Fatal(srv.ListenAndServe())
+	if err := srv.ListenAndServe(); err != nil {
+		log.Print(err)
+		os.Exit(1)
+	}
+}
+
+// handler answers call events and serves sample media.
+type handler struct {
+	failOnce string
+	log      *log.Logger
+
+	mu     sync.Mutex
+	failed bool // guarded by mu: the --fail-once delivery has been failed
+}
+
+func newHandler(failOnce string, l *log.Logger) *handler { return &handler{failOnce: failOnce, log: l} }
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/media/") {
+		h.media(w, r)
+		return
+	}
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	var ev struct {
+		ID    string `json:"id"`
+		Event string `json:"event"`
+	}
+	json.Unmarshal(body, &ev)
+	w.Header().Set("Content-Type", "application/json")
+	if h.failNow(ev.Event) {
+		h.log.Printf("%s %s: 500, on purpose (--fail-once)", ev.Event, ev.ID)
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprintln(w, `{"error":"database is busy"}`)
+		return
+	}
+	h.log.Printf("%s %s: 200", ev.Event, ev.ID)
+	json.NewEncoder(w).Encode(map[string]any{"received": true, "id": ev.ID, "event": ev.Event})
+}
+
+// failNow reports whether this delivery is the one to fail.
+func (h *handler) failNow(event string) bool {
+	if h.failOnce == "" || event != h.failOnce {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.failed {
+		return false
+	}
+	h.failed = true
+	return true
+}
+
+// media serves a sample file for any /media/…/recording.* or
+// /media/…/transcript.json link: a few bytes of Ogg for the recording (not
+// playable audio, but a file to save) and a short transcript.
+func (h *handler) media(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case strings.HasSuffix(r.URL.Path, "/transcript.json"):
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintln(w, `{"sample":true,"turns":[{"speaker":"agent","text":"Hi, this is Ava. Is now a good time?"},{"speaker":"contact","text":"Yes, go ahead."}]}`)
+	case strings.Contains(r.URL.Path, "/recording."):
+		w.Header().Set("Content-Type", "audio/ogg")
+		w.Write([]byte("OggS\x00\x02sample recording from scripts/samplehandler\n"))
+	default:
+		http.NotFound(w, r)
+	}
 }

@@ -43,7 +43,13 @@ const (
 	CodeUnstableData   = "unstable_data"        // data is not a stable contract
 	CodeOutcomeMissing = "outcome_code_missing" // call.failed without outcome_code
 	CodeInconsistent   = "inconsistent_with_event"
+	CodeFuture         = "occurred_after_received" // occurred_at is later than the event reached us
 )
+
+// FutureTolerance is how far occurred_at may lie after the time an event
+// was received before CheckReceived flags it: clocks of two machines
+// differ by a little as a matter of course.
+const FutureTolerance = time.Second
 
 // Known members, to point out (and keep) the others.
 var (
@@ -85,6 +91,34 @@ func Check(body []byte) []Finding {
 	}
 	sort.SliceStable(c.out, func(i, j int) bool { return sevRank(c.out[i].Severity) < sevRank(c.out[j].Severity) })
 	return c.out
+}
+
+// CheckReceived is Check for an event received at the given time: it also
+// flags an event stamped as occurring after it arrived, which no real
+// delivery can be. That is a sender's clock running ahead of ours, or a
+// synthetic event stamped carelessly.
+func CheckReceived(body []byte, received time.Time) []Finding {
+	out := Check(body)
+	if received.IsZero() {
+		return out
+	}
+	var p struct {
+		OccurredAt string `json:"occurred_at"`
+	}
+	if json.Unmarshal(body, &p) != nil {
+		return out
+	}
+	at, err := ParseTime(p.OccurredAt)
+	if err != nil && !errors.Is(err, ErrNoOffset) {
+		return out
+	}
+	if ahead := at.Sub(received); ahead > FutureTolerance {
+		out = append(out, Finding{Code: CodeFuture, Severity: SevWarning, Path: "occurred_at",
+			Message: fmt.Sprintf("occurred_at is %s after the event was received (%s): the sender's clock is ahead of this machine's, or the event is synthetic",
+				ahead.Round(time.Millisecond), FormatTime(received))})
+		sort.SliceStable(out, func(i, j int) bool { return sevRank(out[i].Severity) < sevRank(out[j].Severity) })
+	}
+	return out
 }
 
 func sevRank(s string) int {

@@ -212,3 +212,31 @@ func TestParseTime(t *testing.T) {
 		}
 	}
 }
+
+// An event stamped as occurring after it was received is flagged (a clock
+// ahead of ours, or a synthetic event); one a moment before, or within the
+// tolerance for clocks, is not.
+func TestCheckReceivedFlagsAnEventFromTheFuture(t *testing.T) {
+	p := CallSpec{Start: time.Date(2026, 1, 2, 10, 0, 0, 0, time.UTC)}.Events()[2] // call.ended
+	body, _ := json.Marshal(p)
+	occurred, _ := ParseTime(p.OccurredAt)
+	for _, c := range []struct {
+		received time.Time
+		flagged  bool
+	}{
+		{occurred.Add(-7 * time.Second), true},
+		{occurred.Add(-FutureTolerance / 2), false},
+		{occurred.Add(3 * time.Second), false},
+		{time.Time{}, false},
+	} {
+		fs := CheckReceived(body, c.received)
+		if got := has(fs, CodeFuture, SevWarning, "occurred_at"); got != c.flagged {
+			t.Errorf("received %s after occurred_at: flagged %v, want %v (%+v)", c.received.Sub(occurred), got, c.flagged, fs)
+		}
+	}
+	for _, f := range CheckReceived(body, occurred.Add(-time.Minute)) {
+		if f.Code == CodeFuture && !strings.Contains(f.Message, "1m0s after the event was received") {
+			t.Errorf("message: %q", f.Message)
+		}
+	}
+}

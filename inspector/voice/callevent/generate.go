@@ -30,9 +30,9 @@ type CallSpec struct {
 	Agent                        Agent
 	Contact                      Contact
 	Variables                    map[string]any
-	Flow                         string // FlowCompleted (default) or FlowFailed
-	OutcomeCode                  string // for FlowFailed: busy (default), no_answer or dispatch_error
-	Start                        time.Time
+	Flow                         string    // FlowCompleted (default) or FlowFailed
+	OutcomeCode                  string    // for FlowFailed: busy (default), no_answer or dispatch_error
+	Start                        time.Time // default: so that the last event occurs now
 	// RingFor is dialling until the answer (or, for a failed call, until
 	// it gives up); TalkFor the conversation; RecordingAfter and
 	// AnalysisAfter are counted from the end of the call.
@@ -100,10 +100,6 @@ func (s CallSpec) withDefaults() CallSpec {
 	if s.Flow == FlowFailed && s.OutcomeCode == "" {
 		s.OutcomeCode = "busy"
 	}
-	if s.Start.IsZero() {
-		s.Start = time.Now()
-	}
-	s.Start = s.Start.UTC().Truncate(time.Microsecond)
 	if s.RingFor == 0 {
 		s.RingFor = DefaultRingFor
 		if s.OutcomeCode == "no_answer" {
@@ -122,6 +118,12 @@ func (s CallSpec) withDefaults() CallSpec {
 	if s.AnalysisAfter == 0 {
 		s.AnalysisAfter = DefaultAnalysisAfter
 	}
+	if s.Start.IsZero() {
+		// A call that has just ended: its last event occurs now, so
+		// nothing sent at once is stamped as occurring after it was sent.
+		s.Start = time.Now().Add(-s.span())
+	}
+	s.Start = s.Start.UTC().Truncate(time.Microsecond)
 	if s.MediaBaseURL == "" {
 		s.MediaBaseURL = DefaultMediaBaseURL
 	}
@@ -130,6 +132,14 @@ func (s CallSpec) withDefaults() CallSpec {
 		s.ExpiresIn = DefaultExpiresIn
 	}
 	return s
+}
+
+// span is how long after Start the call's last event occurs.
+func (s CallSpec) span() time.Duration {
+	if s.Flow == FlowFailed {
+		return s.RingFor
+	}
+	return s.RingFor + s.TalkFor + max(s.RecordingAfter, s.AnalysisAfter)
 }
 
 // Events returns the payloads of the call in the documented order, each

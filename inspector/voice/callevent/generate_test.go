@@ -211,3 +211,30 @@ func TestRewriteMediaURLs(t *testing.T) {
 		}
 	}
 }
+
+// A call generated without a start is one that has just ended: sent at
+// once, none of its events occurs after it was sent, and the last one
+// occurs about now.
+func TestEventsWithoutStartEndNow(t *testing.T) {
+	for _, flow := range []string{FlowCompleted, FlowFailed} {
+		before := time.Now()
+		ps := CallSpec{Flow: flow}.Events()
+		sent := time.Now()
+		var last time.Time
+		for _, p := range ps {
+			at, err := ParseTime(p.OccurredAt)
+			if err != nil {
+				t.Fatalf("%s %s: occurred_at %q: %v", flow, p.Event, p.OccurredAt, err)
+			}
+			if at.After(sent) {
+				t.Errorf("%s: %s occurs %s after it was made", flow, p.Event, at.Sub(sent))
+			}
+			if at.After(last) {
+				last = at
+			}
+		}
+		if last.Before(before.Add(-time.Second)) {
+			t.Errorf("%s: the last event occurred %s before the call was made, want about now", flow, before.Sub(last))
+		}
+	}
+}

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/calltap/calltap/relay/polltest"
+)
+
+// readmeBlocks returns the command lines of the README's shell blocks
+// marked `<!-- readme-test: NAME -->`, by name, in order. A line ending in
+// a backslash, or with a quote still open, goes on with the next.
+func readmeBlocks(t *testing.T) map[string][]string {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	blocks := map[string][]string{}
+	marker := regexp.MustCompile(`^<!-- readme-test: (\S+) -->$`)
+	name, inBlock, cmd := "", false, ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case name == "":
+			if m := marker.FindStringSubmatch(line); m != nil {
+				name = m[1]
+			}
+		case !inBlock:
+			if line != "```sh" {
+				t.Fatalf("README: %s marks no ```sh block (next line %q)", name, line)
+			}
+			inBlock = true
+		case line == "```":
+			if cmd != "" {
+				t.Fatalf("README: block %s ends inside a command: %q", name, cmd)
+			}
+			name, inBlock = "", false
+		default:
+			cmd += line
+			if strings.HasSuffix(cmd, `\`) {
+				cmd = strings.TrimSuffix(cmd, `\`)
+				continue
+			}
+			if strings.Count(cmd, "'")%2 == 1 {
+				cmd += "\n"
+				continue
+			}
+			if c := strings.TrimSpace(cmd); c != "" && !strings.HasPrefix(c, "#") {
+				blocks[name] = append(blocks[name], c)
+			}
+			cmd = ""
+		}
+	}
+	if len(blocks) == 0 {
+		t.Fatal("README: no block marked readme-test")
+	}
+	return blocks
+}
+
+// readmeRun runs README command lines as a reader would, in a shell, with
+// calltap on PATH and a home of their own.
+type readmeRun struct {
+	t     *testing.T
+	dir   string   // working directory
+	env   []string // with PATH, HOME, XDG_*
+	ports map[string]string
+	subst map[string]string // placeholder → value
+}
+
+// line fills in the ports and placeholders.
+func (r *readmeRun) line(s string) string {
+	for from, to := range r.ports {
+		s = strings.ReplaceAll(s, from, to)
+	}
+	for from, to := range r.subst {
+		s = strings.ReplaceAll(s, from, to)
+	}
+	if m := regexp.MustCompile(`<[a-z-]+>`).FindString(s); m != "" {
+		r.t.Fatalf("README line %q: the test knows no value for %s", s, m)
+	}
+	return s
+}
+
+// background starts a command that runs until Ctrl-C, with extra flags
+// that move it to the test's ports (the last value of a flag wins).
+func (r *readmeRun) background(line string, extra ...string) *proc {
+	r.t.Helper()
+	line = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(line), "&"))
+	cmd := exec.Command("bash", "-c", "exec "+r.line(line)+" "+strings.Join(extra, " "))
+	cmd.Dir, cmd.Env = r.dir, r.env
+	p := &proc{cmd: cmd, out: &syncBuffer{}}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if r.t.Failed() {
+			r.t.Logf("%s:\n%s", line, p.out.String())
+		}
+	})
+	return p
+}
+
+// run runs a line to its end; it must exit 0.
+func (r *readmeRun) run(line string) string {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", r.line(line))
+	cmd.Dir, cmd.Env = r.dir, r.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		r.t.Fatalf("README command %q: %v\n%s", r.line(line), err, out)
+	}
+	return string(out)
+}
+
+func listening(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err == nil {
+		c.Close()
+	}
+	return err == nil
+}
+
+// The README's examples work as written: its quick start and regression
+// test run against the sample handler, with only the ports moved to free
+// ones and the placeholders (<tunnel-id>, <id>, <call-id>) filled in with
+// what the commands before printed.
+func TestReadmeExamples(t *testing.T) {
+	blocks := readmeBlocks(t)
+	bin := calltapBinary(t)
+	home := t.TempDir()
+	handlerBin := filepath.Join(t.TempDir(), "samplehandler")
+	if out, err := exec.Command("go", "build", "-o", handlerBin, "../../scripts/samplehandler").CombinedOutput(); err != nil {
+		t.Fatalf("go build samplehandler: %v\n%s", err, out)
+	}
+	handler, relay, inspect, service := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	r := &readmeRun{t: t, dir: t.TempDir(),
+		env: append(os.Environ(), "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"), "HOME="+home,
+			"XDG_DATA_HOME="+filepath.Join(home, "data"), "XDG_CONFIG_HOME="+filepath.Join(home, "config")),
+		ports: map[string]string{"127.0.0.1:3000": handler, "127.0.0.1:8080": relay, "127.0.0.1:4040": inspect, "127.0.0.1:9090": service},
+		subst: map[string]string{"go run ./scripts/samplehandler": handlerBin},
+	}
+
+	var dev *proc
+	for _, line := range blocks["quickstart"] {
+		switch {
+		case strings.Contains(line, "samplehandler"):
+			r.background(line)
+			polltest.Until(t, 2*time.Minute, func() bool { return listening(handler) }, "the sample handler did not come up")
+		case strings.HasPrefix(line, "calltap dev "):
+			dev = r.background(line, "--listen", relay, "--inspect", inspect)
+			url := tunnelURL(t, dev)
+			r.subst["<tunnel-id>"] = url[strings.LastIndex(url, "/")+1:]
+		case strings.HasPrefix(line, "calltap replay <id>"):
+			// <id>: the newest capture requests listed.
+			out := r.run("calltap requests")
+			rows := strings.Split(out, "\n")
+			if len(rows) < 2 || strings.Fields(rows[1]) == nil {
+				t.Fatalf("calltap requests printed %q", out)
+			}
+			r.subst["<id>"] = strings.Fields(rows[1])[0]
+			if out := r.run(line); !strings.Contains(out, ": 200") {
+				t.Errorf("%s: %s", line, out)
+			}
+		default:
+			r.run(line)
+		}
+	}
+	if dev == nil || r.subst["<id>"] == "" {
+		t.Fatalf("the quick start ran without dev or replay: %q", blocks["quickstart"])
+	}
+
+	for _, line := range blocks["regression"] {
+		switch {
+		case strings.HasSuffix(line, "&"):
+			r.background(line, "--listen", service)
+			polltest.Until(t, 2*time.Minute, func() bool { return listening(service) }, "mock-service did not come up")
+		case strings.HasPrefix(line, "curl "):
+			out := r.run(line)
+			m := regexp.MustCompile(`"call_id":"([^"]+)"`).FindStringSubmatch(out)
+			if m == nil {
+				t.Fatalf("dispatch answered %q", out)
+			}
+			r.subst["<call-id>"] = m[1]
+			// The call's five events reach the store within seconds.
+			polltest.Until(t, 2*time.Minute, func() bool {
+				out := r.run("calltap requests --call-id " + m[1])
+				return strings.Contains(out, "5 of 5")
+			}, "the dispatched call's events did not all arrive")
+		default:
+			out := r.run(line)
+			if strings.HasPrefix(line, "calltap replay --from") && strings.Contains(out, "did not match") {
+				t.Errorf("%s:\n%s", line, out)
+			}
+		}
+	}
+	if _, ok := r.subst["<call-id>"]; !ok {
+		t.Fatalf("the regression example dispatched no call: %q", blocks["regression"])
+	}
+}
