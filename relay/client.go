@@ -208,13 +208,21 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // for good (ErrUnauthorized, ErrReplaced, ErrRevoked).
 func (c *Client) Run(ctx context.Context) error {
 	attempt := 0
+	var replacedAt time.Time
 	for next := 0; ; next = (next + 1) % len(c.wsURLs) {
 		connected, err := c.connectOnce(ctx, c.wsURLs[next])
 		if ctx.Err() != nil {
 			c.cfg.OnState(ConnState{State: StateOffline})
 			return nil
 		}
-		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrReplaced) || errors.Is(err, ErrRevoked) {
+		if errors.Is(err, ErrReplaced) && time.Since(replacedAt) > replacedWindow {
+			// Told once: reconnect, in case it was a mistake (a relay
+			// node that misread who holds the tunnel). An agent that
+			// really has a twin is told again at once, and then goes.
+			replacedAt = time.Now()
+			c.log.Warn("the relay says another agent took over this tunnel; reconnecting once to make sure", "err", err)
+			err = fmt.Errorf("replaced: %w", err)
+		} else if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrReplaced) || errors.Is(err, ErrRevoked) {
 			c.cfg.OnState(ConnState{State: StateOffline, Err: err})
 			return err
 		}
@@ -233,6 +241,9 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// replacedWindow is how soon a second "replaced" ends the client for good.
+const replacedWindow = time.Minute
 
 func (c *Client) backoff(attempt int) time.Duration {
 	d := c.cfg.BackoffMin << min(attempt, 20)

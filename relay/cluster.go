@@ -197,10 +197,13 @@ func ErrorAnswer(e *api.Error) *Answer {
 }
 
 func (a *answerWriter) answer() *Answer {
-	out := &Answer{Status: a.status, Body: a.body.Bytes()}
-	if out.Status == 0 {
-		out.Status = http.StatusOK
+	if a.status == 0 {
+		// Nothing was written: no handler answered, and none may be
+		// made up. The sender retries.
+		a = &answerWriter{header: http.Header{"Retry-After": {"5"}}, body: &bytes.Buffer{}}
+		api.WriteError(a, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay node holding the agent gave no answer; retry"))
 	}
+	out := &Answer{Status: a.status, Body: a.body.Bytes()}
 	for _, name := range sortedKeys(a.header) {
 		for _, v := range a.header[name] {
 			out.Header = append(out.Header, HeaderField{name, v})

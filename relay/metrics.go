@@ -66,9 +66,11 @@ func (s *Server) clusterMetrics(b *strings.Builder) {
 		up = 0
 	}
 	fmt.Fprintf(b, "# HELP calltap_nats_up Whether this node reached NATS just now.\n# TYPE calltap_nats_up gauge\ncalltap_nats_up %d\n", up)
+	// The depth is the stream's, the same on every node; while NATS is
+	// away it is the last one seen.
+	fmt.Fprintf(b, "# HELP calltap_cluster_queue_depth Requests in the shared queue, every tunnel's: how far agents lag behind.\n# TYPE calltap_cluster_queue_depth gauge\ncalltap_cluster_queue_depth %d\n", st.Queued)
 	if err != nil {
 		return
 	}
 	fmt.Fprintf(b, "# HELP calltap_nats_rtt_seconds Round trip to this node's NATS server.\n# TYPE calltap_nats_rtt_seconds gauge\ncalltap_nats_rtt_seconds %g\n", st.RTT.Seconds())
-	fmt.Fprintf(b, "# HELP calltap_cluster_queue_depth Requests in the shared queue, every tunnel's: how far agents lag behind.\n# TYPE calltap_cluster_queue_depth gauge\ncalltap_cluster_queue_depth %d\n", st.Queued)
 }

@@ -63,6 +63,10 @@ func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, 
 	default:
 	}
 	if s.cfg.Cluster != nil && !t.held() {
+		// The stream counts what is queued, and the node holding the
+		// agent drains it: a count kept here would only ever rise, and
+		// refuse requests the stream has room for.
+		t.countOut()
 		// The agent may have reached another node while this was stored.
 		s.cfg.Cluster.Kick(t.id)
 	}

@@ -33,6 +33,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/calltap/calltap/storage/relaystate"
 	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
@@ -53,7 +54,7 @@ const (
 const busyTimeout = 10 * time.Second
 
 // ErrNotFound is returned when a looked-up row does not exist.
-var ErrNotFound = errors.New("not found")
+var ErrNotFound = relaystate.ErrNotFound
 
 // core is what every store shares: an open SQLite database of one Schema,
 // its connections, migrations and driver rules. The agent's parts (raw

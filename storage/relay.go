@@ -10,21 +10,20 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/calltap/calltap/storage/relaystate"
 )
 
-// Token is a developer's credential on a relay, bound to one tunnel.
-type Token struct {
-	Name      string
-	TunnelID  string
-	CreatedAt time.Time
-	RevokedAt *time.Time
-}
+// The relay's records are relaystate's, which the NATS cluster shares
+// without linking SQLite.
+type (
+	Token         = relaystate.Token
+	QueuedRequest = relaystate.QueuedRequest
+	QueueStats    = relaystate.QueueStats
+)
 
 // HashToken is how tokens are kept: only their SHA-256.
-func HashToken(token string) []byte {
-	h := sha256.Sum256([]byte(token))
-	return h[:]
-}
+func HashToken(token string) []byte { return relaystate.HashToken(token) }
 
 // CreateToken stores a new token for name, bound to tunnelID.
 func (db *RelayStore) CreateToken(ctx context.Context, name, token, tunnelID string) (_ *Token, err error) {
@@ -42,7 +41,7 @@ func (db *RelayStore) CreateToken(ctx context.Context, name, token, tunnelID str
 }
 
 // ErrConflict is returned when a row with the same key exists.
-var ErrConflict = errors.New("conflict")
+var ErrConflict = relaystate.ErrConflict
 
 // Authenticate returns the live token whose hash matches token.
 func (db *RelayStore) Authenticate(ctx context.Context, token string) (_ *Token, err error) {
@@ -170,24 +169,6 @@ func (db *RelayStore) SetSetting(ctx context.Context, key, value string) (err er
 	defer db.explain(&err)
 	_, err = db.write.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
 	return err
-}
-
-// QueuedRequest is a request held for a tunnel whose agent is away.
-type QueuedRequest struct {
-	Seq       int64
-	ID        string
-	TunnelID  string
-	ArrivedAt int64 // unix µs
-	Method    string
-	URI       string
-	Headers   []byte // wire-encoded, opaque here
-	Body      []byte
-}
-
-// QueueStats is the size of one tunnel's queue.
-type QueueStats struct {
-	Count int
-	Bytes int64
 }
 
 // Enqueue appends r to its tunnel's queue and returns once it is committed.

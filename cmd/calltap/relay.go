@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"math"
@@ -84,6 +85,13 @@ func (f *relayFlags) validate() error {
 	return nil
 }
 
+// flagGiven reports whether name was set on the command line.
+func flagGiven(fs *flagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
 func relayDB(ctx context.Context, dataDir string, opts ...storage.Option) (*storage.RelayStore, error) {
 	return storage.OpenRelay(ctx, filepath.Join(dataDir, "relay.db"), opts...)
 }
@@ -99,7 +107,7 @@ type natsFlags struct {
 func (f *natsFlags) register(fs *flagSet, node bool) {
 	fs.StringVar(&f.urls, "nats", "", "NATS servers, comma-separated (nats://a:4222,nats://b:4222): keep tokens, the offline queue and certificates in JetStream, shared by every relay node given the same servers")
 	fs.StringVar(&f.creds, "nats-creds", "", "NATS credentials file (.creds) for --nats")
-	fs.IntVar(&f.replicas, "nats-replicas", 1, "copies JetStream keeps of the relay's state: 1, or 3 on a cluster of three NATS servers or more")
+	fs.IntVar(&f.replicas, "nats-replicas", cluster.DefaultReplicas, "copies JetStream keeps of the relay's state: 3 needs a cluster of three NATS servers or more; 1 for a single server")
 	if node {
 		fs.StringVar(&f.node, "node", "", "this node's name among the relay nodes (default: host name and a random suffix)")
 	}
@@ -165,6 +173,11 @@ func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 	if err := nf.validate(); err != nil {
 		return usageError(stdio, "relay", "%v", err)
 	}
+	if nf.urls != "" && flagGiven(fs, "queue-max-bytes") {
+		// A stream counts messages per subject, not their bytes: a byte
+		// limit per tunnel would be each node's guess, not a limit.
+		return usageError(stdio, "relay", "--queue-max-bytes cannot be kept with --nats (the stream counts requests, not bytes, per tunnel); use --queue-max-count")
+	}
 	log := newLogger(stdio, *jsonLogs, *logVerbose)
 	var (
 		db    relay.Store
@@ -199,6 +212,8 @@ func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 	cfg.Logger = log
 	if cl != nil {
 		cfg.Cluster = cl
+		// The stream keeps the count limit; bytes it does not count.
+		cfg.QueueMaxBytes = math.MaxInt64
 	}
 	srv, err := relay.NewServer(ctx, cfg)
 	if err != nil {

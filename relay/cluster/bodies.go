@@ -24,9 +24,21 @@ const (
 	subjectBody  = "calltap.body." // + request id
 )
 
-// putBody stores body in chunks and returns their sequences, for the
+// bodyStore keeps the chunks in CALLTAP_BODIES.
+type bodyStore struct {
+	*link
+	stream jetstream.Stream
+
+	// maxInline is the largest body sent inside a message; larger ones go
+	// in chunks of this size. NATS refuses a message over the servers'
+	// max_payload (1 MiB unless raised), and the relay takes bodies of up
+	// to --max-body (10 MiB).
+	maxInline int
+}
+
+// put stores body in chunks and returns their sequences, for the
 // Calltap-Body-Chunks header.
-func (c *Cluster) putBody(ctx context.Context, id string, body []byte) (string, error) {
+func (c *bodyStore) put(ctx context.Context, id string, body []byte) (string, error) {
 	var acks []jetstream.PubAckFuture
 	for off := 0; off < len(body); off += c.maxInline {
 		m := nats.NewMsg(subjectBody + id)
@@ -43,7 +55,7 @@ func (c *Cluster) putBody(ctx context.Context, id string, body []byte) (string, 
 		case ack := <-f.Ok():
 			seqs = append(seqs, strconv.FormatUint(ack.Sequence, 10))
 		case err := <-f.Err():
-			c.deleteBody(context.WithoutCancel(ctx), strings.Join(seqs, ","))
+			c.delete(context.WithoutCancel(ctx), strings.Join(seqs, ","))
 			return "", err
 		case <-ctx.Done():
 			return "", ctx.Err()
@@ -52,15 +64,15 @@ func (c *Cluster) putBody(ctx context.Context, id string, body []byte) (string, 
 	return strings.Join(seqs, ","), nil
 }
 
-// getBody reads back what putBody stored.
-func (c *Cluster) getBody(ctx context.Context, chunks string) ([]byte, error) {
+// get reads back what put stored.
+func (c *bodyStore) get(ctx context.Context, chunks string) ([]byte, error) {
 	var body []byte
 	for s := range strings.SplitSeq(chunks, ",") {
 		seq, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("chunk %q: %w", s, err)
 		}
-		m, err := c.bodies.GetMsg(ctx, seq)
+		m, err := c.stream.GetMsg(ctx, seq)
 		if err != nil {
 			return nil, fmt.Errorf("chunk %d: %w", seq, err)
 		}
@@ -69,15 +81,15 @@ func (c *Cluster) getBody(ctx context.Context, chunks string) ([]byte, error) {
 	return body, nil
 }
 
-// deleteBody removes the chunks; the stream's max age removes what a dead
+// delete removes the chunks; the stream's max age removes what a dead
 // node left behind.
-func (c *Cluster) deleteBody(ctx context.Context, chunks string) {
+func (c *bodyStore) delete(ctx context.Context, chunks string) {
 	if chunks == "" {
 		return
 	}
 	for s := range strings.SplitSeq(chunks, ",") {
 		seq, _ := strconv.ParseUint(s, 10, 64)
-		if err := c.bodies.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		if err := c.stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			c.log.Debug("delete body chunk", "seq", seq, "err", err)
 		}
 	}

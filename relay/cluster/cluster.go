@@ -8,18 +8,17 @@
 //   - the ACME certificate cache: key-value bucket calltap_certs
 //
 // A request that lands on a node other than the one holding its agent is
-// handed to that node in one NATS request on calltap.node.<node>.forward
-// (relay/protocol.go has the layout), and a node that queued a request
-// publishes calltap.kick.<tunnel> so the holder drains it. Every node
-// mirrors the two small buckets through watches: looking up a token or a
-// holder costs no round trip.
+// handed to that node over NATS on calltap.node.<node>.forward (forward.go
+// has the exchange, relay/protocol.go the layout), and a node that queued a
+// request publishes calltap.kick.<tunnel> so the holder drains it. Every
+// node mirrors the two small buckets through watches: looking up a token or
+// a holder costs no round trip.
 package cluster
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,7 +28,6 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay"
-	"github.com/calltap/calltap/storage"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -55,11 +53,16 @@ const (
 	hdrURI        = "Calltap-Uri"
 )
 
+// DefaultReplicas is how many copies JetStream keeps of the relay's state
+// unless told otherwise: a team relay runs on a NATS cluster of three, and
+// a single copy would be lost with its server.
+const DefaultReplicas = 3
+
 // Options configure a node's connection to the cluster.
 type Options struct {
 	URLs     string // comma-separated nats:// URLs of the NATS servers
 	Creds    string // NATS credentials file, if the servers require one
-	Replicas int    // copies JetStream keeps of each bucket and the queue: 1, 3 or 5
+	Replicas int    // copies JetStream keeps of each bucket and the queue: 1, 3 or 5 (DefaultReplicas)
 
 	// Node names this relay among the others; the default is the host
 	// name and a random suffix, new on every start.
@@ -76,48 +79,38 @@ type Options struct {
 
 	// RequestTimeout bounds one JetStream operation; NATS being away
 	// must turn into a 503 the sender retries, not a sender left waiting.
-	RequestTimeout time.Duration // 5 s
+	RequestTimeout time.Duration // 2 s
+
+	// PingInterval is how often the client asks its NATS server for a
+	// sign of life; after MaxPingsOut unanswered it takes the server for
+	// frozen and moves to another. nats.go's default (2 min × 2) would keep
+	// a node on a stopped server for minutes.
+	PingInterval time.Duration // 1 s
+	MaxPingsOut  int           // 3
 
 	Logger *slog.Logger
 }
 
 // Cluster is one relay node's view of the shared state. It implements
-// relay.Store, relay.Cluster and relay.TokenStore.
+// relay.Store, relay.Cluster and relay.TokenStore, each job in a part of
+// its own: the token mirror (tokens.go), the holder mirror (holders.go),
+// the queue (queue.go) with the large bodies (bodies.go), and the stats
+// (stats.go); forwards between nodes (forward.go) use them all.
 type Cluster struct {
-	nc   *nats.Conn
-	js   jetstream.JetStream
+	*link
 	node string
-	log  *slog.Logger
 	opts Options
 
-	tokens  jetstream.KeyValue
-	tunnels jetstream.KeyValue
-	certs   jetstream.KeyValue
-	bodies  jetstream.Stream
-	queue   jetstream.Stream
-
-	// maxInline is the largest body sent inside a message; larger ones go
-	// in chunks of this size through CALLTAP_BODIES. NATS refuses a message over the servers'
-	// max_payload (1 MiB unless raised), and the relay takes bodies of up
-	// to --max-body (10 MiB).
-	maxInline int
+	*tokenStore
+	*holders
+	*queue
+	bodies *bodyStore
+	certs  jetstream.KeyValue
+	stats  *statsCache
 
 	stopWatch context.CancelFunc
 	watching  sync.WaitGroup
-
-	mu        sync.Mutex
-	byHash    map[string]*storage.Token // guarded by mu; mirror of hash.* in calltap_tokens
-	byTunnel  map[string]*storage.Token // guarded by mu; the same tokens by tunnel id
-	holders   map[string]holder         // guarded by mu; mirror of calltap_tunnels
-	mine      map[string]uint64         // guarded by mu; tunnels held here → revision of the hold
-	takenOver func(tunnelID string)     // guarded by mu; set by Serve
-	revoked   func(tunnelID string)     // guarded by mu; set by Serve
-	bodyKeys  map[int64]string          // guarded by mu; queue seq → its body's chunks, for Dequeue
-}
-
-type holder struct {
-	relay.Holding
-	rev uint64
+	serving   serving
 }
 
 var _ interface {
@@ -126,14 +119,28 @@ var _ interface {
 	relay.TokenStore
 } = (*Cluster)(nil)
 
+// link is the node's NATS connection as every part uses it.
+type link struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	log     *slog.Logger
+	timeout time.Duration // Options.RequestTimeout
+}
+
 // Open connects to NATS, creates the buckets and the stream if they are
 // missing, and loads the mirrors. Close releases it.
 func Open(ctx context.Context, o Options) (*Cluster, error) {
 	if o.Replicas <= 0 {
-		o.Replicas = 1
+		o.Replicas = DefaultReplicas
 	}
 	if o.RequestTimeout <= 0 {
-		o.RequestTimeout = 5 * time.Second
+		o.RequestTimeout = 2 * time.Second
+	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = time.Second
+	}
+	if o.MaxPingsOut <= 0 {
+		o.MaxPingsOut = 3
 	}
 	if o.QueueMaxAge <= 0 {
 		o.QueueMaxAge = relay.DefaultConfig().QueueMaxAge
@@ -150,21 +157,24 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 	if !validNode(o.Node) {
 		return nil, fmt.Errorf("node name %q: use letters, digits, '-' and '_'", o.Node)
 	}
-	c := &Cluster{node: o.Node, log: o.Logger, opts: o,
-		byHash: map[string]*storage.Token{}, byTunnel: map[string]*storage.Token{}, holders: map[string]holder{}, mine: map[string]uint64{}, bodyKeys: map[int64]string{}}
+	l := &link{log: o.Logger, timeout: o.RequestTimeout}
+	c := &Cluster{link: l, node: o.Node, opts: o}
 	nopts := []nats.Option{
 		nats.Name("calltap relay " + o.Node),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
+		nats.PingInterval(o.PingInterval),
+		nats.MaxPingsOutstanding(o.MaxPingsOut),
+		nats.Timeout(o.RequestTimeout), // connecting to one server
 		// While disconnected, a publish fails at once instead of waiting
 		// in a buffer: the relay must not answer 202 for a request it may
 		// never store, nor 503 for one stored later behind its back.
 		nats.ReconnectBufSize(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			c.log.Warn("NATS disconnected", "err", err)
+			l.log.Warn("NATS disconnected", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			c.log.Info("NATS reconnected", "server", nc.ConnectedUrlRedacted())
+			l.log.Info("NATS reconnected", "server", nc.ConnectedUrlRedacted())
 		}),
 		// Without a handler nats.go prints these to stderr itself.
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
@@ -172,7 +182,7 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 			if sub != nil {
 				subject = sub.Subject
 			}
-			c.log.Warn("NATS", "subject", subject, "err", err)
+			l.log.Warn("NATS", "subject", subject, "err", err)
 		}),
 	}
 	if o.Creds != "" {
@@ -182,11 +192,12 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS %s: %w", o.URLs, err)
 	}
-	c.nc = nc
+	l.nc = nc
 	if err := c.setUp(ctx); err != nil {
 		nc.Close()
 		return nil, err
 	}
+	c.stats = startStats(l, c.queue.stream)
 	return c, nil
 }
 
@@ -197,8 +208,9 @@ func (c *Cluster) setUp(ctx context.Context) error {
 	}
 	c.js = js
 	r := c.opts.Replicas
+	var ready readiness
 	kv := func(name, desc string) (b jetstream.KeyValue, err error) {
-		err = c.retry(ctx, func(ctx context.Context) (err error) {
+		err = c.retry(ctx, &ready, func(ctx context.Context) (err error) {
 			if c.opts.Tool {
 				if b, err = js.KeyValue(ctx, name); !errors.Is(err, jetstream.ErrBucketNotFound) {
 					return err
@@ -208,12 +220,12 @@ func (c *Cluster) setUp(ctx context.Context) error {
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("key-value bucket %s: %w", name, err)
+			return nil, fmt.Errorf("key-value bucket %s: %w", name, c.explainReplicas(err))
 		}
 		return b, nil
 	}
 	stream := func(cfg jetstream.StreamConfig) (st jetstream.Stream, err error) {
-		err = c.retry(ctx, func(ctx context.Context) (err error) {
+		err = c.retry(ctx, &ready, func(ctx context.Context) (err error) {
 			if c.opts.Tool {
 				if st, err = js.Stream(ctx, cfg.Name); !errors.Is(err, jetstream.ErrStreamNotFound) {
 					return err
@@ -223,20 +235,22 @@ func (c *Cluster) setUp(ctx context.Context) error {
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", cfg.Name, err)
+			return nil, fmt.Errorf("stream %s: %w", cfg.Name, c.explainReplicas(err))
 		}
 		return st, nil
 	}
-	if c.tokens, err = kv(bucketTokens, "calltap relay: token hashes and settings"); err != nil {
+	tokens, err := kv(bucketTokens, "calltap relay: token hashes and settings")
+	if err != nil {
 		return err
 	}
-	if c.tunnels, err = kv(bucketTunnels, "calltap relay: which node holds each tunnel's agent"); err != nil {
+	tunnels, err := kv(bucketTunnels, "calltap relay: which node holds each tunnel's agent")
+	if err != nil {
 		return err
 	}
 	if c.certs, err = kv(bucketCerts, "calltap relay: ACME account and certificates"); err != nil {
 		return err
 	}
-	c.bodies, err = stream(jetstream.StreamConfig{
+	bodies, err := stream(jetstream.StreamConfig{
 		Name:        streamBodies,
 		Description: "calltap relay: chunks of bodies too large for one message",
 		Subjects:    []string{subjectBody + "*"},
@@ -247,7 +261,7 @@ func (c *Cluster) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.queue, err = stream(jetstream.StreamConfig{
+	queued, err := stream(jetstream.StreamConfig{
 		Name:        streamQueue,
 		Description: "calltap relay: requests kept for agents that are away, one subject per tunnel",
 		Subjects:    []string{subjectQueue + "*"},
@@ -265,16 +279,59 @@ func (c *Cluster) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	ready.done(c.log)
 	// A message carries the request head and its headers besides the
 	// body; 64 KiB is the relay's largest request head.
-	c.maxInline = max(int(c.nc.MaxPayload())-(64<<10)-1024, 0)
+	c.bodies = &bodyStore{link: c.link, stream: bodies, maxInline: max(int(c.nc.MaxPayload())-(64<<10)-1024, 0)}
+	c.queue = &queue{link: c.link, stream: queued, bodies: c.bodies, bodyKeys: map[int64]string{}}
+	c.tokenStore = newTokenStore(c.link, tokens)
+	c.holders = newHolders(c.link, tunnels, c.node)
 	return c.watch(ctx)
 }
+
+// explainReplicas turns JetStream's refusal of the replicas asked for into
+// what to do about it.
+func (c *Cluster) explainReplicas(err error) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return err
+	}
+	switch apiErr.ErrorCode {
+	case errCodeReplicasNotSupported, errCodeInsufficientResources, errCodeNoPeers:
+		return fmt.Errorf("%d replicas asked for (--nats-replicas), and the NATS servers cannot keep that many (%d known: %s); run a cluster of %d or more NATS servers with JetStream, or pass --nats-replicas 1: %w",
+			c.opts.Replicas, len(c.nc.Servers()), strings.Join(c.nc.Servers(), ", "), c.opts.Replicas, err)
+	}
+	return err
+}
+
+// JetStream's error codes for a stream or bucket asked for more replicas
+// than the servers can place (nats-server's jetstream_errors_generated.go).
+const (
+	errCodeNoPeers               jetstream.ErrorCode = 10005 // a cluster with too few servers
+	errCodeInsufficientResources jetstream.ErrorCode = 10023
+	errCodeReplicasNotSupported  jetstream.ErrorCode = 10074 // a single server
+)
 
 // setUpTimeout bounds the retries of setUp's steps: nodes starting
 // together create the same buckets at once, and a JetStream cluster just
 // formed has no leaders for a moment, which both show as timeouts.
 const setUpTimeout = time.Minute
+
+// readiness says once that JetStream is not ready, and once that it is.
+type readiness struct{ waited bool }
+
+func (r *readiness) notReady(log *slog.Logger, err error) {
+	if !r.waited {
+		r.waited = true
+		log.Info("JetStream not ready; waiting for it", "err", err)
+	}
+}
+
+func (r *readiness) done(log *slog.Logger) {
+	if r.waited {
+		log.Info("JetStream ready")
+	}
+}
 
 // retry runs step again while it times out, for up to setUpTimeout. The
 // first try has a second, each next one twice as long up to
@@ -282,19 +339,21 @@ const setUpTimeout = time.Minute
 // rather than fails (nats-io/nats.go#949), and is best abandoned early.
 // Other errors (no JetStream, too few servers for the replicas asked) are
 // returned at once.
-func (c *Cluster) retry(ctx context.Context, step func(context.Context) error) error {
+func (c *Cluster) retry(ctx context.Context, ready *readiness, step func(context.Context) error) error {
 	deadline := time.Now().Add(setUpTimeout)
 	wait, try := 100*time.Millisecond, time.Second
 	for {
-		tctx, cancel := context.WithTimeout(ctx, min(try, c.opts.RequestTimeout))
+		tctx, cancel := context.WithTimeout(ctx, max(min(try, c.timeout), time.Second))
 		try *= 2
 		err := step(tctx)
 		cancel()
-		transient := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
+		transient := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+			errors.Is(err, jetstream.ErrJetStreamNotEnabled)
 		if err == nil || !transient || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
 			return err
 		}
-		c.log.Info("JetStream not ready; trying again", "err", err, "in", wait)
+		ready.notReady(c.log, err)
+		c.log.Debug("JetStream not ready; trying again", "err", err, "in", wait)
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
@@ -309,19 +368,19 @@ func (c *Cluster) retry(ctx context.Context, step func(context.Context) error) e
 func (c *Cluster) watch(ctx context.Context) error {
 	wctx, stop := context.WithCancel(context.Background())
 	c.stopWatch = stop
-	tw, err := c.tokens.Watch(wctx, "hash.>")
+	tw, err := c.tokenStore.kv.Watch(wctx, "hash.>")
 	if err != nil {
 		stop()
 		return err
 	}
-	hw, err := c.tunnels.WatchAll(wctx)
+	hw, err := c.holders.kv.WatchAll(wctx)
 	if err != nil {
 		stop()
 		return err
 	}
 	loaded := make(chan struct{}, 2)
-	c.watching.Go(func() { c.follow(tw, loaded, c.applyToken) })
-	c.watching.Go(func() { c.follow(hw, loaded, c.applyHolder) })
+	c.watching.Go(func() { follow(tw, loaded, c.tokenStore.apply) })
+	c.watching.Go(func() { follow(hw, loaded, c.holders.apply) })
 	for range 2 {
 		select {
 		case <-loaded:
@@ -336,7 +395,7 @@ func (c *Cluster) watch(ctx context.Context) error {
 
 // follow applies a watcher's entries until it stops. A nil entry marks the
 // end of what the bucket held when the watch began.
-func (c *Cluster) follow(w jetstream.KeyWatcher, loaded chan<- struct{}, apply func(jetstream.KeyValueEntry)) {
+func follow(w jetstream.KeyWatcher, loaded chan<- struct{}, apply func(jetstream.KeyValueEntry)) {
 	defer w.Stop()
 	for e := range w.Updates() {
 		if e == nil {
@@ -347,155 +406,32 @@ func (c *Cluster) follow(w jetstream.KeyWatcher, loaded chan<- struct{}, apply f
 	}
 }
 
-type tokenRecord struct {
-	Name      string     `json:"name"`
-	TunnelID  string     `json:"tunnel_id"`
-	CreatedAt time.Time  `json:"created_at"`
-	RevokedAt *time.Time `json:"revoked_at,omitempty"`
-}
-
-func (c *Cluster) applyToken(e jetstream.KeyValueEntry) {
-	hash := strings.TrimPrefix(e.Key(), "hash.")
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e.Operation() != jetstream.KeyValuePut {
-		if t := c.byHash[hash]; t != nil {
-			delete(c.byTunnel, t.TunnelID)
-		}
-		delete(c.byHash, hash)
-		return
-	}
-	var r tokenRecord
-	if json.Unmarshal(e.Value(), &r) != nil {
-		c.log.Warn("unreadable token record in NATS", "key", e.Key())
-		return
-	}
-	t := &storage.Token{Name: r.Name, TunnelID: r.TunnelID, CreatedAt: r.CreatedAt, RevokedAt: r.RevokedAt}
-	c.byHash[hash] = t
-	c.byTunnel[t.TunnelID] = t
-	if t.RevokedAt != nil && c.revoked != nil {
-		// At once, not at the relay's next look at RevokedTunnels; in its
-		// own goroutine, as it waits for the agent to be told.
-		go c.revoked(t.TunnelID)
-	}
-}
-
-func (c *Cluster) applyHolder(e jetstream.KeyValueEntry) {
-	id := e.Key()
-	var h relay.Holding
-	if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &h) != nil {
-		c.log.Warn("unreadable tunnel record in NATS", "key", id)
-		return
-	}
-	c.mu.Lock()
-	if cur, ok := c.holders[id]; ok && cur.rev > e.Revision() {
-		c.mu.Unlock()
-		return // Hold stored a newer one already
-	}
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(c.holders, id)
-	} else {
-		c.holders[id] = holder{h, e.Revision()}
-	}
-	rev, held := c.mine[id]
-	lost := held && e.Revision() > rev && h.Node != c.node
-	if lost {
-		delete(c.mine, id)
-	}
-	takenOver := c.takenOver
-	c.mu.Unlock()
-	if lost && takenOver != nil {
-		takenOver(id)
-	}
-}
-
 // Self names this node.
 func (c *Cluster) Self() string { return c.node }
 
-// Holder says which node holds tunnelID's agent.
-func (c *Cluster) Holder(tunnelID string) relay.Holding {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.holders[tunnelID].Holding
-}
-
-// Hold records that this node holds tunnelID's agent.
-func (c *Cluster) Hold(ctx context.Context, tunnelID string, require []relay.HeaderField) (func(), error) {
-	h := relay.Holding{Node: c.node, Require: require}
-	b, _ := json.Marshal(h)
-	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
-	defer cancel()
-	rev, err := c.tunnels.Put(ctx, tunnelID, b)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	c.mine[tunnelID] = rev
-	if c.holders[tunnelID].rev < rev {
-		c.holders[tunnelID] = holder{h, rev}
-	}
-	c.mu.Unlock()
-	return func() {
-		c.mu.Lock()
-		ours := c.mine[tunnelID] == rev
-		if ours {
-			delete(c.mine, tunnelID)
-		}
-		c.mu.Unlock()
-		if !ours {
-			return
-		}
-		// Only if nobody took it since: the agent may be on another node
-		// already.
-		b, _ := json.Marshal(relay.Holding{Require: require})
-		ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
-		defer cancel()
-		if _, err := c.tunnels.Update(ctx, tunnelID, b, rev); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-			c.log.Warn("could not record that the agent left", "tunnel", tunnelID, "err", err)
-		}
-	}, nil
-}
-
-// forgetHolder records that node no longer holds tunnelID, if the mirror
-// still says it does: the node is gone.
-func (c *Cluster) forgetHolder(tunnelID, node string) {
-	c.mu.Lock()
-	h := c.holders[tunnelID]
-	c.mu.Unlock()
-	if h.Node != node {
-		return
-	}
-	b, _ := json.Marshal(relay.Holding{Require: h.Require})
-	ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
-	defer cancel()
-	c.tunnels.Update(ctx, tunnelID, b, h.rev) // lost to a newer holder: fine
-}
-
-// Stats are a node's view of the cluster, for /metrics.
-func (c *Cluster) Stats(ctx context.Context) (relay.ClusterStats, error) {
-	var s relay.ClusterStats
-	rtt, err := c.nc.RTT()
-	if err != nil {
-		return s, err
-	}
-	s.RTT = rtt
-	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
-	defer cancel()
-	info, err := c.queue.Info(ctx)
-	if err != nil {
-		return s, err
-	}
-	s.Queued = info.State.Msgs
-	return s, nil
-}
-
-// Close stops the mirrors and closes the connection.
+// Close is the last step of a node's stop, once its agents are gone and
+// their tunnels released: it stops the mirrors and drains the connection,
+// so that what this node published (a release, a last answer) reaches
+// NATS before the connection closes.
 func (c *Cluster) Close() error {
 	c.stopWatch()
 	c.watching.Wait()
-	c.nc.Close()
+	c.stats.stop()
+	drained := c.nc.StatusChanged(nats.CLOSED)
+	if err := c.nc.Drain(); err != nil {
+		c.nc.Close()
+		return nil
+	}
+	select {
+	case <-drained:
+	case <-time.After(drainTimeout + time.Second):
+		c.nc.Close()
+	}
 	return nil
 }
+
+// drainTimeout is nats.go's default bound of Drain.
+const drainTimeout = 30 * time.Second
 
 // failoverGrace is how long a request waits for the client to reach
 // another NATS server when its own is gone: a failover of a few hundred
@@ -503,17 +439,17 @@ func (c *Cluster) Close() error {
 const failoverGrace = 2 * time.Second
 
 // connected returns once NATS is reachable, or fails after failoverGrace.
-func (c *Cluster) connected(ctx context.Context) error {
-	if c.nc.IsConnected() {
+func (l *link) connected(ctx context.Context) error {
+	if l.nc.IsConnected() {
 		return nil
 	}
 	// Listen first, then look again: a reconnection between the two
 	// would otherwise go unseen.
-	changed := c.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
-	defer c.nc.RemoveStatusListener(changed)
+	changed := l.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	defer l.nc.RemoveStatusListener(changed)
 	t := time.NewTimer(failoverGrace)
 	defer t.Stop()
-	for !c.nc.IsConnected() {
+	for !l.nc.IsConnected() {
 		select {
 		case <-changed:
 		case <-t.C:
@@ -521,12 +457,25 @@ func (c *Cluster) connected(ctx context.Context) error {
 		case <-ctx.Done():
 			return errUnavailable
 		}
-		if c.nc.IsClosed() {
+		if l.nc.IsClosed() {
 			return errUnavailable
 		}
 	}
 	return nil
 }
+
+// stalled logs, once, an operation on NATS still waiting after stallAfter,
+// with what it waits on; call the returned func when it ends.
+func (l *link) stalled(what string, args ...any) (done func()) {
+	start := time.Now()
+	t := time.AfterFunc(stallAfter, func() {
+		l.log.Warn("waiting on NATS", append([]any{"for", what, "server", l.nc.ConnectedUrlRedacted(), "waited", time.Since(start).Round(time.Millisecond)}, args...)...)
+	})
+	return func() { t.Stop() }
+}
+
+// stallAfter is how long an operation on NATS waits before it is logged.
+const stallAfter = 2 * time.Second
 
 var errUnavailable = errors.New("cluster: no NATS server is reachable")
 

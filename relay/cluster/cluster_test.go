@@ -43,7 +43,9 @@ func errorCode(t *testing.T, body string) string {
 // NATS's 1 MiB included.
 func TestCrossNodeLiveDelivery(t *testing.T) {
 	nats := natstest.Start(t, 3)
-	nodes := startNodes(t, nats, 3, func(c *relay.Config) { c.ForwardTimeout = 2 * time.Second })
+	// Generous: 3 MiB crosses two nodes and NATS in chunks, on a loaded
+	// machine; the slow handler below waits it out once.
+	nodes := startNodes(t, nats, 3, func(c *relay.Config) { c.ForwardTimeout = 10 * time.Second })
 	slowDone := make(chan struct{})
 	var releaseSlow sync.Once
 	defer releaseSlow.Do(func() { close(slowDone) })

@@ -1,5 +1,13 @@
 // Requests between nodes: Forward on the node a sender reached, Serve on
 // the node holding the agent.
+//
+// The exchange is a message to calltap.node.<node>.forward with a reply
+// inbox. The holding node answers on that inbox at once with an empty
+// progress message (hdrProgress), again every progressEvery while the
+// request is at work, and last with the answer. The forwarding node so
+// tells a node that is frozen, or whose NATS server is, from a handler
+// that takes its time: silence for progressSilence ends the wait with an
+// error its sender is told to retry, instead of the whole forward timeout.
 
 package cluster
 
@@ -10,35 +18,60 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
 	"github.com/nats-io/nats.go"
 )
 
+const (
+	hdrProgress = "Calltap-Progress" // a reply that only says the request is at work
+	hdrStatus   = "Status"           // NATS's own: "503" when no node subscribes
+)
+
+// progressEvery is how often a holding node says it is still at a
+// request; progressSilence how long a forwarding node waits for a word
+// before it takes the holding node for frozen.
+const (
+	progressEvery   = time.Second
+	progressSilence = 3 * time.Second
+)
+
+// errHolderSilent is Forward's error when the holding node stopped
+// answering: the sender is told to retry.
+var errHolderSilent = errors.New("cluster: the node holding the agent stopped answering")
+
 // Forward hands req to node and waits for its answer.
 func (c *Cluster) Forward(ctx context.Context, node, tunnelID string, req *relay.Request) (*relay.Answer, error) {
 	if err := c.connected(ctx); err != nil {
 		return nil, err
 	}
+	defer c.stalled("the answer of another relay node", "node", node, "tunnel", tunnelID, "request", req.ID)()
 	m := nats.NewMsg(nodeSubject(node))
 	m.Header.Set(hdrTunnel, tunnelID)
 	out := *req
-	if len(req.Body) > c.maxInline {
-		chunks, err := c.putBody(ctx, req.ID, req.Body)
+	if len(req.Body) > c.bodies.maxInline {
+		chunks, err := c.bodies.put(ctx, req.ID, req.Body)
 		if err != nil {
 			return nil, fmt.Errorf("store the body: %w", err)
 		}
-		defer c.deleteBody(context.WithoutCancel(ctx), chunks)
+		defer c.bodies.delete(context.WithoutCancel(ctx), chunks)
 		m.Header.Set(hdrBodyChunks, chunks)
 		out.Body = nil
 	}
 	m.Data = relay.AppendForward(nil, &out)
-	reply, err := c.nc.RequestMsgWithContext(ctx, m)
-	if errors.Is(err, nats.ErrNoResponders) {
-		c.forgetHolder(tunnelID, node)
-		return nil, relay.ErrNodeGone
-	} else if err != nil {
+	m.Reply = c.nc.NewInbox()
+	replies, err := c.nc.SubscribeSync(m.Reply)
+	if err != nil {
+		return nil, err
+	}
+	defer replies.Unsubscribe()
+	if err := c.nc.PublishMsg(m); err != nil {
+		return nil, err
+	}
+	reply, err := c.awaitAnswer(ctx, replies)
+	if err != nil {
 		return nil, err
 	}
 	a, err := relay.DecodeAnswer(reply.Data)
@@ -46,30 +79,75 @@ func (c *Cluster) Forward(ctx context.Context, node, tunnelID string, req *relay
 		return nil, fmt.Errorf("answer of node %s: %w", node, err)
 	}
 	if chunks := reply.Header.Get(hdrBodyChunks); chunks != "" {
-		defer c.deleteBody(context.WithoutCancel(ctx), chunks)
-		if a.Body, err = c.getBody(ctx, chunks); err != nil {
+		defer c.bodies.delete(context.WithoutCancel(ctx), chunks)
+		if a.Body, err = c.bodies.get(ctx, chunks); err != nil {
 			return nil, fmt.Errorf("answer body of node %s: %w", node, err)
 		}
 	}
 	return a, nil
 }
 
+// awaitAnswer reads replies until the answer, skipping progress, and fails
+// after progressSilence without a word.
+func (c *Cluster) awaitAnswer(ctx context.Context, replies *nats.Subscription) (*nats.Msg, error) {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, progressSilence)
+		reply, err := replies.NextMsgWithContext(wctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err != nil && errors.Is(err, context.DeadlineExceeded):
+			return nil, errHolderSilent
+		case err != nil:
+			return nil, err
+		case reply.Header.Get(hdrStatus) == "503" && len(reply.Data) == 0:
+			// Nobody subscribes to that node's subject: it stopped or
+			// died. The holder entry stays as it is: only the holder or
+			// a node taking over changes it.
+			return nil, relay.ErrNodeGone
+		case reply.Header.Get(hdrProgress) != "":
+			continue
+		}
+		return reply, nil
+	}
+}
+
 // Kick tells every node that tunnelID's queue grew; the one holding its
 // agent drains it.
 func (c *Cluster) Kick(tunnelID string) {
-	c.nc.Publish(subjectKick+tunnelID, nil)
+	if err := c.nc.Publish(subjectKick+tunnelID, nil); err != nil {
+		// The holder finds the queue anyway when it next looks (its drain
+		// recounts a queue it believes empty): a lost kick costs time only.
+		c.log.Warn("tell the holding node its queue grew", "tunnel", tunnelID, "err", err)
+	}
 }
 
-// Serve answers forwards and kicks for this node until ctx ends.
+// serving is what Serve has under way.
+type serving struct {
+	handling sync.WaitGroup // forwards being answered
+}
+
+// Serve answers forwards and kicks for this node until ctx ends. Then it
+// stops taking forwards, answers those that reached it already (NATS
+// hands them over from the subscription's buffer: none is dropped), and
+// returns once each has its answer: the first two stages of a node's stop.
+// The agents are still here meanwhile.
 func (c *Cluster) Serve(ctx context.Context, h relay.NodeHandlers) error {
-	c.mu.Lock()
-	c.takenOver, c.revoked = h.TakenOver, h.Revoked
-	c.mu.Unlock()
-	var handling sync.WaitGroup
+	c.holders.mu.Lock()
+	c.takenOver = h.TakenOver
+	c.holders.mu.Unlock()
+	c.tokenStore.mu.Lock()
+	c.revoked = h.Revoked
+	c.tokenStore.mu.Unlock()
+	// Forwards are answered with a context of their own: the end of ctx
+	// stops the intake, never a request at work, whose sender waits on
+	// another node.
+	work := context.WithoutCancel(ctx)
 	fwd, err := c.nc.Subscribe(nodeSubject(c.node), func(m *nats.Msg) {
 		// One at a time per subscription is NATS's way; requests of
 		// different tunnels must not wait for each other.
-		handling.Go(func() { c.answer(ctx, h, m) })
+		c.serving.handling.Go(func() { c.answer(work, h, m) })
 	})
 	if err != nil {
 		return err
@@ -82,41 +160,99 @@ func (c *Cluster) Serve(ctx context.Context, h relay.NodeHandlers) error {
 		return err
 	}
 	<-ctx.Done()
-	fwd.Unsubscribe()
+	c.drain(fwd)
+	c.serving.handling.Wait()
 	kick.Unsubscribe()
-	handling.Wait()
-	c.mu.Lock()
-	c.takenOver, c.revoked = nil, nil
-	c.mu.Unlock()
+	c.holders.mu.Lock()
+	c.takenOver = nil
+	c.holders.mu.Unlock()
+	c.tokenStore.mu.Lock()
+	c.revoked = nil
+	c.tokenStore.mu.Unlock()
 	return nil
 }
 
+// drain stops sub's intake and returns once what it had buffered has
+// reached its handler. Without NATS, nothing buffered can be answered
+// anyway: the other nodes' waits end in progressSilence.
+func (c *Cluster) drain(sub *nats.Subscription) {
+	closed := sub.StatusChanged(nats.SubscriptionClosed)
+	if err := sub.Drain(); err != nil {
+		sub.Unsubscribe()
+		return
+	}
+	select {
+	case <-closed:
+	case <-time.After(drainTimeout):
+		c.log.Warn("forwards from other nodes still buffered after the drain's time; dropping them", "waited", drainTimeout)
+		sub.Unsubscribe()
+	}
+}
+
 func (c *Cluster) answer(ctx context.Context, h relay.NodeHandlers, m *nats.Msg) {
-	var a *relay.Answer
+	if m.Reply == "" {
+		return
+	}
+	// The forwarding node learns at once that the request is here, then
+	// every progressEvery that it is still at work.
+	progress := nats.NewMsg(m.Reply)
+	progress.Header.Set(hdrProgress, "1")
+	c.nc.PublishMsg(progress)
+	stop := make(chan struct{})
+	var ticking sync.WaitGroup
+	ticking.Go(func() {
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				c.nc.PublishMsg(progress)
+			case <-stop:
+				return
+			}
+		}
+	})
+	a, id := c.handle(ctx, h, m)
+	close(stop)
+	ticking.Wait()
+	reply := nats.NewMsg(m.Reply)
+	if len(a.Body) > c.bodies.maxInline {
+		chunks, err := c.bodies.put(ctx, id, a.Body)
+		if err != nil {
+			c.log.Warn("store an answer's body", "err", err)
+			a = (retryLater("the relay node holding the agent could not pass its answer on; retry"))
+		} else {
+			reply.Header.Set(hdrBodyChunks, chunks)
+			a = &relay.Answer{Status: a.Status, Header: a.Header}
+		}
+	}
+	reply.Data = relay.AppendAnswer(nil, a)
+	if err := c.nc.PublishMsg(reply); err != nil {
+		// The other node's wait ends in progressSilence and its sender is
+		// told to retry: a handler that ran is not reported as stored.
+		c.log.Warn("an answer for another node could not be sent", "err", err, "status", a.Status)
+	}
+}
+
+// handle runs a forwarded request through the relay and returns its answer
+// and the request's id.
+func (c *Cluster) handle(ctx context.Context, h relay.NodeHandlers, m *nats.Msg) (*relay.Answer, string) {
 	req, err := relay.DecodeForward(m.Data)
 	if err == nil {
 		if chunks := m.Header.Get(hdrBodyChunks); chunks != "" {
-			req.Body, err = c.getBody(ctx, chunks)
+			req.Body, err = c.bodies.get(ctx, chunks)
 		}
 	}
 	if err != nil {
 		c.log.Warn("unreadable request from another node", "err", err)
-		a = relay.ErrorAnswer(api.Errorf(http.StatusBadGateway, api.CodeBadGateway, "the request could not be handed between relay nodes"))
-	} else {
-		a = h.Forward(ctx, m.Header.Get(hdrTunnel), req)
+		return (retryLater("the request could not be handed between relay nodes; retry")), ""
 	}
-	reply := nats.NewMsg(m.Reply)
-	if len(a.Body) > c.maxInline {
-		chunks, err := c.putBody(ctx, req.ID, a.Body)
-		if err != nil {
-			c.log.Warn("store an answer's body", "err", err)
-			return // the other node times out: 504
-		}
-		reply.Header.Set(hdrBodyChunks, chunks)
-		a = &relay.Answer{Status: a.Status, Header: a.Header}
-	}
-	reply.Data = relay.AppendAnswer(nil, a)
-	if err := m.RespondMsg(reply); err != nil {
-		c.log.Warn("answer another node", "err", err)
-	}
+	return h.Forward(ctx, m.Header.Get(hdrTunnel), req), req.ID
+}
+
+// retryLater is a 503 with Retry-After: its sender retries.
+func retryLater(msg string) *relay.Answer {
+	a := relay.ErrorAnswer(api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "%s", msg))
+	a.Header = append(a.Header, relay.HeaderField{Name: "Retry-After", Value: "5"})
+	return a
 }

@@ -17,14 +17,24 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/relaystate"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// queue is the offline queue in CALLTAP_QUEUE.
+type queue struct {
+	*link
+	stream jetstream.Stream
+	bodies *bodyStore
+
+	mu       sync.Mutex
+	bodyKeys map[int64]string // guarded by mu; queue seq → its body's chunks, for Dequeue
+}
+
 // Enqueue stores r in the stream and returns once JetStream has it on the
 // replicas it was asked for.
-func (c *Cluster) Enqueue(ctx context.Context, r *storage.QueuedRequest) error {
+func (c *queue) Enqueue(ctx context.Context, r *relaystate.QueuedRequest) error {
 	if err := c.connected(ctx); err != nil {
 		return err
 	}
@@ -36,11 +46,11 @@ func (c *Cluster) Enqueue(ctx context.Context, r *storage.QueuedRequest) error {
 	data := binary.AppendUvarint(nil, uint64(len(r.Headers)))
 	data = append(data, r.Headers...)
 	var chunks string
-	if len(r.Body) > c.maxInline {
-		bctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	if len(r.Body) > c.bodies.maxInline {
+		bctx, cancel := context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 		var err error
-		if chunks, err = c.putBody(bctx, r.ID, r.Body); err != nil {
+		if chunks, err = c.bodies.put(bctx, r.ID, r.Body); err != nil {
 			return fmt.Errorf("store the body: %w", err)
 		}
 		m.Header.Set(hdrBodyChunks, chunks)
@@ -49,7 +59,7 @@ func (c *Cluster) Enqueue(ctx context.Context, r *storage.QueuedRequest) error {
 	}
 	m.Data = data
 	// The sender waits for all that follows: two operations' worth at most.
-	ctx, cancel := context.WithTimeout(ctx, 2*c.opts.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, 2*c.timeout)
 	defer cancel()
 	// A stream whose leader was on a NATS server just gone has none for a
 	// moment: publishing again rides out the election. So does publishing
@@ -59,7 +69,7 @@ func (c *Cluster) Enqueue(ctx context.Context, r *storage.QueuedRequest) error {
 	var ack *jetstream.PubAck
 	var err error
 	for try := 1; ; try++ {
-		pctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+		pctx, cancel := context.WithTimeout(ctx, c.timeout)
 		ack, err = c.js.PublishMsg(pctx, m, jetstream.WithRetryAttempts(10), jetstream.WithRetryWait(200*time.Millisecond))
 		cancel()
 		var apiErr *jetstream.APIError
@@ -78,7 +88,7 @@ func (c *Cluster) Enqueue(ctx context.Context, r *storage.QueuedRequest) error {
 			// for the stream's max age to remove if it is not.
 			return err
 		}
-		c.deleteBody(context.WithoutCancel(ctx), chunks)
+		c.bodies.delete(context.WithoutCancel(ctx), chunks)
 		if strings.Contains(apiErr.Description, "maximum messages per subject") {
 			return relay.ErrQueueFull
 		}
@@ -96,17 +106,17 @@ const publishTries = 3
 // stream order. Each is one read from the stream's leader, so that a
 // request deleted once delivered is never read again from a replica that
 // has not heard yet.
-func (c *Cluster) QueuedAfter(ctx context.Context, tunnelID string, after int64, limit int) ([]*storage.QueuedRequest, error) {
+func (c *queue) QueuedAfter(ctx context.Context, tunnelID string, after int64, limit int) ([]*relaystate.QueuedRequest, error) {
 	if err := c.connected(ctx); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	subject := subjectQueue + tunnelID
-	var out []*storage.QueuedRequest
+	var out []*relaystate.QueuedRequest
 	seq := uint64(after) + 1
 	for len(out) < limit {
-		m, err := c.queue.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		m, err := c.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		} else if err != nil {
@@ -123,9 +133,9 @@ func (c *Cluster) QueuedAfter(ctx context.Context, tunnelID string, after int64,
 	return out, nil
 }
 
-func (c *Cluster) decodeQueued(ctx context.Context, m *jetstream.RawStreamMsg) (*storage.QueuedRequest, error) {
+func (c *queue) decodeQueued(ctx context.Context, m *jetstream.RawStreamMsg) (*relaystate.QueuedRequest, error) {
 	arrived, _ := strconv.ParseInt(m.Header.Get(hdrArrived), 10, 64)
-	q := &storage.QueuedRequest{
+	q := &relaystate.QueuedRequest{
 		Seq: int64(m.Sequence), ID: m.Header.Get(jetstream.MsgIDHeader), ArrivedAt: arrived,
 		Method: m.Header.Get(hdrMethod), URI: m.Header.Get(hdrURI),
 	}
@@ -136,7 +146,7 @@ func (c *Cluster) decodeQueued(ctx context.Context, m *jetstream.RawStreamMsg) (
 	q.Headers = m.Data[k : k+int(n)]
 	q.Body = m.Data[k+int(n):]
 	if chunks := m.Header.Get(hdrBodyChunks); chunks != "" {
-		b, err := c.getBody(ctx, chunks)
+		b, err := c.bodies.get(ctx, chunks)
 		if err != nil {
 			return nil, fmt.Errorf("body: %w", err)
 		}
@@ -151,8 +161,8 @@ func (c *Cluster) decodeQueued(ctx context.Context, m *jetstream.RawStreamMsg) (
 // Dequeue removes delivered requests. The deletes go out together: each
 // is a round of the stream's replication, and one after another they would
 // bound the drain (the relay opens its window only once they are done).
-func (c *Cluster) Dequeue(ctx context.Context, seqs ...int64) error {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+func (c *queue) Dequeue(ctx context.Context, seqs ...int64) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	var (
 		wg    sync.WaitGroup
@@ -165,13 +175,13 @@ func (c *Cluster) Dequeue(ctx context.Context, seqs ...int64) error {
 		delete(c.bodyKeys, seq)
 		c.mu.Unlock()
 		wg.Go(func() {
-			err := c.queue.DeleteMsg(ctx, uint64(seq))
+			err := c.stream.DeleteMsg(ctx, uint64(seq))
 			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 				mu.Lock()
 				first = cmp.Or(first, err)
 				mu.Unlock()
 			}
-			c.deleteBody(ctx, chunks)
+			c.bodies.delete(ctx, chunks)
 		})
 	}
 	wg.Wait()
@@ -180,33 +190,33 @@ func (c *Cluster) Dequeue(ctx context.Context, seqs ...int64) error {
 
 // QueueStatsByTunnel counts every tunnel's queue. Bytes are not counted:
 // the stream keeps counts per subject, not sizes.
-func (c *Cluster) QueueStatsByTunnel(ctx context.Context) (map[string]storage.QueueStats, error) {
+func (c *queue) QueueStatsByTunnel(ctx context.Context) (map[string]relaystate.QueueStats, error) {
 	return c.queueStats(ctx, subjectQueue+"*")
 }
 
 // TunnelQueueStats counts one tunnel's queue.
-func (c *Cluster) TunnelQueueStats(ctx context.Context, tunnelID string) (storage.QueueStats, error) {
+func (c *queue) TunnelQueueStats(ctx context.Context, tunnelID string) (relaystate.QueueStats, error) {
 	m, err := c.queueStats(ctx, subjectQueue+tunnelID)
 	return m[tunnelID], err
 }
 
-func (c *Cluster) queueStats(ctx context.Context, filter string) (map[string]storage.QueueStats, error) {
+func (c *queue) queueStats(ctx context.Context, filter string) (map[string]relaystate.QueueStats, error) {
 	if err := c.connected(ctx); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	info, err := c.queue.Info(ctx, jetstream.WithSubjectFilter(filter))
+	info, err := c.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]storage.QueueStats{}
+	out := map[string]relaystate.QueueStats{}
 	for subject, n := range info.State.Subjects {
-		out[strings.TrimPrefix(subject, subjectQueue)] = storage.QueueStats{Count: int(n)}
+		out[strings.TrimPrefix(subject, subjectQueue)] = relaystate.QueueStats{Count: int(n)}
 	}
 	return out, nil
 }
 
 // ExpireQueued does nothing: the stream drops what is older than its max
 // age by itself.
-func (c *Cluster) ExpireQueued(context.Context, time.Time) (int64, error) { return 0, nil }
+func (c *queue) ExpireQueued(context.Context, time.Time) (int64, error) { return 0, nil }

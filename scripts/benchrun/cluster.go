@@ -63,7 +63,7 @@ func cmdCluster(ctx context.Context, args []string) error {
 		// relay machine (the client learns the others from it): a request
 		// across nodes then crosses the servers' routes too.
 		ct, err := newNode(*bin, filepath.Join(dir, name), hurl, append(relayFlagsNoLimits,
-			"--nats", "nats://"+nats.servers[i].Addr().String(), "--nats-replicas", "3", "--node", name, "--queue-max-count", "1000000", "--queue-max-bytes", "4000000000")...)
+			"--nats", "nats://"+nats.servers[i].Addr().String(), "--nats-replicas", "3", "--node", name, "--queue-max-count", "1000000")...)
 		if err != nil {
 			return err
 		}
