@@ -132,7 +132,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	loops.Go(ac.sendLoop)
 	ac.trySend(outFrame{head: appendJSON(nil, frameHello, Hello{
 		TunnelID: t.id, Name: t.name, PublicURL: s.TunnelURL(t.id), MaxBody: s.cfg.MaxBody, MaxFrame: s.cfg.MaxFrame, Queued: queued, Version: s.cfg.Version,
-		ForwardTimeoutMS: s.cfg.ForwardTimeout.Milliseconds(),
+		ForwardTimeoutMS: s.cfg.ForwardTimeout.Milliseconds(), Leave: true,
 	})})
 	loops.Go(ac.drainLoop)
 	err = ac.readLoop()
@@ -190,6 +190,45 @@ type agentConn struct {
 	queued  map[uint64]int64    // guarded by mu: queued requests sent, stream → queue seq
 	window  chan struct{}       // semaphore of queued requests awaiting ack
 	acked   chan int64          // queue seqs the agent acknowledged, for drainLoop to delete
+
+	// intake is read-held while a request frame is sent, so that the
+	// goaway answering the agent's leave follows every request sent to it.
+	intake  sync.RWMutex
+	leaving bool // guarded by intake: the agent said leave
+}
+
+// errAgentLeft is roundTrip's error for an agent that is stopping: the
+// request was not sent, and is queued instead.
+var errAgentLeft = errors.New("relay: the agent is stopping")
+
+// admit holds the intake open for one request frame; false, and nothing
+// held, once the agent is leaving. admitted ends the hold.
+func (ac *agentConn) admit() bool {
+	ac.intake.RLock()
+	if ac.leaving {
+		ac.intake.RUnlock()
+		return false
+	}
+	return true
+}
+
+func (ac *agentConn) admitted() { ac.intake.RUnlock() }
+
+// leave answers an agent that stops: its tunnel takes no more requests
+// here (they queue, or go to an agent that connects meanwhile), and the
+// goaway "left" tells it that none follows. Its answers in flight still
+// reach their senders.
+func (ac *agentConn) leave() {
+	ac.intake.Lock()
+	ac.leaving = true
+	ac.intake.Unlock()
+	t := ac.t
+	t.mu.Lock()
+	if t.agent == ac {
+		t.agent = nil
+	}
+	t.mu.Unlock()
+	ac.send(outFrame{head: appendGoAway(nil, GoAway{Reason: GoAwayLeft, Message: "no more requests on this connection"})}, nil)
 }
 
 // pending is a live request waiting for its ack and response.
@@ -223,6 +262,9 @@ func (ac *agentConn) goAway(g GoAway) {
 // roundTrip sends req and waits for the agent's ack and response. acked
 // reports whether the agent said it saved the request.
 func (ac *agentConn) roundTrip(ctx context.Context, req *Request, buf *bytes.Buffer) (*response, bool, error) {
+	if !ac.admit() {
+		return nil, false, errAgentLeft // buf is still the caller's
+	}
 	req.Stream = ac.nextStream.Add(1)
 	p := &pending{acked: make(chan struct{}), resp: make(chan *response, 1)}
 	ac.mu.Lock()
@@ -235,6 +277,7 @@ func (ac *agentConn) roundTrip(ctx context.Context, req *Request, buf *bytes.Buf
 	}()
 	written := make(chan struct{})
 	err := ac.send(outFrame{head: appendRequestHead(nil, req), body: req.Body, written: func() { close(written) }}, ctx.Done())
+	ac.admitted()
 	// The body buffer belongs to the frame until sendLoop is done with it.
 	defer func() { <-written; putBuf(buf) }()
 	if err != nil {
@@ -282,6 +325,9 @@ func (ac *agentConn) readLoop() error {
 		}
 		b := buf.Bytes()
 		switch b[0] {
+		case frameLeave:
+			putBuf(buf)
+			go ac.leave() // it may wait for a request frame being sent
 		case frameAck:
 			stream, err := decodeAck(b)
 			putBuf(buf)

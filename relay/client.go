@@ -34,8 +34,10 @@ type Handler interface {
 type Stream struct {
 	c      *clientConn
 	stream uint64
+	queued bool // from the offline queue: done once acknowledged
 	once   sync.Once
 	buf    *bytes.Buffer // backs Request.Body
+	ended  sync.Once
 }
 
 // Ack tells the relay the request is saved. A queued request is removed
@@ -43,7 +45,14 @@ type Stream struct {
 // it too, so the agent acks one only when its handler is slow.
 func (s *Stream) Ack() {
 	s.c.sendUnlessClosed(outFrame{head: appendAck(nil, s.stream)})
+	if s.queued {
+		s.end()
+	}
 }
+
+// end tells a stopping connection that the relay has all it will get of
+// this request.
+func (s *Stream) end() { s.ended.Do(s.c.streams.Done) }
 
 // AckAll acknowledges many saved requests at once: the agent's writer
 // calls it once per commit, so that a commit's acks leave in one write.
@@ -66,6 +75,11 @@ func AckAll(ss []*Stream) {
 		frames = append(frames, outFrame{head: appendAck(nil, s.stream)})
 	}
 	flush()
+	for _, s := range ss {
+		if s.queued {
+			s.end()
+		}
+	}
 }
 
 // Respond sends the local handler's answer (live requests only). Call it at
@@ -84,6 +98,7 @@ func (s *Stream) Respond(r *Response) {
 		r.Result = ResultUnreachable // what an older relay understands, with the same 502
 	}
 	s.c.sendUnlessClosed(outFrame{head: appendResponseHead(nil, r), body: r.Body})
+	s.end()
 }
 
 // Limits are what the relay takes on this request's connection.
@@ -141,6 +156,12 @@ type ClientConfig struct {
 	// a relay restart is not met by every agent at once.
 	BackoffMin time.Duration // 100 ms
 	BackoffMax time.Duration // 2 s: a returning relay is found within ~2 s
+
+	// StopGrace bounds how long a stopping agent waits for the requests it
+	// holds to be answered (live) or acknowledged (queued) before it
+	// closes the connection: 35 s, the relay's default forward timeout
+	// and a margin.
+	StopGrace time.Duration
 }
 
 // Errors that end Client.Run: retrying would not help.
@@ -183,6 +204,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 35 * time.Second
 	}
 	if cfg.OnState == nil {
 		cfg.OnState = func(ConnState) {}
@@ -286,12 +310,9 @@ func (c *Client) connectOnce(ctx context.Context, wsURL string) (bool, error) {
 		}
 		return false, err
 	}
-	cc := &clientConn{wsConn: newWSConn(ws, bc, c.cfg.MaxFrame, c.cfg.Keepalive), client: c}
+	cc := &clientConn{wsConn: newWSConn(ws, bc, c.cfg.MaxFrame, c.cfg.Keepalive), client: c, left: make(chan struct{})}
 	go cc.sendLoop()
-	stop := context.AfterFunc(ctx, func() {
-		cc.writeClose(websocket.CloseGoingAway, "agent stopping")
-		cc.close(context.Canceled)
-	})
+	stop := context.AfterFunc(ctx, cc.stop)
 	defer stop()
 	err = cc.readLoop()
 	cc.close(err)
@@ -339,6 +360,51 @@ type clientConn struct {
 	// forwardTimeout is the relay's, from its hello; set by readLoop
 	// before it hands over any request.
 	forwardTimeout time.Duration
+
+	// Stopping: leaveOK is set from the hello of a relay that reads the
+	// leave frame; streams counts the requests handed to the Handler and
+	// not yet answered (live) or acknowledged (queued); left is closed by
+	// readLoop on the relay's goaway "left", after which no request comes.
+	leaveOK atomic.Bool
+	streams sync.WaitGroup
+	left    chan struct{}
+}
+
+// stop ends the connection as the agent stops. To a relay that reads
+// leave, it first says so (the relay queues what arrives from then on) and
+// gives the requests it holds up to StopGrace to be answered: a stop then
+// costs no sender an answer its handler gave.
+func (cc *clientConn) stop() {
+	defer func() {
+		cc.writeClose(websocket.CloseGoingAway, "agent stopping")
+		cc.close(context.Canceled)
+	}()
+	if !cc.leaveOK.Load() {
+		return
+	}
+	grace := time.NewTimer(cc.client.cfg.StopGrace)
+	defer grace.Stop()
+	if cc.send(outFrame{head: []byte{frameLeave}}, nil) != nil {
+		return
+	}
+	select {
+	case <-cc.left:
+	case <-grace.C:
+		return
+	case <-cc.done:
+		return
+	}
+	answered := make(chan struct{})
+	go func() {
+		cc.streams.Wait() // no stream is added after left
+		close(answered)
+	}()
+	select {
+	case <-answered:
+	case <-grace.C:
+		cc.client.log.Warn("stopping before every request held was answered", "grace", cc.client.cfg.StopGrace)
+	case <-cc.done:
+	}
 }
 
 // sendUnlessClosed sends a frame, written at once or queued, blocking
@@ -374,6 +440,7 @@ func (cc *clientConn) readLoop() error {
 			// ResultTooLarge: both came together.
 			cc.knowsTooLarge.Store(hello.MaxFrame > 0)
 			cc.forwardTimeout = time.Duration(hello.ForwardTimeoutMS) * time.Millisecond
+			cc.leaveOK.Store(hello.Leave)
 			cfg.OnState(ConnState{State: StateConnected, Hello: &hello})
 		case frameRequest:
 			if !cc.helloSeen {
@@ -385,7 +452,14 @@ func (cc *clientConn) readLoop() error {
 				putBuf(buf)
 				return err
 			}
-			cfg.Handler.ServeTunnel(req, &Stream{c: cc, stream: req.Stream, buf: buf})
+			select {
+			case <-cc.left:
+				putBuf(buf)
+				return fmt.Errorf("%w: request after goaway left", errMalformed)
+			default:
+			}
+			cc.streams.Add(1)
+			cfg.Handler.ServeTunnel(req, &Stream{c: cc, stream: req.Stream, queued: req.Queued, buf: buf})
 		case frameNotice:
 			var n Notice
 			err := decodeJSON(b, frameNotice, &n)
@@ -401,6 +475,13 @@ func (cc *clientConn) readLoop() error {
 				return err
 			}
 			switch g.Reason {
+			case GoAwayLeft:
+				select { // sent once, in answer to our leave
+				case <-cc.left:
+				default:
+					close(cc.left)
+				}
+				continue
 			case GoAwayReplaced:
 				return fmt.Errorf("%w (%s)", ErrReplaced, g.Message)
 			case GoAwayRevoked:

@@ -114,9 +114,13 @@ func (s *Server) forwardToNode(w http.ResponseWriter, r *http.Request, t *tunnel
 	// for the hop.
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ForwardTimeout+5*time.Second)
 	defer cancel()
+	defer context.AfterFunc(s.abandon, cancel)()
 	s.metrics.crossOut.Add(1)
 	a, err := s.cfg.Cluster.Forward(ctx, node, t.id, req)
 	switch {
+	case err != nil && r.Context().Err() == nil && s.abandon.Err() != nil:
+		s.refuseStopping(w)
+		return
 	case errors.Is(err, ErrNodeGone):
 		log.Warn("node holding the agent is gone; queueing", "node", node)
 		s.enqueue(w, r.Context(), t, req, log)
@@ -140,6 +144,11 @@ func (s *Server) forwardToNode(w http.ResponseWriter, r *http.Request, t *tunnel
 // exactly as if its sender had come here. It never forwards again.
 func (s *Server) serveForwarded(ctx context.Context, tunnelID string, req *Request) *Answer {
 	s.metrics.crossIn.Add(1)
+	s.busy.Add(1)
+	defer s.busy.Add(-1)
+	// ctx ends when this node stops taking requests from the others; one
+	// taken already is answered, within the stop grace (Serve).
+	ctx = context.WithoutCancel(ctx)
 	rec := &answerWriter{header: http.Header{}, body: &bytes.Buffer{}}
 	t, err := s.lookupTunnel(ctx, tunnelID)
 	switch {
@@ -198,9 +207,10 @@ func ErrorAnswer(e *api.Error) *Answer {
 
 func (a *answerWriter) answer() *Answer {
 	if a.status == 0 {
-		// Nothing was written: no handler answered, and none may be
-		// made up. The sender retries.
-		a = &answerWriter{header: http.Header{"Retry-After": {"5"}}, body: &bytes.Buffer{}}
+		// Nothing was written: no handler answered, and neither did the
+		// relay. The sender retries; a 200 would tell it a handler had.
+		a.header = http.Header{"Retry-After": {"2"}}
+		a.body.Reset()
 		api.WriteError(a, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay node holding the agent gave no answer; retry"))
 	}
 	out := &Answer{Status: a.status, Body: a.body.Bytes()}

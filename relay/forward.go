@@ -19,10 +19,21 @@ import (
 func (s *Server) forward(w http.ResponseWriter, sender context.Context, ac *agentConn, req *Request, buf *bytes.Buffer, log reqLogger) {
 	ctx, cancel := context.WithTimeout(sender, s.cfg.ForwardTimeout)
 	defer cancel()
+	// A relay stopping whose grace ran out answers what still waits.
+	defer context.AfterFunc(s.abandon, cancel)()
 	resp, acked, err := ac.roundTrip(ctx, req, buf)
 	switch {
 	case err == nil:
 		defer resp.release()
+	case errors.Is(err, errAgentLeft):
+		// The agent is stopping: the request waits for the next one.
+		defer putBuf(buf)
+		s.enqueue(w, sender, ac.t, req, log)
+		return
+	case sender.Err() == nil && s.abandon.Err() != nil:
+		log.Warn("relay stopped before the local handler answered", "saved", acked)
+		s.refuseStopping(w)
+		return
 	case errors.Is(err, errFrameTooLarge):
 		// Written, it would have closed the websocket under every request in flight.
 		log.Warn("request larger than the agent reads", "size", len(req.Body), "agent_max_frame", ac.peerMax.Load())
@@ -36,6 +47,7 @@ func (s *Server) forward(w http.ResponseWriter, sender context.Context, ac *agen
 		return // the sender went away
 	case acked:
 		log.Warn("agent lost after saving the request", "err", err)
+		w.Header().Set("Retry-After", "5") // the handler may not have seen it
 		s.fail(w, api.Errorf(http.StatusBadGateway, api.CodeBadGateway, "the agent saved the request but disconnected before the local handler answered"))
 		return
 	default:

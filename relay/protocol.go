@@ -20,6 +20,9 @@ package relay
 //	  |                                        |
 //	  | <-------------- notice --------------- |  counters the agent's console shows
 //	  | <-------------- goaway --------------- |  why the relay is closing this connection
+//	  |                                        |
+//	  | ---------------- leave --------------> |  the agent is stopping: send no more requests
+//	  | <--------- goaway (reason 4) --------- |  none follows; answers in flight still go back
 //
 // Each frame is exactly one binary websocket message, so a request costs one
 // message each way (plus the ack, for a queued request or a slow handler).
@@ -42,6 +45,12 @@ package relay
 //	           status, headers and body mean something only with 0
 //	notice   = 0x05 json(Notice)
 //	goaway   = 0x06 reason:byte message:string
+//	leave    = 0x07
+//
+// An agent that stops sends leave (to a relay whose hello has leave set),
+// then answers what it holds: the relay queues new requests from the
+// moment it reads leave, sends no request after its goaway "left", and
+// keeps the connection open until the agent closes it.
 //
 // The agent hands requests to its handler one at a time, in arrival order,
 // while any it got from the offline queue (or saved but did not send before
@@ -93,6 +102,7 @@ const (
 	frameResponse byte = 0x04
 	frameNotice   byte = 0x05
 	frameGoAway   byte = 0x06
+	frameLeave    byte = 0x07
 )
 
 // DefaultMaxFrame bounds one frame: the default body limit (10 MiB) plus room
@@ -178,6 +188,8 @@ type Hello struct {
 	// response before answering its sender 504. A relay that sends it
 	// understands ResultQueued; an older one leaves it out.
 	ForwardTimeoutMS int64 `json:"forward_timeout_ms,omitempty"`
+	// Leave: the relay reads the leave frame of an agent that stops.
+	Leave bool `json:"leave,omitempty"`
 }
 
 // Notice carries counters for the agent's console; sent when they change.
@@ -260,6 +272,9 @@ const (
 	GoAwayShutdown GoAwayReason = 1 // relay shutting down: reconnect
 	GoAwayReplaced GoAwayReason = 2 // a newer agent took the tunnel: exit
 	GoAwayRevoked  GoAwayReason = 3 // the token was revoked: exit
+	// GoAwayLeft answers the agent's leave: no request follows it, and
+	// the connection stays open for the answers in flight.
+	GoAwayLeft GoAwayReason = 4
 )
 
 // GoAway tells the agent why its connection is being closed.

@@ -221,10 +221,19 @@ func (ac *agentConn) drainLoop() {
 				continue
 			}
 			req := &Request{Stream: ac.nextStream.Add(1), Queued: true, ArrivedAt: q.ArrivedAt, ID: q.ID, Method: q.Method, URI: q.URI, Header: hdr}
+			if !ac.admit() {
+				// The agent is stopping: what it was not sent stays
+				// queued; acks of what it was sent still come.
+				<-ac.window
+				ac.awaitClose()
+				return
+			}
 			ac.mu.Lock()
 			ac.queued[req.Stream] = q.Seq
 			ac.mu.Unlock()
-			if err := ac.send(outFrame{head: appendRequestHead(nil, req), body: q.Body}, nil); errors.Is(err, errFrameTooLarge) {
+			err = ac.send(outFrame{head: appendRequestHead(nil, req), body: q.Body}, nil)
+			ac.admitted()
+			if errors.Is(err, errFrameTooLarge) {
 				// This agent reads smaller frames than the relay took: the
 				// request stays queued, for an agent that reads it, rather
 				// than stalling every request behind it.
@@ -238,6 +247,20 @@ func (ac *agentConn) drainLoop() {
 				return
 			}
 			after = q.Seq
+		}
+	}
+}
+
+// awaitClose removes from the queue what a leaving agent acknowledges,
+// until its connection closes.
+func (ac *agentConn) awaitClose() {
+	for {
+		select {
+		case seq := <-ac.acked:
+			ac.dequeueAcked(seq)
+		case <-ac.done:
+			ac.flushAcked()
+			return
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -160,6 +161,14 @@ type Server struct {
 	closing bool               // guarded by mu
 	conns   sync.WaitGroup     // agent connections, each with its loops; added to under mu while !closing
 
+	// Stopping in stages (Serve): draining refuses new requests; busy
+	// counts the tunnel requests being answered, from senders here or
+	// from other nodes; abandon ends once the grace for them is over.
+	draining atomic.Bool
+	busy     atomic.Int64
+	abandon  context.Context
+	giveUp   context.CancelFunc
+
 	metrics metrics
 }
 
@@ -219,6 +228,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("relay: offline mode must be %q or %q", OfflineQueue, OfflineReject)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, tunnels: map[string]*tunnel{}}
+	s.abandon, s.giveUp = context.WithCancel(context.Background())
 	s.upgrader = websocket.Upgrader{
 		Subprotocols:     []string{Subprotocol},
 		HandshakeTimeout: cfg.AuthTimeout,
@@ -271,11 +281,20 @@ func (s *Server) readTimeout() time.Duration { return s.cfg.ForwardTimeout + 30*
 
 // Run expires old queued requests and drops agents whose token was revoked,
 // until ctx ends; then it tells every agent the relay is going away and
-// returns once every agent connection and its loops have ended.
+// returns once every agent connection and its loops have ended. It stops
+// all at once: Serve stops in stages.
 func (s *Server) Run(ctx context.Context) error {
+	s.runBackground(ctx, ctx)
+	s.sendAgentsAway()
+	return nil
+}
+
+// runBackground does Run's work until ctx ends, and takes other nodes'
+// requests until intake ends; it returns once both have ended.
+func (s *Server) runBackground(ctx, intake context.Context) {
 	if s.cfg.Cluster != nil {
 		clustered := make(chan error, 1)
-		go func() { clustered <- s.serveClustered(ctx) }()
+		go func() { clustered <- s.serveClustered(intake) }()
 		defer func() { <-clustered }()
 	}
 	expire := time.NewTicker(expireEvery)
@@ -285,15 +304,96 @@ func (s *Server) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			s.shutdown()
-			s.conns.Wait()
-			return nil
+			return
 		case <-expire.C:
 			s.expireQueued(ctx)
 		case <-revoke.C:
 			s.dropRevoked(ctx)
 		}
 	}
+}
+
+// Serve serves hs on ln and does Run's work until ctx ends or ln fails,
+// then stops in stages, so that every sender gets its handler's answer,
+// 202 for what is queued, or a 503 with Retry-After — never an answer no
+// one gave:
+//
+//  1. intake stops: ln closes, other nodes no longer hand requests here,
+//     and a request that still arrives (on a connection already open) is
+//     answered 503 with Retry-After;
+//  2. the requests in flight have up to grace to be answered; those still
+//     waiting then are answered 503 with Retry-After (a sender retries);
+//  3. the agents are sent away: they reconnect, to another node or to
+//     this one restarted, and what is queued waits for them;
+//  4. the background work ends, and with it the tunnels this node held
+//     in a cluster are released. Whoever opened the Cluster closes it
+//     after Serve returns: that drains the node's connection to the others.
+func (s *Server) Serve(ctx context.Context, hs *http.Server, ln net.Listener, grace time.Duration) error {
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	intake, stopIntake := context.WithCancel(work)
+	worked := make(chan struct{})
+	go func() {
+		defer close(worked)
+		s.runBackground(work, intake)
+	}()
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	var err error
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+	}
+
+	s.draining.Store(true) // 1
+	stopIntake()
+	s.log.Info("relay stopping: requests in flight may take until the grace ends", "grace", grace)
+	if !s.finish(hs, grace) { // 2
+		n := s.busy.Load()
+		s.giveUp()
+		s.log.Warn("stop grace over: requests still in flight are answered 503", "requests", n)
+		if !s.finish(hs, abandonWait) {
+			hs.Close()
+		}
+	}
+	s.sendAgentsAway() // 3
+	stopWork()         // 4
+	<-worked
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// abandonWait bounds, once the stop grace is over, the wait for the
+// answers of the requests that were still in flight.
+const abandonWait = 5 * time.Second
+
+// finish waits, until wait has passed, for hs to have answered every
+// request (hs.Shutdown closes its listeners first) and for other nodes'
+// requests to be answered; false if wait ran out first.
+func (s *Server) finish(hs *http.Server, wait time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if hs.Shutdown(ctx) != nil {
+		return false
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for s.busy.Load() > 0 {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// refuseStopping answers a request the relay cannot take or finish as it
+// stops: its sender retries, and reaches another node or this one restarted.
+func (s *Server) refuseStopping(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "2")
+	s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay is restarting; retry"))
 }
 
 const (
@@ -366,7 +466,9 @@ func (s *Server) snapshotTunnels() []*tunnel {
 	return out
 }
 
-func (s *Server) shutdown() {
+// sendAgentsAway tells every agent the relay is going away, and returns
+// once every agent connection and its loops have ended.
+func (s *Server) sendAgentsAway() {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
@@ -378,6 +480,7 @@ func (s *Server) shutdown() {
 			ac.goAway(GoAway{Reason: GoAwayShutdown, Message: "relay shutting down"})
 		}
 	}
+	s.conns.Wait()
 }
 
 // lookupTunnel returns the tunnel with id, loading it from the token table
@@ -437,8 +540,18 @@ func validTunnelID(id string) bool {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch p := r.URL.Path; {
 	case strings.HasPrefix(p, "/t/"):
+		s.busy.Add(1)
+		defer s.busy.Add(-1)
+		if s.draining.Load() {
+			s.refuseStopping(w)
+			return
+		}
 		s.serveTunnel(w, r)
 	case p == ConnectPath:
+		if s.draining.Load() {
+			s.refuseStopping(w)
+			return
+		}
 		s.serveConnect(w, r)
 	case p == "/healthz":
 		api.WriteData(w, http.StatusOK, "ok", map[string]any{"version": s.cfg.Version})

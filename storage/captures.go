@@ -602,3 +602,19 @@ func (db *AgentStore) UndeliveredQueued(ctx context.Context) (_ []string, err er
 	}
 	return ids, rows.Err()
 }
+
+// MarkInterrupted marks failed, with reason as their error, the live
+// tunnel requests saved by an earlier run that never recorded the
+// handler's answer: that run stopped or was killed while they were at the
+// handler, and their senders, given no answer, send them again. It
+// returns how many it marked. Call it at start, before any new request
+// is saved.
+func (db *AgentStore) MarkInterrupted(ctx context.Context, reason string) (_ int64, err error) {
+	defer db.explain(&err)
+	res, err := db.write.ExecContext(ctx, `UPDATE captures SET status = ?, error = ?
+		WHERE source = 'tunnel' AND queued = 0 AND attempts = 0 AND status = ?`, StatusFailed, reason, StatusPending)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}

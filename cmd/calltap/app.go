@@ -39,7 +39,9 @@ func runApp(ctx context.Context, stdio Stdio, name string, app interface {
 }
 
 // runParts runs every part until one of them returns or ctx ends, then
-// cancels the others and waits for all of them. It returns the first
+// cancels the others and waits for all of them. A part that must stop in
+// stages does so itself once its context ends (relay.Server.Serve, the
+// tunnel's leave, agent.Agent.Run). It returns the first
 // error a part returned on its own, before anything asked it to stop: a
 // part that ends (a revoked tunnel, a listener that failed) ends the
 // command, instead of leaving the others running for nobody.
@@ -196,13 +198,17 @@ func (app *agentApp) Run(ctx context.Context) error {
 		defer close(agentDone)
 		app.agent.Run(agentCtx)
 	}()
+	// A stop first drains the agent (the request at the handler finishes,
+	// those waiting for their turn are answered "queued"), while the
+	// tunnel tells the relay to send no more and waits for the answers.
+	defer context.AfterFunc(ctx, app.agent.Drain)()
 	parts := []func(context.Context) error{app.runTunnel}
 	if app.inspectSrv != nil {
 		parts = append(parts, serveHTTP(app.inspectSrv, app.inspectLn, httpGrace))
 	}
 	if d := app.devRelay; d != nil {
 		hs := d.srv.HTTPServer(d.listen)
-		parts = append(parts, d.srv.Run, serveHTTP(hs, d.ln, httpGrace))
+		parts = append(parts, func(ctx context.Context) error { return d.srv.Serve(ctx, hs, d.ln, d.flags.stopGrace) })
 	}
 	err := runParts(ctx, parts...)
 	stopAgent()
@@ -241,6 +247,8 @@ func (app *agentApp) runTunnel(ctx context.Context) error {
 	cc := app.tunnel
 	cc.Logger = app.log
 	cc.Handler = app.agent
+	// Live requests at the handler are answered within its timeout.
+	cc.StopGrace = app.flags.forwardTimeout + 5*time.Second
 	cc.OnState = func(s relay.ConnState) {
 		app.agent.SetConnState(s)
 		if s.State == relay.StateConnected && s.Hello != nil {

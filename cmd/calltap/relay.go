@@ -38,6 +38,7 @@ type relayFlags struct {
 	maxInFlight    int
 	authTimeout    time.Duration
 	pongWait       time.Duration
+	stopGrace      time.Duration
 }
 
 // register adds the flags; dev has no rate limit unless asked, since
@@ -60,6 +61,7 @@ func (f *relayFlags) register(fs *flagSet, dev bool) {
 	fs.IntVar(&f.maxInFlight, "max-in-flight", d.MaxInFlight, "concurrent requests per tunnel (more → 503)")
 	fs.DurationVar(&f.authTimeout, "auth-timeout", d.AuthTimeout, "time a client has to send its request head (agents: to authenticate)")
 	fs.DurationVar(&f.pongWait, "pong-wait", d.Keepalive.PongWait, "an agent silent this long is considered gone")
+	fs.DurationVar(&f.stopGrace, "stop-grace", defaultStopGrace, "on SIGTERM, how long requests in flight may take to be answered; those still waiting then get 503 + Retry-After")
 }
 
 func (f *relayFlags) config(db relay.Store, publicURL string) relay.Config {
@@ -91,6 +93,10 @@ func flagGiven(fs *flagSet, name string) bool {
 	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
 	return given
 }
+
+// defaultStopGrace is a relay's --stop-grace: within the 30 s a service
+// manager usually waits after SIGTERM before it kills.
+const defaultStopGrace = 20 * time.Second
 
 func relayDB(ctx context.Context, dataDir string, opts ...storage.Option) (*storage.RelayStore, error) {
 	return storage.OpenRelay(ctx, filepath.Join(dataDir, "relay.db"), opts...)
@@ -219,7 +225,7 @@ func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 	if err != nil {
 		return fail(stdio, "relay", err)
 	}
-	if err := serveRelay(ctx, srv, *listen, *insecure, &tf, *dataDir, log); err != nil {
+	if err := serveRelay(ctx, srv, *listen, *insecure, &tf, *dataDir, rf.stopGrace, log); err != nil {
 		return fail(stdio, "relay", err)
 	}
 	return 0
@@ -227,12 +233,13 @@ func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 
 // serveRelay runs the relay and its listeners until ctx ends or one of
 // them fails.
-func serveRelay(ctx context.Context, srv *relay.Server, listen string, insecure bool, tf *tlsFlags, dataDir string, log *slog.Logger) error {
+func serveRelay(ctx context.Context, srv *relay.Server, listen string, insecure bool, tf *tlsFlags, dataDir string, grace time.Duration, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
-	parts := []func(context.Context) error{srv.Run, serveHTTP(srv.HTTPServer(listen), ln, httpGrace)}
+	var public net.Listener = ln
+	var parts []func(context.Context) error
 	if !insecure {
 		certs, err := tf.build(dataDir, listen, log)
 		if err != nil {
@@ -241,7 +248,7 @@ func serveRelay(ctx context.Context, srv *relay.Server, listen string, insecure 
 		}
 		// HTTP/1.1 only: agents' websockets need it, and senders are
 		// webhooks, one request per connection or a few.
-		parts[1] = serveHTTP(srv.HTTPServer(listen), tls.NewListener(ln, certs.Config()), httpGrace)
+		public = tls.NewListener(ln, certs.Config())
 		if tf.httpListen != "" {
 			hln, err := net.Listen("tcp", tf.httpListen)
 			if err != nil {
@@ -253,6 +260,9 @@ func serveRelay(ctx context.Context, srv *relay.Server, listen string, insecure 
 		}
 		parts = append(parts, func(ctx context.Context) error { return keepCertificates(ctx, certs, log) })
 	}
+	// The relay stops in stages of its own (Server.Serve); the other parts
+	// stop with it.
+	parts = append(parts, func(ctx context.Context) error { return srv.Serve(ctx, srv.HTTPServer(listen), public, grace) })
 	log.Info("relay listening", "addr", ln.Addr().String(), "tls", !insecure, "public_url", srv.TunnelURL("<tunnel-id>"))
 	return runParts(ctx, parts...)
 }

@@ -1,7 +1,15 @@
 // Package agent is calltap's agent: it saves every request that reaches
-// the tunnel in SQLite before anything else happens to it, forwards it to
-// the developer's local handler, records the answer, and replays, backfills
-// and saves the media of what it captured.
+// the tunnel in SQLite, forwards it to the developer's local handler,
+// records the answer, and replays, backfills and saves the media of what
+// it captured.
+//
+// What it guarantees: a sender's 2xx (or 202) means the request is saved.
+// A live request goes to the handler while its capture commits, and its
+// sender gets the handler's answer once both are done; should the agent
+// crash in between, the sender gets a 5xx and retries, so the handler may
+// see a request again, with the same delivery id (the capture of the
+// retry is marked duplicate_of the first when that one was saved). An
+// orderly stop loses nothing a crash would not.
 package agent
 
 import (
@@ -93,11 +101,16 @@ type Agent struct {
 	turnWake chan struct{} // cap 1: wakes turnLoop
 	waiting  atomic.Int64  // turns not done, the one at the handler included; 0 lets a live request go straight
 
-	// Stopping. Run closes quit once its context ends and writeLoop has
-	// returned; then it sets stopped, after which nothing is queued for
-	// writeLoop and no task starts, and waits for the tasks.
+	// Stopping, in stages (Run): draining is closed by Drain or when Run's
+	// context ends; then closing is set, after which no task starts, and
+	// the tasks are waited for while writeLoop still commits what they
+	// queue; then writeLoop commits the rest and returns, and Run closes
+	// quit and sets stopped, after which nothing is queued for writeLoop.
+	draining   chan struct{}
+	drainOnce  sync.Once
 	quit       chan struct{}
 	stopMu     sync.RWMutex
+	closing    bool                       // guarded by stopMu
 	stopped    bool                       // guarded by stopMu
 	tasks      sync.WaitGroup             // goroutines started by start and backgroundLoop
 	background chan func(context.Context) // to backgroundLoop: work bounded by Run's context
@@ -149,6 +162,7 @@ func New(cfg Config) (*Agent, error) {
 		log:        cfg.Logger,
 		ops:        make(chan writeOp, 1024),
 		turnWake:   make(chan struct{}, 1),
+		draining:   make(chan struct{}),
 		quit:       make(chan struct{}),
 		background: make(chan func(context.Context)),
 	}
@@ -160,6 +174,14 @@ func New(cfg Config) (*Agent, error) {
 		a.forwardTo = u
 	}
 	if a.forwardTo != nil && cfg.ResumeQueued {
+		// A live request an earlier run saved but stopped (or was killed)
+		// before its handler's answer was recorded: its sender got no
+		// answer from the handler, and sends it again.
+		if n, err := a.store.MarkInterrupted(context.Background(), errInterrupted); err != nil {
+			a.log.Error("marking requests an earlier run left unanswered", "err", err)
+		} else if n > 0 {
+			a.log.Warn("requests an earlier run left unanswered are marked failed; their senders retry", "count", n)
+		}
 		// Queued requests saved by an earlier run that stopped before
 		// sending them take the first turns, before any request of this
 		// run can arrive.
@@ -241,14 +263,33 @@ func (a *Agent) publish(ev Event) {
 // work (replays on the service's schedule, media downloads) until ctx
 // ends; it returns once every goroutine the agent started has ended. It is
 // called once.
+//
+// It stops in stages, so that a stop loses nothing a kill would not: the
+// request at the handler in turn finishes (the others wait for the next
+// run, in their order); requests at the handler out of turn finish too,
+// within the handler timeout; what they wrote is committed; only then
+// does the writer stop.
 func (a *Agent) Run(ctx context.Context) error {
+	writes, stopWrites := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWrites()
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		a.writeLoop(writes)
+	}()
+	stopDrain := context.AfterFunc(ctx, a.Drain)
+	defer stopDrain()
 	var loops sync.WaitGroup
 	loops.Go(func() { a.turnLoop(ctx) })
 	loops.Go(func() { a.backgroundLoop(ctx) })
-	a.writeLoop(ctx)
-	a.stop()
 	loops.Wait()
-	a.tasks.Wait() // their writes are refused now, so nothing holds them long
+	a.stopMu.Lock()
+	a.closing = true
+	a.stopMu.Unlock()
+	a.tasks.Wait() // their writes are still taken
+	stopWrites()
+	<-wrote
+	a.stop()
 	if a.media != nil {
 		a.media.Close(context.Background()) // cancels the downloads: they end soon
 	}
@@ -257,6 +298,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.client.CloseIdleConnections()
 	return nil
 }
+
+// Drain makes the agent take no more turns at the handler: the one at the
+// handler finishes, live requests waiting for theirs are answered
+// "queued" (their senders get 202) and, with the queued ones, are sent in
+// their order on the next start. A stopping tunnel calls it first; Run
+// calls it once its context ends.
+func (a *Agent) Drain() {
+	a.drainOnce.Do(func() { close(a.draining) })
+}
+
+// errInterrupted is the error recorded on a live request whose answer an
+// earlier run never recorded: it stopped, or was killed, first.
+const errInterrupted = "interrupted: the agent stopped before the handler's answer was recorded; the sender was not given it, and sends the request again"
 
 // stop ends the agent's intake once writeLoop has returned: writes queued
 // from now on are refused, and those still in the queue are abandoned.
@@ -293,7 +347,7 @@ func (a *Agent) start(f func()) bool {
 func (a *Agent) enter() bool {
 	a.stopMu.RLock()
 	defer a.stopMu.RUnlock()
-	if a.stopped {
+	if a.closing {
 		return false
 	}
 	a.tasks.Add(1)

@@ -13,9 +13,12 @@ import (
 // read loop, so it only queues work.
 //
 // A live request is forwarded while its capture is committed, and the relay
-// gets the handler's answer once both are done: the sender's answer still
-// means the capture is saved, and the handler no longer waits for the
-// commit. A queued request is saved and acknowledged, then forwarded in
+// gets the handler's answer once both are done: the sender's answer means
+// the capture is saved (a capture that fails to commit turns the answer
+// into a 502, and the sender retries), and the handler does not wait for
+// the commit. So the handler may see a request whose capture a crash then
+// loses; its sender, given no answer, sends it again, with the same
+// delivery id. A queued request is saved and acknowledged, then forwarded in
 // arrival order (turnLoop); so is a live request that arrives while any
 // request before it still waits for the handler (serveInTurn).
 func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
@@ -187,6 +190,33 @@ func (a *Agent) serveInTurn(c *storage.Capture, req *relay.Request, s *relay.Str
 			s.Ack() // its answer may be a while: the relay learns it is saved
 		}
 	}})
+	if a.isDraining() {
+		a.deferLater(t) // no turn comes in this run
+	}
+}
+
+// isDraining reports whether Drain was called.
+func (a *Agent) isDraining() bool {
+	select {
+	case <-a.draining:
+		return true
+	default:
+		return false
+	}
+}
+
+// deferLater answers t "queued" on a goroutine of its own, Run waiting for
+// it, since its save may still be under way.
+func (a *Agent) deferLater(t *turn) {
+	if t.s == nil || t.s.ForwardTimeout() <= 0 {
+		return // queued already; or a relay that knows no "queued": it waits
+	}
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	if !a.start(func() { a.deferTurn(t) }) {
+		go a.deferTurn(t) // the agent is closing: its waits still end by themselves
+	}
 }
 
 // deferMargin is how long before the relay's forward timeout a live request
@@ -219,9 +249,25 @@ func (a *Agent) deferTurn(t *turn) {
 }
 
 // turnLoop sends the tunnel's requests that must wait for their turn to the
-// handler, one at a time, in arrival order.
+// handler, one at a time, in arrival order, until the agent drains: then
+// the turn at the handler finishes, and the live requests still waiting
+// are answered "queued" (deferLater), to be sent with the queued ones, in
+// their order, by the next run (UndeliveredQueued).
 func (a *Agent) turnLoop(ctx context.Context) {
+	// A turn taken runs to its end: a request at the handler whose answer
+	// is not recorded would be sent again by the next run.
+	run := context.WithoutCancel(ctx)
 	for {
+		if a.isDraining() {
+			a.turnMu.Lock()
+			left := a.turns
+			a.turns = nil
+			a.turnMu.Unlock()
+			for _, t := range left {
+				a.deferLater(t)
+			}
+			return
+		}
 		a.turnMu.Lock()
 		var t *turn
 		if len(a.turns) > 0 {
@@ -233,12 +279,11 @@ func (a *Agent) turnLoop(ctx context.Context) {
 		if t == nil {
 			select {
 			case <-a.turnWake:
-				continue
-			case <-ctx.Done():
-				return
+			case <-a.draining:
 			}
+			continue
 		}
-		a.takeTurn(ctx, t)
+		a.takeTurn(run, t)
 		a.waiting.Add(-1)
 	}
 }
@@ -293,11 +338,7 @@ func (a *Agent) sendLive(ctx context.Context, t *turn) {
 	default:
 	}
 	res := a.send(context.Background(), t.c, t.h, t.s.Limits())
-	select {
-	case <-t.saved:
-	case <-ctx.Done():
-		return
-	}
+	<-t.saved // comes: every queued write is told its outcome
 	if t.err != nil {
 		t.s.Respond(notSaved)
 		return

@@ -41,21 +41,26 @@ func (a *Agent) writeLoop(ctx context.Context) {
 	linger.Stop()
 	again := time.NewTimer(time.Hour)
 	again.Stop()
+	// Once ctx ends, what is queued is committed, without waiting for
+	// more, and writeLoop returns.
+	done := ctx.Done()
+	stopping := false
 	for {
 		batch = append(batch[:0], kept...)
 		kept = kept[:0]
 		var wake <-chan time.Time
-		if len(batch) > 0 {
+		if len(batch) > 0 && !stopping {
 			again.Reset(pause)
 			wake = again.C
 		}
-		select {
-		case op := <-a.ops:
-			batch = append(batch, op)
-		case <-wake:
-		case <-ctx.Done():
-			a.abandon(batch, ctx.Err())
-			return
+		if !stopping {
+			select {
+			case op := <-a.ops:
+				batch = append(batch, op)
+			case <-wake:
+			case <-done:
+				stopping, done = true, nil
+			}
 		}
 		if wake != nil {
 			again.Stop()
@@ -69,7 +74,10 @@ func (a *Agent) writeLoop(ctx context.Context) {
 				break more
 			}
 		}
-		if onlyResponses(batch) {
+		if len(batch) == 0 && stopping {
+			return
+		}
+		if onlyResponses(batch) && !stopping {
 			// Nobody waits for a response to be recorded (the sender has
 			// its answer), so it waits a moment for the next request's
 			// insert and shares its commit: one commit per request, not
@@ -85,7 +93,7 @@ func (a *Agent) writeLoop(ctx context.Context) {
 					}
 				case <-linger.C:
 					break wait
-				case <-ctx.Done():
+				case <-done:
 					break wait
 				}
 			}
@@ -156,6 +164,10 @@ func (a *Agent) writeLoop(ctx context.Context) {
 			if op.after != nil {
 				op.after(err)
 			}
+		}
+		if stopping && err != nil {
+			a.abandon(kept, errStopped) // the disk fails as the agent stops
+			return
 		}
 	}
 }
