@@ -27,6 +27,7 @@ lint:
 test: vet lint
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) test -run '^$$' -fuzz FuzzDecodeFrame -fuzztime 15s ./relay/
+	$(GO) test -run '^$$' -fuzz FuzzImport -fuzztime 15s ./inspector/
 
 # Runs `calltap dev` with a small sample handler and sends sample call events.
 demo: build
