@@ -41,6 +41,7 @@ test: check-tools vet lint
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) test -run '^$$' -fuzz FuzzDecodeFrame -fuzztime 15s ./relay/
 	$(GO) test -run '^$$' -fuzz FuzzPathRule -fuzztime 15s ./relay/tunnelpath/
+	$(GO) test -run '^$$' -fuzz FuzzImport -fuzztime 15s ./inspector/
 
 # Runs `calltap dev` with a small sample handler and sends sample call events.
 # The first build compiles SQLite (cgo) and takes minutes: -v lists the

@@ -102,7 +102,9 @@ func detailOf(c *storage.Capture, attempts []storage.Attempt, replays []*storage
 			d.URL += "?" + c.Query
 		}
 	}
-	if json.Valid(c.Body) && len(c.Body) > 0 {
+	// JSON that is not UTF-8 would make the whole answer (or export line)
+	// something JSON readers refuse: such a body is only in body, base64.
+	if len(c.Body) > 0 && utf8.Valid(c.Body) && json.Valid(c.Body) {
 		d.Payload = json.RawMessage(c.Body)
 	} else {
 		d.Payload = json.RawMessage("null")

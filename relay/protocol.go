@@ -71,12 +71,14 @@ package relay
 // it under every request in flight.
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"unicode/utf8"
 )
 
 // Subprotocol is the websocket subprotocol; its suffix is the protocol
@@ -119,24 +121,47 @@ type HeaderField struct {
 	Value string
 }
 
-// MarshalJSON renders a Header as [[name, value], ...].
+// MarshalJSON renders a Header as [[name, value], ...]. A name or value
+// that is not UTF-8 (a sender may put any byte but a control in a value)
+// goes as [name, value, "base64"] with both in base64, so that every byte
+// comes back: JSON would turn it into U+FFFD.
 func (h Header) MarshalJSON() ([]byte, error) {
-	pairs := make([][2]string, len(h))
+	fields := make([][]string, len(h))
 	for i, f := range h {
-		pairs[i] = [2]string{f.Name, f.Value}
+		if utf8.ValidString(f.Name) && utf8.ValidString(f.Value) {
+			fields[i] = []string{f.Name, f.Value}
+			continue
+		}
+		fields[i] = []string{base64.StdEncoding.EncodeToString([]byte(f.Name)), base64.StdEncoding.EncodeToString([]byte(f.Value)), "base64"}
 	}
-	return json.Marshal(pairs)
+	return json.Marshal(fields)
 }
 
-// UnmarshalJSON reads [[name, value], ...].
+// UnmarshalJSON reads [[name, value], ...], with [name, value, "base64"]
+// for a field in base64.
 func (h *Header) UnmarshalJSON(b []byte) error {
-	var pairs [][2]string
-	if err := json.Unmarshal(b, &pairs); err != nil {
+	var fields [][]string
+	if err := json.Unmarshal(b, &fields); err != nil {
 		return err
 	}
-	out := make(Header, len(pairs))
-	for i, p := range pairs {
-		out[i] = HeaderField{p[0], p[1]}
+	out := make(Header, len(fields))
+	for i, f := range fields {
+		switch {
+		case len(f) == 2:
+			out[i] = HeaderField{f[0], f[1]}
+		case len(f) == 3 && f[2] == "base64":
+			name, err := base64.StdEncoding.DecodeString(f[0])
+			if err != nil {
+				return fmt.Errorf("header %d: name: %w", i+1, err)
+			}
+			value, err := base64.StdEncoding.DecodeString(f[1])
+			if err != nil {
+				return fmt.Errorf("header %d: value: %w", i+1, err)
+			}
+			out[i] = HeaderField{string(name), string(value)}
+		default:
+			return fmt.Errorf("header %d: want [name, value] or [name, value, \"base64\"]", i+1)
+		}
 	}
 	*h = out
 	return nil

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
 
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
@@ -27,6 +29,7 @@ type callReplay struct {
 	retries    bool     // replay the service's retries of a delivery too
 	expect     string   // "2xx", "200", …; "" checks nothing
 	expectJSON []string // path=value checks of the answer's JSON body
+	headers    []string // "Name: value" set on every request, replacing the captured values
 	asJSON     bool
 }
 
@@ -51,10 +54,25 @@ func (r *callReplay) validate() error {
 			return fmt.Errorf("--expect-body-json %q: want path=value", e)
 		}
 	}
-	if r.timeScale < 0 {
-		return fmt.Errorf("--time-scale must not be negative")
+	if r.timeScale < 0 || math.IsNaN(r.timeScale) || math.IsInf(r.timeScale, 0) {
+		return fmt.Errorf("--time-scale must be a number, 0 or more")
 	}
-	return nil
+	_, err := replayHeaders(r.headers)
+	return err
+}
+
+// replayHeaders reads --header values, "Name: value" each.
+func replayHeaders(hs []string) (relay.Header, error) {
+	var out relay.Header
+	for _, h := range hs {
+		name, value, ok := strings.Cut(h, ":")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		if !ok || name == "" || strings.ContainsAny(name, " \t") || strings.ContainsAny(value, "\r\n\x00") {
+			return nil, fmt.Errorf("--header %q: want 'Name: value'", h)
+		}
+		out = append(out, relay.HeaderField{Name: name, Value: value})
+	}
+	return out, nil
 }
 
 // statusRange reads --expect: a class such as 2xx, or one status.
@@ -81,7 +99,8 @@ func (r *callReplay) run(ctx context.Context, stdio Stdio, db *storage.AgentStor
 	go func() { a.Run(runCtx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	o := agent.CallReplayOptions{CallID: r.callID, To: r.to, TimeScale: r.timeScale, WithRetries: r.retries}
+	set, _ := replayHeaders(r.headers)
+	o := agent.CallReplayOptions{CallID: r.callID, To: r.to, TimeScale: r.timeScale, WithRetries: r.retries, SetHeaders: set}
 	originals, err := a.CallOriginals(ctx, o)
 	if err != nil {
 		return fail(stdio, "replay", apiMessage(err))
@@ -184,24 +203,51 @@ func checkBodyJSON(body []byte, expr string) string {
 }
 
 // loadExport reads an export into a throwaway store in dir, so that a call
-// replays from a file exactly as from the store.
-func loadExport(ctx context.Context, file, dir string) (*storage.AgentStore, error) {
+// replays from a file exactly as from the store. It returns the headers
+// the export masked.
+func loadExport(ctx context.Context, file, dir string) (*storage.AgentStore, []string, error) {
 	f, err := os.Open(file)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
-	cs, err := inspector.ReadExport(f)
+	ef, err := inspector.ReadExport(f)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
+		return nil, nil, fmt.Errorf("%s: %w", file, err)
 	}
 	db, err := agentDB(ctx, dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if _, err := inspector.Import(ctx, db, cs); err != nil {
+	if _, err := inspector.Import(ctx, db, ef.Captures); err != nil {
 		db.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return db, nil
+	return db, ef.Header.MaskedHeaders, nil
+}
+
+// unsupplied is the masked headers of an export that the captures hold
+// (as MaskedValue) and --header does not give again.
+func unsupplied(ctx context.Context, db *storage.AgentStore, masked []string, given relay.Header) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	_, err := db.EachCapture(ctx, storage.CaptureFilter{}, func(c *storage.Capture) error {
+		var h relay.Header
+		if h.UnmarshalJSON([]byte(c.RequestHeaders)) != nil {
+			return nil
+		}
+		for _, f := range h {
+			if f.Value != inspector.MaskedValue || given.Get(f.Name) != "" || seen[strings.ToLower(f.Name)] {
+				continue
+			}
+			for _, m := range masked {
+				if strings.EqualFold(m, f.Name) {
+					seen[strings.ToLower(f.Name)] = true
+					out = append(out, f.Name)
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
 }

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -122,7 +124,7 @@ func noStore(path string) string {
 }
 
 func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
-	fs := newFlagSet("replay", "calltap replay ID [--to URL] [--retry service [--time-scale F]] [--json]\n       calltap replay --call CALL_ID | --from FILE [--to URL] [--time-scale F] [--with-retries] [--expect 2xx] [--expect-body-json path=value]… [--json]",
+	fs := newFlagSet("replay", "calltap replay ID [--to URL] [--retry service [--time-scale F]] [--json]\n       calltap replay --call CALL_ID | --from FILE [--to URL] [--time-scale F] [--with-retries] [--header 'Name: value']… [--expect 2xx] [--expect-body-json path=value]… [--json]",
 		"Re-send a captured request, byte-exact, to the local handler it went to (or --to), and store the result as a new\ncapture linked to the original. Works whether or not an agent is running.\n\nWith --call, re-fire a whole call's events in their original order, spaced as they first arrived (times\n--time-scale; 0 sends them back to back); with --from, those of an export, without a store. --expect checks each\nanswer and exits 1 naming every event that did not match: captured calls as regression tests of a handler.")
 	var (
 		dataDir    = fs.String("data", defaultDataDir(), "data directory")
@@ -137,6 +139,8 @@ func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
 		expectJSON stringList
 	)
 	fs.Var(&expectJSON, "expect-body-json", "with --call/--from: path=value every answer's JSON body must hold (repeatable)")
+	var headers stringList
+	fs.Var(&headers, "header", "with --call/--from: 'Name: value' to send instead of the captured value, e.g. a secret the export masked (repeatable)")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
 	}
@@ -147,7 +151,7 @@ func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
 		if *retry != "" {
 			return usageError(stdio, "replay", "--retry replays one capture; not with --call/--from")
 		}
-		r := &callReplay{callID: *call, from: *from, to: *to, timeScale: *timeScale, retries: *retries, expect: *expect, expectJSON: expectJSON, asJSON: *asJSON}
+		r := &callReplay{callID: *call, from: *from, to: *to, timeScale: *timeScale, retries: *retries, expect: *expect, expectJSON: expectJSON, headers: headers, asJSON: *asJSON}
 		if err := r.validate(); err != nil {
 			return usageError(stdio, "replay", "%v", err)
 		}
@@ -158,11 +162,19 @@ func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
 				return fail(stdio, "replay", err)
 			}
 			defer os.RemoveAll(tmp)
-			db, err := loadExport(ctx, *from, tmp)
+			db, masked, err := loadExport(ctx, *from, tmp)
 			if err != nil {
 				return fail(stdio, "replay", err)
 			}
 			defer db.Close()
+			// A masked secret goes out as the mask: say so, and how to
+			// give it, rather than leave a 401 to puzzle over.
+			given, _ := replayHeaders(headers)
+			if missing, err := unsupplied(ctx, db, masked, given); err != nil {
+				return fail(stdio, "replay", err)
+			} else if len(missing) > 0 {
+				fmt.Fprintf(stdio.Err, "calltap replay: the export masked %s: sent as %s unless given with --header '%s: …'\n", strings.Join(missing, ", "), inspector.MaskedValue, missing[0])
+			}
 			return r.run(ctx, stdio, db)
 		}
 		db, err := agentDB(ctx, dir)
@@ -172,8 +184,8 @@ func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
 		defer db.Close()
 		return r.run(ctx, stdio, db)
 	}
-	if *expect != "" || len(expectJSON) > 0 || *retries {
-		return usageError(stdio, "replay", "--expect, --expect-body-json and --with-retries go with --call or --from")
+	if *expect != "" || len(expectJSON) > 0 || *retries || len(headers) > 0 {
+		return usageError(stdio, "replay", "--expect, --expect-body-json, --header and --with-retries go with --call or --from")
 	}
 	if len(fs.args) != 1 {
 		return usageError(stdio, "replay", "give one capture ID")
@@ -181,8 +193,8 @@ func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
 	if *retry != "" && *retry != "service" {
 		return usageError(stdio, "replay", "--retry must be 'service'")
 	}
-	if *timeScale <= 0 {
-		return usageError(stdio, "replay", "--time-scale must be positive")
+	if !(*timeScale > 0) || math.IsInf(*timeScale, 0) {
+		return usageError(stdio, "replay", "--time-scale must be a positive number")
 	}
 	db, err := agentDB(ctx, *dataDir)
 	if err != nil {

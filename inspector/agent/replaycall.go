@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 )
@@ -16,6 +19,9 @@ type CallReplayOptions struct {
 	To          string  `json:"to"`           // another URL, used as is
 	TimeScale   float64 `json:"time_scale"`   // times the original gaps; 0 sends back to back
 	WithRetries bool    `json:"with_retries"` // the service's retries of a delivery too, not only the first
+	// SetHeaders replace, on every request, the captured fields of the
+	// same names: a secret an export masked, supplied again.
+	SetHeaders relay.Header `json:"set_headers"`
 }
 
 // CallOriginals returns what ReplayCall would re-fire, oldest first: the
@@ -57,7 +63,12 @@ func (a *Agent) ReplayCall(ctx context.Context, originals []*storage.Capture, o 
 				return ctx.Err()
 			}
 		}
-		c, err := a.ReplayAndWait(ctx, ReplayOptions{ID: orig.ID, To: o.To})
+		ro := ReplayOptions{ID: orig.ID, To: o.To}
+		if len(o.SetHeaders) > 0 {
+			h := withHeaders(orig.RequestHeaders, o.SetHeaders)
+			ro.Headers = &h
+		}
+		c, err := a.ReplayAndWait(ctx, ro)
 		if err != nil {
 			return fmt.Errorf("replaying %s: %w", orig.ID, err)
 		}
@@ -66,6 +77,37 @@ func (a *Agent) ReplayCall(ctx context.Context, originals []*storage.Capture, o 
 		}
 	}
 	return nil
+}
+
+// withHeaders is the header list stored (JSON) with each field of set in
+// place of the first of its name, the others of that name dropped, and
+// the fields of set it had none of at the end.
+func withHeaders(stored string, set relay.Header) relay.Header {
+	var h relay.Header
+	_ = h.UnmarshalJSON([]byte(stored))
+	out := make(relay.Header, 0, len(h)+len(set))
+	placed := make([]bool, len(set))
+	for _, f := range h {
+		i := slices.IndexFunc(set, func(s relay.HeaderField) bool { return strings.EqualFold(s.Name, f.Name) })
+		switch {
+		case i < 0:
+			out = append(out, f)
+		case !placed[i]:
+			// Every field of that name in set goes here, in order.
+			for j, s := range set {
+				if strings.EqualFold(s.Name, f.Name) {
+					out = append(out, relay.HeaderField{Name: f.Name, Value: s.Value})
+					placed[j] = true
+				}
+			}
+		}
+	}
+	for i, s := range set {
+		if !placed[i] {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // ReplayCallInBackground is ReplayCall on a goroutine of Run's, for the
