@@ -196,7 +196,7 @@ func (app *agentApp) Run(ctx context.Context) error {
 		defer close(agentDone)
 		app.agent.Run(agentCtx)
 	}()
-	parts := []func(context.Context) error{app.runTunnel}
+	parts := []func(context.Context) error{app.runTunnel, runRetention(app.db, app.flags.retention.retention(), app.log)}
 	if app.inspectSrv != nil {
 		parts = append(parts, serveHTTP(app.inspectSrv, app.inspectLn, httpGrace))
 	}
