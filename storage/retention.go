@@ -89,15 +89,13 @@ func (db *AgentStore) Prune(ctx context.Context, r Retention, now time.Time) (De
 			return total, nil
 		}
 		before := total.Captures
-		for freed := int64(0); freed < excess; {
-			start := total.Bytes
-			more, err := batch(r.prunable(), nil)
-			if err != nil {
+		upto, err := db.oldestCovering(ctx, r, excess)
+		if err != nil {
+			return total, err
+		}
+		for more := upto > 0; more; {
+			if more, err = batch(r.prunable()+" AND c.seq <= ?", []any{upto}); err != nil {
 				return total, err
-			}
-			freed += total.Bytes - start + int64(total.Captures-before)*rowOverhead
-			if !more {
-				break
 			}
 		}
 		if err := db.vacuum(ctx); err != nil {
@@ -108,6 +106,26 @@ func (db *AgentStore) Prune(ctx context.Context, r Retention, now time.Time) (De
 		}
 	}
 	return total, nil
+}
+
+// oldestCovering is the seq up to which the prunable captures, oldest
+// first, hold excess bytes (by their bodies and rowOverhead each); 0 when
+// none is prunable.
+func (db *AgentStore) oldestCovering(ctx context.Context, r Retention, excess int64) (int64, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT c.seq, c.size + coalesce(length(c.response_body), 0) FROM captures c WHERE `+r.prunable()+` ORDER BY c.seq`)
+	if err != nil {
+		return 0, fmt.Errorf("storage: oldest captures: %w", err)
+	}
+	defer rows.Close()
+	var upto, held int64
+	for held < excess && rows.Next() {
+		var seq, size int64
+		if err := rows.Scan(&seq, &size); err != nil {
+			return 0, fmt.Errorf("storage: oldest captures: %w", err)
+		}
+		upto, held = seq, held+size+rowOverhead
+	}
+	return upto, rows.Err()
 }
 
 // rowOverhead is a capture's bytes in the database and index beside its
