@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -257,7 +258,15 @@ func TestPruneToMaxBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if used, _ = db.DiskUsage(); used > limit {
-		t.Fatalf("usage %d over the limit %d", used, limit)
+		var files []string
+		filepath.WalkDir(filepath.Dir(db.path), func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				fi, _ := d.Info()
+				files = append(files, fmt.Sprintf("%s %d", p, allocated(fi)))
+			}
+			return nil
+		})
+		t.Fatalf("usage %d over the limit %d: %v", used, limit, files)
 	}
 	if _, err := db.Capture(ctx, cs[0].ID); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("the oldest capture: %v", err)

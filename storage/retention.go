@@ -141,15 +141,25 @@ func (db *AgentStore) vacuum(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	// A few merge steps: FTS4 records a deletion as new segment data, and
-	// frees the old entries when segments merge.
-	if _, err := conn.ExecContext(ctx, `INSERT INTO search.captures_fts (captures_fts) VALUES ('merge=64,4')`); err != nil {
+	// FTS4 records a deletion as new segment data, and frees the old
+	// entries only when all segments merge into one: a partial merge
+	// ('merge=X,Y') left the index larger than before the prune. This
+	// runs on the indexer's connection, off the capture writer's path.
+	if _, err := conn.ExecContext(ctx, `INSERT INTO search.captures_fts (captures_fts) VALUES ('optimize')`); err != nil {
 		return db.index.damage(fmt.Errorf("storage: merge the search index: %w", err))
 	}
-	if err := incrementalVacuum(ctx, conn, "search"); err != nil {
-		return err
+	for _, schema := range []string{"search", "main"} {
+		if err := incrementalVacuum(ctx, conn, schema); err != nil {
+			return err
+		}
+		// The WAL holds a copy of every page the prune touched, and keeps
+		// its size after a checkpoint: truncate it. A reader in the way
+		// makes this a no-op (busy), tried again at the next prune.
+		if _, err := conn.ExecContext(ctx, `PRAGMA `+schema+`.wal_checkpoint(TRUNCATE)`); err != nil {
+			return fmt.Errorf("storage: checkpoint %s: %w", schema, err)
+		}
 	}
-	return incrementalVacuum(ctx, conn, "main")
+	return nil
 }
 
 // incrementalVacuum frees the free pages of schema, switching it to
