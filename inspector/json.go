@@ -35,6 +35,7 @@ type Summary struct {
 	Size           int      `json:"size"`
 	Attempts       int      `json:"attempts"`
 	MaxAttempts    int      `json:"max_attempts"`
+	Keep           bool     `json:"keep"` // retention never prunes it
 }
 
 func SummaryOf(c *storage.Capture) Summary {
@@ -42,7 +43,7 @@ func SummaryOf(c *storage.Capture) Summary {
 		ID: c.ID, CreatedAt: api.Time(c.CreatedAt), Method: c.Method, Path: c.Path, Query: c.Query,
 		Event: c.Event, CallID: c.CallID, DeliveryID: c.DeliveryID, Status: c.Status, Error: c.Error,
 		ReplayOf: c.ReplayOf, DuplicateOf: c.DuplicateOf, Queued: c.Queued, ArrivedAt: api.Time(c.ArrivedAt),
-		Source: c.Source, Size: c.Size, Attempts: c.Attempts, MaxAttempts: c.MaxAttempts,
+		Source: c.Source, Size: c.Size, Attempts: c.Attempts, MaxAttempts: c.MaxAttempts, Keep: c.Keep,
 	}
 	if c.Body != nil {
 		s.Size = len(c.Body)

@@ -79,6 +79,7 @@ func NewServer(cfg ServerConfig) *Server {
 	m.HandleFunc("POST /api/v1/ext/calls/{call_id}/replay/", s.replayCall)
 	acfg := cfg.Agent.Config()
 	CallRoutes(m, acfg.Store, acfg.AnalysisPendingAfter)
+	DeleteRoutes(m, acfg.Store)
 	if acfg.MediaDir != "" {
 		MediaRoutes(m, acfg.Store, acfg.MediaDir)
 	}

@@ -175,6 +175,9 @@ func (bs *bodyStore) startSegment() error {
 		return fmt.Errorf("storage: start a body segment: %w", err)
 	}
 	bs.files = append(bs.files, f)
+	if err := holdSegment(f); err != nil {
+		return fmt.Errorf("storage: hold a body segment: %w", err)
+	}
 	if bs.synced {
 		if err := bs.syncDir(); err != nil {
 			return fmt.Errorf("storage: sync the body folder: %w", err)

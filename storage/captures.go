@@ -45,6 +45,7 @@ type Capture struct {
 	DeliveredAt     time.Time
 	Attempts        int
 	MaxAttempts     int
+	Keep            bool // retention never prunes it (SetKeep); only a delete removes it
 
 	// LastAttempt, when set on an update, is recorded in the attempts log
 	// in the same transaction.
@@ -278,7 +279,7 @@ func (w *rawConn) updateCapture(c *Capture) error {
 
 const captureColumns = `seq, id, relay_id, source, created_at, arrived_at, queued, method, path, query, request_headers,
 	size, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, response_status,
-	error, duration_us, delivered_at, attempts, max_attempts`
+	error, duration_us, delivered_at, attempts, max_attempts, keep`
 
 // capturePrefixed is captureColumns qualified by the alias c, for joins.
 var capturePrefixed = func() string {
@@ -298,7 +299,7 @@ func scanCapture(sc interface{ Scan(...any) error }, extra ...any) (*Capture, er
 	)
 	dest := []any{&c.Seq, &c.ID, &relayID, &c.Source, &created, &arrived, &c.Queued, &c.Method, &c.Path, &c.Query, &c.RequestHeaders,
 		&c.Size, &c.Target, &event, &callID, &deliveryID, &occurredAt, &dupOf, &replayOf, &c.Status, &respStatus,
-		&errTxt, &dur, &delivered, &c.Attempts, &c.MaxAttempts}
+		&errTxt, &dur, &delivered, &c.Attempts, &c.MaxAttempts, &c.Keep}
 	if err := sc.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}

@@ -327,7 +327,19 @@ func (db *core) migrateThrough(ctx context.Context, last string) error {
 	return nil
 }
 
+// outsideTx starts a migration that cannot run in a transaction (VACUUM).
+// It runs statement by statement, then is recorded; one that stops half
+// way runs again whole at the next open, so it must be safe to repeat.
+const outsideTx = "-- calltap: outside a transaction\n"
+
 func (db *core) migrateOne(ctx context.Context, dir, name string) error {
+	body, err := fs.ReadFile(migrations, dir+"/"+name)
+	if err != nil {
+		return err
+	}
+	if strings.HasPrefix(string(body), outsideTx) {
+		return db.migrateOutsideTx(ctx, dir, name, string(body))
+	}
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -339,10 +351,6 @@ func (db *core) migrateOne(ctx context.Context, dir, name string) error {
 	} else if n > 0 {
 		return nil
 	}
-	body, err := fs.ReadFile(migrations, dir+"/"+name)
-	if err != nil {
-		return err
-	}
 	if _, err := tx.ExecContext(ctx, string(body)); err != nil {
 		return fmt.Errorf("storage: migration %s/%s: %w", db.schema, name, err)
 	}
@@ -350,6 +358,20 @@ func (db *core) migrateOne(ctx context.Context, dir, name string) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+func (db *core) migrateOutsideTx(ctx context.Context, dir, name, body string) error {
+	var n int
+	if err := db.write.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE name = ?`, name).Scan(&n); err != nil {
+		return err
+	} else if n > 0 {
+		return nil
+	}
+	if _, err := db.write.ExecContext(ctx, body); err != nil {
+		return fmt.Errorf("storage: migration %s/%s: %w", db.schema, name, err)
+	}
+	_, err := db.write.ExecContext(ctx, `INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)`, name, time.Now().UTC().Format(time.RFC3339))
+	return err
 }
 
 // nullString maps "" to NULL so that optional text columns stay NULL.

@@ -53,7 +53,7 @@ const (
 	searchChunk      = 1024                  // captures per background indexing transaction
 	searchIdle       = 50 * time.Millisecond // no write for this long: the writer is idle
 	searchRetry      = time.Second           // after a failed chunk, the background indexer waits this long
-	searchFormat     = 1                     // the index file's user_version; another value rebuilds it
+	searchFormat     = 2                     // the index file's user_version; another value rebuilds it (2: entries can be deleted)
 )
 
 // SearchIndexPath is the full-text index file of the agent store at path:
@@ -202,7 +202,9 @@ func (ix *indexer) prepare(ctx context.Context) error {
 	if err := conn.QueryRowContext(ctx, `SELECT uuid FROM store_identity WHERE id = 1`).Scan(&store); err != nil {
 		return fmt.Errorf("storage: store identity: %w", err)
 	}
-	if err := conn.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM captures`).Scan(&last); err != nil {
+	// The highest seq ever given, not the newest capture's: the newest
+	// captures may have been deleted, and seqs are never reused.
+	if err := conn.QueryRowContext(ctx, `SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'captures'), 0), coalesce((SELECT max(seq) FROM captures), 0))`).Scan(&last); err != nil {
 		return fmt.Errorf("storage: newest capture: %w", err)
 	}
 	if format == searchFormat {
@@ -216,7 +218,14 @@ func (ix *indexer) prepare(ctx context.Context) error {
 		for _, q := range []string{
 			`DROP TABLE IF EXISTS search.captures_fts`,
 			`DROP TABLE IF EXISTS search.search_progress`,
-			`CREATE VIRTUAL TABLE search.captures_fts USING fts4 (content="", body, tokenize=unicode61)`,
+			`DROP TABLE IF EXISTS search.search_forget`,
+			// An FTS4 table without content ("contentless") cannot delete
+			// an entry; one with external content can, reading the text to
+			// remove from its content table. search_forget is that table,
+			// empty but while a deletion puts there the bodies it removes
+			// (see deleteBatch): the text is in the store, not twice here.
+			`CREATE TABLE search.search_forget (docid INTEGER PRIMARY KEY, body TEXT)`,
+			`CREATE VIRTUAL TABLE search.captures_fts USING fts4 (content="search_forget", body, tokenize=unicode61)`,
 			`CREATE TABLE search.search_progress (id INTEGER PRIMARY KEY CHECK (id = 1), store TEXT NOT NULL, indexed_upto INTEGER NOT NULL)`,
 			fmt.Sprintf(`PRAGMA search.user_version = %d`, searchFormat),
 		} {
@@ -232,6 +241,9 @@ func (ix *indexer) prepare(ctx context.Context) error {
 		return fmt.Errorf("storage: search index: %w", err)
 	}
 	committed = true
+	if err := incrementalVacuum(ctx, conn, "search"); err != nil {
+		return err
+	}
 	ix.setPosition(upto, last)
 	return nil
 }

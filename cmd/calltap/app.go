@@ -202,7 +202,7 @@ func (app *agentApp) Run(ctx context.Context) error {
 	// those waiting for their turn are answered "queued"), while the
 	// tunnel tells the relay to send no more and waits for the answers.
 	defer context.AfterFunc(ctx, app.agent.Drain)()
-	parts := []func(context.Context) error{app.runTunnel}
+	parts := []func(context.Context) error{app.runTunnel, runRetention(app.db, app.flags.retention.retention(), app.log)}
 	if app.inspectSrv != nil {
 		parts = append(parts, serveHTTP(app.inspectSrv, app.inspectLn, httpGrace))
 	}

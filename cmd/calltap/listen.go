@@ -36,6 +36,7 @@ type agentFlags struct {
 	allowPrivate   bool
 	pendingAfter   time.Duration
 	sync           syncFlag
+	retention      retentionFlags
 }
 
 func (f *agentFlags) register(fs *flagSet) {
@@ -51,6 +52,7 @@ func (f *agentFlags) register(fs *flagSet) {
 	fs.BoolVar(&f.allowPrivate, "allow-private-media", false, "let media links point at loopback or private addresses (on in dev)")
 	fs.DurationVar(&f.pendingAfter, "analysis-pending-after", callevent.DefaultAnalysisPendingAfter, "flag a call whose call.analysis_completed has not come this long after call.ended")
 	f.sync.register(fs)
+	f.retention.register(fs)
 }
 
 func (f *agentFlags) validate() error {

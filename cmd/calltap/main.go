@@ -49,6 +49,8 @@ func commands() map[string]command {
 		"media":        {cmdMedia, "fetch fresh links to a call's recording and transcript and save the files"},
 		"export":       {cmdExport, "write captures byte-exact as JSON Lines (or HAR, --format har), to keep or to hand to a teammate"},
 		"import":       {cmdImport, "load an export into the local store"},
+		"delete":       {cmdDelete, "delete captures (by ID, call or age) with their bodies, search entries and media"},
+		"keep":         {cmdKeep, "mark captures that retention (--retain, --max-store) never prunes"},
 	}
 }
 

@@ -10,6 +10,7 @@
 //	benchrun scale     --out FILE                      idle tunnels: RSS, goroutines, accept rate
 //	benchrun queue     --bin bin/calltap --out FILE    offline queue: enqueue and drain rates
 //	benchrun reconnect --bin bin/calltap --out FILE    relay down 0/10/60 s → first request through
+//	benchrun prune     --bin bin/calltap --out FILE    retention: p99 through the tunnel while 10⁵ captures are pruned, and after
 //	benchrun cluster   --bin bin/calltap --out FILE    team relay over NATS: same node vs another, shared queue, NATS bytes
 //	benchrun report    FILE                            the table
 //
@@ -27,7 +28,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchrun handler|tunnel|store|scale|hold|queue|reconnect|cluster|report [flags]")
+		fmt.Fprintln(os.Stderr, "usage: benchrun handler|tunnel|store|scale|hold|queue|reconnect|prune|cluster|report [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -49,6 +50,8 @@ func main() {
 		err = cmdQueue(ctx, args)
 	case "reconnect":
 		err = cmdReconnect(ctx, args)
+	case "prune":
+		err = cmdPrune(ctx, args)
 	case "cluster":
 		err = cmdCluster(ctx, args)
 	case "report":

@@ -48,6 +48,8 @@ async function call(method, path, { params, body, signal } = {}) {
 
 export const get = (path, params, signal) => call('GET', path, { params, signal });
 export const post = (path, body) => call('POST', path, { body });
+export const del = (path) => call('DELETE', path);
+export const put = (path, body) => call('PUT', path, { body });
 
 export const listCaptures = (params, signal) => get('webhooks/', params, signal);
 export const getCapture = (id, signal) => get(`webhooks/${encodeURIComponent(id)}/`, null, signal);
@@ -56,6 +58,9 @@ export const replay = (req) => post('webhooks/replay/', req);
 export const getTunnel = () => get('tunnel/');
 export const listCalls = (params, signal) => get('calls/', params, signal);
 export const getCall = (id, signal) => get(`calls/${encodeURIComponent(id)}/`, null, signal);
+export const deleteCapture = (id) => del(`webhooks/${encodeURIComponent(id)}/`);
+export const setKeep = (id, keep) => put(`webhooks/${encodeURIComponent(id)}/keep`, { keep });
+export const deleteCall = (id) => del(`calls/${encodeURIComponent(id)}/`);
 export const replayCall = (id, timeScale) => post(`calls/${encodeURIComponent(id)}/replay/`, { time_scale: timeScale });
 // exportURL downloads what the list's filters select (limit and offset
 // aside), as JSON Lines or HAR.

@@ -24,6 +24,11 @@ class App {
       listFilterQuery: () => filterQuery(this.requests.filters),
       focusList: () => this.activeList()?.el.focus({ preventScroll: true }),
       onReplayed: () => {},
+      // onDeleted reloads the lists: the deleted rows may be anywhere in them.
+      onDeleted: () => {
+        this.requests.list.reset();
+        if (this.calls.started) this.calls.list.reset();
+      },
     };
     this.ctx = ctx;
     this.requests = new RequestList(ctx);

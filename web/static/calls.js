@@ -4,7 +4,7 @@
 // anomalies. The calls API is read tolerantly: fields it does not send are
 // left out, fields it adds later do no harm.
 
-import { h, icon, clear, extLink, safeURL, copyButton, toast } from './dom.js';
+import { h, icon, clear, extLink, safeURL, copyButton, toast, confirmDialog } from './dom.js';
 import * as api from './api.js';
 import * as fmt from './format.js';
 import * as json from './json.js';
@@ -239,6 +239,18 @@ export class CallsView {
       }
     };
     replayBtn.addEventListener('click', () => this.replayCall());
+    const delBtn = h('button', { class: 'btn btn-sm btn-danger act-delete-call', type: 'button', title: 'Delete every request of this call, and its saved media' }, 'Delete call');
+    delBtn.addEventListener('click', async () => {
+      if (!(await confirmDialog('Delete this call?', `Every request of call ${id} and its saved recordings and transcripts will be gone from the store.`))) return;
+      try {
+        await api.deleteCall(id);
+        toast('Call deleted', 'ok', 1500);
+        this.app.onDeleted();
+        this.app.navigate('/calls' + this.query());
+      } catch (err) {
+        toast(`Could not delete the call: ${err.message}`, 'error');
+      }
+    });
     const head = h('header', { class: 'd-head' },
       h('div', { class: 'd-line' },
         icon('phone', 'big-icon'),
@@ -247,6 +259,7 @@ export class CallsView {
         h('span', { class: 'spacer' }),
         spacing,
         replayBtn,
+        delBtn,
         close),
       h('div', { class: 'd-meta' },
         s.lastEvent ? eventBadge(s.lastEvent) : null,

@@ -2,7 +2,7 @@
 // contract checks as annotations, attempts and replays — with the replay,
 // copy-as-curl and download actions.
 
-import { h, icon, clear, append, copyButton, copyText, toast } from './dom.js';
+import { h, icon, clear, append, copyButton, copyText, toast, confirmDialog } from './dom.js';
 import * as api from './api.js';
 import * as fmt from './format.js';
 import * as json from './json.js';
@@ -208,6 +208,31 @@ export class Detail {
     const dl = h('a', { class: 'btn btn-sm act-download', href: api.bodyURL(d.id), download: '', title: 'Download the request body' }, icon('download'), 'Body');
     const close = h('button', { class: 'btn btn-ghost btn-sm btn-icon', type: 'button', title: 'Close (Esc)', 'aria-label': 'Close' }, icon('x'));
     close.addEventListener('click', () => this.app.navigate('/' + this.app.listFilterQuery()));
+    // Keep: retention never prunes it. Delete: gone with its body, search
+    // entry and saved media, after a confirm.
+    const keepBtn = h('button', { class: 'btn btn-sm act-keep', type: 'button', 'aria-pressed': d.keep ? 'true' : 'false',
+      title: d.keep ? 'Kept: retention never prunes it (click to unmark)' : 'Keep: retention never prunes it' }, d.keep ? 'Kept' : 'Keep');
+    keepBtn.addEventListener('click', async () => {
+      try {
+        await api.setKeep(d.id, !d.keep);
+        d.keep = !d.keep;
+        this.render(true);
+      } catch (err) {
+        toast(`Could not change the mark: ${err.message}`, 'error');
+      }
+    });
+    const delBtn = h('button', { class: 'btn btn-sm btn-danger act-delete', type: 'button', title: 'Delete this request from the store' }, 'Delete');
+    delBtn.addEventListener('click', async () => {
+      if (!(await confirmDialog('Delete this request?', `${d.method} ${d.path} will be gone from the store, search, calls and exports, with its body and saved media.`))) return;
+      try {
+        await api.deleteCapture(d.id);
+        toast('Deleted', 'ok', 1500);
+        this.app.onDeleted();
+        this.app.navigate('/' + this.app.listFilterQuery());
+      } catch (err) {
+        toast(`Could not delete: ${err.message}`, 'error');
+      }
+    });
 
     const links = [];
     if (d.replay_of) links.push(h('span', { class: 'rel' }, 'replay of ', this.link(d.replay_of)));
@@ -228,7 +253,7 @@ export class Detail {
         // replay and duplicate are said by the links after them
         flagsOf(d).filter(([, cls]) => cls !== 'replay' && cls !== 'dup').map(([label, cls, title]) => h('span', { class: 'flag f-' + cls, title }, label)),
         links),
-      h('div', { class: 'd-actions' }, replayBtn, editBtn, curlBtn, curlLocal, dl));
+      h('div', { class: 'd-actions' }, replayBtn, editBtn, curlBtn, curlLocal, dl, keepBtn, delBtn));
 
     const checks = Array.isArray(d.checks) ? d.checks : [];
     const attempts = Array.isArray(d.attempt_log) ? d.attempt_log : [];

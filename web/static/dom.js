@@ -150,3 +150,25 @@ export function copyButton(text, label = 'Copy', title) {
   });
   return b;
 }
+
+// confirmDialog asks a yes/no question in a modal <dialog> (the page's
+// own, not window.confirm, which a browser may suppress) and resolves to
+// true when the person picks ok. title and text are set as text.
+export function confirmDialog(title, text, ok = 'Delete') {
+  return new Promise((resolve) => {
+    const yes = h('button', { type: 'submit', class: 'btn btn-danger btn-sm act-confirm', value: 'yes' }, ok);
+    const no = h('button', { type: 'submit', class: 'btn btn-sm act-cancel', value: 'no' }, 'Cancel');
+    const dlg = h('dialog', { class: 'dlg confirm-dlg', 'aria-label': title },
+      h('form', { method: 'dialog', class: 'dlg-form' },
+        h('h2', { class: 'dlg-title' }, title),
+        h('p', null, text),
+        h('div', { class: 'dlg-actions' }, no, yes)));
+    dlg.addEventListener('close', () => {
+      resolve(dlg.returnValue === 'yes');
+      dlg.remove();
+    });
+    document.body.appendChild(dlg);
+    dlg.showModal();
+    no.focus();
+  });
+}

@@ -1,0 +1,264 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Retention is how much history an agent store keeps. The pruner is the
+// store's: it knows what is oldest and what frees space; the agent only
+// runs it (RunRetention) beside the answer path.
+type Retention struct {
+	MaxAge   time.Duration // captures older than this go; 0: no limit
+	MaxBytes int64         // the store's files (database, index, bodies, media) are brought under this; 0: no limit
+	// PruneKept also prunes captures marked to keep and imported fixtures,
+	// which retention otherwise never touches.
+	PruneKept bool
+	// Pause between two batches: the capture writer and the indexer get
+	// the locks between them. Default 5 ms.
+	Pause time.Duration
+}
+
+// prunable is the condition on captures c that retention may remove.
+func (r Retention) prunable() string {
+	if r.PruneKept {
+		return "1"
+	}
+	return "c.keep = 0 AND c.source <> 'import'"
+}
+
+// Prune removes, oldest first and a batch at a time, the captures r does
+// not keep: older than MaxAge, then as many more as bring the store under
+// MaxBytes. Between batches it pauses; then it hands the freed database
+// pages back to the file system.
+func (db *AgentStore) Prune(ctx context.Context, r Retention, now time.Time) (Deleted, error) {
+	var total Deleted
+	pause := r.Pause
+	if pause <= 0 {
+		pause = 5 * time.Millisecond
+	}
+	batch := func(cond string, args []any) (bool, error) {
+		d, more, err := db.deleteWhere(ctx, cond, args, deleteBatchMax)
+		total.add(d)
+		if err != nil || !more {
+			return false, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(pause):
+		}
+		return true, nil
+	}
+	if r.MaxAge > 0 {
+		cutoff := now.Add(-r.MaxAge).UnixMicro()
+		for more := true; more; {
+			var err error
+			if more, err = batch(r.prunable()+" AND c.created_at < ?", []any{cutoff}); err != nil {
+				return total, err
+			}
+		}
+		d, err := db.deleteMediaWhere(ctx, "capture_id = '' AND created_at < ?", cutoff)
+		total.add(d)
+		if err != nil {
+			return total, err
+		}
+	}
+	if err := db.vacuum(ctx); err != nil {
+		return total, err
+	}
+	if r.MaxBytes <= 0 {
+		return total, nil
+	}
+	// Over the size: delete the oldest until what was deleted covers the
+	// excess, then measure again (the estimate counts bodies, not rows).
+	for round := 0; round < 8; round++ {
+		used, err := db.DiskUsage()
+		if err != nil {
+			return total, err
+		}
+		excess := used - r.MaxBytes
+		if excess <= 0 {
+			return total, nil
+		}
+		before := total.Captures
+		upto, err := db.oldestCovering(ctx, r, excess)
+		if err != nil {
+			return total, err
+		}
+		for more := upto > 0; more; {
+			if more, err = batch(r.prunable()+" AND c.seq <= ?", []any{upto}); err != nil {
+				return total, err
+			}
+		}
+		if err := db.vacuum(ctx); err != nil {
+			return total, err
+		}
+		if total.Captures == before {
+			return total, nil // nothing prunable is left
+		}
+	}
+	return total, nil
+}
+
+// oldestCovering is the seq up to which the prunable captures, oldest
+// first, hold excess bytes (by their bodies and rowOverhead each); 0 when
+// none is prunable.
+func (db *AgentStore) oldestCovering(ctx context.Context, r Retention, excess int64) (int64, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT c.seq, c.size + coalesce(length(c.response_body), 0) FROM captures c WHERE `+r.prunable()+` ORDER BY c.seq`)
+	if err != nil {
+		return 0, fmt.Errorf("storage: oldest captures: %w", err)
+	}
+	defer rows.Close()
+	var upto, held int64
+	for held < excess && rows.Next() {
+		var seq, size int64
+		if err := rows.Scan(&seq, &size); err != nil {
+			return 0, fmt.Errorf("storage: oldest captures: %w", err)
+		}
+		upto, held = seq, held+size+rowOverhead
+	}
+	return upto, rows.Err()
+}
+
+// rowOverhead is a capture's bytes in the database and index beside its
+// bodies (columns, headers, index entries), for Prune's estimate.
+const rowOverhead = 2048
+
+// vacuum hands the database pages that deletions freed back to the file
+// system (auto_vacuum is incremental: migration 0012), in the store and
+// in the search index, whose entries FTS4 removes by merging segments.
+func (db *AgentStore) vacuum(ctx context.Context) error {
+	conn, err := db.index.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// FTS4 records a deletion as new segment data, and frees the old
+	// entries only when all segments merge into one: a partial merge
+	// ('merge=X,Y') left the index larger than before the prune. This
+	// runs on the indexer's connection, off the capture writer's path.
+	if _, err := conn.ExecContext(ctx, `INSERT INTO search.captures_fts (captures_fts) VALUES ('optimize')`); err != nil {
+		return db.index.damage(fmt.Errorf("storage: merge the search index: %w", err))
+	}
+	for _, schema := range []string{"search", "main"} {
+		if err := incrementalVacuum(ctx, conn, schema); err != nil {
+			return err
+		}
+		// The WAL holds a copy of every page the prune touched, and keeps
+		// its size after a checkpoint: truncate it. A reader in the way
+		// makes this a no-op (busy), tried again at the next prune.
+		if _, err := conn.ExecContext(ctx, `PRAGMA `+schema+`.wal_checkpoint(TRUNCATE)`); err != nil {
+			return fmt.Errorf("storage: checkpoint %s: %w", schema, err)
+		}
+	}
+	return nil
+}
+
+// incrementalVacuum frees the free pages of schema, switching it to
+// incremental auto_vacuum first if it is not (the search index file is
+// created by the indexer; an empty or new one converts at once).
+func incrementalVacuum(ctx context.Context, conn *sql.Conn, schema string) error {
+	var mode int
+	if err := conn.QueryRowContext(ctx, `PRAGMA `+schema+`.auto_vacuum`).Scan(&mode); err != nil {
+		return fmt.Errorf("storage: %s auto_vacuum: %w", schema, err)
+	}
+	if mode != 2 {
+		if _, err := conn.ExecContext(ctx, `PRAGMA `+schema+`.auto_vacuum = INCREMENTAL`); err != nil {
+			return fmt.Errorf("storage: %s auto_vacuum: %w", schema, err)
+		}
+		if _, err := conn.ExecContext(ctx, `VACUUM `+schema); err != nil {
+			return fmt.Errorf("storage: vacuum %s: %w", schema, err)
+		}
+	}
+	// PRAGMA incremental_vacuum returns a row per step: read them all so
+	// that it runs to the end.
+	rows, err := conn.QueryContext(ctx, `PRAGMA `+schema+`.incremental_vacuum`)
+	if err != nil {
+		return fmt.Errorf("storage: incremental vacuum of %s: %w", schema, err)
+	}
+	for rows.Next() {
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("storage: incremental vacuum of %s: %w", schema, err)
+	}
+	return nil
+}
+
+// DiskUsage is the space the store's files take on disk: the database and
+// its WAL, the search index, body segments (their blocks: deleted spans
+// are holes) and saved media.
+func (db *AgentStore) DiskUsage() (int64, error) {
+	var total int64
+	for _, p := range []string{db.path, db.path + "-wal", SearchIndexPath(db.path), SearchIndexPath(db.path) + "-wal"} {
+		n, err := fileUsage(p)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	for _, dir := range []string{BodiesDir(db.path), MediaDir(db.path)} {
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			if d.Type().IsRegular() {
+				n, err := fileUsage(p)
+				total += n
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("storage: disk usage: %w", err)
+		}
+	}
+	return total, nil
+}
+
+// fileUsage is the bytes a file takes on disk (its blocks where the
+// system says, else its size); 0 if it does not exist.
+func fileUsage(path string) (int64, error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("storage: disk usage: %w", err)
+	}
+	return allocated(fi), nil
+}
+
+// RunRetention prunes now and then every interval, until ctx ends. A
+// failed pass is logged and tried again at the next.
+func (db *AgentStore) RunRetention(ctx context.Context, r Retention, interval time.Duration, log *slog.Logger) {
+	if r.MaxAge <= 0 && r.MaxBytes <= 0 {
+		return
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d, err := db.Prune(ctx, r, time.Now())
+		if err != nil && ctx.Err() == nil {
+			log.Warn("retention: pruning old captures", "err", err)
+		} else if d.Captures > 0 || d.Media > 0 {
+			log.Info("retention: pruned old captures", "captures", d.Captures, "media", d.Media, "bytes", d.Bytes)
+		}
+		t.Reset(interval)
+	}
+}
