@@ -198,16 +198,6 @@ func parseBefore(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%q: want RFC 3339, a date (2026-11-01) or an age (30d)", s)
 }
 
-// isTerminal reports whether r is a terminal a person can answer from.
-func isTerminal(r any) bool {
-	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
 func cmdKeep(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("keep", "calltap keep ID... [--off] [--data DIR]",
 		"Mark captures to keep: retention (--retain, --max-store) never prunes them; calltap delete still can.")

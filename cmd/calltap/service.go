@@ -139,9 +139,10 @@ func readConfig(path string) (map[string]string, error) {
 	return out, nil
 }
 
-// isTerminal reports whether w is a terminal, where progress is shown.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+// isTerminal reports whether v (stdin or stdout) is a terminal: where
+// progress is shown, and a person can answer a prompt.
+func isTerminal(v any) bool {
+	f, ok := v.(*os.File)
 	if !ok {
 		return false
 	}
