@@ -249,6 +249,10 @@ func TestPruneToMaxBytes(t *testing.T) {
 		cs = append(cs, testCapture(i, bytes.Repeat([]byte{byte('a' + i%26)}, fileBodyMin)))
 	}
 	saveCaptures(t, db, cs...)
+	// The index is part of the store: measure once it holds the bodies.
+	if err := db.CatchUpSearch(ctx); err != nil {
+		t.Fatal(err)
+	}
 	used, err := db.DiskUsage()
 	if err != nil {
 		t.Fatal(err)

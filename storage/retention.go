@@ -79,6 +79,7 @@ func (db *AgentStore) Prune(ctx context.Context, r Retention, now time.Time) (De
 	}
 	// Over the size: delete the oldest until what was deleted covers the
 	// excess, then measure again (the estimate counts bodies, not rows).
+	var last int64 = -1
 	for round := 0; round < 8; round++ {
 		used, err := db.DiskUsage()
 		if err != nil {
@@ -88,6 +89,15 @@ func (db *AgentStore) Prune(ctx context.Context, r Retention, now time.Time) (De
 		if excess <= 0 {
 			return total, nil
 		}
+		// What the last round deleted did not show on disk (a WAL a reader
+		// kept from truncating, blocks the file system keeps): deleting
+		// more on that reading would empty the store. The next prune,
+		// minutes later, measures again.
+		if last >= 0 && used >= last {
+			slog.Warn("storage: a prune freed no measurable space; trying again at the next one", "used", used, "limit", r.MaxBytes)
+			return total, nil
+		}
+		last = used
 		before := total.Captures
 		upto, err := db.oldestCovering(ctx, r, excess)
 		if err != nil {
@@ -155,11 +165,31 @@ func (db *AgentStore) vacuum(ctx context.Context) error {
 		// The WAL holds a copy of every page the prune touched, and keeps
 		// its size after a checkpoint: truncate it. A reader in the way
 		// makes this a no-op (busy), tried again at the next prune.
-		if _, err := conn.ExecContext(ctx, `PRAGMA `+schema+`.wal_checkpoint(TRUNCATE)`); err != nil {
-			return fmt.Errorf("storage: checkpoint %s: %w", schema, err)
+		if err := truncateWAL(ctx, conn, schema); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// truncateWAL checkpoints schema's WAL and truncates it, trying a few
+// times while a reader's snapshot is in the way (SQLite then answers
+// busy rather than an error): the indexer reads in short transactions.
+func truncateWAL(ctx context.Context, conn *sql.Conn, schema string) error {
+	for try := 0; ; try++ {
+		var busy, logPages, done int
+		if err := conn.QueryRowContext(ctx, `PRAGMA `+schema+`.wal_checkpoint(TRUNCATE)`).Scan(&busy, &logPages, &done); err != nil {
+			return fmt.Errorf("storage: checkpoint %s: %w", schema, err)
+		}
+		if busy == 0 || try == 20 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(try+1) * 5 * time.Millisecond):
+		}
+	}
 }
 
 // incrementalVacuum frees the free pages of schema, switching it to
