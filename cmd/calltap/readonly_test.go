@@ -37,9 +37,9 @@ func TestReadOnlyCommandsCreateNoStore(t *testing.T) {
 			if len(args) == 4 {
 				var page struct {
 					Count int               `json:"count"`
-					Items []json.RawMessage `json:"items"`
+					Results []json.RawMessage `json:"results"`
 				}
-				if err := json.Unmarshal([]byte(stdout), &page); err != nil || page.Count != 0 || page.Items == nil {
+				if err := json.Unmarshal([]byte(stdout), &page); err != nil || page.Count != 0 || page.Results == nil || len(page.Results) != 0 {
 					t.Errorf("%v: stdout %q, want an empty page", args, stdout)
 				}
 			}

@@ -93,6 +93,7 @@ func newStopRig(t *testing.T, extra ...string) *stopRig {
 	r.relayArgs = append([]string{"relay", "--listen", addr, "--insecure-http", "--public-url", r.relayURL, "--data", dir,
 		"--rate-limit", "100000", "--rate-burst", "100000"}, extra...)
 	r.relay = start(t, r.relayArgs...)
+	r.waitRelay(t)
 	code, stdout, stderr := runCmd(t, "relay", "token", "create", "alice", "--data", dir, "--public-url", r.relayURL, "--json")
 	if code != 0 {
 		t.Fatalf("token create: %s", stderr)
@@ -104,6 +105,19 @@ func newStopRig(t *testing.T, extra ...string) *stopRig {
 	json.Unmarshal([]byte(stdout), &tok)
 	r.token, r.url = tok.Token, tok.URL
 	return r
+}
+
+// waitRelay polls until the relay process answers its health check.
+func (r *stopRig) waitRelay(t *testing.T) {
+	t.Helper()
+	polltest.Until(t, 60*time.Second, func() bool {
+		resp, err := http.Get(r.relayURL + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "the relay did not come up")
 }
 
 func (r *stopRig) startAgent(t *testing.T, forwardTo string, extra ...string) *proc {
@@ -274,7 +288,7 @@ func TestRelaySIGTERMAnswersEverySender(t *testing.T) {
 // 2xx reaches the handler once and is saved once; no capture stays
 // pending; an orderly stop logs no error.
 func TestAgentStopKeepsOrderAndAnswers(t *testing.T) {
-	h := &echoHandler{delay: 30 * time.Millisecond}
+	h := &echoHandler{delay: 20 * time.Millisecond}
 	hs := httptest.NewServer(h)
 	defer hs.Close()
 	rig := newStopRig(t)
@@ -305,6 +319,9 @@ func TestAgentStopKeepsOrderAndAnswers(t *testing.T) {
 				mu.Lock()
 				results = append(results, s)
 				mu.Unlock()
+				// A pace the handler keeps up with (8 senders, 40 a second
+				// against its 50), so that the queue drains in the end.
+				time.Sleep(200 * time.Millisecond)
 			}
 		})
 	}
@@ -351,6 +368,20 @@ func TestAgentStopKeepsOrderAndAnswers(t *testing.T) {
 	}
 }
 
+// waitConnected polls the inspector at addr until its tunnel is connected.
+func waitConnected(t *testing.T, addr string) {
+	t.Helper()
+	polltest.Until(t, 60*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/api/v1/ext/tunnel/")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return strings.Contains(string(b), `"connected"`)
+	}, "the tunnel did not come up")
+}
+
 // What the agent's package comment says: a sender's 2xx means saved; after
 // a crash (SIGKILL) with a request at the handler, the sender is told to
 // retry, the handler sees the request again with the same delivery id, the
@@ -377,15 +408,7 @@ func TestAgentKilledMidRequestRetriedAsDuplicate(t *testing.T) {
 	inspect := freeAddr(t)
 	agent := start(t, "listen", "--relay", rig.relayURL, "--token", rig.token, "--forward-to", hs.URL, "--inspect", inspect, "--data", rig.agentDir)
 	client := &http.Client{Timeout: 90 * time.Second}
-	polltest.Until(t, 30*time.Second, func() bool {
-		resp, err := http.Get("http://" + inspect + "/api/v1/ext/tunnel/")
-		if err != nil {
-			return false
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return strings.Contains(string(b), `"connected"`)
-	}, "tunnel did not come up")
+	waitConnected(t, inspect)
 	const body = `{"id":"dlv-kill-1","event":"call.started","occurred_at":"2026-01-01T00:00:00Z","call":{"call_id":"c-kill"}}`
 	firstTry := make(chan sent, 1)
 	go func() { firstTry <- send(client, rig.url, body) }()
@@ -407,11 +430,14 @@ func TestAgentKilledMidRequestRetriedAsDuplicate(t *testing.T) {
 	if s.status < 500 || s.retryAfter == "" {
 		t.Fatalf("sender of a request whose agent was killed got %d %s", s.status, s.answer)
 	}
-	agent = rig.startAgent(t, hs.URL)
-	polltest.Until(t, 30*time.Second, func() bool {
-		s = send(client, rig.url, body) // the sender retries
-		return s.status == http.StatusOK
-	}, "the retry did not get the handler's answer")
+	// The sender retries once the agent is back (a retry while it is away
+	// is queued, and delivered as one more copy: not this test's case).
+	inspect = freeAddr(t)
+	agent = rig.startAgent(t, hs.URL, "--inspect", inspect)
+	waitConnected(t, inspect)
+	if s = send(client, rig.url, body); s.status != http.StatusOK {
+		t.Fatalf("the retry got %d %s, want the handler's answer", s.status, s.answer)
+	}
 	stop(t, agent, syscall.SIGTERM)
 	mu.Lock()
 	if len(deliveries) < 2 || deliveries[0] != body || deliveries[len(deliveries)-1] != body {
