@@ -408,12 +408,24 @@ func TestNewRequestWaitingPastForwardTimeoutIsQueued(t *testing.T) {
 		t.Error("no sender was answered 202 though the queue held the handler past the forward timeout")
 	}
 	handlerSawInOrder(t, rec, queued+fresh)
-	// Each was saved once and its answer recorded.
-	st.Agent.Flush(context.Background())
-	caps, count, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 200}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Each was saved once and its answer recorded (the last answer's record
+	// may still be on its way to the store when the handler has seen all).
+	var caps []*storage.Capture
+	var count int
+	polltest.Until(t, 60*time.Second, func() bool {
+		var err error
+		st.Agent.Flush(context.Background())
+		caps, count, err = st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 200}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range caps {
+			if c.ResponseStatus == 0 {
+				return false
+			}
+		}
+		return true
+	}, "an answer the handler gave was not recorded")
 	if count != queued+fresh {
 		t.Fatalf("agent stored %d captures, want %d", count, queued+fresh)
 	}

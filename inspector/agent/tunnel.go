@@ -220,9 +220,10 @@ func (a *Agent) deferLater(t *turn) {
 }
 
 // deferMargin is how long before the relay's forward timeout a live request
-// still waiting for its turn is answered "queued": time for the answer to
-// reach the relay.
-func deferMargin(ft time.Duration) time.Duration { return min(ft/4, 2*time.Second) }
+// still waiting for its turn is answered "queued": time to commit its
+// queued mark behind the writes already in line (a busy queue's answers)
+// and for the answer to reach the relay, whose clock started first.
+func deferMargin(ft time.Duration) time.Duration { return min(ft/2, 3*time.Second) }
 
 // deferTurn answers a live request still waiting for its turn "queued",
 // once it is saved and marked queued, so that a restart before its turn still
