@@ -136,13 +136,8 @@ func TestOversizedBodyWrittenWholeGets413(t *testing.T) {
 	const size = 24 << 20 // more than the sockets on both sides buffer
 	body := bytes.Repeat([]byte("x"), size)
 	for _, chunked := range []bool{false, true} {
-		conn, err := net.Dial("tcp", st.RelayAddr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(60 * time.Second)) // bounds a hang
 		var req bytes.Buffer
+		req.Grow(size + size/8)
 		fmt.Fprintf(&req, "POST /t/%s/big HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n", st.TunnelID)
 		if chunked {
 			// The relay finds out only after reading MaxBody of it.
@@ -157,6 +152,15 @@ func TestOversizedBodyWrittenWholeGets413(t *testing.T) {
 			fmt.Fprintf(&req, "Content-Length: %d\r\n\r\n", size)
 			req.Write(body)
 		}
+		// Dialled once the request is built: the relay gives a silent
+		// connection only its header timeout, and building 24 MiB takes
+		// seconds under the race detector.
+		conn, err := net.Dial("tcp", st.RelayAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(60 * time.Second)) // bounds a hang
 		if _, err := conn.Write(req.Bytes()); err != nil {
 			t.Fatalf("chunked=%v: writing the whole request: %v", chunked, err)
 		}
