@@ -176,7 +176,9 @@ func (s *Server) kicked(tunnelID string) {
 	s.mu.Lock()
 	t := s.tunnels[tunnelID]
 	s.mu.Unlock()
-	if t == nil {
+	if t == nil || !t.held() {
+		// Only the node holding the agent counts a tunnel's queue (it
+		// drains it); elsewhere the count would never come down again.
 		return
 	}
 	st, err := s.cfg.Store.TunnelQueueStats(context.Background(), tunnelID)

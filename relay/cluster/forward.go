@@ -99,6 +99,9 @@ func (c *Cluster) awaitAnswer(ctx context.Context, replies *nats.Subscription) (
 			return nil, ctx.Err()
 		case err != nil && errors.Is(err, context.DeadlineExceeded):
 			return nil, errHolderSilent
+		case errors.Is(err, nats.ErrNoResponders):
+			// nats.go reads the server's 503 status into this error.
+			return nil, relay.ErrNodeGone
 		case err != nil:
 			return nil, err
 		case reply.Header.Get(hdrStatus) == "503" && len(reply.Data) == 0:
