@@ -289,6 +289,22 @@ func (c *Cluster) setUp(ctx context.Context) error {
 	return c.watch(ctx)
 }
 
+// peersJoining reports whether err refuses the replicas asked for while
+// as many servers as they need are known: a cluster just started, whose
+// servers have not all joined JetStream's meta group yet. With fewer
+// servers known the refusal stands at once (explainReplicas).
+func (c *Cluster) peersJoining(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case errCodeInsufficientResources, errCodeNoPeers:
+		return len(c.nc.Servers()) >= c.opts.Replicas
+	}
+	return false
+}
+
 // explainReplicas turns JetStream's refusal of the replicas asked for into
 // what to do about it.
 func (c *Cluster) explainReplicas(err error) error {
@@ -348,7 +364,7 @@ func (c *Cluster) retry(ctx context.Context, ready *readiness, step func(context
 		err := step(tctx)
 		cancel()
 		transient := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-			errors.Is(err, jetstream.ErrJetStreamNotEnabled)
+			errors.Is(err, jetstream.ErrJetStreamNotEnabled) || c.peersJoining(err)
 		if err == nil || !transient || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
 			return err
 		}

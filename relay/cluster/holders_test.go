@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,4 +94,15 @@ func TestMistakenReplaceReconnects(t *testing.T) {
 		resp, _ := post(t, tunnelURL(a, info), "{}")
 		return resp.StatusCode == http.StatusNoContent
 	}, "the agent does not serve its tunnel again")
+}
+
+// Replicas the NATS servers cannot keep are refused at once, with what to
+// do about it; a cluster whose servers are still joining is waited for
+// (every other test here starts its nodes with a cluster just started).
+func TestTooManyReplicasRefused(t *testing.T) {
+	nats := natstest.Start(t, 3)
+	_, err := cluster.Open(context.Background(), cluster.Options{URLs: nats.URLs(), Node: "x", Replicas: 5, Logger: testLogger(t, "node x")})
+	if err == nil || !strings.Contains(err.Error(), "--nats-replicas 1") {
+		t.Fatalf("5 replicas on three NATS servers: %v, want the refusal saying --nats-replicas 1", err)
+	}
 }

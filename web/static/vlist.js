@@ -200,7 +200,14 @@ export class VirtualList {
       const row = this.pool[k];
       const i = start + k;
       if (i >= end) {
+        // A spare row forgets its item: a deleted one must not linger in
+        // the DOM, hidden or not.
         row.hidden = true;
+        if (row.dataset.key !== undefined) {
+          delete row.dataset.key;
+          row._item = undefined;
+          this.o.fillRow(row, undefined);
+        }
         continue;
       }
       row.hidden = false;
