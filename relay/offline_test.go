@@ -423,20 +423,28 @@ func TestNewRequestWaitingPastForwardTimeoutIsQueued(t *testing.T) {
 	// may still be on its way to the store when the handler has seen all).
 	var caps []*storage.Capture
 	var count int
-	polltest.Until(t, 60*time.Second, func() bool {
+	var unrecorded []string
+	for deadline := time.Now().Add(polltest.MinWait); ; {
 		var err error
 		st.Agent.Flush(context.Background())
 		caps, count, err = st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 200}})
 		if err != nil {
 			t.Fatal(err)
 		}
+		unrecorded = unrecorded[:0]
 		for _, c := range caps {
 			if c.ResponseStatus == 0 {
-				return false
+				unrecorded = append(unrecorded, fmt.Sprintf("%s %s status=%s attempts=%d queued=%v error=%q", c.ID, c.Body, c.Status, c.Attempts, c.Queued, c.Error))
 			}
 		}
-		return true
-	}, "an answer the handler gave was not recorded")
+		if len(unrecorded) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s, answers the handler gave were not recorded (%d captures):\n%s", polltest.MinWait, count, strings.Join(unrecorded, "\n"))
+		}
+		time.Sleep(10 * time.Millisecond) // polling
+	}
 	if count != queued+fresh {
 		t.Fatalf("agent stored %d captures, want %d", count, queued+fresh)
 	}
