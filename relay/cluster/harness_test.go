@@ -145,7 +145,9 @@ func startAgentAt(t *testing.T, dir, token, forwardTo, relayURL string, resolver
 		t.Fatal(err)
 	}
 	log := testLogger(t, "agent "+dir)
-	a, err := agent.New(agent.Config{Store: db, ForwardTo: forwardTo, Logger: log, ForwardTimeout: 10 * time.Second, ResumeQueued: true})
+	// The relay's forward timeout is the one tests exercise; the agent's
+	// own only bounds a handler's work on a loaded machine (3 MiB bodies).
+	a, err := agent.New(agent.Config{Store: db, ForwardTo: forwardTo, Logger: log, ForwardTimeout: 90 * time.Second, ResumeQueued: true})
 	if err != nil {
 		t.Fatal(err)
 	}
