@@ -424,7 +424,12 @@ func TestNewRequestWaitingPastForwardTimeoutIsQueued(t *testing.T) {
 	var caps []*storage.Capture
 	var count int
 	var unrecorded []string
-	for deadline := time.Now().Add(polltest.MinWait); ; {
+	t.Cleanup(func() {
+		if t.Failed() && len(unrecorded) > 0 {
+			t.Logf("captures without their answer recorded:\n%s", strings.Join(unrecorded, "\n"))
+		}
+	})
+	polltest.Until(t, polltest.MinWait, func() bool {
 		var err error
 		st.Agent.Flush(context.Background())
 		caps, count, err = st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 200}})
@@ -437,14 +442,8 @@ func TestNewRequestWaitingPastForwardTimeoutIsQueued(t *testing.T) {
 				unrecorded = append(unrecorded, fmt.Sprintf("%s %s status=%s attempts=%d queued=%v error=%q", c.ID, c.Body, c.Status, c.Attempts, c.Queued, c.Error))
 			}
 		}
-		if len(unrecorded) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s, answers the handler gave were not recorded (%d captures):\n%s", polltest.MinWait, count, strings.Join(unrecorded, "\n"))
-		}
-		time.Sleep(10 * time.Millisecond) // polling
-	}
+		return len(unrecorded) == 0
+	}, "answers the handler gave were not recorded")
 	if count != queued+fresh {
 		t.Fatalf("agent stored %d captures, want %d", count, queued+fresh)
 	}

@@ -36,7 +36,7 @@ func TestReadOnlyCommandsCreateNoStore(t *testing.T) {
 			}
 			if len(args) == 4 {
 				var page struct {
-					Count int               `json:"count"`
+					Count   int               `json:"count"`
 					Results []json.RawMessage `json:"results"`
 				}
 				if err := json.Unmarshal([]byte(stdout), &page); err != nil || page.Count != 0 || page.Results == nil || len(page.Results) != 0 {
