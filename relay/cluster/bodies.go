@@ -1,7 +1,8 @@
-// Bodies too large for one NATS message (the servers' max_payload, 1 MiB
-// unless raised; the relay takes up to --max-body, 10 MiB) are cut into
-// chunks in stream CALLTAP_BODIES and named by the chunks' sequences in
-// the message that would have carried them. Chunks are read back from the
+// Queued bodies too large for one NATS message (the servers' max_payload,
+// 1 MiB unless raised; the relay takes up to --max-body, 10 MiB) are cut
+// into chunks in stream CALLTAP_BODIES and named by the chunks' sequences
+// in the queued message: they must outlive the node that queued them. (A
+// live forward's body goes straight between two nodes: parts.go.) Chunks are read back from the
 // stream's leader, by sequence: a JetStream object store reads through
 // replicas (direct get), and a replica may not have a chunk the moment
 // another node asks for it.

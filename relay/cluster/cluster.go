@@ -4,7 +4,8 @@
 //   - tokens (their hashes only) and settings: key-value bucket calltap_tokens
 //   - which node holds each tunnel's agent: key-value bucket calltap_tunnels
 //   - the offline queue: stream CALLTAP_QUEUE, subject calltap.queue.<tunnel>
-//   - bodies too large for one NATS message: stream CALLTAP_BODIES, in chunks
+//   - queued bodies too large for one NATS message: stream CALLTAP_BODIES, in chunks
+//     (a live one goes straight between the two nodes, parts.go)
 //   - the ACME certificate cache: key-value bucket calltap_certs
 //
 // A request that lands on a node other than the one holding its agent is

@@ -52,12 +52,11 @@ func (c *Cluster) Forward(ctx context.Context, node, tunnelID string, req *relay
 	m.Header.Set(hdrTunnel, tunnelID)
 	out := *req
 	if len(req.Body) > c.bodies.maxInline {
-		chunks, err := c.bodies.put(ctx, req.ID, req.Body)
+		offer, err := c.offerBody(m, req.Body)
 		if err != nil {
-			return nil, fmt.Errorf("store the body: %w", err)
+			return nil, fmt.Errorf("offer the body: %w", err)
 		}
-		defer c.bodies.delete(context.WithoutCancel(ctx), chunks)
-		m.Header.Set(hdrBodyChunks, chunks)
+		defer offer.stop()
 		out.Body = nil
 	}
 	m.Data = relay.AppendForward(nil, &out)
@@ -78,11 +77,10 @@ func (c *Cluster) Forward(ctx context.Context, node, tunnelID string, req *relay
 	if err != nil {
 		return nil, fmt.Errorf("answer of node %s: %w", node, err)
 	}
-	if chunks := reply.Header.Get(hdrBodyChunks); chunks != "" {
-		defer c.bodies.delete(context.WithoutCancel(ctx), chunks)
-		if a.Body, err = c.bodies.get(ctx, chunks); err != nil {
-			return nil, fmt.Errorf("answer body of node %s: %w", node, err)
-		}
+	if body, ok, err := c.fetchBody(ctx, reply.Header); err != nil {
+		return nil, fmt.Errorf("answer body of node %s: %w", node, err)
+	} else if ok {
+		a.Body = body
 	}
 	return a, nil
 }
@@ -215,17 +213,18 @@ func (c *Cluster) answer(ctx context.Context, h relay.NodeHandlers, m *nats.Msg)
 			}
 		}
 	})
-	a, id := c.handle(ctx, h, m)
+	a := c.handle(ctx, h, m)
 	close(stop)
 	ticking.Wait()
 	reply := nats.NewMsg(m.Reply)
+	var offer *bodyOffer
 	if len(a.Body) > c.bodies.maxInline {
-		chunks, err := c.bodies.put(ctx, id, a.Body)
-		if err != nil {
-			c.log.Warn("store an answer's body", "err", err)
+		var err error
+		if offer, err = c.offerBody(reply, a.Body); err != nil {
+			c.log.Warn("offer an answer's body", "err", err)
 			a = (retryLater("the relay node holding the agent could not pass its answer on; retry"))
 		} else {
-			reply.Header.Set(hdrBodyChunks, chunks)
+			defer offer.stop()
 			a = &relay.Answer{Status: a.Status, Header: a.Header}
 		}
 	}
@@ -234,23 +233,28 @@ func (c *Cluster) answer(ctx context.Context, h relay.NodeHandlers, m *nats.Msg)
 		// The other node's wait ends in progressSilence and its sender is
 		// told to retry: a handler that ran is not reported as stored.
 		c.log.Warn("an answer for another node could not be sent", "err", err, "status", a.Status)
+		return
+	}
+	if offer != nil && !offer.await() {
+		c.log.Warn("the other node did not fetch an answer's body", "waited", offerSilence)
 	}
 }
 
-// handle runs a forwarded request through the relay and returns its answer
-// and the request's id.
-func (c *Cluster) handle(ctx context.Context, h relay.NodeHandlers, m *nats.Msg) (*relay.Answer, string) {
+// handle runs a forwarded request through the relay and returns its answer.
+func (c *Cluster) handle(ctx context.Context, h relay.NodeHandlers, m *nats.Msg) *relay.Answer {
 	req, err := relay.DecodeForward(m.Data)
 	if err == nil {
-		if chunks := m.Header.Get(hdrBodyChunks); chunks != "" {
-			req.Body, err = c.bodies.get(ctx, chunks)
+		var body []byte
+		var ok bool
+		if body, ok, err = c.fetchBody(ctx, m.Header); ok && err == nil {
+			req.Body = body
 		}
 	}
 	if err != nil {
 		c.log.Warn("unreadable request from another node", "err", err)
-		return (retryLater("the request could not be handed between relay nodes; retry")), ""
+		return retryLater("the request could not be handed between relay nodes; retry")
 	}
-	return h.Forward(ctx, m.Header.Get(hdrTunnel), req), req.ID
+	return h.Forward(ctx, m.Header.Get(hdrTunnel), req)
 }
 
 // retryLater is a 503 with Retry-After: its sender retries.
