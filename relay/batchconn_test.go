@@ -212,3 +212,47 @@ func TestWSConnKeepsEachSendersOrder(t *testing.T) {
 		t.Errorf("%d written callbacks for %d frames", n, senders*each)
 	}
 }
+
+// An agent stopping while its last answers wait behind a busy writer
+// writes its close after them: the relay reads every answer, then the
+// close. (Written ahead, the close made the relay tell those senders the
+// agent left without answering.)
+func TestStopWritesQueuedAnswersBeforeClose(t *testing.T) {
+	sender, receiver := wsPair(t)
+	cc := &clientConn{wsConn: sender, client: &Client{cfg: ClientConfig{StopGrace: time.Second}}, left: make(chan struct{})}
+	const answers = 50
+	sender.writeMu.Lock() // a writer busy with a large frame
+	for i := range answers {
+		if err := sender.send(outFrame{head: appendAck(nil, uint64(i))}, nil); err != nil {
+			sender.writeMu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		cc.stop()
+	}()
+	// The stop is under way; the busy writer finishes only now.
+	select {
+	case <-stopped:
+		t.Error("the stop closed the connection with answers still queued")
+	case <-time.After(50 * time.Millisecond): // lets a wrong stop go ahead; never a readiness wait
+	}
+	sender.writeMu.Unlock()
+	for i := range answers {
+		buf, err := receiver.readFrame()
+		if err != nil {
+			t.Fatalf("answer %d of %d: %v", i, answers, err)
+		}
+		got, err := decodeAck(buf.Bytes())
+		putBuf(buf)
+		if err != nil || got != uint64(i) {
+			t.Fatalf("frame %d: %d, %v", i, got, err)
+		}
+	}
+	if _, err := receiver.readFrame(); !websocket.IsCloseError(err, websocket.CloseGoingAway) {
+		t.Errorf("after the answers: %v, want the agent's close", err)
+	}
+	<-stopped
+}

@@ -376,6 +376,10 @@ type clientConn struct {
 // costs no sender an answer its handler gave.
 func (cc *clientConn) stop() {
 	defer func() {
+		// The last answers may still be queued behind a busy writer: the
+		// close goes after them, else the relay tells their senders the
+		// agent left without answering.
+		cc.flush()
 		cc.writeClose(websocket.CloseGoingAway, "agent stopping")
 		cc.close(context.Canceled)
 	}()

@@ -216,27 +216,12 @@ func (c *wsConn) sendLoop() {
 		select {
 		case <-c.wake:
 			c.writeMu.Lock()
-			for {
-				batch = batch[:0]
-			collect:
-				for len(batch) < maxBatchFrames {
-					select {
-					case f := <-c.sendq:
-						batch = append(batch, f)
-					default:
-						break collect
-					}
-				}
-				if len(batch) == 0 {
-					break
-				}
-				if err := c.writeBatch(batch); err != nil {
-					c.writeMu.Unlock()
-					return
-				}
-				clear(batch)
-			}
+			var err error
+			batch, err = c.writeQueued(batch)
 			c.writeMu.Unlock()
+			if err != nil {
+				return
+			}
 		case <-ping.C:
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.keep.WriteWait)); err != nil {
 				c.close(err)
@@ -246,6 +231,40 @@ func (c *wsConn) sendLoop() {
 			return
 		}
 	}
+}
+
+// writeQueued writes what is in sendq, in batches, until it is empty; batch
+// is reused. The caller holds writeMu.
+func (c *wsConn) writeQueued(batch []outFrame) ([]outFrame, error) {
+	for {
+		batch = batch[:0]
+	collect:
+		for len(batch) < maxBatchFrames {
+			select {
+			case f := <-c.sendq:
+				batch = append(batch, f)
+			default:
+				break collect
+			}
+		}
+		if len(batch) == 0 {
+			return batch, nil
+		}
+		err := c.writeBatch(batch)
+		clear(batch)
+		if err != nil {
+			return batch, err
+		}
+	}
+}
+
+// flush returns once the frames queued before it are written (each write
+// has its deadline), or the connection has failed: a stopping end writes
+// its close after its last answers, never ahead of them.
+func (c *wsConn) flush() {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.writeQueued(nil)
 }
 
 // maxBatchFrames bounds one batch of sendLoop's, so that the frames of a
