@@ -146,7 +146,7 @@ type ClientConfig struct {
 	RequireHeaders []string // "Name: value" every sender must present
 	TLSConfig      *tls.Config
 	MaxFrame       int64
-	Keepalive      Keepalive
+	Keepalive      Keepalive // PongWait: DefaultAgentPongWait
 	Handler        Handler
 	OnState        func(ConnState) // called from the client's goroutines; must not block
 	Logger         *slog.Logger
@@ -207,6 +207,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = 35 * time.Second
+	}
+	if cfg.Keepalive.PongWait <= 0 {
+		cfg.Keepalive.PongWait = DefaultAgentPongWait
 	}
 	if cfg.OnState == nil {
 		cfg.OnState = func(ConnState) {}

@@ -15,10 +15,15 @@ import (
 // Keepalive defaults. The relay must notice a dead agent (laptop asleep,
 // cable pulled) within 45 s: a pong must arrive within PongWait of the last
 // message, and pings go out at 9/10 of that.
+//
+// An agent is stricter with its relay (DefaultAgentPongWait): a relay node
+// that froze is left for another within seconds, while a relay still gives
+// a laptop on a poor network the longer wait.
 const (
-	DefaultPongWait  = 30 * time.Second
-	DefaultWriteWait = 10 * time.Second
-	sendQueueLen     = 256
+	DefaultPongWait      = 30 * time.Second
+	DefaultAgentPongWait = 6 * time.Second
+	DefaultWriteWait     = 10 * time.Second
+	sendQueueLen         = 256
 )
 
 // Keepalive holds the timing of one connection.
@@ -329,7 +334,9 @@ func (c *wsConn) readFrame() (*bytes.Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.ws.SetReadDeadline(time.Now().Add(c.keep.PongWait))
+	// A large frame on a slow link may take as long as its writer's
+	// deadline to arrive; after it, the peer has PongWait to say more.
+	c.ws.SetReadDeadline(time.Now().Add(max(c.keep.PongWait, c.keep.WriteWait)))
 	if typ != websocket.BinaryMessage {
 		return nil, errMalformed
 	}
@@ -338,6 +345,7 @@ func (c *wsConn) readFrame() (*bytes.Buffer, error) {
 		putBuf(buf)
 		return nil, err
 	}
+	c.ws.SetReadDeadline(time.Now().Add(c.keep.PongWait))
 	if buf.Len() == 0 {
 		putBuf(buf)
 		return nil, errMalformed

@@ -253,7 +253,11 @@ func (app *agentApp) runTunnel(ctx context.Context) error {
 		app.agent.SetConnState(s)
 		if s.State == relay.StateConnected && s.Hello != nil {
 			once.Do(func() {
-				fmt.Fprintf(out, "calltap %s\n  Tunnel     %s  ->  %s\n", version, s.Hello.PublicURL, app.flags.forwardTo)
+				mode := "listen"
+				if app.devRelay != nil {
+					mode = "dev"
+				}
+				fmt.Fprintf(out, "calltap %s · %s\n  Tunnel     %s  ->  %s\n", mode, version, s.Hello.PublicURL, app.flags.forwardTo)
 				if app.inspectURL != "" {
 					fmt.Fprintf(out, "  Inspector  %s\n", app.inspectURL)
 				}

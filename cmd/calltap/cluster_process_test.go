@@ -29,35 +29,9 @@ import (
 // saved as a duplicate of the first copy, not as a second delivery.
 func TestClusterNodeKilled(t *testing.T) {
 	nats := natstest.Start(t, 3)
-	var nodes []*proc
-	var urls []string
-	for i := range 3 {
-		addr := freeAddr(t)
-		u := "http://" + addr
-		urls = append(urls, u)
-		nodes = append(nodes, start(t, "relay", "--nats", nats.URLs(), "--nats-replicas", "3", "--node", fmt.Sprintf("n%d", i),
-			"--listen", addr, "--insecure-http", "--public-url", u, "--data", t.TempDir(),
-			"--pong-wait", "2s", "--forward-timeout", "3s", "--rate-limit", "10000", "--rate-burst", "10000"))
-	}
-	for _, u := range urls {
-		polltest.Until(t, 2*time.Minute, func() bool { return getStatus(u+"/healthz") == http.StatusOK }, u+" did not come up")
-	}
-	tunnel := func(name string) string {
-		code, stdout, stderr := runCmd(t, "relay", "token", "create", name, "--nats", nats.URLs(), "--json")
-		if code != 0 {
-			t.Fatalf("token create %s: %s", name, stderr)
-		}
-		var tok struct {
-			Token    string `json:"token"`
-			TunnelID string `json:"tunnel_id"`
-		}
-		if err := json.Unmarshal([]byte(stdout), &tok); err != nil || tok.TunnelID == "" {
-			t.Fatalf("token create %s printed %q", name, stdout)
-		}
-		return tok.Token + " " + tok.TunnelID
-	}
-	aliceTok, aliceID, _ := strings.Cut(tunnel("alice"), " ")
-	bobTok, bobID, _ := strings.Cut(tunnel("bob"), " ")
+	nodes, urls := startNodes(t, nats)
+	aliceTok, aliceID := clusterToken(t, nats, "alice")
+	bobTok, bobID := clusterToken(t, nats, "bob")
 
 	h := newEventHandler()
 	hs := httptest.NewServer(h)
@@ -198,6 +172,98 @@ func TestClusterNodeKilled(t *testing.T) {
 	}
 	if code, stdout, _ := runCmd(t, "relay", "token", "list", "--nats", nats.URLs(), "--json"); code != 0 || !strings.Contains(stdout, `"revoked_at":"`) {
 		t.Errorf("token list --nats --json after revoke: %s", stdout)
+	}
+}
+
+// startNodes starts three relay processes over nats, n0 to n2, and waits
+// until each answers its health check.
+func startNodes(t *testing.T, nats *natstest.Cluster) (nodes []*proc, urls []string) {
+	t.Helper()
+	for i := range 3 {
+		addr := freeAddr(t)
+		u := "http://" + addr
+		urls = append(urls, u)
+		nodes = append(nodes, start(t, "relay", "--nats", nats.URLs(), "--nats-replicas", "3", "--node", fmt.Sprintf("n%d", i),
+			"--listen", addr, "--insecure-http", "--public-url", u, "--data", t.TempDir(),
+			"--pong-wait", "2s", "--forward-timeout", "3s", "--rate-limit", "10000", "--rate-burst", "10000"))
+	}
+	for _, u := range urls {
+		polltest.Until(t, 2*time.Minute, func() bool { return getStatus(u+"/healthz") == http.StatusOK }, u+" did not come up")
+	}
+	return nodes, urls
+}
+
+// clusterToken creates a token for name with `relay token create --nats`.
+func clusterToken(t *testing.T, nats *natstest.Cluster, name string) (token, tunnelID string) {
+	t.Helper()
+	code, stdout, stderr := runCmd(t, "relay", "token", "create", name, "--nats", nats.URLs(), "--json")
+	if code != 0 {
+		t.Fatalf("token create %s: %s", name, stderr)
+	}
+	var tok struct {
+		Token    string `json:"token"`
+		TunnelID string `json:"tunnel_id"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &tok); err != nil || tok.TunnelID == "" {
+		t.Fatalf("token create %s printed %q", name, stdout)
+	}
+	return tok.Token, tok.TunnelID
+}
+
+// A relay node frozen (SIGSTOP) while it holds an agent: the agent leaves
+// it within 10 s for another node (its keepalive allows a relay 6 s of
+// silence, then it reconnects), and a sender on another node is answered
+// within 5 s meanwhile: live, 202, or 503 with Retry-After, never a hang.
+func TestFrozenRelayNodeIsLeft(t *testing.T) {
+	nats := natstest.Start(t, 3)
+	nodes, urls := startNodes(t, nats)
+	tok, id := clusterToken(t, nats, "alice")
+	h := newEventHandler()
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	alice := start(t, "listen", "--relay", strings.Join(urls, ","), "--token", tok, "--forward-to", hs.URL, "--inspect", "", "--data", t.TempDir())
+	polltest.Until(t, 30*time.Second, func() bool { return postStatus(urls[0]+"/t/"+id, callEvent("up")) == http.StatusOK }, "the agent did not connect to n0")
+
+	frozen := nodes[0].cmd.Process
+	frozen.Signal(syscall.SIGSTOP)
+	froze := time.Now()
+	t.Cleanup(func() { frozen.Signal(syscall.SIGCONT) })
+
+	client := &http.Client{Timeout: 60 * time.Second} // bounds a hang; the 5 s is checked below
+	sent := time.Now()
+	resp, err := client.Post(urls[1]+"/t/"+id, "application/json", strings.NewReader(callEvent("during")))
+	if err != nil {
+		t.Fatalf("a sender on n1 while n0 is frozen: %v", err)
+	}
+	resp.Body.Close()
+	took := time.Since(sent)
+	switch {
+	case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "":
+		t.Errorf("a sender on n1 while n0 is frozen got 503 without Retry-After")
+	case resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusServiceUnavailable:
+		t.Errorf("a sender on n1 while n0 is frozen got %d, want 200, 202 or 503 + Retry-After", resp.StatusCode)
+	}
+	if took > 5*time.Second {
+		t.Errorf("a sender on n1 while n0 is frozen waited %s for its answer, want at most 5 s", took.Round(time.Millisecond))
+	}
+
+	var moved time.Duration
+	polltest.Until(t, 60*time.Second, func() bool {
+		for _, u := range urls[1:] {
+			if strings.Contains(getBody(u+"/metrics"), "\ncalltap_tunnels_connected 1\n") {
+				moved = time.Since(froze)
+				return true
+			}
+		}
+		return false
+	}, "the agent did not leave the frozen node")
+	if moved > 10*time.Second {
+		t.Errorf("the agent left the frozen node after %s, want within 10 s:\n%s", moved.Round(time.Millisecond), alice.out.String())
+	}
+	// On its new node the tunnel answers live again.
+	polltest.Until(t, 30*time.Second, func() bool { return postStatus(urls[1]+"/t/"+id, callEvent("after")) == http.StatusOK }, "the tunnel did not answer live from n1")
+	if t.Failed() {
+		t.Logf("agent:\n%s", alice.out.String())
 	}
 }
 

@@ -38,6 +38,9 @@ func TestListenSummarisesRefusedSenders(t *testing.T) {
 	inspectURL := regexp.MustCompile(`Inspector  (http://\S+)`)
 	polltest.Until(t, 10*time.Second, func() bool { return inspectURL.MatchString(out.String()) }, "listen printed no banner")
 	inspector := inspectURL.FindStringSubmatch(out.String())[1]
+	if first, _, _ := strings.Cut(out.String(), "\n"); !strings.HasPrefix(first, "calltap listen · ") {
+		t.Errorf("listen's banner begins %q, want its own name (calltap listen · version)", first)
+	}
 
 	const n = 2000
 	start := time.Now()

@@ -18,7 +18,7 @@ import (
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+var version = "(devel)" // Go's own word for an unstamped build: "dev" read as the command
 
 // Stdio is where a command reads and writes.
 type Stdio struct {
