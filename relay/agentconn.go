@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/relaystate"
 	"github.com/gorilla/websocket"
 )
 
@@ -30,7 +30,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tok, err := s.cfg.Store.Authenticate(r.Context(), token)
-	if errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, relaystate.ErrNotFound) {
 		s.fail(w, api.Errorf(http.StatusUnauthorized, api.CodeUnauthorized, "token is not valid or was revoked"))
 		return
 	} else if err != nil {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/relaystate"
 )
 
 // enqueue keeps a request for an absent agent, or refuses it in reject mode.
@@ -36,7 +36,7 @@ func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, 
 	t.queuedBytes += size
 	t.storing++
 	t.mu.Unlock()
-	err := s.cfg.Store.Enqueue(context.WithoutCancel(ctx), &storage.QueuedRequest{
+	err := s.cfg.Store.Enqueue(context.WithoutCancel(ctx), &relaystate.QueuedRequest{
 		ID: req.ID, TunnelID: t.id, ArrivedAt: req.ArrivedAt, Method: req.Method, URI: req.URI, Headers: head, Body: req.Body,
 	})
 	t.mu.Lock()

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/relaystate"
 	"github.com/gorilla/websocket"
 )
 
@@ -202,18 +202,18 @@ type tunnel struct {
 // queue. *storage.RelayStore keeps them in one SQLite file for a single
 // node; relay/cluster keeps them in NATS JetStream for several.
 type Store interface {
-	Authenticate(ctx context.Context, token string) (*storage.Token, error)
+	Authenticate(ctx context.Context, token string) (*relaystate.Token, error)
 	TunnelLive(ctx context.Context, tunnelID string) (bool, error)
 	RevokedTunnels(ctx context.Context) (map[string]bool, error)
 
 	// Enqueue returns once r is stored for good, with r.Seq set.
-	Enqueue(ctx context.Context, r *storage.QueuedRequest) error
+	Enqueue(ctx context.Context, r *relaystate.QueuedRequest) error
 	// QueuedAfter returns up to limit requests of tunnelID with a Seq
 	// above after, in the order they were stored.
-	QueuedAfter(ctx context.Context, tunnelID string, after int64, limit int) ([]*storage.QueuedRequest, error)
+	QueuedAfter(ctx context.Context, tunnelID string, after int64, limit int) ([]*relaystate.QueuedRequest, error)
 	Dequeue(ctx context.Context, seqs ...int64) error
-	QueueStatsByTunnel(ctx context.Context) (map[string]storage.QueueStats, error)
-	TunnelQueueStats(ctx context.Context, tunnelID string) (storage.QueueStats, error)
+	QueueStatsByTunnel(ctx context.Context) (map[string]relaystate.QueueStats, error)
+	TunnelQueueStats(ctx context.Context, tunnelID string) (relaystate.QueueStats, error)
 	ExpireQueued(ctx context.Context, cutoff time.Time) (int64, error)
 }
 

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/relaystate"
 )
 
 // TokenInfo is what `calltap relay token create` prints.
@@ -28,8 +28,8 @@ const settingPublicURL = "public_url"
 // relay's settings live: its SQLite file (*storage.RelayStore) or its
 // cluster (relay/cluster).
 type TokenStore interface {
-	CreateToken(ctx context.Context, name, token, tunnelID string) (*storage.Token, error)
-	Tokens(ctx context.Context) ([]*storage.Token, error)
+	CreateToken(ctx context.Context, name, token, tunnelID string) (*relaystate.Token, error)
+	Tokens(ctx context.Context) ([]*relaystate.Token, error)
 	RevokeToken(ctx context.Context, name string) error
 	Setting(ctx context.Context, key string) (string, error)
 	SetSetting(ctx context.Context, key, value string) error
@@ -71,10 +71,13 @@ func CreateToken(ctx context.Context, db TokenStore, name, publicURL string) (*T
 // EnsureToken returns the token named name, creating it if needed; for
 // `calltap dev`, which keeps one local token so its URL stays the same.
 // The plain token is kept by the caller (dev stores it beside its data).
-func EnsureToken(ctx context.Context, db *storage.RelayStore, name, token string) (*storage.Token, error) {
+func EnsureToken(ctx context.Context, db interface {
+	TokenStore
+	Authenticate(ctx context.Context, token string) (*relaystate.Token, error)
+}, name, token string) (*relaystate.Token, error) {
 	if t, err := db.Authenticate(ctx, token); err == nil {
 		return t, nil
-	} else if !errors.Is(err, storage.ErrNotFound) {
+	} else if !errors.Is(err, relaystate.ErrNotFound) {
 		return nil, err
 	}
 	return db.CreateToken(ctx, name, token, NewTunnelID())
