@@ -93,21 +93,21 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		acked:   make(chan int64, drainWindow),
 	}
 	ac.setPeerMax(agentMax)
-	release := func() {}
-	if s.cfg.Cluster != nil {
-		// Other nodes forward this tunnel's requests here from now on;
-		// what they queued before is in the shared queue.
-		if release, err = s.cfg.Cluster.Hold(r.Context(), t.id, require); err != nil {
-			s.log.Warn("could not tell the other nodes this tunnel is here", "tunnel", t.id, "err", err)
-			release = func() {}
-		}
+	// Other nodes forward this tunnel's requests here from now on; what
+	// they queued before is in the shared queue.
+	release, err := s.cfg.Cluster.Hold(r.Context(), t.id, require)
+	if err != nil {
+		s.log.Warn("could not tell the other nodes this tunnel is here", "tunnel", t.id, "err", err)
+		release = func() {}
+	}
+	defer release()
+	if s.shared {
 		if st, err := s.cfg.Store.TunnelQueueStats(r.Context(), t.id); err == nil {
 			t.mu.Lock()
 			t.queued, t.queuedBytes = max(t.queued, st.Count), max(t.queuedBytes, st.Bytes)
 			t.mu.Unlock()
 		}
 	}
-	defer release()
 	t.mu.Lock()
 	old := t.agent
 	t.agent = ac

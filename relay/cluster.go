@@ -83,9 +83,6 @@ func (s *Server) serveClustered(ctx context.Context) error {
 
 // remoteHolder returns the other node that holds t's agent, or "".
 func (s *Server) remoteHolder(t *tunnel) string {
-	if s.cfg.Cluster == nil {
-		return ""
-	}
 	n := s.cfg.Cluster.Holder(t.id).Node
 	if n == s.cfg.Cluster.Self() {
 		return ""
@@ -95,12 +92,12 @@ func (s *Server) remoteHolder(t *tunnel) string {
 
 // requiredHeaders are what senders of t must present: what the agent asked
 // for on connecting to this node, or, in a cluster with no agent here, to
-// whichever node it reached last.
+// whichever node it reached last (a single node remembers its own).
 func (s *Server) requiredHeaders(t *tunnel) []HeaderField {
 	t.mu.Lock()
 	require, here := t.require, t.agent != nil
 	t.mu.Unlock()
-	if here || s.cfg.Cluster == nil {
+	if here {
 		return require
 	}
 	return s.cfg.Cluster.Holder(t.id).Require

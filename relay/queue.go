@@ -62,7 +62,7 @@ func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, 
 	case t.kick <- struct{}{}:
 	default:
 	}
-	if s.cfg.Cluster != nil && !t.held() {
+	if s.shared && !t.held() {
 		// The stream counts what is queued, and the node holding the
 		// agent drains it: a count kept here would only ever rise, and
 		// refuse requests the stream has room for.
@@ -280,7 +280,7 @@ func (t *tunnel) countOut() {
 // this node then drained, and a count left above zero would queue every
 // live request for good. Inserts under way here still count.
 func (s *Server) recount(ctx context.Context, t *tunnel) {
-	if s.cfg.Cluster == nil {
+	if !s.shared {
 		return // one node counts exactly
 	}
 	st, err := s.cfg.Store.TunnelQueueStats(ctx, t.id)

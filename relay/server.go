@@ -152,9 +152,13 @@ func (c Config) withDefaults() Config {
 // Server is the public relay. It is an http.Handler; Run does its
 // background work (queue expiry, revocation checks).
 type Server struct {
-	cfg      Config
+	cfg      Config // Cluster is set: the other nodes', or a soloNode
 	log      *slog.Logger
 	upgrader websocket.Upgrader
+	// shared is set when other nodes share Store: the queue's count is
+	// then the store's, and this node's count of a tunnel it does not
+	// hold is only an estimate.
+	shared bool
 
 	mu      sync.Mutex
 	tunnels map[string]*tunnel // guarded by mu; by tunnel id
@@ -227,7 +231,10 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Offline != OfflineQueue && cfg.Offline != OfflineReject {
 		return nil, fmt.Errorf("relay: offline mode must be %q or %q", OfflineQueue, OfflineReject)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, tunnels: map[string]*tunnel{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, tunnels: map[string]*tunnel{}, shared: cfg.Cluster != nil}
+	if cfg.Cluster == nil {
+		s.cfg.Cluster = newSoloNode()
+	}
 	s.abandon, s.giveUp = context.WithCancel(context.Background())
 	s.upgrader = websocket.Upgrader{
 		Subprotocols:     []string{Subprotocol},
@@ -292,11 +299,9 @@ func (s *Server) Run(ctx context.Context) error {
 // runBackground does Run's work until ctx ends, and takes other nodes'
 // requests until intake ends; it returns once both have ended.
 func (s *Server) runBackground(ctx, intake context.Context) {
-	if s.cfg.Cluster != nil {
-		clustered := make(chan error, 1)
-		go func() { clustered <- s.serveClustered(intake) }()
-		defer func() { <-clustered }()
-	}
+	clustered := make(chan error, 1)
+	go func() { clustered <- s.serveClustered(intake) }()
+	defer func() { <-clustered }()
 	expire := time.NewTicker(expireEvery)
 	defer expire.Stop()
 	revoke := time.NewTicker(revokeEvery)
