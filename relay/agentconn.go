@@ -101,13 +101,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		release = func() {}
 	}
 	defer release()
-	if s.shared {
-		if st, err := s.cfg.Store.TunnelQueueStats(r.Context(), t.id); err == nil {
-			t.mu.Lock()
-			t.queued, t.queuedBytes = max(t.queued, st.Count), max(t.queuedBytes, st.Bytes)
-			t.mu.Unlock()
-		}
-	}
+	s.recount(r.Context(), t)
 	t.mu.Lock()
 	old := t.agent
 	t.agent = ac

@@ -178,12 +178,7 @@ func (s *Server) kicked(tunnelID string) {
 		// drains it); elsewhere the count would never come down again.
 		return
 	}
-	st, err := s.cfg.Store.TunnelQueueStats(context.Background(), tunnelID)
-	t.mu.Lock()
-	if err == nil && st.Count > t.queued {
-		t.queued, t.queuedBytes = st.Count, st.Bytes
-	}
-	t.mu.Unlock()
+	s.recount(context.Background(), t)
 	select {
 	case t.kick <- struct{}{}:
 	default:

@@ -275,10 +275,14 @@ func (t *tunnel) countOut() {
 	}
 }
 
-// recount corrects, in a cluster, a tunnel's count of queued requests
-// from the shared queue: another node's kick may have counted requests
-// this node then drained, and a count left above zero would queue every
-// live request for good. Inserts under way here still count.
+// recount sets, in a cluster, a tunnel's count of queued requests from the
+// shared queue, its one source of truth, adding this node's inserts still
+// under way: when the agent connects here, when another node queued a
+// request for it (kicked), and when the drain finds the queue empty. A
+// count only ever raised would queue every live request for good once the
+// stream had drained; one lowered below the stream's would let a live
+// request pass a queued one. The stream counts a request delivered but not
+// yet deleted: too high for a moment, which only makes a live request wait.
 func (s *Server) recount(ctx context.Context, t *tunnel) {
 	if !s.shared {
 		return // one node counts exactly
