@@ -117,6 +117,7 @@ func TestFrozenNATSServer(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	waited := time.Since(start)
+	t.Logf("a sender while NATS is frozen: %d after %s", resp.StatusCode, waited.Round(time.Millisecond))
 	switch {
 	case resp.StatusCode == http.StatusNoContent, resp.StatusCode == http.StatusAccepted:
 	case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":

@@ -1,0 +1,135 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/cluster"
+	"github.com/calltap/calltap/relay/cluster/natstest"
+	"github.com/calltap/calltap/relay/polltest"
+)
+
+// capturedLog is a logger whose lines the test reads, printed only if the
+// test fails.
+type capturedLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func captureLog(t *testing.T, name string) (*slog.Logger, *capturedLog) {
+	l := &capturedLog{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log of %s:\n%s", name, l.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(lockedWriter{&l.mu, &l.buf}, &slog.HandlerOptions{Level: slog.LevelDebug})), l
+}
+
+func (l *capturedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// A node started while JetStream has no quorum says so once, and once
+// that it is ready: not a line per retry.
+func TestStartWaitsForJetStreamInTwoLines(t *testing.T) {
+	nats := natstest.Start(t, 3)
+	nats.Stop(1)
+	nats.Stop(2)
+	log, lines := captureLog(t, "node")
+	opened := make(chan error, 1)
+	var c *cluster.Cluster
+	go func() {
+		var err error
+		c, err = cluster.Open(context.Background(), cluster.Options{URLs: nats.URLs(), Replicas: 3, Node: "n0", Logger: log, RequestTimeout: 2 * time.Second})
+		opened <- err
+	}()
+	polltest.Until(t, 60*time.Second, func() bool { return strings.Contains(lines.String(), "JetStream not ready") }, "the node did not say JetStream is not ready")
+	nats.Restart(1)
+	nats.Restart(2)
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Minute): // bounds a hang
+		t.Fatal("the node did not start once JetStream was back")
+	}
+	defer c.Close()
+	out := lines.String()
+	info := strings.Count(out, "level=INFO msg=\"JetStream not ready")
+	ready := strings.Count(out, "level=INFO msg=\"JetStream ready\"")
+	if info != 1 || ready != 1 {
+		t.Errorf("the start logged %d 'not ready' and %d 'ready' lines at INFO, want one each", info, ready)
+	}
+}
+
+// What an operator reads: the shared queue's depth is the same on every
+// node, and stays on /metrics beside calltap_nats_up 0 while NATS is away;
+// /metrics and /healthz answer at once whatever NATS does; a request that
+// reaches a node whose NATS is gone is answered 503 with Retry-After, and
+// the node says so in its log.
+func TestOperatingSignals(t *testing.T) {
+	nats := natstest.Start(t, 3)
+	logs := make([]*capturedLog, 3)
+	var nodes []*node
+	for i := range 3 {
+		l, captured := captureLog(t, fmt.Sprintf("node n%d", i))
+		logs[i] = captured
+		nodes = append(nodes, startNode(t, nats, fmt.Sprintf("n%d", i), func(c *relay.Config) { c.Logger = l }))
+	}
+	info := token(t, nodes[0], "alice")
+	for i := range 4 {
+		if resp, b := post(t, tunnelURL(nodes[i%2], info), fmt.Sprintf(`{"n":%d}`, i)); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("request %d with the agent away: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	for _, n := range nodes {
+		polltest.Until(t, 30*time.Second, func() bool { return strings.Contains(metrics(t, n), "\ncalltap_cluster_queue_depth 4\n") },
+			"node "+n.name+" does not read the shared queue's depth, 4")
+	}
+
+	nats.Shutdown()
+	for _, n := range nodes {
+		polltest.Until(t, 30*time.Second, func() bool { return strings.Contains(metrics(t, n), "\ncalltap_nats_up 0\n") },
+			"node "+n.name+" does not say NATS is down")
+		start := time.Now()
+		m := metrics(t, n)
+		hc := http.Client{Timeout: 30 * time.Second}
+		resp, err := hc.Get(n.URL + "/healthz")
+		if err != nil {
+			t.Fatalf("/healthz of %s while NATS is away: %v", n.name, err)
+		}
+		resp.Body.Close()
+		took := time.Since(start)
+		t.Logf("node %s: /metrics and /healthz took %s while NATS is away", n.name, took.Round(time.Millisecond))
+		if took > 2*time.Second {
+			t.Errorf("node %s: /metrics and /healthz took %s while NATS is away, want at once", n.name, took)
+		}
+		if !strings.Contains(m, "\ncalltap_cluster_queue_depth 4\n") {
+			t.Errorf("node %s: while NATS is away the queue's depth is gone or changed:\n%s", n.name, m)
+		}
+	}
+
+	start := time.Now()
+	resp, b := post(t, tunnelURL(nodes[2], info), `{"n":"nats-gone"}`)
+	took := time.Since(start)
+	t.Logf("a request while NATS is away was answered %d in %s", resp.StatusCode, took.Round(time.Millisecond))
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("a request while NATS is away: %d (Retry-After %q) %s, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), b)
+	}
+	polltest.Until(t, 30*time.Second, func() bool {
+		out := logs[2].String()
+		return strings.Contains(out, "msg=enqueue") && strings.Contains(out, "tunnel="+info.TunnelID)
+	}, "the node said nothing of the request it could not store")
+}
