@@ -91,7 +91,7 @@ func TestFrozenNATSServer(t *testing.T) {
 	// Node f is given only the proxy to server 0; it learns the other
 	// servers from that one, as nats.go does.
 	fr := startFreezer(t, strings.TrimPrefix(strings.Split(nats.URLs(), ",")[0], "nats://"))
-	f := startNodeOver(t, "f", "nats://"+fr.ln.Addr().String())
+	f, flog := startNodeOver(t, "f", "nats://"+fr.ln.Addr().String())
 	waitHeld(t, info, holder, f)
 	if resp, body := post(t, tunnelURL(f, info), `{"n":"before"}`); resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("before the freeze: %d %s", resp.StatusCode, body)
@@ -133,17 +133,33 @@ func TestFrozenNATSServer(t *testing.T) {
 		resp, _ := post(t, tunnelURL(f, info), `{"n":"after"}`)
 		return resp.StatusCode == http.StatusNoContent
 	}, "the node did not move to another NATS server")
+	// A wait past 2 s is logged once, with what it waited on.
+	stalls := map[string]int{}
+	for _, line := range strings.Split(flog.String(), "\n") {
+		if strings.Contains(line, `msg="waiting on NATS" for="the answer of another relay node"`) {
+			_, req, _ := strings.Cut(line, " request=")
+			stalls[req]++
+		}
+	}
+	if len(stalls) == 0 {
+		t.Error("the node did not log its forward stalled on the frozen server")
+	}
+	for req, n := range stalls {
+		if n != 1 {
+			t.Errorf("the stall of request %s was logged %d times, want once", req, n)
+		}
+	}
 }
 
 // startNodeOver runs a relay node connecting to NATS through urls.
-func startNodeOver(t *testing.T, name, urls string) *node {
+func startNodeOver(t *testing.T, name, urls string) (*node, *capturedLog) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := &node{name: name, URL: "http://" + ln.Addr().String()}
-	log := testLogger(t, "node "+name)
+	log, captured := captureLog(t, "node "+name)
 	c, err := cluster.Open(context.Background(), cluster.Options{URLs: urls, Replicas: 3, Node: name, Logger: log, RequestTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -168,5 +184,5 @@ func startNodeOver(t *testing.T, name, urls string) *node {
 		})
 	}
 	t.Cleanup(n.stop)
-	return n
+	return n, captured
 }
