@@ -198,7 +198,7 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 		nc.Close()
 		return nil, err
 	}
-	c.stats = startStats(l, c.queue.stream)
+	c.stats = startStats(l, c.queue.stream, c.findQueued)
 	return c, nil
 }
 

@@ -136,7 +136,7 @@ type serving struct {
 // The agents are still here meanwhile.
 func (c *Cluster) Serve(ctx context.Context, h relay.NodeHandlers) error {
 	c.holders.mu.Lock()
-	c.takenOver = h.TakenOver
+	c.takenOver, c.kicked = h.TakenOver, h.Kicked
 	c.holders.mu.Unlock()
 	c.tokenStore.mu.Lock()
 	c.revoked = h.Revoked
@@ -165,7 +165,7 @@ func (c *Cluster) Serve(ctx context.Context, h relay.NodeHandlers) error {
 	c.serving.handling.Wait()
 	kick.Unsubscribe()
 	c.holders.mu.Lock()
-	c.takenOver = nil
+	c.takenOver, c.kicked = nil, nil
 	c.holders.mu.Unlock()
 	c.tokenStore.mu.Lock()
 	c.revoked = nil

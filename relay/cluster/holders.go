@@ -26,6 +26,7 @@ type holders struct {
 	entries   map[string]holder // guarded by mu; mirror of calltap_tunnels
 	mine      map[string]uint64 // guarded by mu; tunnels held here → revision of the hold
 	takenOver func(string)      // guarded by mu; set by Serve
+	kicked    func(string)      // guarded by mu; set by Serve: wakes a held tunnel's drain
 }
 
 type holder struct {

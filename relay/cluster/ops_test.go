@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"github.com/calltap/calltap/relay/cluster"
 	"github.com/calltap/calltap/relay/cluster/natstest"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/storage/relaystate"
+	"github.com/google/uuid"
 )
 
 // capturedLog is a logger whose lines the test reads, printed only if the
@@ -132,4 +135,25 @@ func TestOperatingSignals(t *testing.T) {
 		out := logs[2].String()
 		return strings.Contains(out, "msg=enqueue") && strings.Contains(out, "tunnel="+info.TunnelID)
 	}, "the node said nothing of the request it could not store")
+}
+
+// A request stored in the stream whose kick never reached the node holding
+// the agent (a core-NATS message, lost if a connection blinks) is found by
+// that node's own look at the stream within seconds, not left waiting for
+// the next kick.
+func TestLostKickIsFound(t *testing.T) {
+	nats := natstest.Start(t, 3)
+	nodes := startNodes(t, nats, 2, nil)
+	info := token(t, nodes[0], "alice")
+	h, ts := startHandler(t, nil)
+	startAgent(t, t.TempDir(), info.Token, ts.URL, nodes[0])
+	waitHeld(t, info, nodes...)
+	// As node n1 queues a request, without the kick that follows.
+	q := &relaystate.QueuedRequest{ID: uuid.NewString(), TunnelID: info.TunnelID, ArrivedAt: time.Now().UnixMicro(),
+		Method: http.MethodPost, URI: "/lost-kick", Headers: []byte{0}, Body: []byte(`{"n":"lost-kick"}`)}
+	if err := nodes[1].c.Enqueue(context.Background(), q); err != nil {
+		t.Fatal(err)
+	}
+	polltest.Until(t, 60*time.Second, func() bool { return slices.Contains(h.seen(), `{"n":"lost-kick"}`) },
+		"a request queued without its kick was never delivered")
 }

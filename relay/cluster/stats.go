@@ -23,16 +23,18 @@ const (
 type statsCache struct {
 	l      *link
 	stream jetstream.Stream
-	quit   chan struct{}
-	done   chan struct{}
+	// after is called with each reading of the stream's depth.
+	after func(ctx context.Context, queued uint64)
+	quit  chan struct{}
+	done  chan struct{}
 
 	mu     sync.Mutex
 	last   relay.ClusterStats // guarded by mu; Queued stays what it was while NATS is away
 	seenAt time.Time          // guarded by mu; when NATS last answered
 }
 
-func startStats(l *link, stream jetstream.Stream) *statsCache {
-	s := &statsCache{l: l, stream: stream, quit: make(chan struct{}), done: make(chan struct{})}
+func startStats(l *link, stream jetstream.Stream, after func(context.Context, uint64)) *statsCache {
+	s := &statsCache{l: l, stream: stream, after: after, quit: make(chan struct{}), done: make(chan struct{})}
 	s.refresh()
 	go s.loop()
 	return s
@@ -72,6 +74,35 @@ func (s *statsCache) refresh() {
 	s.last = relay.ClusterStats{RTT: rtt, Queued: info.State.Msgs}
 	s.seenAt = time.Now()
 	s.mu.Unlock()
+	s.after(ctx, info.State.Msgs)
+}
+
+// findQueued wakes the drain of each tunnel held here that has requests
+// in the stream. A kick is a core-NATS message, lost if a connection
+// blinks as it goes: without this look, a request whose kick was lost
+// would wait for the next one, and live requests would pass it meanwhile.
+// It costs one read of the stream's per-tunnel counts a second, and only
+// while something is queued and this node holds an agent.
+func (c *Cluster) findQueued(ctx context.Context, queued uint64) {
+	c.holders.mu.Lock()
+	held := len(c.holders.mine) > 0
+	kicked := c.kicked
+	c.holders.mu.Unlock()
+	if queued == 0 || !held || kicked == nil {
+		return
+	}
+	counts, err := c.queueStats(ctx, subjectQueue+"*")
+	if err != nil {
+		return
+	}
+	for id, st := range counts {
+		c.holders.mu.Lock()
+		_, mine := c.holders.mine[id]
+		c.holders.mu.Unlock()
+		if mine && st.Count > 0 {
+			kicked(id)
+		}
+	}
 }
 
 func (s *statsCache) stop() {
