@@ -54,7 +54,9 @@ func (c *Cluster) opts(i, port, routePort int) *server.Options {
 		StoreDir:   filepath.Join(c.dir, fmt.Sprintf("nats-%d", i)),
 		NoSigs:     true,
 		NoLog:      true,
-		Cluster:    server.ClusterOpts{Name: "calltap", Host: "127.0.0.1", Port: routePort},
+	}
+	if len(c.routes) > 1 { // one server runs JetStream on its own, as a single NATS server does
+		o.Cluster = server.ClusterOpts{Name: "calltap", Host: "127.0.0.1", Port: routePort}
 	}
 	for j, rp := range c.routes {
 		if j != i && rp > 0 {
