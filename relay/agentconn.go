@@ -137,6 +137,12 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	if t.agent == ac {
 		t.agent = nil
 	}
+	if s.shared && t.agent == nil {
+		// The stream counts this tunnel's queue, and the node its agent
+		// reaches next recounts it: a count left here would never come
+		// down. This node's inserts under way keep their places.
+		t.queued, t.queuedBytes = t.storing, 0
+	}
 	t.mu.Unlock()
 	s.metrics.agentsConnected.Add(-1)
 	log.Info("agent disconnected", "reason", ac.cause())

@@ -171,7 +171,10 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 		// in a buffer: the relay must not answer 202 for a request it may
 		// never store, nor 503 for one stored later behind its back.
 		nats.ReconnectBufSize(-1),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err == nil && nc.IsClosed() {
+				return // our own Close: an orderly stop, nothing to warn of
+			}
 			l.log.Warn("NATS disconnected", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
