@@ -44,7 +44,7 @@ const (
 	maxPartedBody = 1 << 30
 	// offerSilence is how long a node serving an answer's body waits for
 	// the next part to be asked for before it gives up on the other node.
-	offerSilence = 30 * time.Second
+	offerSilence = 10 * time.Second
 )
 
 // bodyOffer serves one body's parts until stopped.
