@@ -92,12 +92,12 @@ func (s *Server) remoteHolder(t *tunnel) string {
 
 // requiredHeaders are what senders of t must present: what the agent asked
 // for on connecting to this node, or, in a cluster with no agent here, to
-// whichever node it reached last (a single node remembers its own).
+// whichever node it reached last.
 func (s *Server) requiredHeaders(t *tunnel) []HeaderField {
 	t.mu.Lock()
 	require, here := t.require, t.agent != nil
 	t.mu.Unlock()
-	if here {
+	if here || !s.shared {
 		return require
 	}
 	return s.cfg.Cluster.Holder(t.id).Require

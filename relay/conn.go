@@ -345,7 +345,9 @@ func (c *wsConn) readFrame() (*bytes.Buffer, error) {
 		putBuf(buf)
 		return nil, err
 	}
-	c.ws.SetReadDeadline(time.Now().Add(c.keep.PongWait))
+	if c.keep.WriteWait > c.keep.PongWait { // an agent's: the deadline above was the longer one
+		c.ws.SetReadDeadline(time.Now().Add(c.keep.PongWait))
+	}
 	if buf.Len() == 0 {
 		putBuf(buf)
 		return nil, errMalformed

@@ -233,7 +233,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, tunnels: map[string]*tunnel{}, shared: cfg.Cluster != nil}
 	if cfg.Cluster == nil {
-		s.cfg.Cluster = newSoloNode()
+		s.cfg.Cluster = soloNode{}
 	}
 	s.abandon, s.giveUp = context.WithCancel(context.Background())
 	s.upgrader = websocket.Upgrader{

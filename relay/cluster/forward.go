@@ -244,10 +244,8 @@ func (c *Cluster) answer(ctx context.Context, h relay.NodeHandlers, m *nats.Msg)
 func (c *Cluster) handle(ctx context.Context, h relay.NodeHandlers, m *nats.Msg) *relay.Answer {
 	req, err := relay.DecodeForward(m.Data)
 	if err == nil {
-		var body []byte
-		var ok bool
-		if body, ok, err = c.fetchBody(ctx, m.Header); ok && err == nil {
-			req.Body = body
+		if body, parted, ferr := c.fetchBody(ctx, m.Header); parted {
+			req.Body, err = body, ferr
 		}
 	}
 	if err != nil {

@@ -26,16 +26,31 @@ import (
 // testLogger returns a logger for one part of a test (a node, an agent):
 // what it logs is printed, under name, only if the test fails.
 func testLogger(t *testing.T, name string) *slog.Logger {
-	var mu sync.Mutex
-	var buf bytes.Buffer
+	l, _ := captureLog(t, name)
+	return l
+}
+
+// capturedLog is what a test logger wrote, for a test that reads it.
+type capturedLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// captureLog is testLogger with the lines kept for the test to read.
+func captureLog(t *testing.T, name string) (*slog.Logger, *capturedLog) {
+	l := &capturedLog{}
 	t.Cleanup(func() {
 		if t.Failed() {
-			mu.Lock()
-			defer mu.Unlock()
-			t.Logf("log of %s:\n%s", name, buf.String())
+			t.Logf("log of %s:\n%s", name, l.String())
 		}
 	})
-	return slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return slog.New(slog.NewTextHandler(lockedWriter{&l.mu, &l.buf}, &slog.HandlerOptions{Level: slog.LevelDebug})), l
+}
+
+func (l *capturedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 type lockedWriter struct {

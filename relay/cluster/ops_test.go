@@ -1,14 +1,11 @@
 package cluster_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,29 +16,6 @@ import (
 	"github.com/calltap/calltap/storage/relaystate"
 	"github.com/google/uuid"
 )
-
-// capturedLog is a logger whose lines the test reads, printed only if the
-// test fails.
-type capturedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func captureLog(t *testing.T, name string) (*slog.Logger, *capturedLog) {
-	l := &capturedLog{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("log of %s:\n%s", name, l.String())
-		}
-	})
-	return slog.New(slog.NewTextHandler(lockedWriter{&l.mu, &l.buf}, &slog.HandlerOptions{Level: slog.LevelDebug})), l
-}
-
-func (l *capturedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // A node started while JetStream has no quorum says so once, and once
 // that it is ready: not a line per retry.

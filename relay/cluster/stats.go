@@ -95,13 +95,16 @@ func (c *Cluster) findQueued(ctx context.Context, queued uint64) {
 	if err != nil {
 		return
 	}
+	var wake []string
+	c.holders.mu.Lock()
 	for id, st := range counts {
-		c.holders.mu.Lock()
-		_, mine := c.holders.mine[id]
-		c.holders.mu.Unlock()
-		if mine && st.Count > 0 {
-			kicked(id)
+		if _, mine := c.holders.mine[id]; mine && st.Count > 0 {
+			wake = append(wake, id)
 		}
+	}
+	c.holders.mu.Unlock()
+	for _, id := range wake {
+		kicked(id)
 	}
 }
 
