@@ -48,6 +48,9 @@ func (f *CallFilter) where() (string, []any) {
 
 // Calls lists calls, newest activity first, and counts all that match.
 func (db *AgentStore) Calls(ctx context.Context, f CallFilter) (_ []CallRow, _ int, err error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return nil, 0, err
+	}
 	defer db.explain(&err)
 	where, args := f.where()
 	var count int
@@ -85,6 +88,9 @@ const callBatch = 500
 // CallCaptures loads the captures of the given calls, bodies included, each
 // call's in insertion order. Calls without captures are absent from the map.
 func (db *AgentStore) CallCaptures(ctx context.Context, callIDs ...string) (_ map[string][]*Capture, err error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return nil, err
+	}
 	defer db.explain(&err)
 	out := make(map[string][]*Capture, len(callIDs))
 	for start := 0; start < len(callIDs); start += callBatch {

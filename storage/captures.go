@@ -108,6 +108,9 @@ type Written struct {
 // searchindex.go). While the index is further behind than its bound,
 // WriteCaptures keeps to the indexer's pace.
 func (db *AgentStore) WriteCaptures(ctx context.Context, inserts, updates []*Capture) (_ []Written, err error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return nil, err
+	}
 	defer db.explain(&err)
 	if db.index != nil && len(inserts) > 0 {
 		if err := db.index.waitRoom(ctx, len(inserts)); err != nil {
@@ -203,6 +206,12 @@ func (w *rawConn) insertCapture(c *Capture) (Written, error) {
 			return out, fmt.Errorf("storage: look up delivery id: %w", err)
 		}
 	}
+	return w.insert(c, out)
+}
+
+// insert writes capture c as out says (its duplicate looked up, not a
+// redelivery) and returns out with its Seq.
+func (w *rawConn) insert(c *Capture, out Written) (Written, error) {
 	status, maxAttempts, headers, body := c.Status, c.MaxAttempts, c.RequestHeaders, c.Body
 	if status == "" {
 		status = StatusPending
@@ -217,7 +226,11 @@ func (w *rawConn) insertCapture(c *Capture) (Written, error) {
 		body = []byte{}
 	}
 	stored, file, offset := body, driver.Value(nil), driver.Value(nil)
-	if KeptApart(len(body)) && w.bodies != nil {
+	size := int64(len(body))
+	if len(c.Body) == 0 && c.bodyFile != "" {
+		// From the intake log: the body is in its segment already.
+		size, stored, file, offset = int64(c.Size), []byte{}, c.bodyFile, c.bodyOffset
+	} else if KeptApart(len(body)) && w.bodies != nil {
 		if c.bodyFile == "" { // not staged
 			name, off, err := w.bodies.append(body)
 			if err != nil {
@@ -229,7 +242,7 @@ func (w *rawConn) insertCapture(c *Capture) (Written, error) {
 	}
 	seq, err := w.exec(qInsert,
 		c.ID, nstr(c.RelayID), c.Source, c.CreatedAt.UnixMicro(), nmicros(c.ArrivedAt), c.Queued, c.Method, c.Path, c.Query,
-		headers, int64(len(body)), c.Target, nstr(c.Event), nstr(c.CallID), nstr(c.DeliveryID), nstr(c.OccurredAt),
+		headers, size, c.Target, nstr(c.Event), nstr(c.CallID), nstr(c.DeliveryID), nstr(c.OccurredAt),
 		nstr(out.DuplicateOf), nstr(c.ReplayOf), status, int64(maxAttempts))
 	if err != nil {
 		return out, fmt.Errorf("storage: insert capture: %w", err)
@@ -318,6 +331,9 @@ func scanCapture(sc interface{ Scan(...any) error }, extra ...any) (*Capture, er
 
 // Capture loads one capture with its request and response bodies.
 func (db *AgentStore) Capture(ctx context.Context, id string) (_ *Capture, err error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return nil, err
+	}
 	defer db.explain(&err)
 	var respHeaders sql.NullString
 	var body, respBody []byte
@@ -449,6 +465,9 @@ func ftsQuery(s string) string {
 // Captures lists captures newest first, without bodies, and counts all that
 // match the filter.
 func (db *AgentStore) Captures(ctx context.Context, f CaptureFilter) (_ []*Capture, _ int, err error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return nil, 0, err
+	}
 	defer db.explain(&err)
 	if q := ftsQuery(f.Text); q != "" {
 		if err := db.CatchUpSearch(ctx); err != nil {
@@ -463,6 +482,9 @@ func (db *AgentStore) Captures(ctx context.Context, f CaptureFilter) (_ []*Captu
 // and come after seq after, oldest first, bodies included: a walk that
 // neither repeats nor misses a capture while new ones are saved.
 func (db *AgentStore) CapturesAfter(ctx context.Context, f CaptureFilter, after int64, limit int) (_ []*Capture, err error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return nil, err
+	}
 	defer db.explain(&err)
 	if f.Text != "" {
 		if err := db.CatchUpSearch(ctx); err != nil {
@@ -494,6 +516,9 @@ func (db *AgentStore) CapturesAfter(ctx context.Context, f CaptureFilter, after 
 // oldest first and bodies included, reading a page at a time so that memory
 // does not grow with the store; then returns how many it passed to fn.
 func (db *AgentStore) EachCapture(ctx context.Context, f CaptureFilter, fn func(*Capture) error) (int, error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return 0, err
+	}
 	const page = 200
 	n := 0
 	var after int64
@@ -562,6 +587,9 @@ type Attempt struct {
 
 // Attempts lists a capture's tries in order.
 func (db *AgentStore) Attempts(ctx context.Context, captureID string) (_ []Attempt, err error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return nil, err
+	}
 	defer db.explain(&err)
 	rows, err := db.read.QueryContext(ctx, `SELECT n, at, response_status, error, duration_us FROM attempts WHERE capture_id = ? ORDER BY n`, captureID)
 	if err != nil {
@@ -587,6 +615,9 @@ func (db *AgentStore) Attempts(ctx context.Context, captureID string) (_ []Attem
 // relay's offline queue but were never sent to the handler: the agent
 // stopped after saving them. The agent sends them on its next start.
 func (db *AgentStore) UndeliveredQueued(ctx context.Context) (_ []string, err error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return nil, err
+	}
 	defer db.explain(&err)
 	rows, err := db.read.QueryContext(ctx, `SELECT id FROM captures WHERE queued = 1 AND attempts = 0 ORDER BY seq`)
 	if err != nil {
@@ -611,6 +642,9 @@ func (db *AgentStore) UndeliveredQueued(ctx context.Context) (_ []string, err er
 // returns how many it marked. Call it at start, before any new request
 // is saved.
 func (db *AgentStore) MarkInterrupted(ctx context.Context, reason string) (_ int64, err error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return 0, err
+	}
 	defer db.explain(&err)
 	res, err := db.write.ExecContext(ctx, `UPDATE captures SET status = ?, error = ?
 		WHERE source = 'tunnel' AND queued = 0 AND attempts = 0 AND status = ?`, StatusFailed, reason, StatusPending)

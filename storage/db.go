@@ -108,15 +108,23 @@ func ParseSyncMode(s string) (SyncMode, error) {
 type Option func(*options)
 
 type options struct {
-	sync SyncMode
+	sync   SyncMode
+	intake bool
 }
+
+// WithIntake makes the agent store keep an intake log (see intake.go) for
+// LogCaptures: the agent's answer path. One process at a time holds it.
+func WithIntake() Option { return func(o *options) { o.intake = true } }
 
 // WithSync sets how durable commits are; the default is SyncFull.
 func WithSync(m SyncMode) Option { return func(o *options) { o.sync = m } }
 
 // AgentStore is the agent's database: captures, attempts, media, the
 // search index and large bodies (calltap listen, dev).
-type AgentStore struct{ *core }
+type AgentStore struct {
+	*core
+	intake *intake // nil unless opened WithIntake (and no other process holds the log)
+}
 
 // RelayStore is the relay's database: tokens, settings and the offline
 // queue (calltap relay, and dev's local relay).
@@ -135,7 +143,28 @@ func OpenAgent(ctx context.Context, path string, opts ...Option) (*AgentStore, e
 	if err != nil {
 		return nil, err
 	}
-	return &AgentStore{c}, nil
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	db := &AgentStore{core: c}
+	// What an agent killed before it applied its log left there is applied
+	// now, whoever opens the store, unless that agent's successor holds it.
+	if db.intake, err = openIntake(ctx, db, o.intake); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// Close applies what the intake log holds, then closes the store. A second
+// Close returns what the first did.
+func (db *AgentStore) Close() error {
+	if db.intake == nil {
+		return db.core.Close()
+	}
+	err := db.intake.close()
+	return errors.Join(err, db.core.Close())
 }
 
 // OpenRelay opens (creating if needed) the relay's database at path.

@@ -69,6 +69,9 @@ type doomed struct {
 // DeleteCaptures deletes the captures with these ids (and what goes with
 // them); ids that match nothing are not an error, and counted out.
 func (db *AgentStore) DeleteCaptures(ctx context.Context, ids ...string) (Deleted, error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return Deleted{}, err
+	}
 	var total Deleted
 	for len(ids) > 0 {
 		n := min(len(ids), deleteBatchMax)
@@ -86,6 +89,9 @@ func (db *AgentStore) DeleteCaptures(ctx context.Context, ids ...string) (Delete
 // DeleteCall deletes every capture of one call, and every media file saved
 // for it (those fetched by `calltap media` too).
 func (db *AgentStore) DeleteCall(ctx context.Context, callID string) (Deleted, error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return Deleted{}, err
+	}
 	total, err := db.deleteAll(ctx, "c.call_id = ?", []any{callID})
 	if err != nil {
 		return total, err
@@ -99,6 +105,9 @@ func (db *AgentStore) DeleteCall(ctx context.Context, callID string) (Deleted, e
 // by `calltap media` before it. Captures marked to keep and imported
 // fixtures stay unless includeKept.
 func (db *AgentStore) DeleteBefore(ctx context.Context, t time.Time, includeKept bool) (Deleted, error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return Deleted{}, err
+	}
 	total, err := db.deleteAll(ctx, Retention{PruneKept: includeKept}.prunable()+" AND c.created_at < ?", []any{t.UnixMicro()})
 	if err != nil {
 		return total, err
@@ -365,6 +374,9 @@ func (db *AgentStore) removeSegmentIfUnused(name string) error {
 
 // SetKeep marks a capture kept (retention leaves it) or not.
 func (db *AgentStore) SetKeep(ctx context.Context, id string, keep bool) (err error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return err
+	}
 	defer db.explain(&err)
 	res, err := db.write.ExecContext(ctx, `UPDATE captures SET keep = ? WHERE id = ?`, keep, id)
 	if err != nil {

@@ -39,6 +39,9 @@ func (r Retention) prunable() string {
 // MaxBytes. Between batches it pauses; then it hands the freed database
 // pages back to the file system.
 func (db *AgentStore) Prune(ctx context.Context, r Retention, now time.Time) (Deleted, error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return Deleted{}, err
+	}
 	var total Deleted
 	pause := r.Pause
 	if pause <= 0 {

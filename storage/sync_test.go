@@ -34,7 +34,7 @@ func TestSyncModeOfWriter(t *testing.T) {
 			}
 			if schema == SchemaAgent {
 				// The capture writer's own connection.
-				if _, err := (&AgentStore{db}).WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{}`))}, nil); err != nil {
+				if _, err := (&AgentStore{core: db}).WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{}`))}, nil); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -146,7 +146,7 @@ func (app *agentApp) Open(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	if app.db, err = agentDB(ctx, f.dataDir, f.sync.option()); err != nil {
+	if app.db, err = agentDB(ctx, f.dataDir, f.sync.option(), storage.WithIntake()); err != nil {
 		return err
 	}
 	cfg := agent.Config{Store: app.db, ForwardTo: f.forwardTo, ForwardTimeout: f.forwardTimeout, Logger: app.log,

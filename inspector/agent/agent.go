@@ -64,7 +64,7 @@ type Config struct {
 	// call.analysis_completed is flagged; 0 means 15 minutes.
 	AnalysisPendingAfter time.Duration
 
-	// writeCaptures replaces Store.WriteCaptures in writeLoop; nil uses it.
+	// writeCaptures replaces Store.LogCaptures in writeLoop; nil uses it.
 	// Only tests set it (export_test.go), to make commits fail the way a
 	// full disk does without needing one.
 	writeCaptures func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error)
@@ -154,7 +154,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.AnalysisPendingAfter = callevent.DefaultAnalysisPendingAfter
 	}
 	if cfg.writeCaptures == nil {
-		cfg.writeCaptures = cfg.Store.WriteCaptures
+		cfg.writeCaptures = cfg.Store.LogCaptures
 	}
 	a := &Agent{
 		cfg:        cfg,

@@ -58,7 +58,7 @@ func (d *fullDisk) install(c *agent.Config) {
 			return nil, fmt.Errorf("storage: insert capture: %w", syscall.ENOSPC)
 		}
 		d.mu.Unlock()
-		return store.WriteCaptures(ctx, inserts, updates)
+		return store.LogCaptures(ctx, inserts, updates)
 	})
 }
 

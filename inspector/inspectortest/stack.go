@@ -159,7 +159,7 @@ func (s *Stack) StartRelay() {
 func (s *Stack) StartAgent() {
 	s.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	db, err := storage.OpenAgent(ctx, filepath.Join(s.Dir, "agent.db"))
+	db, err := storage.OpenAgent(ctx, filepath.Join(s.Dir, "agent.db"), storage.WithIntake())
 	if err != nil {
 		s.t.Fatal(err)
 	}

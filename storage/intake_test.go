@@ -1,0 +1,413 @@
+package storage
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func openIntakeDB(t testing.TB, path string, opts ...Option) *AgentStore {
+	t.Helper()
+	db, err := OpenAgent(context.Background(), path, append(opts, WithIntake())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if db.intake == nil {
+		t.Fatal("the store has no intake log")
+	}
+	return db
+}
+
+// crash leaves db as a kill would: nothing pending is applied, the log's
+// lock is let go (the kernel does that for a killed process).
+func crash(t testing.TB, db *AgentStore) {
+	t.Helper()
+	in := db.intake
+	in.mu.Lock()
+	in.closed = true
+	in.mu.Unlock()
+	close(in.stop)
+	<-in.done
+	in.f.Close()
+	in.lock.Close()
+	db.intake = nil
+	if err := db.core.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// holdApplies keeps applyLoop from applying anything for the test.
+func holdApplies(t *testing.T) {
+	old := applyDelay
+	applyDelay = time.Hour
+	t.Cleanup(func() { applyDelay = old })
+}
+
+// What LogCaptures saved reads back as WriteCaptures would have saved it:
+// small, binary and large bodies byte-exact, responses and attempts,
+// duplicates and redeliveries, before and after it is applied.
+func TestIntakeRoundTrip(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	large := bytes.Repeat([]byte("0123456789abcdef"), (fileBodyMin+4096)/16)
+	a := testCapture(1, []byte(`{"city":"Denver"}`))
+	b := testCapture(2, binaryBody)
+	c := testCapture(3, large)
+	d := testCapture(4, []byte(`{"again":true}`))
+	d.DeliveryID = a.DeliveryID
+	q := testCapture(5, []byte(`{"queued":true}`))
+	q.Queued, q.RelayID, q.ArrivedAt = true, "relay-5", capT0
+	written, err := db.LogCaptures(ctx, []*Capture{a, b, c, d, q}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if written[3].DuplicateOf != a.ID || written[0].DuplicateOf != "" {
+		t.Fatalf("duplicates: %+v", written)
+	}
+	// The relay sends the queued one again while it is pending.
+	q2 := testCapture(6, []byte(`{"queued":true}`))
+	q2.Queued, q2.RelayID = true, "relay-5"
+	w2, err := db.LogCaptures(ctx, []*Capture{q2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w2[0].Redelivered || w2[0].ID != q.ID {
+		t.Fatalf("a redelivery while pending: %+v", w2[0])
+	}
+	if _, err := db.LogCaptures(ctx, nil, []*Capture{answeredCapture(a), answeredCapture(c)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := db.intake.npending.Load(); n != 7 {
+		t.Fatalf("%d records pending, want 7 (applies held)", n)
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, want := range []*Capture{a, b, c, d, q} {
+			got, err := db.Capture(ctx, want.ID)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", when, want.ID, err)
+			}
+			if !bytes.Equal(got.Body, want.Body) {
+				t.Fatalf("%s: %s: body of %d bytes, want %d", when, want.ID, len(got.Body), len(want.Body))
+			}
+			if got.Path != want.Path || got.RequestHeaders != want.RequestHeaders || got.DeliveryID != want.DeliveryID || got.Queued != want.Queued {
+				t.Fatalf("%s: %s: %+v", when, want.ID, got)
+			}
+		}
+		got, _ := db.Capture(ctx, a.ID)
+		ans := answeredCapture(a)
+		if got.Status != StatusDelivered || got.ResponseStatus != 201 || !bytes.Equal(got.ResponseBody, ans.ResponseBody) ||
+			got.Duration != ans.Duration || got.Attempts != 1 || !got.DeliveredAt.Equal(ans.DeliveredAt) {
+			t.Fatalf("%s: the response: %+v", when, got)
+		}
+		if atts, err := db.Attempts(ctx, a.ID); err != nil || len(atts) != 1 || atts[0].ResponseStatus != 201 {
+			t.Fatalf("%s: attempts %+v %v", when, atts, err)
+		}
+		if got, _ := db.Capture(ctx, d.ID); got.DuplicateOf != a.ID {
+			t.Fatalf("%s: duplicate_of %q", when, got.DuplicateOf)
+		}
+		_, n, err := db.Captures(ctx, CaptureFilter{Page: Page{Limit: 100}})
+		if err != nil || n != 5 {
+			t.Fatalf("%s: %d captures (%v), want 5", when, n, err)
+		}
+	}
+	// A read applies what is pending first.
+	check("read while pending")
+	if n := db.intake.npending.Load(); n != 0 {
+		t.Fatalf("%d records still pending after a read", n)
+	}
+	// Redelivered once applied too.
+	if w, err := db.LogCaptures(ctx, []*Capture{q2}, nil); err != nil || !w[0].Redelivered {
+		t.Fatalf("a redelivery once applied: %+v %v", w, err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openIntakeDB(t, path)
+	defer db.Close()
+	check("reopened")
+}
+
+// A record torn by a crash is cut; the records before it are applied once,
+// and a reopen applies nothing again.
+func TestIntakeTornRecordIsCut(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	var ids []string
+	for i := range 3 {
+		c := testCapture(i+1, []byte(fmt.Sprintf(`{"n":%d}`, i)))
+		if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	logFile, end := db.intake.path(db.intake.gen), db.intake.size
+	crash(t, db)
+	// The next frame, torn: its header says 400 bytes, 10 made it.
+	f, err := os.OpenFile(logFile, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	torn := binary.LittleEndian.AppendUint32(nil, 400)
+	torn = binary.LittleEndian.AppendUint32(torn, 0xdeadbeef)
+	torn = append(torn, "0123456789"...)
+	if _, err := f.WriteAt(torn, end); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	for round := range 2 {
+		db := openIntakeDB(t, path)
+		_, n, err := db.Captures(ctx, CaptureFilter{Page: Page{Limit: 10}})
+		if err != nil || n != 3 {
+			t.Fatalf("round %d: %d captures (%v), want 3", round, n, err)
+		}
+		for _, id := range ids {
+			if _, err := db.Capture(ctx, id); err != nil {
+				t.Fatalf("round %d: %s: %v", round, id, err)
+			}
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(logFile); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the applied log %s is still there (%v)", logFile, err)
+	}
+}
+
+// Damage in a log that newer logs follow is not a torn tail: the store
+// says so rather than drop the records after it.
+func TestIntakeDamageBeforeNewerLogIsReported(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	if _, err := db.LogCaptures(ctx, []*Capture{testCapture(1, []byte(`{}`))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	first := db.intake.path(db.intake.gen)
+	db.intake.mu.Lock()
+	err := db.intake.startFile(db.intake.gen + 1)
+	db.intake.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.LogCaptures(ctx, []*Capture{testCapture(2, []byte(`{}`))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	crash(t, db)
+	f, err := os.OpenFile(first, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xff}, 9); err != nil { // inside the first record's payload
+		t.Fatal(err)
+	}
+	f.Close()
+	_, err = OpenAgent(ctx, path, WithIntake())
+	if err == nil || !strings.Contains(err.Error(), "damaged") {
+		t.Fatalf("open: %v, want the damage reported", err)
+	}
+}
+
+// A write the disk refuses leaves nothing behind: the call fails, the next
+// one is saved, and the store holds exactly what was saved.
+func TestIntakeFailedWriteLeavesNothing(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	full := true
+	db.intake.writeAt = func(f *os.File, b []byte, off int64) (int, error) {
+		if full {
+			// Half the frames reach the file before the disk is full.
+			n, _ := f.WriteAt(b[:len(b)/2], off)
+			return n, syscall.ENOSPC
+		}
+		return f.WriteAt(b, off)
+	}
+	a, b := testCapture(1, []byte(`{"a":1}`)), testCapture(2, []byte(`{"b":2}`))
+	if _, err := db.LogCaptures(ctx, []*Capture{a, b}, nil); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a full disk: %v", err)
+	}
+	if n := db.intake.npending.Load(); n != 0 {
+		t.Fatalf("%d records pending after a failed write", n)
+	}
+	full = false
+	c := testCapture(3, []byte(`{"c":3}`))
+	if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	crash(t, db)
+	db = openIntakeDB(t, path)
+	defer db.Close()
+	got, n, err := db.Captures(ctx, CaptureFilter{Page: Page{Limit: 10}})
+	if err != nil || n != 1 || got[0].ID != c.ID {
+		t.Fatalf("after the restart: %d captures (%v), want only %s", n, err, c.ID)
+	}
+}
+
+// The intake writer of TestIntakeKilledMidBatch: saves batches of
+// captures, printing each id once LogCaptures has returned, until killed.
+func TestIntakeWriterProcess(t *testing.T) {
+	dir := os.Getenv("CALLTAP_INTAKE_WRITER")
+	if dir == "" {
+		return // run by TestIntakeKilledMidBatch only
+	}
+	applyDelay = time.Millisecond // applies all the time: the kill may land in one
+	db, err := OpenAgent(context.Background(), filepath.Join(dir, "agent.db"), WithIntake())
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	out := bufio.NewWriter(os.Stdout)
+	for n := 1; ; {
+		var batch []*Capture
+		for range 1 + n%17 {
+			batch = append(batch, testCapture(n, []byte(fmt.Sprintf(`{"n":%d,"pad":"%s"}`, n, strings.Repeat("x", n%900)))))
+			n++
+		}
+		if _, err := db.LogCaptures(context.Background(), batch, nil); err != nil {
+			fmt.Fprintln(out, "error", err)
+			out.Flush()
+			os.Exit(1)
+		}
+		for _, c := range batch {
+			fmt.Fprintln(out, "saved", c.ID)
+		}
+		out.Flush()
+	}
+}
+
+// SIGKILL while the agent's log is written and applied: every capture whose
+// save returned is in the store after the restart, exactly once, and a
+// second restart changes nothing.
+func TestIntakeKilledMidBatch(t *testing.T) {
+	for round := range 3 {
+		dir := t.TempDir()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestIntakeWriterProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "CALLTAP_INTAKE_WRITER="+dir)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		saved := map[string]bool{}
+		sc := bufio.NewScanner(stdout)
+		want := 500 + 400*round
+		for len(saved) < want && sc.Scan() {
+			line := sc.Text()
+			id, ok := strings.CutPrefix(line, "saved ")
+			if !ok {
+				t.Fatalf("writer: %s", line)
+			}
+			saved[id] = true
+		}
+		cmd.Process.Kill()
+		for sc.Scan() { // what it printed before the kill landed
+			if id, ok := strings.CutPrefix(sc.Text(), "saved "); ok {
+				saved[id] = true
+			}
+		}
+		cmd.Wait()
+		if len(saved) < want {
+			t.Fatalf("the writer stopped after %d saves", len(saved))
+		}
+		path := filepath.Join(dir, "agent.db")
+		pendingAtKill := unapplied(t, path)
+		var counts []int
+		for range 2 {
+			db, err := OpenAgent(context.Background(), path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, err := db.read.Query(`SELECT id, count(*) FROM captures GROUP BY id`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := map[string]int{}
+			for rows.Next() {
+				var id string
+				var n int
+				if err := rows.Scan(&id, &n); err != nil {
+					t.Fatal(err)
+				}
+				found[id] = n
+			}
+			rows.Close()
+			for id := range saved {
+				if found[id] != 1 {
+					t.Fatalf("round %d: %s was saved and is in the store %d times", round, id, found[id])
+				}
+			}
+			for id, n := range found {
+				if n != 1 {
+					t.Fatalf("round %d: %s is in the store %d times", round, id, n)
+				}
+			}
+			counts = append(counts, len(found))
+			db.Close()
+		}
+		if counts[0] != counts[1] {
+			t.Fatalf("round %d: the second restart changed the store: %d then %d captures", round, counts[0], counts[1])
+		}
+		t.Logf("round %d: %d saves seen, %d captures after the restart, %d bytes of log unapplied at the kill", round, len(saved), counts[0], pendingAtKill)
+	}
+}
+
+// unapplied is how many bytes of records the store's log holds past its
+// recorded position, read before anything opens the store.
+func unapplied(t *testing.T, path string) int64 {
+	t.Helper()
+	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var gen, off int64
+	if err := db.QueryRow(`SELECT applied_gen, applied_end FROM intake_state`).Scan(&gen, &off); err != nil {
+		t.Fatal(err)
+	}
+	in := &intake{dir: IntakeDir(path)}
+	gens, err := in.files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, g := range gens {
+		if g < gen {
+			continue
+		}
+		start := int64(0)
+		if g == gen {
+			start = off
+		}
+		recs, _, err := readLog(in.path(g), g, start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			total += int64(len(r.rec)) + 8
+		}
+	}
+	return total
+}
