@@ -12,6 +12,7 @@
 //	benchrun reconnect --bin bin/calltap --out FILE    relay down 0/10/60 s → first request through
 //	benchrun prune     --bin bin/calltap --out FILE    retention: p99 through the tunnel while 10⁵ captures are pruned, and after
 //	benchrun cluster   --bin bin/calltap --out FILE    team relay over NATS: same node vs another, shared queue, NATS bytes
+//	benchrun cost      --bin bin/calltap-prof --out FILE  per 2 KB request: each process's CPU, system calls, context switches; added p50 vs fsync p50; --perf: CPU by stage
 //	benchrun report    FILE                            the table
 //
 // It is a report, not a test: a missed target is printed, never an exit
@@ -28,7 +29,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchrun handler|tunnel|store|scale|hold|queue|reconnect|prune|cluster|report [flags]")
+		fmt.Fprintln(os.Stderr, "usage: benchrun handler|tunnel|store|scale|hold|queue|reconnect|prune|cluster|cost|report [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -54,6 +55,8 @@ func main() {
 		err = cmdPrune(ctx, args)
 	case "cluster":
 		err = cmdCluster(ctx, args)
+	case "cost":
+		err = cmdCost(ctx, args)
 	case "report":
 		err = cmdReport(args)
 	default:

@@ -231,6 +231,7 @@ type calltap struct {
 	tunnelPath string // /t/<id>
 	inspectURL string
 	relayArgs  []string
+	agentArgs  []string // more flags for `calltap listen` (e.g. --sync normal)
 	forwardTo  string
 }
 
@@ -307,8 +308,9 @@ func (c *calltap) startAgent(ctx context.Context, wait bool) error {
 	c.inspectURL = fmt.Sprintf("http://127.0.0.1:%d", port)
 	// The console line per request goes to /dev/null: the agent still
 	// formats and writes it, as it does in a terminal.
-	p, err := startProc("agent", filepath.Join(c.dir, "agent.log"), nil, c.bin, "listen", "--relay", c.relayURL, "--token", c.token,
-		"--forward-to", c.forwardTo+"/webhooks", "--data", filepath.Join(c.dir, "agent"), "--inspect", fmt.Sprintf("127.0.0.1:%d", port))
+	args := append([]string{"listen", "--relay", c.relayURL, "--token", c.token,
+		"--forward-to", c.forwardTo + "/webhooks", "--data", filepath.Join(c.dir, "agent"), "--inspect", fmt.Sprintf("127.0.0.1:%d", port)}, c.agentArgs...)
+	p, err := startProc("agent", filepath.Join(c.dir, "agent.log"), nil, c.bin, args...)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -22,6 +23,14 @@ type row struct {
 	Ratio   string `json:"ratio,omitempty"`
 	Target  string `json:"target,omitempty"`
 	Met     string `json:"met,omitempty"` // "met", "not met" or "" (no target)
+
+	// A row of a table of its own (printed after the main one, under its
+	// name as a heading): Cells are its columns before Target and Result.
+	// Its Head row names them; a Note row is printed under the table.
+	Table string   `json:"table,omitempty"`
+	Head  bool     `json:"head,omitempty"`
+	Cells []string `json:"cells,omitempty"`
+	Note  string   `json:"note,omitempty"`
 }
 
 // results appends rows to the file given with --out (JSON lines).
@@ -42,7 +51,12 @@ func openResults(path string) (*results, error) {
 
 func (r *results) add(x row) {
 	b, _ := json.Marshal(x)
-	fmt.Fprintf(os.Stderr, "  %-52s %s %s %s %s %s\n", x.Measure, x.Direct, x.Calltap, x.Ratio, x.Target, x.Met)
+	switch {
+	case x.Table == "":
+		fmt.Fprintf(os.Stderr, "  %-52s %s %s %s %s %s\n", x.Measure, x.Direct, x.Calltap, x.Ratio, x.Target, x.Met)
+	case x.Note == "":
+		fmt.Fprintf(os.Stderr, "  %s %s %s\n", strings.Join(x.Cells, " | "), x.Target, x.Met)
+	}
 	if r.f != nil {
 		r.f.Write(append(b, '\n'))
 	}
@@ -91,19 +105,86 @@ func cmdReport(args []string) error {
 	return nil
 }
 
+// printTable prints the main table, then the tables of their own in the
+// order they first appear, then how many targets of all were met.
 func printTable(w io.Writer, rows []row) {
 	head := []string{"Measure", "Direct", "Through calltap", "calltap / direct", "Target", "Result"}
 	cells := [][]string{head}
 	met, total := 0, 0
+	var tables []string
 	for _, x := range rows {
-		cells = append(cells, []string{x.Measure, x.Direct, x.Calltap, x.Ratio, x.Target, x.Met})
-		if x.Met != "" {
+		if x.Met != "" && !x.Head {
 			total++
 			if x.Met == "met" {
 				met++
 			}
 		}
+		if x.Table != "" {
+			if !slices.Contains(tables, x.Table) {
+				tables = append(tables, x.Table)
+			}
+			continue
+		}
+		cells = append(cells, []string{x.Measure, x.Direct, x.Calltap, x.Ratio, x.Target, x.Met})
 	}
+	if len(cells) > 1 {
+		printGrid(w, cells)
+	}
+	for _, t := range tables {
+		printOwnTable(w, t, rows)
+	}
+	fmt.Fprintf(w, "\nTargets met: %d of %d.\n", met, total)
+}
+
+// printOwnTable prints the rows of table t: its first Head row names the
+// columns (later ones, from a part run twice into one file, are skipped);
+// Target and Result columns are added when a row has a target.
+func printOwnTable(w io.Writer, t string, rows []row) {
+	var head []string
+	var body []row
+	var notes []string
+	targets := false
+	for _, x := range rows {
+		switch {
+		case x.Table != t:
+		case x.Head:
+			if head == nil {
+				head = x.Cells
+			}
+		case x.Note != "":
+			if !slices.Contains(notes, x.Note) {
+				notes = append(notes, x.Note)
+			}
+		default:
+			body = append(body, x)
+			targets = targets || x.Target != "" || x.Met != ""
+		}
+	}
+	n := len(head)
+	for _, x := range body {
+		n = max(n, len(x.Cells))
+	}
+	line := func(c []string, target, result string) []string {
+		c = append(slices.Clip(c), make([]string, n-len(c))...)
+		if targets {
+			c = append(c, target, result)
+		}
+		return c
+	}
+	cells := [][]string{line(head, "Target", "Result")}
+	for _, x := range body {
+		cells = append(cells, line(x.Cells, x.Target, x.Met))
+	}
+	fmt.Fprintf(w, "\n### %s\n\n", t)
+	printGrid(w, cells)
+	for _, note := range notes {
+		fmt.Fprintf(w, "\n%s\n", note)
+	}
+}
+
+// printGrid prints cells as a Markdown table; the first row is the head.
+func printGrid(w io.Writer, cells [][]string) {
+	head := cells[0]
 	widths := make([]int, len(head))
 	for _, c := range cells {
 		for i, s := range c {
@@ -127,7 +208,6 @@ func printTable(w io.Writer, rows []row) {
 	for _, c := range cells[1:] {
 		line(c)
 	}
-	fmt.Fprintf(w, "\nTargets met: %d of %d.\n", met, total)
 }
 
 // Formatting shared by the parts.

@@ -1,0 +1,659 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The cost part: what one 2 KB webhook costs each process on its way
+// through calltap — CPU, system calls and context switches of the relay,
+// the agent and the handler per request — with the p50 it adds beside the
+// machine's own fsync p50, and, with --perf, where the relay's and the
+// agent's CPU goes, stage by stage, from perf record's call stacks.
+
+const (
+	costTable    = "Cost per 2 KB request"
+	latencyTable = "Cost per 2 KB request: the p50 it adds"
+)
+
+// costProcs are the processes a request through calltap runs in.
+var costProcs = []string{"relay", "agent", "handler"}
+
+// costCell is one load (c) on one setup (--sync).
+type costCell struct {
+	sync  string
+	conns int
+
+	direct, through loadResult
+	fsync           time.Duration // the agent's disk: 4 KiB append + fdatasync, p50
+
+	cpu      map[string]time.Duration // per request
+	syscalls map[string]float64       // per request
+	switches map[string]float64       // per request (thread wake-ups)
+
+	stages map[string]map[string]int // relay/agent → stage → samples
+	other  map[string]map[string]int // relay/agent → innermost unclassified function → samples
+}
+
+func (c *costCell) label() string { return fmt.Sprintf("--sync %s, c=%d", c.sync, c.conns) }
+
+func cmdCost(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("cost", flag.ContinueOnError)
+	bin := fs.String("bin", "bin/calltap", "the calltap binary (with symbols for --perf: go build -o bin/calltap-prof ./cmd/calltap)")
+	out := fs.String("out", "", "results file")
+	work := fs.String("work", "", "scratch directory (default: a new one under $TMPDIR)")
+	dur := fs.Duration("duration", 5*time.Second, "measured window of each load")
+	warm := fs.Duration("warmup", time.Second, "warmup before each window")
+	perf := fs.Bool("perf", false, "also record the relay's and the agent's call stacks and break their CPU down by stage")
+	keep := fs.String("perf-keep", "", "keep the perf record files in this directory")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if _, err := exec.LookPath("perf"); err != nil {
+		return errors.New("perf is missing: apt-get install -y linux-perf")
+	}
+	res, err := openResults(*out)
+	if err != nil {
+		return err
+	}
+	defer res.close()
+	dir, err := scratch(*work, "cost")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if *keep != "" {
+		if err := os.MkdirAll(*keep, 0o755); err != nil {
+			return err
+		}
+	}
+
+	hp, hurl, err := startHandler(dir)
+	if err != nil {
+		return err
+	}
+	defer hp.stop()
+
+	var cells []*costCell
+	for _, mode := range []string{"full", "normal"} {
+		cs, err := costSetup(ctx, *bin, filepath.Join(dir, "sync-"+mode), mode, hp, hurl, *warm, *dur, *perf, *keep)
+		if err != nil {
+			return fmt.Errorf("--sync %s: %w", mode, err)
+		}
+		cells = append(cells, cs...)
+	}
+	reportCost(res, cells, *perf)
+	return nil
+}
+
+// costSetup starts a relay and an agent with --sync mode and measures
+// every load on them.
+func costSetup(ctx context.Context, bin, dir, mode string, hp *proc, hurl string, warm, dur time.Duration, perf bool, keep string) ([]*costCell, error) {
+	ct, err := newCalltap(ctx, bin, dir, hurl, relayFlagsNoLimits...)
+	if err != nil {
+		return nil, err
+	}
+	defer ct.stop()
+	ct.agentArgs = []string{"--sync", mode}
+	if err := ct.startRelay(ctx); err != nil {
+		return nil, err
+	}
+	if err := ct.startAgent(ctx, true); err != nil {
+		return nil, err
+	}
+	pids := map[string]int{"relay": ct.relay.pid(), "agent": ct.agent.pid(), "handler": hp.pid()}
+	ev, stamp := jsonEvent2K()
+	hu, _ := url.Parse(hurl)
+	ru, _ := url.Parse(ct.relayURL)
+	var cells []*costCell
+	for _, conns := range []int{1, 32} {
+		c := &costCell{sync: mode, conns: conns}
+		direct := loadSpec{Addr: hu.Host, Path: "/webhooks/voice", Body: ev, Stamp: stamp, ContentType: "application/json",
+			Conns: conns, Warmup: warm, Duration: dur}
+		through := direct
+		through.Addr, through.Path = ru.Host, ct.tunnelPath+"/voice"
+
+		if c.fsync, err = fsyncP50(filepath.Join(dir, "agent")); err != nil {
+			return nil, fmt.Errorf("fsync probe: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "cost: %-22s direct\n", c.label())
+		if c.direct, err = runLoad(ctx, direct); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(os.Stderr, "cost: %-22s through calltap: CPU, perf stat\n", c.label())
+		if err := c.measure(ctx, through, pids, dir); err != nil {
+			return nil, err
+		}
+		if ct.relay.exited() || ct.agent.exited() {
+			return nil, errors.New("the relay or the agent died under load (see their logs in " + dir + ")")
+		}
+		if perf {
+			fmt.Fprintf(os.Stderr, "cost: %-22s through calltap: perf record\n", c.label())
+			if err := c.profile(ctx, through, pids, dir, keep); err != nil {
+				return nil, err
+			}
+		}
+		cells = append(cells, c)
+	}
+	return cells, nil
+}
+
+// perfSpan is how long perf counts or samples inside a window of d: less
+// than d, so that attaching late still leaves it all under load.
+func perfSpan(d time.Duration) time.Duration { return max(d*4/5, d-time.Second) }
+
+// measure loads calltap twice: once clean, for the latency and the CPU
+// time of each process, charged to the requests of the window; then
+// under perf stat, for each process's system calls and context switches
+// per request (counting every system call slows them a little).
+func (c *costCell) measure(ctx context.Context, spec loadSpec, pids map[string]int, dir string) error {
+	cpu0 := map[string]time.Duration{}
+	cpu1 := map[string]time.Duration{}
+	clean := spec
+	clean.OnStart = func() {
+		for _, name := range costProcs {
+			cpu0[name], _ = procCPU(pids[name])
+		}
+	}
+	clean.OnEnd = func() {
+		for _, name := range costProcs {
+			cpu1[name], _ = procCPU(pids[name])
+		}
+	}
+	r, err := runLoad(ctx, clean)
+	if err != nil {
+		return err
+	}
+	c.through = r
+	n := time.Duration(max(r.N, 1))
+	c.cpu = map[string]time.Duration{}
+	for _, name := range costProcs {
+		c.cpu[name] = (cpu1[name] - cpu0[name]) / n
+	}
+
+	var stats []*exec.Cmd
+	var statErr error
+	span := perfSpan(spec.Duration)
+	spec.OnStart = func() {
+		for _, name := range costProcs {
+			cmd := perfCmd(ctx, "stat", "-e", "raw_syscalls:sys_enter,context-switches", "-p", strconv.Itoa(pids[name]),
+				"-o", filepath.Join(dir, "stat-"+name+".txt"), "--", "sleep", fmt.Sprintf("%.3f", span.Seconds()))
+			if err := cmd.Start(); err != nil {
+				statErr = fmt.Errorf("perf stat: %w", err)
+				break
+			}
+			stats = append(stats, cmd)
+		}
+	}
+	r, err = runLoad(ctx, spec)
+	for _, cmd := range stats {
+		if werr := cmd.Wait(); werr != nil && statErr == nil {
+			statErr = perfErr(cmd, werr)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if statErr != nil {
+		return statErr
+	}
+	c.syscalls, c.switches = map[string]float64{}, map[string]float64{}
+	for _, name := range costProcs {
+		counts, elapsed, err := readPerfStat(filepath.Join(dir, "stat-"+name+".txt"))
+		if err != nil {
+			return fmt.Errorf("perf stat of the %s: %w", name, err)
+		}
+		reqs := r.rate() * elapsed.Seconds() // the load is steady: its rate over perf's own span
+		c.syscalls[name] = counts["raw_syscalls:sys_enter"] / reqs
+		c.switches[name] = counts["context-switches"] / reqs
+	}
+	return nil
+}
+
+// perfCmd is perf with a C locale (plain numbers), its stderr kept for
+// perfErr.
+func perfCmd(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "perf", args...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.Stderr = &strings.Builder{}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// perfErr is the error of a perf run that failed, with the first line it
+// printed (say, that perf_event_paranoid forbids it).
+func perfErr(cmd *exec.Cmd, err error) error {
+	msg := strings.TrimSpace(fmt.Sprint(cmd.Stderr))
+	msg, _, _ = strings.Cut(msg, "\n")
+	return fmt.Errorf("perf %s: %w: %s", cmd.Args[1], err, msg)
+}
+
+// readPerfStat reads perf stat's output file: the count of each event
+// ("<not counted>" is 0: the process did not run) and the time elapsed.
+func readPerfStat(path string) (map[string]float64, time.Duration, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	counts := map[string]float64{}
+	var elapsed time.Duration
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 4 && f[1] == "seconds" && f[2] == "time" && f[3] == "elapsed":
+			s, err := strconv.ParseFloat(f[0], 64)
+			if err != nil {
+				return nil, 0, fmt.Errorf("unreadable elapsed time %q", line)
+			}
+			elapsed = time.Duration(s * float64(time.Second))
+		case len(f) >= 3 && f[0] == "<not" && f[1] == "counted>":
+			counts[f[2]] = 0
+		case len(f) >= 2 && (strings.Contains(f[1], ":") || f[1] == "context-switches" || f[1] == "cs"):
+			v, err := strconv.ParseFloat(strings.ReplaceAll(f[0], ",", ""), 64)
+			if err != nil {
+				continue
+			}
+			counts[f[1]] = v
+		}
+	}
+	if elapsed <= 0 {
+		return nil, 0, fmt.Errorf("%s: no time elapsed", path)
+	}
+	for _, ev := range []string{"raw_syscalls:sys_enter", "context-switches"} {
+		if _, ok := counts[ev]; !ok {
+			return nil, 0, fmt.Errorf("%s: no count of %s", path, ev)
+		}
+	}
+	return counts, elapsed, nil
+}
+
+// fsyncP50 is the p50 of appending 4 KiB to a file in dir and
+// fdatasyncing it, 200 times: what one durable commit costs at least.
+func fsyncP50(dir string) (time.Duration, error) {
+	f, err := os.CreateTemp(dir, "fsync-probe-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	block := make([]byte, 4096)
+	lat := make([]time.Duration, 0, 200)
+	for range 200 {
+		t := time.Now()
+		if _, err := f.Write(block); err != nil {
+			return 0, err
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			return 0, err
+		}
+		lat = append(lat, time.Since(t))
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], nil
+}
+
+// The stages of a request in each process. A sample belongs to the stage
+// of the first frame, from the leaf outwards, that one of its patterns
+// matches ("^x": the symbol starts with x; else it contains x); the rules
+// of a process are tried in order on each frame. A rule with cLeaf also
+// takes the samples whose innermost frame in user space is C code (the
+// program's own or a shared library's): C code keeps no frame pointers,
+// so the chain above it is lost.
+type stageRule struct {
+	stage    string
+	patterns []string
+	cLeaf    bool
+}
+
+// frame is one line of a sample's call stack.
+type frame struct {
+	sym, dso string
+}
+
+func (f frame) kernel() bool {
+	return f.dso == "[kernel.kallsyms]" || strings.HasPrefix(f.dso, "[kernel")
+}
+
+func (f frame) unknown() bool { return f.sym == "[unknown]" || f.dso == "[unknown]" || f.sym == "" }
+
+// cCode tells a frame of C code: a shared library's, or a function of the
+// program without the dot of a Go name (gcc's clones: name.isra.0).
+func (f frame) cCode() bool {
+	if f.kernel() || f.unknown() || strings.HasPrefix(f.dso, "[") || goAsm[f.sym] { // [vdso]: the runtime's clock
+		return false
+	}
+	if strings.Contains(f.dso, ".so") {
+		return true
+	}
+	for _, clone := range []string{".isra.", ".constprop.", ".part.", ".cold"} {
+		if strings.Contains(f.sym, clone) {
+			return true
+		}
+	}
+	return !strings.Contains(f.sym, ".")
+}
+
+// goAsm are the Go assembly functions named without a package.
+var goAsm = map[string]bool{"indexbytebody": true, "memeqbody": true, "cmpbody": true, "countbody": true, "indexbody": true,
+	"aeshashbody": true, "gogo": true}
+
+// goCode tells a frame of the program's Go code outside the runtime.
+func (f frame) goCode() bool {
+	if f.kernel() || f.unknown() || strings.HasPrefix(f.dso, "[") || f.cCode() {
+		return false
+	}
+	for _, p := range []string{"runtime.", "internal/", "syscall.", "sync.", "sync/atomic.", "gcBgMarkWorker"} {
+		if strings.HasPrefix(f.sym, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// wsReads are the websocket's reads, under readFrame (batchConn wraps the
+// connection both ways).
+var wsReads = []string{"gorilla/websocket.(*Conn).NextReader", "gorilla/websocket.(*Conn).advanceFrame",
+	"gorilla/websocket.(*messageReader)", "gorilla/websocket.(*Conn).read", "relay.(*batchConn).Read", "relay.(*batchConn).SetReadDeadline"}
+
+var agentStages = []stageRule{
+	{stage: "read frame", patterns: append([]string{"relay.(*clientConn).readLoop", "relay.(*wsConn).readFrame", "relay.readFrame",
+		"relay.decodeRequest"}, wsReads...)},
+	// The agent's only C code is SQLite's, and only SQLite calls libc:
+	// C code at the leaf is saving.
+	{stage: "save", patterns: []string{"github.com/calltap/calltap/storage.", "github.com/mattn/go-sqlite3",
+		"inspector/agent.(*Agent).writeLoop", "inspector/agent.(*Agent).save", "inspector/agent.(*Agent).queue",
+		"inspector/agent.(*Agent).insert", "inspector/agent.(*Agent).record",
+		"^sqlite3", "^pager", "^wal", "^btree", "^pcache", "^vdbe", "^_cgo_", "^x_cgo_",
+		"^__x64_sys_fdatasync", "^__x64_sys_fsync", "^__x64_sys_pwrite64", "^__x64_sys_pread64", "^ext4_sync_file", "^jbd2"},
+		cLeaf: true},
+	{stage: "forward", patterns: []string{"inspector/agent.(*Agent).send", "inspector/agent.(*handlerClient)", "inspector/agent.(*handlerConn)",
+		"inspector/agent.(*Agent).serveLive"}},
+	{stage: "answer", patterns: []string{"relay.(*Stream).Respond", "relay.(*Stream).Ack", "relay.(*Stream).Release", "relay.(*wsConn).",
+		"relay.(*batchConn).", "relay.(*clientConn).send",
+		"gorilla/websocket.(*Conn).Write", "gorilla/websocket.(*Conn).Next", "gorilla/websocket.(*messageWriter)", "gorilla/websocket.(*Conn).write"}},
+	{stage: "console line", patterns: []string{"inspector/agent.(*Agent).printLine", "inspector/agent.(*console)"}},
+}
+
+var relayStages = []stageRule{
+	{stage: "read frame", patterns: append([]string{"relay.(*agentConn).readLoop", "relay.(*wsConn).readFrame", "relay.decodeResponse",
+		"relay.decodeAck"}, wsReads...)},
+	{stage: "answer", patterns: []string{"relay.(*Server).writeAnswer", "net/http.(*response).", "net/http.(*chunkWriter).",
+		"net/http.(*conn).finalFlush"}},
+	{stage: "parse", patterns: []string{"net/http.(*conn).readRequest", "net/http.readRequest", "net/textproto.", "net/http.(*connReader).",
+		"net/http.(*body).", "relay.(*Server).readBody", "relay.(*bodyPacer)", "net/http.(*conn).serve"}},
+	// The request frame the relay writes to the agent is forwarding.
+	{stage: "route/forward", patterns: []string{"relay.(*Server).", "relay.(*agentConn).", "relay.(*tunnel).", "relay.(*wsConn).",
+		"relay.(*batchConn).", "relay.appendRequestHead", "relay.HeaderFrom", "gorilla/websocket.", "relay.soloNode"}},
+}
+
+// classify names the stage of one sample's stack (leaf first). A stack
+// none of whose frames a rule matches is "runtime" when it runs only the
+// Go runtime or the kernel (GC, the scheduler, sysmon, switching threads),
+// and "other" otherwise.
+func classify(rules []stageRule, frames []frame) string {
+	user := false // a frame in user space was seen
+	for _, f := range frames {
+		cLeaf := !user && f.cCode()
+		user = user || !f.kernel() && !f.unknown()
+		for _, r := range rules {
+			if cLeaf && r.cLeaf {
+				return r.stage
+			}
+			for _, p := range r.patterns {
+				if q, ok := strings.CutPrefix(p, "^"); ok {
+					if strings.HasPrefix(f.sym, q) {
+						return r.stage
+					}
+				} else if strings.Contains(f.sym, p) {
+					return r.stage
+				}
+			}
+		}
+	}
+	if innermostOther(frames) == "" {
+		return "runtime"
+	}
+	return "other"
+}
+
+// innermostOther is what an "other" sample was doing: the innermost frame
+// of Go code outside the runtime, or the leaf's C code ("" if none).
+func innermostOther(frames []frame) string {
+	user := false
+	for _, f := range frames {
+		if !user && f.cCode() && !strings.HasPrefix(f.sym, "x_cgo_") && !strings.HasPrefix(f.sym, "_cgo_") || f.goCode() {
+			return f.sym
+		}
+		user = user || !f.kernel() && !f.unknown()
+	}
+	return ""
+}
+
+// profile samples the relay's and the agent's call stacks (perf record)
+// under the load, and counts the samples of each stage.
+func (c *costCell) profile(ctx context.Context, spec loadSpec, pids map[string]int, dir, keep string) error {
+	span := perfSpan(spec.Duration)
+	files := map[string]string{}
+	var recs []*exec.Cmd
+	var recErr error
+	spec.OnStart = func() {
+		for _, name := range []string{"relay", "agent"} {
+			files[name] = filepath.Join(dir, fmt.Sprintf("perf-%s-c%d.data", name, c.conns))
+			cmd := perfCmd(ctx, "record", "-q", "-F", "999", "-g", "-p", strconv.Itoa(pids[name]), "-o", files[name],
+				"--", "sleep", fmt.Sprintf("%.3f", span.Seconds()))
+			if err := cmd.Start(); err != nil {
+				recErr = fmt.Errorf("perf record: %w", err)
+				break
+			}
+			recs = append(recs, cmd)
+		}
+	}
+	_, err := runLoad(ctx, spec)
+	for _, cmd := range recs {
+		if werr := cmd.Wait(); werr != nil && recErr == nil {
+			recErr = perfErr(cmd, werr)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if recErr != nil {
+		return recErr
+	}
+	c.stages, c.other = map[string]map[string]int{}, map[string]map[string]int{}
+	for name, rules := range map[string][]stageRule{"relay": relayStages, "agent": agentStages} {
+		stages, other, err := perfStages(ctx, files[name], rules)
+		if err != nil {
+			return fmt.Errorf("perf script of the %s: %w", name, err)
+		}
+		c.stages[name], c.other[name] = stages, other
+		if keep != "" {
+			if err := os.Rename(files[name], filepath.Join(keep, fmt.Sprintf("cost-sync-%s-c%d-%s.data", c.sync, c.conns, name))); err != nil {
+				fmt.Fprintf(os.Stderr, "cost: not kept: %v\n", err)
+			}
+		}
+		os.Remove(files[name])
+	}
+	return nil
+}
+
+// perfStages reads `perf script` of a recording and counts its samples by
+// stage; other counts the unclassified ones by their innermost function.
+func perfStages(ctx context.Context, file string, rules []stageRule) (stages, other map[string]int, err error) {
+	cmd := perfCmd(ctx, "script", "-i", file, "-F", "ip,sym,dso", "--no-inline")
+	outp, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	stages, other = map[string]int{}, map[string]int{}
+	var frames []frame
+	flush := func() {
+		if len(frames) == 0 {
+			return
+		}
+		s := classify(rules, frames)
+		stages[s]++
+		if s == "other" {
+			other[innermostOther(frames)]++
+		}
+		frames = frames[:0]
+	}
+	sc := bufio.NewScanner(outp)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			flush()
+			continue
+		}
+		// "ffffffff8a2c3f1e __schedule ([kernel.kallsyms])",
+		// "5dab74 sqlite3VdbeExec (/path/bin/calltap)", "0 [unknown] ([unknown])"
+		_, rest, _ := strings.Cut(line, " ")
+		var f frame
+		if i := strings.LastIndex(rest, " ("); i >= 0 && strings.HasSuffix(rest, ")") {
+			f.sym, f.dso = rest[:i], rest[i+2:len(rest)-1]
+		} else {
+			f.sym = rest
+		}
+		if i := strings.LastIndex(f.sym, "+0x"); i > 0 {
+			f.sym = f.sym[:i]
+		}
+		f.sym = strings.TrimSpace(f.sym)
+		frames = append(frames, f)
+	}
+	flush()
+	io.Copy(io.Discard, outp)
+	if err := cmd.Wait(); err != nil {
+		return nil, nil, perfErr(cmd, err)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, nil, err
+	}
+	if len(stages) == 0 {
+		return nil, nil, errors.New("no samples")
+	}
+	return stages, other, nil
+}
+
+var (
+	agentStageNames = []string{"read frame", "save", "forward", "answer", "console line", "runtime", "other"}
+	relayStageNames = []string{"parse", "route/forward", "read frame", "answer", "runtime", "other"}
+)
+
+func reportCost(res *results, cells []*costCell, perf bool) {
+	res.add(row{Table: costTable, Head: true, Cells: []string{"Setup", "Load", "Process", "CPU", "System calls", "Context switches"}})
+	for _, c := range cells {
+		for _, name := range costProcs {
+			x := row{Table: costTable, Cells: []string{"--sync " + c.sync, fmt.Sprintf("c=%d", c.conns), name,
+				fmtDur(c.cpu[name]), fmt.Sprintf("%.1f", c.syscalls[name]), fmt.Sprintf("%.1f", c.switches[name])}}
+			limit := 0.0
+			switch {
+			case c.conns == 1 && name != "handler":
+				limit = 15
+			case c.conns > 1 && name == "agent":
+				limit = 6
+			case c.conns > 1 && name == "relay":
+				limit = 5
+			}
+			if limit > 0 {
+				x.Target, x.Met = fmt.Sprintf("≤ %.0f system calls", limit), verdict(c.syscalls[name] <= limit)
+			}
+			res.add(x)
+		}
+	}
+	res.add(row{Table: costTable, Note: "Per request, in the load's window: CPU of all threads (/proc/PID/stat), system calls " +
+		"(perf stat -e raw_syscalls:sys_enter) and context switches, i.e. thread wake-ups (perf stat -e context-switches)."})
+
+	res.add(row{Table: latencyTable, Head: true, Cells: []string{"Setup", "Load", "p50 direct", "p50 through calltap", "Added p50", "fsync p50"}})
+	for _, c := range cells {
+		added := c.through.pct(50) - c.direct.pct(50)
+		x := row{Table: latencyTable, Cells: []string{"--sync " + c.sync, fmt.Sprintf("c=%d", c.conns),
+			fmtDur(c.direct.pct(50)) + failed(c.direct), fmtDur(c.through.pct(50)) + failed(c.through), fmtDelta(added), fmtDur(c.fsync)}}
+		if c.conns == 1 {
+			limit := 200 * time.Microsecond
+			x.Target = "≤ +200 µs"
+			if c.sync == "full" {
+				limit += c.fsync
+				x.Target = "≤ fsync p50 + 200 µs = " + fmtDur(limit)
+			}
+			x.Met = verdict(added <= limit)
+		}
+		res.add(x)
+	}
+	res.add(row{Table: latencyTable, Note: "fsync p50: 4 KiB appended to a file in the agent's data directory and fdatasync'd, 200 times, while idle."})
+
+	if !perf {
+		return
+	}
+	for _, p := range []struct {
+		name, title string
+		stages      []string
+	}{
+		{"agent", "Cost per 2 KB request: the agent's CPU by stage", agentStageNames},
+		{"relay", "Cost per 2 KB request: the relay's CPU by stage", relayStageNames},
+	} {
+		head := []string{"Stage"}
+		for _, c := range cells {
+			head = append(head, c.label())
+		}
+		res.add(row{Table: p.title, Head: true, Cells: head})
+		for _, s := range p.stages {
+			x := row{Table: p.title, Cells: []string{s}}
+			for _, c := range cells {
+				total := 0
+				for _, n := range c.stages[p.name] {
+					total += n
+				}
+				share := float64(c.stages[p.name][s]) / float64(max(total, 1))
+				x.Cells = append(x.Cells, fmt.Sprintf("%.0f%% · %s", 100*share, fmtDur(time.Duration(share*float64(c.cpu[p.name])))))
+			}
+			res.add(x)
+		}
+		x := row{Table: p.title, Cells: []string{"samples"}}
+		for _, c := range cells {
+			total := 0
+			for _, n := range c.stages[p.name] {
+				total += n
+			}
+			x.Cells = append(x.Cells, fmtCount(total))
+		}
+		res.add(x)
+		res.add(row{Table: p.title, Note: "perf record -F 999 -g on the " + p.name + " under the same load: % of samples, and that share of its CPU per request. " +
+			"A sample goes to the stage of its innermost frame that a stage's pattern matches (scripts/benchrun/cost.go)."})
+		for _, c := range cells {
+			if top := topOther(c.other[p.name], 3); top != "" {
+				fmt.Fprintf(os.Stderr, "cost: %s, %s: other: %s\n", p.name, c.label(), top)
+			}
+		}
+	}
+}
+
+// topOther lists the n functions with the most unclassified samples.
+func topOther(m map[string]int, n int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return m[b] - m[a] })
+	var parts []string
+	for _, k := range keys[:min(n, len(keys))] {
+		parts = append(parts, fmt.Sprintf("%s (%d)", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
