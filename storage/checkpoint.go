@@ -3,8 +3,10 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,5 +127,23 @@ func (db *core) afterCommit(w *rawConn) error {
 		return nil
 	}
 	c.committed()
+	return nil
+}
+
+// syncWAL makes every commit made so far durable, those made at
+// synchronous=NORMAL included: it syncs the WAL file (an fsync through any
+// descriptor writes the file's dirty pages, whoever wrote them).
+func (db *core) syncWAL() error {
+	f, err := os.Open(db.path + "-wal")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // checkpointed and removed: in the database, synced
+	}
+	if err != nil {
+		return fmt.Errorf("storage: sync the WAL: %w", err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("storage: sync the WAL: %w", err)
+	}
 	return nil
 }

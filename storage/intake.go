@@ -26,7 +26,9 @@ import (
 // SQLite rows, and everything built from them (the search index, call
 // analysis, listings), are applied from the log later, off the answer
 // path, in large batches (applyLoop): a batch of applied records is one
-// SQLite commit at synchronous=NORMAL, however many requests it holds.
+// SQLite commit at synchronous=NORMAL, however many requests it holds. A
+// log file is deleted only after the WAL holding the commits that applied
+// it is synced.
 //
 // Order and exactly once: records are applied in the order they were
 // appended, and the position after the last applied record (generation,
@@ -65,8 +67,9 @@ const (
 )
 
 // applyDelay is how long the first pending record waits, at most, to be
-// applied; a variable for tests.
-var applyDelay = 20 * time.Millisecond
+// applied (readers in this process never wait for it: they apply what is
+// pending first); a variable for tests.
+var applyDelay = 50 * time.Millisecond
 
 const (
 	recInsert byte = 1
@@ -594,7 +597,9 @@ func (in *intake) apply(ctx context.Context, batch []logged) error {
 	}
 	var last int64
 	end := batch[len(batch)-1].end
-	err := db.writeRaw(ctx, func(w *rawConn) error {
+	// Not synced: the log holds these records, synced, until a
+	// checkpoint has made this commit durable (below).
+	err := db.writeRawDurable(ctx, false, func(w *rawConn) error {
 		for _, p := range batch {
 			kind, c, err := decodeRecord(p.rec)
 			if err != nil {
@@ -620,6 +625,13 @@ func (in *intake) apply(ctx context.Context, batch []logged) error {
 	}
 	old := in.applied
 	in.applied = end
+	if old.gen < end.gen {
+		// The logs this moved past go, but only once the commits that
+		// applied them are on disk.
+		if err := db.syncWAL(); err != nil {
+			return err
+		}
+	}
 	for g := old.gen; g < end.gen; g++ {
 		if err := os.Remove(in.path(g)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("storage: remove an applied intake log: %w", err)

@@ -54,30 +54,43 @@ func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 
 // serveLive saves and forwards a live request side by side; see ServeTunnel.
 func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
-	// The commit's outcome: nil if it failed, else the timer of the ack
-	// the relay needs only if the handler is slow to answer (the response
-	// of a live request tells the relay it was saved).
-	saved := make(chan *time.Timer, 1)
+	// The commit's outcome, with the timer of the ack the relay needs
+	// only if the handler is slow to answer (the response of a live
+	// request tells the relay it was saved): started only if the handler
+	// has not answered by the time the capture is saved.
+	type outcome struct {
+		ok  bool
+		ack *time.Timer
+	}
+	saved := make(chan outcome, 1)
+	var answered atomic.Bool
 	a.insert(writeOp{insert: c, after: func(err error) {
 		if err != nil {
-			saved <- nil
+			saved <- outcome{}
 			return
 		}
-		saved <- time.AfterFunc(liveAckDelay, s.Ack)
+		o := outcome{ok: true}
+		if !answered.Load() {
+			o.ack = time.AfterFunc(liveAckDelay, s.Ack)
+		}
+		saved <- o
 	}})
 	// The goroutine ends within the forward timeout, once the commit's
 	// outcome is known: writeLoop, or Run's stop, tells every queued write.
 	started := a.start(func() {
 		defer s.Release()
 		res := a.send(context.Background(), c, h, s.Limits())
-		ack := <-saved
-		if ack == nil {
+		answered.Store(true)
+		o := <-saved
+		if !o.ok {
 			// The handler may have seen it; the sender, told it failed,
 			// sends it again, and that one is saved.
 			s.Respond(notSaved)
 			return
 		}
-		ack.Stop()
+		if o.ack != nil {
+			o.ack.Stop()
+		}
 		s.Respond(a.record(context.Background(), c, 1, res))
 	})
 	if !started { // the agent has stopped: the insert was refused too
