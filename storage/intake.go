@@ -450,6 +450,9 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 		}
 	}
 	in.size += int64(len(in.buf))
+	if db.index != nil && len(inserts) > 0 {
+		db.index.touch()
+	}
 	in.npending.Store(int64(len(in.pending)))
 	select {
 	case in.wake <- struct{}{}:

@@ -264,6 +264,14 @@ func (ix *indexer) saved(seq int64) {
 	ix.poke()
 }
 
+// touch tells the indexer the store is being written (the intake log took
+// captures it will apply): indexing waits for the writer to be idle.
+func (ix *indexer) touch() {
+	ix.mu.Lock()
+	ix.lastWrite = time.Now()
+	ix.mu.Unlock()
+}
+
 // setPosition records a position read in an indexing transaction and wakes
 // writers waiting for it.
 func (ix *indexer) setPosition(upto, last int64) {

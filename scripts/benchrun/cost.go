@@ -40,7 +40,8 @@ type costCell struct {
 	direct, through loadResult
 	fsync           time.Duration // the agent's disk: 4 KiB append + fdatasync, p50
 
-	cpu      map[string]time.Duration // per request
+	cpu      map[string]time.Duration // per request, in the load's window
+	cpuAll   map[string]time.Duration // per request, with what the load left to do after its window (until idle)
 	syscalls map[string]float64       // per request
 	switches map[string]float64       // per request (thread wake-ups)
 
@@ -153,6 +154,34 @@ func costSetup(ctx context.Context, bin, dir, mode string, hp *proc, hurl string
 
 // perfSpan is how long perf counts or samples inside a window of d: less
 // than d, so that attaching late still leaves it all under load.
+// waitIdle returns once no process of pids has used more than 2 ms of CPU
+// in half a second (30 s at most).
+func waitIdle(ctx context.Context, pids map[string]int) error {
+	last := map[string]time.Duration{}
+	for name, pid := range pids {
+		last[name], _ = procCPU(pid)
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+		idle := true
+		for name, pid := range pids {
+			t, _ := procCPU(pid)
+			if t-last[name] > 2*time.Millisecond {
+				idle = false
+			}
+			last[name] = t
+		}
+		if idle {
+			return nil
+		}
+	}
+	return nil
+}
+
 func perfSpan(d time.Duration) time.Duration { return max(d*4/5, d-time.Second) }
 
 // measure loads calltap twice: once clean, for the latency and the CPU
@@ -182,6 +211,17 @@ func (c *costCell) measure(ctx context.Context, spec loadSpec, pids map[string]i
 	c.cpu = map[string]time.Duration{}
 	for _, name := range costProcs {
 		c.cpu[name] = (cpu1[name] - cpu0[name]) / n
+	}
+	// What the load left to do once it ended (captures applied to the
+	// store, the search index) is its cost too: CPU is read again once
+	// every process is idle.
+	if err := waitIdle(ctx, pids); err != nil {
+		return err
+	}
+	c.cpuAll = map[string]time.Duration{}
+	for _, name := range costProcs {
+		t, _ := procCPU(pids[name])
+		c.cpuAll[name] = (t - cpu0[name]) / n
 	}
 
 	var stats []*exec.Cmd
@@ -557,11 +597,11 @@ var (
 )
 
 func reportCost(res *results, cells []*costCell, perf bool) {
-	res.add(row{Table: costTable, Head: true, Cells: []string{"Setup", "Load", "Process", "CPU", "System calls", "Context switches"}})
+	res.add(row{Table: costTable, Head: true, Cells: []string{"Setup", "Load", "Process", "CPU", "CPU until idle", "System calls", "Context switches"}})
 	for _, c := range cells {
 		for _, name := range costProcs {
 			x := row{Table: costTable, Cells: []string{"--sync " + c.sync, fmt.Sprintf("c=%d", c.conns), name,
-				fmtDur(c.cpu[name]), fmt.Sprintf("%.1f", c.syscalls[name]), fmt.Sprintf("%.1f", c.switches[name])}}
+				fmtDur(c.cpu[name]), fmtDur(c.cpuAll[name]), fmt.Sprintf("%.1f", c.syscalls[name]), fmt.Sprintf("%.1f", c.switches[name])}}
 			limit := 0.0
 			switch {
 			case c.conns == 1 && name != "handler":
@@ -577,7 +617,8 @@ func reportCost(res *results, cells []*costCell, perf bool) {
 			res.add(x)
 		}
 	}
-	res.add(row{Table: costTable, Note: "Per request, in the load's window: CPU of all threads (/proc/PID/stat), system calls " +
+	res.add(row{Table: costTable, Note: "Per request, in the load's window: CPU of all threads (/proc/PID/stat); CPU until idle adds what the load left to do " +
+		"once it ended (captures applied to the store, the search index), read when every process is idle; system calls " +
 		"(perf stat -e raw_syscalls:sys_enter) and context switches, i.e. thread wake-ups (perf stat -e context-switches)."})
 
 	res.add(row{Table: latencyTable, Head: true, Cells: []string{"Setup", "Load", "p50 direct", "p50 through calltap", "Added p50", "fsync p50"}})
