@@ -339,6 +339,12 @@ func (db *AgentStore) releaseFiles(gone []*doomed, media []mediaGone) {
 			continue
 		}
 		segments[d.file] = true
+		if strings.HasPrefix(d.file, intakePrefix) {
+			// Bodies in an intake log are not aligned to blocks: a
+			// hole would take its neighbours' bytes too. The log goes
+			// whole once no capture names it.
+			continue
+		}
 		path, err := segmentPath(bodies, d.file)
 		if err != nil {
 			continue

@@ -78,19 +78,18 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// IntakeDir is the folder of the intake log of the agent store at path:
-// agent-intake for agent.db.
-func IntakeDir(path string) string {
-	return strings.TrimSuffix(path, filepath.Ext(path)) + "-intake"
-}
+// intakePrefix starts the name of every intake log file. The files live
+// among the body segments (BodiesDir): a request's body stays where the
+// log wrote it, and the store names its file and offset (capture_bodies),
+// as it does for a body in a segment. A log file is deleted once it is
+// applied and no capture names it any more (retention, deletes).
+const intakePrefix = "intake-"
 
 // pos is a place in the log: a file's generation and an offset in it.
 type pos struct {
 	gen int64
 	off int64
 }
-
-func (p pos) before(q pos) bool { return p.gen < q.gen || (p.gen == q.gen && p.off < q.off) }
 
 // logged is one appended record waiting to be applied.
 type logged struct {
@@ -137,11 +136,11 @@ type intake struct {
 // starts a new file to append to. It returns nil (and applies nothing)
 // when another process owns the log.
 func openIntake(ctx context.Context, db *AgentStore, own bool) (*intake, error) {
-	dir := IntakeDir(db.path)
+	dir := BodiesDir(db.path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("storage: intake folder: %w", err)
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := os.OpenFile(filepath.Join(dir, intakePrefix+"lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("storage: intake lock: %w", err)
 	}
@@ -222,10 +221,8 @@ func (in *intake) recover(ctx context.Context, own bool) error {
 		return err
 	}
 	in.applied = next
-	for _, g := range gens {
-		if err := os.Remove(in.path(g)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("storage: remove an applied intake log: %w", err)
-		}
+	if err := in.dropApplied(gens); err != nil {
+		return err
 	}
 	if !own {
 		return nil
@@ -241,11 +238,12 @@ func (in *intake) files() ([]int64, error) {
 	}
 	var gens []int64
 	for _, e := range entries {
-		name, ok := strings.CutSuffix(e.Name(), ".log")
-		if !ok {
+		name, isLog := strings.CutSuffix(e.Name(), ".log")
+		num, isIntake := strings.CutPrefix(name, intakePrefix)
+		if !isLog || !isIntake {
 			continue
 		}
-		g, err := strconv.ParseInt(name, 10, 64)
+		g, err := strconv.ParseInt(num, 10, 64)
 		if err != nil {
 			continue
 		}
@@ -256,8 +254,11 @@ func (in *intake) files() ([]int64, error) {
 }
 
 func (in *intake) path(gen int64) string {
-	return filepath.Join(in.dir, fmt.Sprintf("%016d.log", gen))
+	return filepath.Join(in.dir, logName(gen))
 }
+
+// logName is the file name of generation gen's log.
+func logName(gen int64) string { return fmt.Sprintf("%s%016d.log", intakePrefix, gen) }
 
 // startFile makes generation gen's file the one appended to. Under
 // SyncFull the folder is synced, so that the new name is durable before
@@ -275,6 +276,12 @@ func (in *intake) startFile(gen int64) error {
 	if err := prefill(f, intakeFileMax); err != nil {
 		f.Close()
 		return err
+	}
+	// Held while appended to: a delete of every capture it names leaves
+	// it be (removeUnheld).
+	if err := holdSegment(f); err != nil {
+		f.Close()
+		return fmt.Errorf("storage: intake log: %w", err)
 	}
 	if in.sync {
 		if err := syncDir(in.dir); err != nil {
@@ -604,12 +611,17 @@ func (in *intake) apply(ctx context.Context, batch []logged) error {
 	// checkpoint has made this commit durable (below).
 	err := db.writeRawDurable(ctx, false, func(w *rawConn) error {
 		for _, p := range batch {
-			kind, c, err := decodeRecord(p.rec)
+			kind, c, bodyAt, err := decodeRecord(p.rec)
 			if err != nil {
 				return fmt.Errorf("storage: intake record before %d in log %d: %w", p.end.off, p.end.gen, err)
 			}
 			switch kind {
 			case recInsert:
+				if len(c.Body) > 0 {
+					// The body stays in the log, where the store finds it.
+					c.bodyFile, c.bodyOffset = logName(p.end.gen), p.end.off-int64(len(p.rec))+int64(bodyAt)
+					c.Size, c.Body = len(c.Body), nil
+				}
 				wr, err := w.insertLogged(c)
 				if err != nil {
 					return err
@@ -629,19 +641,34 @@ func (in *intake) apply(ctx context.Context, batch []logged) error {
 	old := in.applied
 	in.applied = end
 	if old.gen < end.gen {
-		// The logs this moved past go, but only once the commits that
-		// applied them are on disk.
-		if err := db.syncWAL(); err != nil {
-			return err
+		var gens []int64
+		for g := old.gen; g < end.gen; g++ {
+			gens = append(gens, g)
 		}
-	}
-	for g := old.gen; g < end.gen; g++ {
-		if err := os.Remove(in.path(g)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("storage: remove an applied intake log: %w", err)
+		if err := in.dropApplied(gens); err != nil {
+			return err
 		}
 	}
 	if db.index != nil && last > 0 {
 		db.index.saved(last)
+	}
+	return nil
+}
+
+// dropApplied deletes the applied logs of gens that no capture names, once
+// the commits that applied them are on disk (a commit at
+// synchronous=NORMAL is not until the WAL is synced).
+func (in *intake) dropApplied(gens []int64) error {
+	if len(gens) == 0 {
+		return nil
+	}
+	if err := in.db.syncWAL(); err != nil {
+		return err
+	}
+	for _, g := range gens {
+		if err := in.db.removeSegmentIfUnused(logName(g)); err != nil {
+			return fmt.Errorf("storage: remove an applied intake log: %w", err)
+		}
 	}
 	return nil
 }
@@ -855,13 +882,14 @@ func (d *recDecoder) time() time.Time {
 	return time.UnixMicro(us).UTC()
 }
 
-// decodeRecord reads a record's kind and capture.
-func decodeRecord(rec []byte) (byte, *Capture, error) {
+// decodeRecord reads a record's kind and capture, and where in rec an
+// insert's inline body begins.
+func decodeRecord(rec []byte) (kind byte, c *Capture, bodyAt int, err error) {
 	if len(rec) == 0 {
-		return 0, nil, errRecord
+		return 0, nil, 0, errRecord
 	}
 	d := recDecoder{b: rec[1:]}
-	c := &Capture{}
+	c = &Capture{}
 	switch rec[0] {
 	case recInsert:
 		c.ID = d.str()
@@ -879,6 +907,7 @@ func decodeRecord(rec []byte) (byte, *Capture, error) {
 		c.bodyOffset = d.int()
 		if c.bodyFile == "" {
 			c.Body = d.bytes()
+			bodyAt = len(rec) - len(d.b) - len(c.Body)
 		}
 		c.Target = d.str()
 		c.Event = d.str()
@@ -911,13 +940,13 @@ func decodeRecord(rec []byte) (byte, *Capture, error) {
 			c.LastAttempt = &Attempt{N: int(d.int()), At: d.time(), ResponseStatus: int(d.int()), Error: d.str(), Duration: time.Duration(d.int())}
 		}
 	default:
-		return 0, nil, errRecord
+		return 0, nil, 0, errRecord
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.err = errRecord
 	}
 	if d.err != nil {
-		return 0, nil, d.err
+		return 0, nil, 0, d.err
 	}
-	return rec[0], c, nil
+	return rec[0], c, bodyAt, nil
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -186,8 +187,30 @@ func TestIntakeTornRecordIsCut(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The log holds the three bodies the store names: it stays, until
+	// no capture names it.
+	db = openIntakeDB(t, path)
+	defer db.Close()
+	if _, err := os.Stat(logFile); err != nil {
+		t.Fatalf("the applied log that holds bodies: %v", err)
+	}
+	if _, err := db.DeleteCaptures(ctx, ids...); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(logFile); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the applied log %s is still there (%v)", logFile, err)
+		t.Fatalf("the applied log %s is still there once no capture names it (%v)", logFile, err)
+	}
+	// The one appended to now is held, whatever is deleted.
+	c := testCapture(9, []byte(`{"n":9}`))
+	if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	current := db.intake.path(db.intake.gen)
+	if _, err := db.DeleteCaptures(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(current); err != nil {
+		t.Fatalf("the log appended to was removed: %v", err)
 	}
 }
 
@@ -280,7 +303,7 @@ func TestIntakeWriterProcess(t *testing.T) {
 	for n := 1; ; {
 		var batch []*Capture
 		for range 1 + n%17 {
-			batch = append(batch, testCapture(n, []byte(fmt.Sprintf(`{"n":%d,"pad":"%s"}`, n, strings.Repeat("x", n%900)))))
+			batch = append(batch, testCapture(n, []byte(writerBody(n))))
 			n++
 		}
 		if _, err := db.LogCaptures(context.Background(), batch, nil); err != nil {
@@ -293,6 +316,10 @@ func TestIntakeWriterProcess(t *testing.T) {
 		}
 		out.Flush()
 	}
+}
+
+func writerBody(n int) string {
+	return fmt.Sprintf(`{"n":%d,"pad":"%s"}`, n, strings.Repeat("x", n%900))
 }
 
 // SIGKILL while the agent's log is written and applied: every capture whose
@@ -364,6 +391,17 @@ func TestIntakeKilledMidBatch(t *testing.T) {
 					t.Fatalf("round %d: %s is in the store %d times", round, id, n)
 				}
 			}
+			// Each body reads back byte-exact, from where the log wrote it.
+			for id := range saved {
+				c, err := db.Capture(context.Background(), id)
+				if err != nil {
+					t.Fatalf("round %d: %s: %v", round, id, err)
+				}
+				n, _ := strconv.Atoi(id[len(id)-12:])
+				if want := writerBody(n); string(c.Body) != want {
+					t.Fatalf("round %d: %s: body %q, want %q", round, id, c.Body, want)
+				}
+			}
 			counts = append(counts, len(found))
 			db.Close()
 		}
@@ -387,7 +425,7 @@ func unapplied(t *testing.T, path string) int64 {
 	if err := db.QueryRow(`SELECT applied_gen, applied_end FROM intake_state`).Scan(&gen, &off); err != nil {
 		t.Fatal(err)
 	}
-	in := &intake{dir: IntakeDir(path)}
+	in := &intake{dir: BodiesDir(path)}
 	gens, err := in.files()
 	if err != nil {
 		t.Fatal(err)
