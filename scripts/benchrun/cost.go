@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -27,6 +28,7 @@ import (
 const (
 	costTable    = "Cost per 2 KB request"
 	latencyTable = "Cost per 2 KB request: the p50 it adds"
+	visibleTable = "Cost per 2 KB request: when the inspector shows it"
 )
 
 // costProcs are the processes a request through calltap runs in.
@@ -44,6 +46,8 @@ type costCell struct {
 	cpuAll   map[string]time.Duration // per request, with what the load left to do after its window (until idle)
 	syscalls map[string]float64       // per request
 	switches map[string]float64       // per request (thread wake-ups)
+
+	listed, found []time.Duration // c=1 only: from a request's answer until the inspector lists it, and finds it by text
 
 	stages map[string]map[string]int // relay/agent → stage → samples
 	other  map[string]map[string]int // relay/agent → innermost unclassified function → samples
@@ -141,6 +145,12 @@ func costSetup(ctx context.Context, bin, dir, mode string, hp *proc, hurl string
 		if ct.relay.exited() || ct.agent.exited() {
 			return nil, errors.New("the relay or the agent died under load (see their logs in " + dir + ")")
 		}
+		if conns == 1 {
+			fmt.Fprintf(os.Stderr, "cost: %-22s through calltap: the inspector lists and finds each\n", c.label())
+			if c.listed, c.found, err = visibility(ctx, ct, 20); err != nil {
+				return nil, err
+			}
+		}
 		if perf {
 			fmt.Fprintf(os.Stderr, "cost: %-22s through calltap: perf record\n", c.label())
 			if err := c.profile(ctx, through, pids, dir, keep); err != nil {
@@ -152,8 +162,64 @@ func costSetup(ctx context.Context, bin, dir, mode string, hp *proc, hurl string
 	return cells, nil
 }
 
-// perfSpan is how long perf counts or samples inside a window of d: less
-// than d, so that attaching late still leaves it all under load.
+// visibility sends n requests through the tunnel one at a time, each with
+// a word of its own in its path and body, and measures from each answer
+// until the inspector lists it (newest first) and until its text search
+// finds it, polling every millisecond.
+func visibility(ctx context.Context, ct *calltap, n int) (listed, found []time.Duration, err error) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	get := func(u string) (string, error) {
+		resp, err := client.Get(u)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+	until := func(u, word string) (time.Duration, error) {
+		start := time.Now()
+		for time.Since(start) < 10*time.Second {
+			b, err := get(u)
+			if err != nil {
+				return 0, err
+			}
+			if strings.Contains(b, word) {
+				return time.Since(start), nil
+			}
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(time.Millisecond):
+			}
+		}
+		return 0, fmt.Errorf("the inspector did not show %s within 10 s", word)
+	}
+	for i := range n {
+		word := fmt.Sprintf("vis%dx%d", i, time.Now().UnixNano())
+		resp, err := client.Post(ct.relayURL+ct.tunnelPath+"/voice/"+word, "application/json",
+			strings.NewReader(`{"event":"call.ended","marker":"`+word+`"}`))
+		if err != nil {
+			return nil, nil, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return nil, nil, fmt.Errorf("a request through the tunnel: %s", resp.Status)
+		}
+		l, err := until(ct.inspectURL+"/api/v1/ext/webhooks/?limit=1", word)
+		if err != nil {
+			return nil, nil, err
+		}
+		f, err := until(ct.inspectURL+"/api/v1/ext/webhooks/?limit=1&q="+word, word)
+		if err != nil {
+			return nil, nil, err
+		}
+		listed, found = append(listed, l), append(found, l+f)
+	}
+	return listed, found, nil
+}
+
 // waitIdle returns once no process of pids has used more than 2 ms of CPU
 // in half a second (30 s at most).
 func waitIdle(ctx context.Context, pids map[string]int) error {
@@ -182,6 +248,8 @@ func waitIdle(ctx context.Context, pids map[string]int) error {
 	return nil
 }
 
+// perfSpan is how long perf counts or samples inside a window of d: less
+// than d, so that attaching late still leaves it all under load.
 func perfSpan(d time.Duration) time.Duration { return max(d*4/5, d-time.Second) }
 
 // measure loads calltap twice: once clean, for the latency and the CPU
@@ -638,6 +706,28 @@ func reportCost(res *results, cells []*costCell, perf bool) {
 		res.add(x)
 	}
 	res.add(row{Table: latencyTable, Note: "fsync p50: 4 KiB appended to a file in the agent's data directory and fdatasync'd, 200 times, while idle."})
+
+	res.add(row{Table: visibleTable, Head: true, Cells: []string{"Setup", "After its answer, the inspector", "p50", "max"}})
+	for _, c := range cells {
+		if len(c.listed) == 0 {
+			continue
+		}
+		for _, v := range []struct {
+			what   string
+			ds     []time.Duration
+			limit  time.Duration
+			target string
+		}{
+			{"lists it (newest first)", c.listed, 50 * time.Millisecond, "max ≤ 50 ms"},
+			{"finds it by text", c.found, time.Second, "max ≤ 1 s"},
+		} {
+			ds := slices.Clone(v.ds)
+			slices.Sort(ds)
+			res.add(row{Table: visibleTable, Cells: []string{"--sync " + c.sync, v.what, fmtDur(ds[len(ds)/2]), fmtDur(ds[len(ds)-1])},
+				Target: v.target, Met: verdict(ds[len(ds)-1] <= v.limit)})
+		}
+	}
+	res.add(row{Table: visibleTable, Note: "20 requests one at a time, each with a word of its own; from the sender's answer until the inspector's API lists it, and until its text search (?q=) finds it, polled every millisecond."})
 
 	if !perf {
 		return
