@@ -281,6 +281,39 @@ func readBody(dir, name string, offset, size int64) ([]byte, error) {
 	return body, nil
 }
 
+// segmentReader reads bodies from segments, keeping the last file open:
+// for a run of reads, most from one file, one open instead of one each.
+type segmentReader struct {
+	name string
+	f    *os.File
+}
+
+func (r *segmentReader) read(dir, name string, offset, size int64) ([]byte, error) {
+	if r.f == nil || r.name != name {
+		r.close()
+		path, err := segmentPath(dir, name)
+		if err != nil {
+			return nil, err
+		}
+		if r.f, err = os.Open(path); err != nil {
+			return nil, fmt.Errorf("storage: body segment: %w", err)
+		}
+		r.name = name
+	}
+	body := make([]byte, size)
+	if _, err := r.f.ReadAt(body, offset); err != nil && !(errors.Is(err, io.EOF) && size == 0) {
+		return nil, fmt.Errorf("storage: body in segment %s at %d: %w", name, offset, err)
+	}
+	return body, nil
+}
+
+func (r *segmentReader) close() {
+	if r.f != nil {
+		r.f.Close()
+		r.f, r.name = nil, ""
+	}
+}
+
 // readFileBody reads a body kept in a segment of this store.
 func (db *core) readFileBody(name string, offset, size int64) ([]byte, error) {
 	return readBody(BodiesDir(db.path), name, offset, size)

@@ -116,7 +116,8 @@ type intake struct {
 	byDeliver map[string]string
 	byRelay   map[string]string
 	closed    bool
-	buf       []byte // the frames of one append, reused
+	preparing bool          // a goroutine prefills generation gen+1's file, to hand it over on nextFile
+	nextFile  chan prepared // capacity 1
 	// writeAt writes to f; tests replace it to make the disk fail.
 	writeAt func(f *os.File, b []byte, off int64) (int, error)
 
@@ -153,7 +154,7 @@ func openIntake(ctx context.Context, db *AgentStore, own bool) (*intake, error) 
 	}
 	in := &intake{db: db, dir: dir, sync: db.sync == SyncFull, lock: lock,
 		byDeliver: map[string]string{}, byRelay: map[string]string{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), nextFile: make(chan prepared, 1),
 		writeAt: (*os.File).WriteAt}
 	if err := in.recover(ctx, own); err != nil {
 		lock.Close()
@@ -260,13 +261,69 @@ func (in *intake) path(gen int64) string {
 // logName is the file name of generation gen's log.
 func logName(gen int64) string { return fmt.Sprintf("%s%016d.log", intakePrefix, gen) }
 
-// startFile makes generation gen's file the one appended to. Under
-// SyncFull the folder is synced, so that the new name is durable before
-// a record in it is.
+// startFile makes generation gen's file the one appended to.
 func (in *intake) startFile(gen int64) error {
+	f, err := in.makeFile(gen)
+	if err != nil {
+		return err
+	}
+	in.use(f, gen)
+	return nil
+}
+
+// use makes f, generation gen's file, the one appended to. Called with mu
+// held (or before anyone else can).
+func (in *intake) use(f *os.File, gen int64) {
+	if in.f != nil {
+		in.f.Close()
+	}
+	in.f, in.gen, in.size = f, gen, 0
+}
+
+// prepared is a log file made ahead of its turn.
+type prepared struct {
+	f   *os.File
+	err error
+}
+
+// prepareNext starts making the next generation's file while the current
+// one still has room, so that the append that fills it does not wait for
+// 8 MiB of zeros and their sync. Called with mu held.
+func (in *intake) prepareNext() {
+	if in.preparing {
+		return
+	}
+	in.preparing = true
+	gen := in.gen + 1
+	go func() {
+		f, err := in.makeFile(gen)
+		in.nextFile <- prepared{f, err}
+	}()
+}
+
+// rotate moves appends to the next generation's file: the one prepared
+// ahead (waiting for it if it is still being made), else a new one. Called
+// with mu held.
+func (in *intake) rotate() error {
+	if !in.preparing {
+		return in.startFile(in.gen + 1)
+	}
+	p := <-in.nextFile
+	in.preparing = false
+	if p.err != nil {
+		return p.err
+	}
+	in.use(p.f, in.gen+1)
+	return nil
+}
+
+// makeFile creates generation gen's file, ready to append to. Under
+// SyncFull the folder is synced, so that the new name is durable before a
+// record in it is.
+func (in *intake) makeFile(gen int64) (*os.File, error) {
 	f, err := os.OpenFile(in.path(gen), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return fmt.Errorf("storage: intake log: %w", err)
+		return nil, fmt.Errorf("storage: intake log: %w", err)
 	}
 	// The file is written full of zeros first, and synced: an append then
 	// overwrites blocks the file system has already allocated, so its
@@ -275,25 +332,21 @@ func (in *intake) startFile(gen int64) error {
 	// system's journal. A zero length ends the records.
 	if err := prefill(f, intakeFileMax); err != nil {
 		f.Close()
-		return err
+		return nil, err
 	}
 	// Held while appended to: a delete of every capture it names leaves
 	// it be (removeUnheld).
 	if err := holdSegment(f); err != nil {
 		f.Close()
-		return fmt.Errorf("storage: intake log: %w", err)
+		return nil, fmt.Errorf("storage: intake log: %w", err)
 	}
 	if in.sync {
 		if err := syncDir(in.dir); err != nil {
 			f.Close()
-			return err
+			return nil, err
 		}
 	}
-	if in.f != nil {
-		in.f.Close()
-	}
-	in.f, in.gen, in.size = f, gen, 0
-	return nil
+	return f, nil
 }
 
 // prefill writes n zero bytes to f and syncs it.
@@ -371,13 +424,18 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 	if in.closed {
 		return nil, errors.New("storage: the store is closed")
 	}
+	if in.size >= intakeFileMax/2 {
+		in.prepareNext()
+	}
 	if in.size >= intakeFileMax*7/8 { // past the prefilled zeros would change the size at each sync
-		if err := in.startFile(in.gen + 1); err != nil {
+		if err := in.rotate(); err != nil {
 			return nil, err
 		}
 	}
 	start := len(in.pending)
-	in.buf = in.buf[:0]
+	// One buffer for the call's frames; each pending record is a slice of
+	// it, kept until applied (no copy per record).
+	buf := make([]byte, 0, batchSize(inserts, updates))
 	synced := false // large bodies synced
 	for i, c := range inserts {
 		w := Written{ID: c.ID, DuplicateOf: c.DuplicateOf}
@@ -415,9 +473,9 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 			}
 		}
 		written[i] = w
-		rec := encodeInsert(c, w.DuplicateOf)
-		in.buf = appendFrame(in.buf, rec)
-		in.pending = append(in.pending, logged{rec: rec, end: pos{in.gen, in.size + int64(len(in.buf))},
+		var rec []byte
+		buf, rec = appendFrame(buf, func(b []byte) []byte { return encodeInsert(b, c, w.DuplicateOf) })
+		in.pending = append(in.pending, logged{rec: rec, end: pos{in.gen, in.size + int64(len(buf))},
 			deliveryID: c.DeliveryID, relayID: queuedRelayID(c), id: c.ID})
 		if c.DeliveryID != "" {
 			if _, ok := in.byDeliver[c.DeliveryID]; !ok {
@@ -429,11 +487,11 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 		}
 	}
 	for _, c := range updates {
-		rec := encodeUpdate(c)
-		in.buf = appendFrame(in.buf, rec)
-		in.pending = append(in.pending, logged{rec: rec, end: pos{in.gen, in.size + int64(len(in.buf))}})
+		var rec []byte
+		buf, rec = appendFrame(buf, func(b []byte) []byte { return encodeUpdate(b, c) })
+		in.pending = append(in.pending, logged{rec: rec, end: pos{in.gen, in.size + int64(len(buf))}})
 	}
-	if len(in.buf) == 0 {
+	if len(buf) == 0 {
 		return written, nil
 	}
 	fail := func(err error) ([]Written, error) {
@@ -443,12 +501,12 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 		in.pending = in.pending[:start]
 		// Nothing past the last good frame stays: it is zeroed again.
 		// Should that fail too, the next append starts a new file.
-		if _, zerr := in.f.WriteAt(make([]byte, len(in.buf)), in.size); zerr != nil {
+		if _, zerr := in.f.WriteAt(make([]byte, len(buf)), in.size); zerr != nil {
 			in.size = intakeFileMax
 		}
 		return nil, err
 	}
-	if _, err := in.writeAt(in.f, in.buf, in.size); err != nil {
+	if _, err := in.writeAt(in.f, buf, in.size); err != nil {
 		return fail(fmt.Errorf("storage: append to the intake log: %w", err))
 	}
 	if in.sync && len(inserts) > 0 {
@@ -456,7 +514,7 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 			return fail(fmt.Errorf("storage: sync the intake log: %w", err))
 		}
 	}
-	in.size += int64(len(in.buf))
+	in.size += int64(len(buf))
 	if db.index != nil && len(inserts) > 0 {
 		db.index.touch()
 	}
@@ -702,6 +760,14 @@ func (in *intake) close() error {
 	err := in.catchUp(context.Background())
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if in.preparing {
+		// Made ahead and never used: an empty log, which the next open
+		// finds empty and deletes.
+		if p := <-in.nextFile; p.f != nil {
+			p.f.Close()
+		}
+		in.preparing = false
+	}
 	if in.f != nil {
 		err = errors.Join(err, in.f.Close())
 	}
@@ -717,11 +783,31 @@ func (db *AgentStore) caughtUp(ctx context.Context) error {
 	return db.intake.catchUp(ctx)
 }
 
-// appendFrame appends payload to b, framed.
-func appendFrame(b, payload []byte) []byte {
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(payload)))
-	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(payload, castagnoli))
-	return append(b, payload...)
+// appendFrame appends to b a frame whose payload encode appends, and
+// returns b and the payload (a slice of b).
+func appendFrame(b []byte, encode func([]byte) []byte) (_, payload []byte) {
+	at := len(b)
+	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0)
+	b = encode(b)
+	payload = b[at+8:]
+	binary.LittleEndian.PutUint32(b[at:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(b[at+4:], crc32.Checksum(payload, castagnoli))
+	return b, payload
+}
+
+// batchSize is about the bytes of the frames of inserts and updates.
+func batchSize(inserts, updates []*Capture) int {
+	n := 0
+	for _, c := range inserts {
+		n += 512 + len(c.RequestHeaders) + len(c.Path) + len(c.Query)
+		if !KeptApart(len(c.Body)) {
+			n += len(c.Body)
+		}
+	}
+	for _, c := range updates {
+		n += 256 + len(c.ResponseHeaders) + len(c.ResponseBody) + len(c.Error)
+	}
+	return n
 }
 
 // recEncoder writes a record's fields: strings and bytes length-prefixed,
@@ -753,9 +839,9 @@ func boolByte(v bool) byte {
 	return 0
 }
 
-// encodeInsert is the record of a new capture, dup its duplicate.
-func encodeInsert(c *Capture, dup string) []byte {
-	e := recEncoder{b: make([]byte, 0, 256+len(c.Body)+len(c.RequestHeaders))}
+// encodeInsert appends to b the record of a new capture, dup its duplicate.
+func encodeInsert(b []byte, c *Capture, dup string) []byte {
+	e := recEncoder{b: b}
 	e.b = append(e.b, recInsert)
 	e.str(c.ID)
 	e.str(c.RelayID)
@@ -785,9 +871,10 @@ func encodeInsert(c *Capture, dup string) []byte {
 	return e.b
 }
 
-// encodeUpdate is the record of a capture's response (updateCapture).
-func encodeUpdate(c *Capture) []byte {
-	e := recEncoder{b: make([]byte, 0, 128+len(c.ResponseBody)+len(c.ResponseHeaders))}
+// encodeUpdate appends to b the record of a capture's response
+// (updateCapture).
+func encodeUpdate(b []byte, c *Capture) []byte {
+	e := recEncoder{b: b}
 	e.b = append(e.b, recUpdate)
 	e.str(c.ID)
 	e.str(c.Status)

@@ -449,3 +449,58 @@ func unapplied(t *testing.T, path string) int64 {
 	}
 	return total
 }
+
+// Past a file's room the log moves to the next generation's file, made
+// ahead; every body reads back from whichever file holds it, across a
+// restart, and once nothing names the old files they go.
+func TestIntakeRotates(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	body := func(n int) []byte {
+		return []byte(fmt.Sprintf(`{"n":%d,"pad":"%s"}`, n, strings.Repeat("r", 4000)))
+	}
+	var ids []string
+	const total = 4000 // 16 MB: past two files of 7 MiB, into a third
+	for n := 0; n < total; n += 10 {
+		var batch []*Capture
+		for i := n; i < n+10; i++ {
+			c := testCapture(i, body(i))
+			batch = append(batch, c)
+			ids = append(ids, c.ID)
+		}
+		if _, err := db.LogCaptures(ctx, batch, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g := db.intake.gen; g < 3 {
+		t.Fatalf("the log is at generation %d after 16 MB, want a third file", g)
+	}
+	check := func(when string) {
+		t.Helper()
+		for i, id := range ids {
+			c, err := db.Capture(ctx, id)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", when, id, err)
+			}
+			if !bytes.Equal(c.Body, body(i)) {
+				t.Fatalf("%s: %s: body of %d bytes differs", when, id, len(c.Body))
+			}
+		}
+	}
+	check("written")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openIntakeDB(t, path)
+	defer db.Close()
+	check("reopened")
+	before, _ := filepath.Glob(filepath.Join(BodiesDir(path), intakePrefix+"*.log"))
+	if _, err := db.DeleteCaptures(ctx, ids...); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := filepath.Glob(filepath.Join(BodiesDir(path), intakePrefix+"*.log"))
+	if len(before) < 3 || len(after) != 1 || after[0] != db.intake.path(db.intake.gen) {
+		t.Fatalf("logs before the delete %v, after %v: want only the one appended to left", before, after)
+	}
+}

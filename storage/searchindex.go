@@ -460,6 +460,8 @@ func (ix *indexer) indexBodies(tx *sql.Tx, upto, last int64, max int) (int64, er
 		return upto, fmt.Errorf("storage: read bodies to index: %w", err)
 	}
 	defer rows.Close()
+	var bodies segmentReader // consecutive bodies mostly share a file (the intake log's)
+	defer bodies.close()
 	read := 0
 	for rows.Next() {
 		var seq, size int64
@@ -470,7 +472,7 @@ func (ix *indexer) indexBodies(tx *sql.Tx, upto, last int64, max int) (int64, er
 			return upto, fmt.Errorf("storage: read bodies to index: %w", err)
 		}
 		if file.Valid && size <= maxIndexedBody {
-			b, err := readBody(ix.bodies, file.String, offset.Int64, size)
+			b, err := bodies.read(ix.bodies, file.String, offset.Int64, size)
 			if err != nil {
 				return upto, err
 			}

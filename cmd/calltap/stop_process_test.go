@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -459,4 +460,67 @@ func TestAgentKilledMidRequestRetriedAsDuplicate(t *testing.T) {
 	if retry.Status != storage.StatusDelivered || retry.ResponseStatus != 200 {
 		t.Errorf("retry: status %s, response %d", retry.Status, retry.ResponseStatus)
 	}
+}
+
+// The agent's intake log under a kill: SIGKILL while eight senders keep it
+// busy. Every request its sender got 200 for is in the store once the
+// store is opened again (by anyone: here the test, as a CLI command
+// would), exactly once; nothing is stored twice.
+func TestAgentKilledUnderLoadKeepsEveryAnswered(t *testing.T) {
+	h := &echoHandler{}
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	rig := newStopRig(t)
+	inspect := freeAddr(t)
+	agent := rig.startAgent(t, hs.URL, "--inspect", inspect)
+	waitConnected(t, inspect)
+	client := &http.Client{Timeout: 60 * time.Second}
+	var (
+		mu      sync.Mutex
+		results []sent
+		ok      int
+		halt    atomic.Bool
+		wg      sync.WaitGroup
+	)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !halt.Load(); i++ {
+				s := send(client, rig.url, fmt.Sprintf(`{"sender":%d,"n":%d}`, g, i))
+				mu.Lock()
+				results = append(results, s)
+				if s.status == http.StatusOK {
+					ok++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	polltest.Until(t, 2*time.Minute, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return ok >= 300
+	}, "the senders did not get 300 answers")
+	agent.cmd.Process.Signal(syscall.SIGKILL)
+	agent.cmd.Wait()
+	halt.Store(true)
+	wg.Wait()
+	stored, all := storedBodies(t, rig.agentDir)
+	answered := 0
+	for _, s := range results {
+		if s.status != http.StatusOK {
+			continue
+		}
+		answered++
+		if n := len(stored[s.body]); n != 1 {
+			t.Errorf("%s was answered 200 and is stored %d times", s.body, n)
+		}
+	}
+	for body, cs := range stored {
+		if len(cs) > 1 {
+			t.Errorf("%s is stored %d times", body, len(cs))
+		}
+	}
+	t.Logf("%d requests answered 200 before the kill, %d captures after it", answered, len(all))
 }
