@@ -8,10 +8,10 @@ import (
 // KnownDeliveryIDs reports which of ids (the payloads' delivery ids) some
 // capture already holds, so a backfill imports only what never arrived.
 func (db *AgentStore) KnownDeliveryIDs(ctx context.Context, ids []string) (_ map[string]bool, err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return nil, err
 	}
-	defer db.explain(&err)
 	known := make(map[string]bool)
 	// SQLite bounds the number of parameters of a statement; stay well
 	// under it.

@@ -265,20 +265,9 @@ func writeAligned(f *os.File, off int64, body []byte) (int64, error) {
 
 // readBody reads the size bytes at offset in segment name of the folder dir.
 func readBody(dir, name string, offset, size int64) ([]byte, error) {
-	path, err := segmentPath(dir, name)
-	if err != nil {
-		return nil, err
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("storage: body segment: %w", err)
-	}
-	defer f.Close()
-	body := make([]byte, size)
-	if _, err := f.ReadAt(body, offset); err != nil && !(errors.Is(err, io.EOF) && size == 0) {
-		return nil, fmt.Errorf("storage: body in segment %s at %d: %w", name, offset, err)
-	}
-	return body, nil
+	var r segmentReader
+	defer r.close()
+	return r.read(dir, name, offset, size)
 }
 
 // segmentReader reads bodies from segments, keeping the last file open:

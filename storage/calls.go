@@ -48,10 +48,10 @@ func (f *CallFilter) where() (string, []any) {
 
 // Calls lists calls, newest activity first, and counts all that match.
 func (db *AgentStore) Calls(ctx context.Context, f CallFilter) (_ []CallRow, _ int, err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return nil, 0, err
 	}
-	defer db.explain(&err)
 	where, args := f.where()
 	var count int
 	if err := db.read.QueryRowContext(ctx, `SELECT count(DISTINCT call_id) FROM captures`+where, args...).Scan(&count); err != nil {
@@ -88,10 +88,10 @@ const callBatch = 500
 // CallCaptures loads the captures of the given calls, bodies included, each
 // call's in insertion order. Calls without captures are absent from the map.
 func (db *AgentStore) CallCaptures(ctx context.Context, callIDs ...string) (_ map[string][]*Capture, err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return nil, err
 	}
-	defer db.explain(&err)
 	out := make(map[string][]*Capture, len(callIDs))
 	for start := 0; start < len(callIDs); start += callBatch {
 		batch := callIDs[start:min(start+callBatch, len(callIDs))]

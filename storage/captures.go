@@ -108,10 +108,10 @@ type Written struct {
 // searchindex.go). While the index is further behind than its bound,
 // WriteCaptures keeps to the indexer's pace.
 func (db *AgentStore) WriteCaptures(ctx context.Context, inserts, updates []*Capture) (_ []Written, err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return nil, err
 	}
-	defer db.explain(&err)
 	if db.index != nil && len(inserts) > 0 {
 		if err := db.index.waitRoom(ctx, len(inserts)); err != nil {
 			return nil, err
@@ -331,10 +331,10 @@ func scanCapture(sc interface{ Scan(...any) error }, extra ...any) (*Capture, er
 
 // Capture loads one capture with its request and response bodies.
 func (db *AgentStore) Capture(ctx context.Context, id string) (_ *Capture, err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return nil, err
 	}
-	defer db.explain(&err)
 	var respHeaders sql.NullString
 	var body, respBody []byte
 	var file sql.NullString
@@ -465,10 +465,10 @@ func ftsQuery(s string) string {
 // Captures lists captures newest first, without bodies, and counts all that
 // match the filter.
 func (db *AgentStore) Captures(ctx context.Context, f CaptureFilter) (_ []*Capture, _ int, err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return nil, 0, err
 	}
-	defer db.explain(&err)
 	if q := ftsQuery(f.Text); q != "" {
 		if err := db.CatchUpSearch(ctx); err != nil {
 			return nil, 0, err
@@ -482,10 +482,10 @@ func (db *AgentStore) Captures(ctx context.Context, f CaptureFilter) (_ []*Captu
 // and come after seq after, oldest first, bodies included: a walk that
 // neither repeats nor misses a capture while new ones are saved.
 func (db *AgentStore) CapturesAfter(ctx context.Context, f CaptureFilter, after int64, limit int) (_ []*Capture, err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return nil, err
 	}
-	defer db.explain(&err)
 	if f.Text != "" {
 		if err := db.CatchUpSearch(ctx); err != nil {
 			return nil, err
@@ -587,10 +587,10 @@ type Attempt struct {
 
 // Attempts lists a capture's tries in order.
 func (db *AgentStore) Attempts(ctx context.Context, captureID string) (_ []Attempt, err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return nil, err
 	}
-	defer db.explain(&err)
 	rows, err := db.read.QueryContext(ctx, `SELECT n, at, response_status, error, duration_us FROM attempts WHERE capture_id = ? ORDER BY n`, captureID)
 	if err != nil {
 		return nil, err
@@ -615,10 +615,10 @@ func (db *AgentStore) Attempts(ctx context.Context, captureID string) (_ []Attem
 // relay's offline queue but were never sent to the handler: the agent
 // stopped after saving them. The agent sends them on its next start.
 func (db *AgentStore) UndeliveredQueued(ctx context.Context) (_ []string, err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return nil, err
 	}
-	defer db.explain(&err)
 	rows, err := db.read.QueryContext(ctx, `SELECT id FROM captures WHERE queued = 1 AND attempts = 0 ORDER BY seq`)
 	if err != nil {
 		return nil, err
@@ -642,10 +642,10 @@ func (db *AgentStore) UndeliveredQueued(ctx context.Context) (_ []string, err er
 // returns how many it marked. Call it at start, before any new request
 // is saved.
 func (db *AgentStore) MarkInterrupted(ctx context.Context, reason string) (_ int64, err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return 0, err
 	}
-	defer db.explain(&err)
 	res, err := db.write.ExecContext(ctx, `UPDATE captures SET status = ?, error = ?
 		WHERE source = 'tunnel' AND queued = 0 AND attempts = 0 AND status = ?`, StatusFailed, reason, StatusPending)
 	if err != nil {

@@ -380,10 +380,10 @@ func (db *AgentStore) removeSegmentIfUnused(name string) error {
 
 // SetKeep marks a capture kept (retention leaves it) or not.
 func (db *AgentStore) SetKeep(ctx context.Context, id string, keep bool) (err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return err
 	}
-	defer db.explain(&err)
 	res, err := db.write.ExecContext(ctx, `UPDATE captures SET keep = ? WHERE id = ?`, keep, id)
 	if err != nil {
 		return fmt.Errorf("storage: keep: %w", err)

@@ -938,17 +938,10 @@ func (d *recDecoder) bytes() []byte {
 
 func (d *recDecoder) str() string { return string(d.bytes()) }
 
+// int reads what binary.AppendVarint wrote: a zigzag-encoded uvarint.
 func (d *recDecoder) int() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err = errRecord
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
+	u := d.uvarint()
+	return int64(u>>1) ^ -int64(u&1)
 }
 
 func (d *recDecoder) bool() bool {

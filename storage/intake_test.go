@@ -504,3 +504,31 @@ func TestIntakeRotates(t *testing.T) {
 		t.Fatalf("logs before the delete %v, after %v: want only the one appended to left", before, after)
 	}
 }
+
+// A record decodes to what was encoded: negative numbers, a nil response
+// body apart from an empty one, a zero time.
+func TestIntakeRecordCodec(t *testing.T) {
+	for _, u := range []*Capture{
+		{ID: "a", Status: StatusFailed, Duration: -1, Error: "timed out", Attempts: 2, MaxAttempts: 5},
+		{ID: "b", Status: StatusDelivered, ResponseStatus: 204, ResponseBody: []byte{}, Duration: 1500 * time.Microsecond,
+			DeliveredAt: capT0, Queued: true, ArrivedAt: capT0.Add(-time.Hour),
+			LastAttempt: &Attempt{N: 2, At: capT0, ResponseStatus: 204, Duration: 1500 * time.Microsecond}},
+	} {
+		_, rec := appendFrame(nil, func(b []byte) []byte { return encodeUpdate(b, u) })
+		kind, got, _, err := decodeRecord(rec)
+		if err != nil || kind != recUpdate {
+			t.Fatalf("%s: kind %d, %v", u.ID, kind, err)
+		}
+		if got.Duration != u.Duration || got.Error != u.Error || got.Attempts != u.Attempts || got.MaxAttempts != u.MaxAttempts ||
+			(got.ResponseBody == nil) != (u.ResponseBody == nil) || !got.DeliveredAt.Equal(u.DeliveredAt) || got.Queued != u.Queued ||
+			!got.ArrivedAt.Equal(u.ArrivedAt) || (got.LastAttempt == nil) != (u.LastAttempt == nil) {
+			t.Fatalf("%s: decoded %+v, encoded %+v", u.ID, got, u)
+		}
+		if u.LastAttempt != nil && *got.LastAttempt != *u.LastAttempt {
+			t.Fatalf("%s: attempt %+v, want %+v", u.ID, *got.LastAttempt, *u.LastAttempt)
+		}
+	}
+	if _, _, _, err := decodeRecord([]byte{recUpdate, 0xff}); err == nil {
+		t.Fatal("a truncated record decoded")
+	}
+}

@@ -45,10 +45,10 @@ const (
 // row is reset to pending and returned with start=true, so the caller
 // tries again. A new row gets f's fields and start=true.
 func (db *AgentStore) ClaimMedia(ctx context.Context, f *MediaFile) (row *MediaFile, start bool, err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return nil, false, err
 	}
-	defer db.explain(&err)
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, false, err
@@ -86,10 +86,10 @@ func (db *AgentStore) ClaimMedia(ctx context.Context, f *MediaFile) (row *MediaF
 
 // UpdateMedia records the progress of a download.
 func (db *AgentStore) UpdateMedia(ctx context.Context, f *MediaFile) (err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return err
 	}
-	defer db.explain(&err)
 	var size sql.NullInt64
 	if f.Status == MediaSaved {
 		size = sql.NullInt64{Int64: f.Size, Valid: true}
@@ -123,10 +123,10 @@ func scanMedia(sc interface{ Scan(...any) error }) (*MediaFile, error) {
 
 // Media loads one media file record.
 func (db *AgentStore) Media(ctx context.Context, id string) (_ *MediaFile, err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return nil, err
 	}
-	defer db.explain(&err)
 	f, err := scanMedia(db.read.QueryRowContext(ctx, `SELECT `+mediaColumns+` FROM media_files WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
@@ -147,10 +147,10 @@ type MediaFilter struct {
 
 // MediaFiles lists media files, newest first, and counts all that match.
 func (db *AgentStore) MediaFiles(ctx context.Context, f MediaFilter) (_ []*MediaFile, _ int, err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return nil, 0, err
 	}
-	defer db.explain(&err)
 	var conds []string
 	var args []any
 	for _, c := range []struct{ col, v string }{

@@ -519,10 +519,10 @@ func (db *AgentStore) SearchBacklog() int64 {
 // IndexSearch adds up to max of the oldest unindexed captures to the
 // full-text index in one transaction and returns the backlog left.
 func (db *AgentStore) IndexSearch(ctx context.Context, max int) (_ int64, err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return 0, err
 	}
-	defer db.explain(&err)
 	if db.index == nil {
 		return 0, fmt.Errorf("storage: %s databases have no search index", db.schema)
 	}
@@ -533,10 +533,10 @@ func (db *AgentStore) IndexSearch(ctx context.Context, max int) (_ int64, err er
 // every text search does it first. The backlog is read from the files, not
 // this process's view: another process may have saved captures.
 func (db *AgentStore) CatchUpSearch(ctx context.Context) (err error) {
+	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return err
 	}
-	defer db.explain(&err)
 	// One query per file, so that damage found is put down to the right one.
 	var last, upto int64
 	if err := db.read.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM captures`).Scan(&last); err != nil {

@@ -64,6 +64,7 @@ func cmdCost(ctx context.Context, args []string) error {
 	warm := fs.Duration("warmup", time.Second, "warmup before each window")
 	perf := fs.Bool("perf", false, "also record the relay's and the agent's call stacks and break their CPU down by stage")
 	keep := fs.String("perf-keep", "", "keep the perf record files in this directory")
+	label := fs.String("label", "", "name this build's tables (a baseline's: make bench BENCH_BASELINE=REV); they carry no targets")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -100,7 +101,7 @@ func cmdCost(ctx context.Context, args []string) error {
 		}
 		cells = append(cells, cs...)
 	}
-	reportCost(res, cells, *perf)
+	reportCost(res, cells, *perf, *label)
 	return nil
 }
 
@@ -664,8 +665,17 @@ var (
 	relayStageNames = []string{"parse", "route/forward", "read frame", "answer", "runtime", "other"}
 )
 
-func reportCost(res *results, cells []*costCell, perf bool) {
-	res.add(row{Table: costTable, Head: true, Cells: []string{"Setup", "Load", "Process", "CPU", "CPU until idle", "System calls", "Context switches"}})
+func reportCost(res *results, cells []*costCell, perf bool, label string) {
+	// A labelled run (a baseline build) prints its own tables, with no
+	// targets: they are the current build's.
+	add := func(x row) {
+		if label != "" {
+			x.Table += " — " + label
+			x.Target, x.Met = "", ""
+		}
+		res.add(x)
+	}
+	add(row{Table: costTable, Head: true, Cells: []string{"Setup", "Load", "Process", "CPU", "CPU until idle", "System calls", "Context switches"}})
 	for _, c := range cells {
 		for _, name := range costProcs {
 			x := row{Table: costTable, Cells: []string{"--sync " + c.sync, fmt.Sprintf("c=%d", c.conns), name,
@@ -682,14 +692,14 @@ func reportCost(res *results, cells []*costCell, perf bool) {
 			if limit > 0 {
 				x.Target, x.Met = fmt.Sprintf("≤ %.0f system calls", limit), verdict(c.syscalls[name] <= limit)
 			}
-			res.add(x)
+			add(x)
 		}
 	}
-	res.add(row{Table: costTable, Note: "Per request, in the load's window: CPU of all threads (/proc/PID/stat); CPU until idle adds what the load left to do " +
+	add(row{Table: costTable, Note: "Per request, in the load's window: CPU of all threads (/proc/PID/stat); CPU until idle adds what the load left to do " +
 		"once it ended (captures applied to the store, the search index), read when every process is idle; system calls " +
 		"(perf stat -e raw_syscalls:sys_enter) and context switches, i.e. thread wake-ups (perf stat -e context-switches)."})
 
-	res.add(row{Table: latencyTable, Head: true, Cells: []string{"Setup", "Load", "p50 direct", "p50 through calltap", "Added p50", "fsync p50"}})
+	add(row{Table: latencyTable, Head: true, Cells: []string{"Setup", "Load", "p50 direct", "p50 through calltap", "Added p50", "fsync p50"}})
 	for _, c := range cells {
 		added := c.through.pct(50) - c.direct.pct(50)
 		x := row{Table: latencyTable, Cells: []string{"--sync " + c.sync, fmt.Sprintf("c=%d", c.conns),
@@ -703,11 +713,11 @@ func reportCost(res *results, cells []*costCell, perf bool) {
 			}
 			x.Met = verdict(added <= limit)
 		}
-		res.add(x)
+		add(x)
 	}
-	res.add(row{Table: latencyTable, Note: "fsync p50: 4 KiB appended to a file in the agent's data directory and fdatasync'd, 200 times, while idle."})
+	add(row{Table: latencyTable, Note: "fsync p50: 4 KiB appended to a file in the agent's data directory and fdatasync'd, 200 times, while idle."})
 
-	res.add(row{Table: visibleTable, Head: true, Cells: []string{"Setup", "After its answer, the inspector", "p50", "max"}})
+	add(row{Table: visibleTable, Head: true, Cells: []string{"Setup", "After its answer, the inspector", "p50", "max"}})
 	for _, c := range cells {
 		if len(c.listed) == 0 {
 			continue
@@ -723,11 +733,11 @@ func reportCost(res *results, cells []*costCell, perf bool) {
 		} {
 			ds := slices.Clone(v.ds)
 			slices.Sort(ds)
-			res.add(row{Table: visibleTable, Cells: []string{"--sync " + c.sync, v.what, fmtDur(ds[len(ds)/2]), fmtDur(ds[len(ds)-1])},
+			add(row{Table: visibleTable, Cells: []string{"--sync " + c.sync, v.what, fmtDur(ds[len(ds)/2]), fmtDur(ds[len(ds)-1])},
 				Target: v.target, Met: verdict(ds[len(ds)-1] <= v.limit)})
 		}
 	}
-	res.add(row{Table: visibleTable, Note: "20 requests one at a time, each with a word of its own; from the sender's answer until the inspector's API lists it, and until its text search (?q=) finds it, polled every millisecond."})
+	add(row{Table: visibleTable, Note: "20 requests one at a time, each with a word of its own; from the sender's answer until the inspector's API lists it, and until its text search (?q=) finds it, polled every millisecond."})
 
 	if !perf {
 		return
@@ -743,7 +753,7 @@ func reportCost(res *results, cells []*costCell, perf bool) {
 		for _, c := range cells {
 			head = append(head, c.label())
 		}
-		res.add(row{Table: p.title, Head: true, Cells: head})
+		add(row{Table: p.title, Head: true, Cells: head})
 		for _, s := range p.stages {
 			x := row{Table: p.title, Cells: []string{s}}
 			for _, c := range cells {
@@ -754,7 +764,7 @@ func reportCost(res *results, cells []*costCell, perf bool) {
 				share := float64(c.stages[p.name][s]) / float64(max(total, 1))
 				x.Cells = append(x.Cells, fmt.Sprintf("%.0f%% · %s", 100*share, fmtDur(time.Duration(share*float64(c.cpu[p.name])))))
 			}
-			res.add(x)
+			add(x)
 		}
 		x := row{Table: p.title, Cells: []string{"samples"}}
 		for _, c := range cells {
@@ -764,8 +774,8 @@ func reportCost(res *results, cells []*costCell, perf bool) {
 			}
 			x.Cells = append(x.Cells, fmtCount(total))
 		}
-		res.add(x)
-		res.add(row{Table: p.title, Note: "perf record -F 999 -g on the " + p.name + " under the same load: % of samples, and that share of its CPU per request. " +
+		add(x)
+		add(row{Table: p.title, Note: "perf record -F 999 -g on the " + p.name + " under the same load: % of samples, and that share of its CPU per request. " +
 			"A sample goes to the stage of its innermost frame that a stage's pattern matches (scripts/benchrun/cost.go)."})
 		for _, c := range cells {
 			if top := topOther(c.other[p.name], 3); top != "" {
