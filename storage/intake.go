@@ -432,16 +432,53 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 			return nil, err
 		}
 	}
+	// Large bodies first: each in its segment, synced once, before any
+	// record names it.
+	apart := false
+	for _, c := range inserts {
+		if !KeptApart(len(c.Body)) || db.bodies == nil {
+			continue
+		}
+		apart = true
+		if c.bodyFile == "" {
+			name, off, err := db.bodies.append(c.Body)
+			if err != nil {
+				return nil, err
+			}
+			c.bodyFile, c.bodyOffset = name, off
+		}
+	}
+	if apart && in.sync {
+		if err := db.bodies.syncWritten(); err != nil {
+			if errors.Is(err, errSegmentSync) {
+				// Written again, to a new segment, should the caller try again.
+				for _, c := range inserts {
+					if KeptApart(len(c.Body)) {
+						c.bodyFile, c.bodyOffset = "", 0
+					}
+				}
+			}
+			return nil, err
+		}
+	}
 	start := len(in.pending)
+	// rollback drops the records of this call from pending: they were
+	// not written, or not synced.
+	rollback := func() {
+		for _, p := range in.pending[start:] {
+			in.forget(p)
+		}
+		in.pending = in.pending[:start]
+	}
 	// One buffer for the call's frames; each pending record is a slice of
 	// it, kept until applied (no copy per record).
 	buf := make([]byte, 0, batchSize(inserts, updates))
-	synced := false // large bodies synced
 	for i, c := range inserts {
 		w := Written{ID: c.ID, DuplicateOf: c.DuplicateOf}
 		if c.RelayID != "" && c.Queued {
 			id, err := in.lookupRelay(ctx, c.RelayID)
 			if err != nil {
+				rollback()
 				return nil, err
 			}
 			if id != "" {
@@ -452,24 +489,8 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 		}
 		if c.DeliveryID != "" && w.DuplicateOf == "" {
 			if w.DuplicateOf, err = in.lookupDelivery(ctx, c.DeliveryID); err != nil {
+				rollback()
 				return nil, err
-			}
-		}
-		if KeptApart(len(c.Body)) && db.bodies != nil {
-			if c.bodyFile == "" {
-				name, off, err := db.bodies.append(c.Body)
-				if err != nil {
-					return nil, err
-				}
-				c.bodyFile, c.bodyOffset = name, off
-			}
-			if !synced && in.sync {
-				// The bodies a record names are durable before it is.
-				if err := db.bodies.syncWritten(); err != nil {
-					c.bodyFile, c.bodyOffset = "", 0
-					return nil, err
-				}
-				synced = true
 			}
 		}
 		written[i] = w
@@ -495,10 +516,7 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 		return written, nil
 	}
 	fail := func(err error) ([]Written, error) {
-		for _, p := range in.pending[start:] {
-			in.forget(p)
-		}
-		in.pending = in.pending[:start]
+		rollback()
 		// Nothing past the last good frame stays: it is zeroed again.
 		// Should that fail too, the next append starts a new file.
 		if _, zerr := in.f.WriteAt(make([]byte, len(buf)), in.size); zerr != nil {
@@ -511,7 +529,11 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 	}
 	if in.sync && len(inserts) > 0 {
 		if err := syscall.Fdatasync(int(in.f.Fd())); err != nil {
-			return fail(fmt.Errorf("storage: sync the intake log: %w", err))
+			// After a failed sync the file's pages are in a state no
+			// later sync reports truly: the next append starts a new file.
+			written, err := fail(fmt.Errorf("storage: sync the intake log: %w", err))
+			in.size = intakeFileMax
+			return written, err
 		}
 	}
 	in.size += int64(len(buf))

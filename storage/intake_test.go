@@ -532,3 +532,43 @@ func TestIntakeRecordCodec(t *testing.T) {
 		t.Fatal("a truncated record decoded")
 	}
 }
+
+// Large bodies a call logs are all in their segment, synced, before the
+// log's records name them: one sync of the segment holding both.
+func TestIntakeSyncsLargeBodiesFirst(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
+	defer db.Close()
+	big := bytes.Repeat([]byte("y"), fileBodyMin)
+	a, b := testCapture(1, big), testCapture(2, big)
+	var sizes []int64
+	db.bodies.sync = func(f *os.File) error {
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() { // not the folder, synced for a new segment's name
+			sizes = append(sizes, fi.Size())
+		}
+		if db.intake.size != 0 {
+			t.Errorf("the segment was synced after the log took records (%d bytes)", db.intake.size)
+		}
+		return f.Sync()
+	}
+	if _, err := db.LogCaptures(ctx, []*Capture{a, b}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if a.bodyFile == "" || a.bodyFile != b.bodyFile {
+		t.Fatalf("bodies in %q and %q, want one segment", a.bodyFile, b.bodyFile)
+	}
+	if len(sizes) != 1 || sizes[0] < b.bodyOffset+int64(len(big)) {
+		t.Fatalf("segment syncs at sizes %v, want one past the second body's end %d", sizes, b.bodyOffset+int64(len(big)))
+	}
+	for _, c := range []*Capture{a, b} {
+		got, err := db.Capture(ctx, c.ID)
+		if err != nil || !bytes.Equal(got.Body, big) {
+			t.Fatalf("%s: %d bytes (%v)", c.ID, len(got.Body), err)
+		}
+	}
+}
