@@ -251,7 +251,8 @@ func TestNATSServersDie(t *testing.T) {
 		}
 		want = append(want, body)
 	}
-	ra := startAgent(t, t.TempDir(), info.Token, ts.URL, nodes[1])
+	agentDir := t.TempDir()
+	ra := startAgent(t, agentDir, info.Token, ts.URL, nodes[1])
 	polltest.Until(t, 15*time.Second, func() bool { return len(h.seen()) == len(want) }, "the queue did not drain with one NATS server down")
 	resp, _ := post(t, tunnelURL(nodes[2], info), `{"n":"live"}`)
 	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusAccepted { // 202: behind the last acks
@@ -308,7 +309,11 @@ func TestNATSServersDie(t *testing.T) {
 		return resp.StatusCode == http.StatusAccepted
 	}, "the relays did not recover once NATS was back")
 	want = append(want, back)
-	startAgent(t, t.TempDir(), info.Token, ts.URL, nodes[2])
+	// The same agent (its store) comes back, on another node. A queued
+	// request whose removal from the stream NATS's death cut short (it
+	// may be "live", answered 202 behind the last acks) is sent to it
+	// again; it knows it by its relay id and does not deliver it twice.
+	startAgent(t, agentDir, info.Token, ts.URL, nodes[2])
 	polltest.Until(t, 15*time.Second, func() bool { return len(h.seen()) >= len(want) }, "what was queued once NATS came back was not delivered")
 	// A "lost?" answered 504 may have reached the handler, as with one
 	// node: its sender was told to retry, not that it was kept.

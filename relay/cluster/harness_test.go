@@ -155,7 +155,7 @@ func startAgent(t *testing.T, dir, token, forwardTo string, nodes ...*node) *run
 func startAgentAt(t *testing.T, dir, token, forwardTo, relayURL string, resolver *net.Resolver) *runningAgent {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	db, err := storage.OpenAgent(ctx, filepath.Join(dir, "agent.db"))
+	db, err := storage.OpenAgent(ctx, filepath.Join(dir, "agent.db"), storage.WithIntake())
 	if err != nil {
 		t.Fatal(err)
 	}
