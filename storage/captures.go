@@ -155,6 +155,9 @@ func (db *AgentStore) WriteCaptures(ctx context.Context, inserts, updates []*Cap
 	if db.index != nil && last > 0 {
 		db.index.saved(last)
 	}
+	if db.intake != nil {
+		db.intake.noteSaved(inserts)
+	}
 	return written, nil
 }
 

@@ -115,6 +115,8 @@ type intake struct {
 	pending   []logged   // appended, not yet applied, in order
 	byDeliver map[string]string
 	byRelay   map[string]string
+	ids       *idFilter // the store's delivery ids (idfilter.go); nil until built
+	sqlChecks int       // duplicate checks that read SQLite, for tests
 	closed    bool
 	preparing bool          // a goroutine prefills generation gen+1's file, to hand it over on nextFile
 	nextFile  chan prepared // capacity 1
@@ -127,9 +129,10 @@ type intake struct {
 	applied pos        // guarded by applyMu: the position recorded in intake_state
 	failed  error      // guarded by applyMu: the last apply's error, nil once one succeeds
 
-	wake chan struct{} // pokes applyLoop: a record was appended
-	stop chan struct{}
-	done chan struct{}
+	filterDone chan struct{} // closed once buildIDFilter returns
+	wake       chan struct{} // pokes applyLoop: a record was appended
+	stop       chan struct{}
+	done       chan struct{}
 }
 
 // openIntake takes the log folder of db if no live process holds it,
@@ -155,7 +158,8 @@ func openIntake(ctx context.Context, db *AgentStore, own bool) (*intake, error) 
 	in := &intake{db: db, dir: dir, sync: db.sync == SyncFull, lock: lock,
 		byDeliver: map[string]string{}, byRelay: map[string]string{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), nextFile: make(chan prepared, 1),
-		writeAt: (*os.File).WriteAt}
+		filterDone: make(chan struct{}),
+		writeAt:    (*os.File).WriteAt}
 	if err := in.recover(ctx, own); err != nil {
 		lock.Close()
 		return nil, err
@@ -165,6 +169,7 @@ func openIntake(ctx context.Context, db *AgentStore, own bool) (*intake, error) 
 		return nil, nil
 	}
 	go in.applyLoop()
+	go in.buildIDFilter()
 	return in, nil
 }
 
@@ -502,6 +507,9 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 			if _, ok := in.byDeliver[c.DeliveryID]; !ok {
 				in.byDeliver[c.DeliveryID] = c.ID
 			}
+			if in.ids != nil {
+				in.ids.add(c.DeliveryID)
+			}
 		}
 		if r := queuedRelayID(c); r != "" {
 			in.byRelay[r] = c.ID
@@ -573,6 +581,10 @@ func (in *intake) lookupDelivery(ctx context.Context, d string) (string, error) 
 	if id, ok := in.byDeliver[d]; ok {
 		return id, nil
 	}
+	if in.ids != nil && !in.ids.mayHave(d) {
+		return "", nil // never seen
+	}
+	in.sqlChecks++
 	var id string
 	err := in.db.read.QueryRowContext(ctx, `SELECT id FROM captures WHERE delivery_id = ? ORDER BY seq LIMIT 1`, d).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -779,6 +791,7 @@ func (in *intake) close() error {
 	in.mu.Unlock()
 	close(in.stop)
 	<-in.done
+	<-in.filterDone
 	err := in.catchUp(context.Background())
 	in.mu.Lock()
 	defer in.mu.Unlock()

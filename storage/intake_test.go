@@ -572,3 +572,45 @@ func TestIntakeSyncsLargeBodiesFirst(t *testing.T) {
 		}
 	}
 }
+
+// Once the delivery-id filter is built, a new id is checked without a
+// SQLite read, and a repeat, of a capture saved before this open or since,
+// is still found.
+func TestIntakeDeliveryFilter(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	old := testCapture(1, []byte(`{"n":1}`))
+	db := openAgentAt(t, path)
+	saveCaptures(t, db, old)
+	db.Close()
+
+	db = openIntakeDB(t, path)
+	defer db.Close()
+	<-db.intake.filterDone
+	if db.intake.ids == nil {
+		t.Fatal("the filter was not built")
+	}
+	imported := testCapture(2, []byte(`{"n":2}`)) // straight to SQLite, as an import
+	saveCaptures(t, db, imported)
+	var fresh []*Capture
+	for i := range 200 {
+		fresh = append(fresh, testCapture(100+i, []byte(`{}`)))
+	}
+	if _, err := db.LogCaptures(ctx, fresh, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := db.intake.sqlChecks; n > 2 {
+		t.Fatalf("%d of 200 new delivery ids were checked in SQLite", n)
+	}
+	for k, first := range []*Capture{old, imported, fresh[7]} {
+		again := testCapture(1000+k, []byte(`{"again":true}`))
+		again.DeliveryID = first.DeliveryID
+		w, err := db.LogCaptures(ctx, []*Capture{again}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w[0].DuplicateOf != first.ID {
+			t.Fatalf("a repeat of %s: duplicate_of %q", first.DeliveryID, w[0].DuplicateOf)
+		}
+	}
+}
