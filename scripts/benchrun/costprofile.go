@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// The cost part's profile (cost.go): perf record under load, each sample
+// put down to a stage of the relay's or the agent's work.
+
+// The stages of a request in each process. A sample belongs to the stage
+// of the first frame, from the leaf outwards, that one of its patterns
+// matches ("^x": the symbol starts with x; else it contains x); the rules
+// of a process are tried in order on each frame. A rule with cLeaf also
+// takes the samples whose innermost frame in user space is C code (the
+// program's own or a shared library's): C code keeps no frame pointers,
+// so the chain above it is lost.
+type stageRule struct {
+	stage    string
+	patterns []string
+	cLeaf    bool
+}
+
+// frame is one line of a sample's call stack.
+type frame struct {
+	sym, dso string
+}
+
+func (f frame) kernel() bool {
+	return f.dso == "[kernel.kallsyms]" || strings.HasPrefix(f.dso, "[kernel")
+}
+
+func (f frame) unknown() bool { return f.sym == "[unknown]" || f.dso == "[unknown]" || f.sym == "" }
+
+// cCode tells a frame of C code: a shared library's, or a function of the
+// program without the dot of a Go name (gcc's clones: name.isra.0).
+func (f frame) cCode() bool {
+	if f.kernel() || f.unknown() || strings.HasPrefix(f.dso, "[") || goAsm[f.sym] { // [vdso]: the runtime's clock
+		return false
+	}
+	if strings.Contains(f.dso, ".so") {
+		return true
+	}
+	for _, clone := range []string{".isra.", ".constprop.", ".part.", ".cold"} {
+		if strings.Contains(f.sym, clone) {
+			return true
+		}
+	}
+	return !strings.Contains(f.sym, ".")
+}
+
+// goAsm are the Go assembly functions named without a package.
+var goAsm = map[string]bool{"indexbytebody": true, "memeqbody": true, "cmpbody": true, "countbody": true, "indexbody": true,
+	"aeshashbody": true, "gogo": true}
+
+// goCode tells a frame of the program's Go code outside the runtime.
+func (f frame) goCode() bool {
+	if f.kernel() || f.unknown() || strings.HasPrefix(f.dso, "[") || f.cCode() {
+		return false
+	}
+	for _, p := range []string{"runtime.", "internal/", "syscall.", "sync.", "sync/atomic.", "gcBgMarkWorker"} {
+		if strings.HasPrefix(f.sym, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// wsReads are the websocket's reads, under readFrame (batchConn wraps the
+// connection both ways).
+var wsReads = []string{"gorilla/websocket.(*Conn).NextReader", "gorilla/websocket.(*Conn).advanceFrame",
+	"gorilla/websocket.(*messageReader)", "gorilla/websocket.(*Conn).read", "relay.(*batchConn).Read", "relay.(*batchConn).SetReadDeadline"}
+
+var agentStages = []stageRule{
+	{stage: "read frame", patterns: append([]string{"relay.(*clientConn).readLoop", "relay.(*wsConn).readFrame", "relay.readFrame",
+		"relay.decodeRequest"}, wsReads...)},
+	// The agent's only C code is SQLite's, and only SQLite calls libc:
+	// C code at the leaf is saving.
+	{stage: "save", patterns: []string{"github.com/calltap/calltap/storage.", "github.com/mattn/go-sqlite3",
+		"inspector/agent.(*Agent).writeLoop", "inspector/agent.(*Agent).save", "inspector/agent.(*Agent).queue",
+		"inspector/agent.(*Agent).insert", "inspector/agent.(*Agent).record",
+		"^sqlite3", "^pager", "^wal", "^btree", "^pcache", "^vdbe", "^_cgo_", "^x_cgo_",
+		"^__x64_sys_fdatasync", "^__x64_sys_fsync", "^__x64_sys_pwrite64", "^__x64_sys_pread64", "^ext4_sync_file", "^jbd2"},
+		cLeaf: true},
+	{stage: "forward", patterns: []string{"inspector/agent.(*Agent).send", "inspector/agent.(*handlerClient)", "inspector/agent.(*handlerConn)",
+		"inspector/agent.(*Agent).serveLive"}},
+	{stage: "answer", patterns: []string{"relay.(*Stream).Respond", "relay.(*Stream).Ack", "relay.(*Stream).Release", "relay.(*wsConn).",
+		"relay.(*batchConn).", "relay.(*clientConn).send",
+		"gorilla/websocket.(*Conn).Write", "gorilla/websocket.(*Conn).Next", "gorilla/websocket.(*messageWriter)", "gorilla/websocket.(*Conn).write"}},
+	{stage: "console line", patterns: []string{"inspector/agent.(*Agent).printLine", "inspector/agent.(*console)"}},
+}
+
+var relayStages = []stageRule{
+	{stage: "read frame", patterns: append([]string{"relay.(*agentConn).readLoop", "relay.(*wsConn).readFrame", "relay.decodeResponse",
+		"relay.decodeAck"}, wsReads...)},
+	{stage: "answer", patterns: []string{"relay.(*Server).writeAnswer", "net/http.(*response).", "net/http.(*chunkWriter).",
+		"net/http.(*conn).finalFlush"}},
+	{stage: "parse", patterns: []string{"net/http.(*conn).readRequest", "net/http.readRequest", "net/textproto.", "net/http.(*connReader).",
+		"net/http.(*body).", "relay.(*Server).readBody", "relay.(*bodyPacer)", "net/http.(*conn).serve"}},
+	// The request frame the relay writes to the agent is forwarding.
+	{stage: "route/forward", patterns: []string{"relay.(*Server).", "relay.(*agentConn).", "relay.(*tunnel).", "relay.(*wsConn).",
+		"relay.(*batchConn).", "relay.appendRequestHead", "relay.HeaderFrom", "gorilla/websocket.", "relay.soloNode"}},
+}
+
+// classify names the stage of one sample's stack (leaf first). A stack
+// none of whose frames a rule matches is "runtime" when it runs only the
+// Go runtime or the kernel (GC, the scheduler, sysmon, switching threads),
+// and "other" otherwise.
+func classify(rules []stageRule, frames []frame) string {
+	user := false // a frame in user space was seen
+	for _, f := range frames {
+		cLeaf := !user && f.cCode()
+		user = user || !f.kernel() && !f.unknown()
+		for _, r := range rules {
+			if cLeaf && r.cLeaf {
+				return r.stage
+			}
+			for _, p := range r.patterns {
+				if q, ok := strings.CutPrefix(p, "^"); ok {
+					if strings.HasPrefix(f.sym, q) {
+						return r.stage
+					}
+				} else if strings.Contains(f.sym, p) {
+					return r.stage
+				}
+			}
+		}
+	}
+	if innermostOther(frames) == "" {
+		return "runtime"
+	}
+	return "other"
+}
+
+// innermostOther is what an "other" sample was doing: the innermost frame
+// of Go code outside the runtime, or the leaf's C code ("" if none).
+func innermostOther(frames []frame) string {
+	user := false
+	for _, f := range frames {
+		if !user && f.cCode() && !strings.HasPrefix(f.sym, "x_cgo_") && !strings.HasPrefix(f.sym, "_cgo_") || f.goCode() {
+			return f.sym
+		}
+		user = user || !f.kernel() && !f.unknown()
+	}
+	return ""
+}
+
+// profile samples the relay's and the agent's call stacks (perf record)
+// under the load, and counts the samples of each stage.
+func (c *costCell) profile(ctx context.Context, spec loadSpec, pids map[string]int, dir, keep string) error {
+	span := perfSpan(spec.Duration)
+	files := map[string]string{}
+	var recs []*exec.Cmd
+	var recErr error
+	spec.OnStart = func() {
+		for _, name := range []string{"relay", "agent"} {
+			files[name] = filepath.Join(dir, fmt.Sprintf("perf-%s-c%d.data", name, c.conns))
+			cmd := perfCmd(ctx, "record", "-q", "-F", "999", "-g", "-p", strconv.Itoa(pids[name]), "-o", files[name],
+				"--", "sleep", fmt.Sprintf("%.3f", span.Seconds()))
+			if err := cmd.Start(); err != nil {
+				recErr = fmt.Errorf("perf record: %w", err)
+				break
+			}
+			recs = append(recs, cmd)
+		}
+	}
+	_, err := runLoad(ctx, spec)
+	for _, cmd := range recs {
+		if werr := cmd.Wait(); werr != nil && recErr == nil {
+			recErr = perfErr(cmd, werr)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if recErr != nil {
+		return recErr
+	}
+	c.stages, c.other = map[string]map[string]int{}, map[string]map[string]int{}
+	for name, rules := range map[string][]stageRule{"relay": relayStages, "agent": agentStages} {
+		stages, other, err := perfStages(ctx, files[name], rules)
+		if err != nil {
+			return fmt.Errorf("perf script of the %s: %w", name, err)
+		}
+		c.stages[name], c.other[name] = stages, other
+		if keep != "" {
+			if err := os.Rename(files[name], filepath.Join(keep, fmt.Sprintf("cost-sync-%s-c%d-%s.data", c.sync, c.conns, name))); err != nil {
+				fmt.Fprintf(os.Stderr, "cost: not kept: %v\n", err)
+			}
+		}
+		os.Remove(files[name])
+	}
+	return nil
+}
+
+// perfStages reads `perf script` of a recording and counts its samples by
+// stage; other counts the unclassified ones by their innermost function.
+func perfStages(ctx context.Context, file string, rules []stageRule) (stages, other map[string]int, err error) {
+	cmd := perfCmd(ctx, "script", "-i", file, "-F", "ip,sym,dso", "--no-inline")
+	outp, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	stages, other = map[string]int{}, map[string]int{}
+	var frames []frame
+	flush := func() {
+		if len(frames) == 0 {
+			return
+		}
+		s := classify(rules, frames)
+		stages[s]++
+		if s == "other" {
+			other[innermostOther(frames)]++
+		}
+		frames = frames[:0]
+	}
+	sc := bufio.NewScanner(outp)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			flush()
+			continue
+		}
+		// "ffffffff8a2c3f1e __schedule ([kernel.kallsyms])",
+		// "5dab74 sqlite3VdbeExec (/path/bin/calltap)", "0 [unknown] ([unknown])"
+		_, rest, _ := strings.Cut(line, " ")
+		var f frame
+		if i := strings.LastIndex(rest, " ("); i >= 0 && strings.HasSuffix(rest, ")") {
+			f.sym, f.dso = rest[:i], rest[i+2:len(rest)-1]
+		} else {
+			f.sym = rest
+		}
+		if i := strings.LastIndex(f.sym, "+0x"); i > 0 {
+			f.sym = f.sym[:i]
+		}
+		f.sym = strings.TrimSpace(f.sym)
+		frames = append(frames, f)
+	}
+	flush()
+	io.Copy(io.Discard, outp)
+	if err := cmd.Wait(); err != nil {
+		return nil, nil, perfErr(cmd, err)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, nil, err
+	}
+	if len(stages) == 0 {
+		return nil, nil, errors.New("no samples")
+	}
+	return stages, other, nil
+}
