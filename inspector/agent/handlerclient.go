@@ -39,7 +39,15 @@ type handlerConn struct {
 	addr string // the pool's key: host:port as the target names it
 	br   *bufio.Reader
 	bw   *bufio.Writer
+	idle time.Time // when it went back to the pool
 }
+
+// trustIdle is how long an idle connection is taken without asking the
+// socket whether the handler closed it (alive: one system call, a ninth of
+// a request's at load). Handlers close idle connections after seconds
+// (Node 5 s, Python's servers 2–5 s); one closed sooner fails the write or
+// the read, and do tries once more on a new connection.
+const trustIdle = 500 * time.Millisecond
 
 const maxIdlePerHost = 64
 
@@ -179,7 +187,7 @@ func (hc *handlerClient) get(ctx context.Context, addr string) (*handlerConn, bo
 		if conn == nil {
 			break
 		}
-		if conn.alive() {
+		if (time.Since(conn.idle) < trustIdle && conn.br.Buffered() == 0) || conn.alive() {
 			return conn, true, nil
 		}
 		conn.Close()
@@ -193,6 +201,7 @@ func (hc *handlerClient) get(ctx context.Context, addr string) (*handlerConn, bo
 
 func (hc *handlerClient) put(conn *handlerConn) {
 	conn.SetDeadline(time.Time{})
+	conn.idle = time.Now()
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
 	if len(hc.idle[conn.addr]) >= maxIdlePerHost {
