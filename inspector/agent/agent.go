@@ -100,6 +100,7 @@ type Agent struct {
 	turns    []*turn       // guarded by turnMu: not yet taken by turnLoop, in arrival order
 	turnWake chan struct{} // cap 1: wakes turnLoop
 	waiting  atomic.Int64  // turns not done, the one at the handler included; 0 lets a live request go straight
+	live     atomic.Int64  // live requests not yet answered (serveLive): 0 lets the next one be served alone
 
 	// Stopping, in stages (Run): draining is closed by Drain or when Run's
 	// context ends; then closing is set, after which no task starts, and

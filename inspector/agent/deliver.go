@@ -79,7 +79,7 @@ func joinTarget(base *url.URL, path, query string) string {
 // deliver sends c to its target once (attempt n), records the outcome and
 // returns it in the relay's terms.
 func (a *Agent) deliver(ctx context.Context, c *storage.Capture, n int) *relay.Response {
-	return a.record(ctx, c, n, a.send(ctx, c, nil, relay.Limits{}))
+	return a.record(ctx, c, n, a.send(ctx, c, nil, relay.Limits{}, nil))
 }
 
 // record writes attempt n's result res into c, queues its update, prints

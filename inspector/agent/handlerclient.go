@@ -74,11 +74,21 @@ func (e *bodyTooLargeError) Error() string {
 // do sends req (an http URL, a body of known length) and reads the answer.
 // Errors are *url.Error, as net/http's client returns them.
 func (hc *handlerClient) do(ctx context.Context, req *http.Request) (*handlerResponse, error) {
-	return hc.doLimited(ctx, req, hc.maxBody)
+	return hc.doLimited(ctx, req, hc.maxBody, nil)
 }
 
-// doLimited is do with a response body limit of its own.
-func (hc *handlerClient) doLimited(ctx context.Context, req *http.Request, maxBody int64) (*handlerResponse, error) {
+// doLimited is do with a response body limit of its own. sent, if not nil,
+// is called once, when the request has been written whole and before its
+// answer is read: work done there overlaps the handler's.
+func (hc *handlerClient) doLimited(ctx context.Context, req *http.Request, maxBody int64, sent func()) (*handlerResponse, error) {
+	if f := sent; f != nil {
+		sent = func() {
+			if f != nil {
+				f()
+				f = nil
+			}
+		}
+	}
 	addr := req.URL.Host
 	if req.URL.Port() == "" {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
@@ -95,7 +105,7 @@ func (hc *handlerClient) doLimited(ctx context.Context, req *http.Request, maxBo
 				return nil, hc.urlError(req, err)
 			}
 		}
-		resp, err := hc.exchange(ctx, conn, req, deadline, maxBody)
+		resp, err := hc.exchange(ctx, conn, req, deadline, maxBody, sent)
 		if err == nil {
 			return resp, nil
 		}
@@ -113,7 +123,7 @@ func (hc *handlerClient) doLimited(ctx context.Context, req *http.Request, maxBo
 	}
 }
 
-func (hc *handlerClient) exchange(ctx context.Context, conn *handlerConn, req *http.Request, deadline time.Time, maxBody int64) (*handlerResponse, error) {
+func (hc *handlerClient) exchange(ctx context.Context, conn *handlerConn, req *http.Request, deadline time.Time, maxBody int64, sent func()) (*handlerResponse, error) {
 	conn.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -130,6 +140,9 @@ func (hc *handlerClient) exchange(ctx context.Context, conn *handlerConn, req *h
 	}
 	if err := conn.bw.Flush(); err != nil {
 		return nil, err
+	}
+	if sent != nil {
+		sent()
 	}
 	var resp *http.Response
 	for {

@@ -33,10 +33,13 @@ type sendResult struct {
 // send tries c's request at its target once. h is the request's headers
 // when at hand (a live request), sparing a parse of the stored JSON; nil
 // parses it. lim is what the relay takes in answer to a live request: an
-// answer over it is not read past the limit and fails as too large.
-func (a *Agent) send(ctx context.Context, c *storage.Capture, h relay.Header, lim relay.Limits) sendResult {
+// answer over it is not read past the limit and fails as too large. sent,
+// if not nil, is called once the request is written to an http target,
+// before its answer is read (handlerClient.doLimited); a try that fails
+// before that, or an https target, never calls it.
+func (a *Agent) send(ctx context.Context, c *storage.Capture, h relay.Header, lim relay.Limits, sent func()) sendResult {
 	start := time.Now()
-	res := a.sendOnce(ctx, c, h, lim)
+	res := a.sendOnce(ctx, c, h, lim, sent)
 	res.duration = time.Since(start)
 	if res.err == "" {
 		if err := lim.Check(&relay.Response{Status: res.status, Header: res.header, Body: res.body}); err != nil {
@@ -46,7 +49,7 @@ func (a *Agent) send(ctx context.Context, c *storage.Capture, h relay.Header, li
 	return res
 }
 
-func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header, lim relay.Limits) sendResult {
+func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header, lim relay.Limits, sent func()) sendResult {
 	if c.Target == "" {
 		if c.Error == errOutsideBase {
 			return sendResult{err: c.Error}
@@ -78,7 +81,7 @@ func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header
 		maxBody, whose = lim.MaxBody, "relay"
 	}
 	if req.URL.Scheme == "http" {
-		resp, err := a.handler.doLimited(ctx, req, maxBody)
+		resp, err := a.handler.doLimited(ctx, req, maxBody, sent)
 		if tl := (*bodyTooLargeError)(nil); errors.As(err, &tl) {
 			return answerTooLarge(whose, maxBody)
 		}

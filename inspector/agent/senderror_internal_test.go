@@ -54,7 +54,7 @@ func TestSendFailureNamesItsCause(t *testing.T) {
 	} {
 		c := a.newCapture(SourceReplay, "POST", "/x", nil, []byte("{}"))
 		c.Target = "http://" + addr + "/x"
-		res := a.send(ctx, c, nil, relay.Limits{})
+		res := a.send(ctx, c, nil, relay.Limits{}, nil)
 		if !strings.HasPrefix(res.err, want) {
 			t.Errorf("a try at %s: error %q, want it to start with %q", addr, res.err, want)
 		}

@@ -49,7 +49,7 @@ func TestAgentKeepsTargetsUnderItsBasePath(t *testing.T) {
 	if c.Target != "" || !strings.Contains(c.Error, "outside") {
 		t.Fatalf("capture target %q, error %q", c.Target, c.Error)
 	}
-	res := a.send(ctx, c, nil, relay.Limits{})
+	res := a.send(ctx, c, nil, relay.Limits{}, nil)
 	if res.err != c.Error || hits.Load() != 0 {
 		t.Errorf("sent with error %q, handler hit %d times", res.err, hits.Load())
 	}

@@ -137,29 +137,19 @@ func (a *Agent) writeLoop(ctx context.Context) {
 		}
 		nth := 0 // the insert's index in written
 		for _, op := range batch {
-			redelivered := false
-			if op.insert != nil {
-				if err == nil {
-					// The store assigned these: the capture is writeLoop's
-					// until its op's after runs.
-					w := written[nth]
-					op.insert.Seq, op.insert.ID, op.insert.DuplicateOf = w.Seq, w.ID, w.DuplicateOf
-					redelivered = w.Redelivered
+			if err == nil {
+				if op.insert != nil {
+					// The capture is writeLoop's until its op's after runs.
+					a.committedInsert(op.insert, written[nth])
+				} else if op.update != nil {
+					a.publish(Event{Capture: op.update})
 				}
+			}
+			if op.insert != nil {
 				nth++
 			}
 			if err != nil && op.keep {
 				continue // in kept
-			}
-			c := op.insert
-			if c == nil {
-				c = op.update
-			}
-			if err == nil && c != nil && !redelivered {
-				a.publish(Event{Capture: c})
-				if op.insert != nil && a.media != nil {
-					a.media.SaveCapture(c) // returns at once
-				}
 			}
 			if op.after != nil {
 				op.after(err)
@@ -169,6 +159,20 @@ func (a *Agent) writeLoop(ctx context.Context) {
 			a.abandon(kept, errStopped) // the disk fails as the agent stops
 			return
 		}
+	}
+}
+
+// committedInsert takes what the store assigned to a capture it just
+// committed, and tells the inspector and the media saver, unless the
+// relay sent a capture already saved again.
+func (a *Agent) committedInsert(c *storage.Capture, w storage.Written) {
+	c.Seq, c.ID, c.DuplicateOf = w.Seq, w.ID, w.DuplicateOf
+	if w.Redelivered {
+		return
+	}
+	a.publish(Event{Capture: c})
+	if a.media != nil {
+		a.media.SaveCapture(c) // returns at once
 	}
 }
 
