@@ -91,7 +91,9 @@ type Agent struct {
 	notify    atomic.Pointer[[]func(Event)] // added to by OnEvent (copied, never changed in place)
 
 	ops       chan writeOp // to writeLoop
-	unsettled atomic.Int64 // responses queued for writeLoop and not yet committed
+	answers   *responses   // the handler's answers waiting to be recorded
+	unsettled atomic.Int64 // answers recorded and not yet committed
+	commitMu  sync.Mutex   // held by whoever took answers, until its commit is over
 
 	// Tunnel requests that reach the handler one at a time, in arrival
 	// order: the relay's queued ones, those an earlier run saved but did
@@ -162,6 +164,7 @@ func New(cfg Config) (*Agent, error) {
 		store:      cfg.Store,
 		log:        cfg.Logger,
 		ops:        make(chan writeOp, 1024),
+		answers:    newResponses(),
 		turnWake:   make(chan struct{}, 1),
 		draining:   make(chan struct{}),
 		quit:       make(chan struct{}),
@@ -325,6 +328,10 @@ func (a *Agent) stop() {
 		case op := <-a.ops:
 			a.abandon([]writeOp{op}, errStopped)
 		default:
+			// Answers a failing disk gave back: the next run marks
+			// their requests interrupted.
+			a.answers.timer.Stop()
+			a.unsettled.Add(-int64(len(a.answers.take())))
 			return
 		}
 	}

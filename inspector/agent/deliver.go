@@ -79,12 +79,13 @@ func joinTarget(base *url.URL, path, query string) string {
 // deliver sends c to its target once (attempt n), records the outcome and
 // returns it in the relay's terms.
 func (a *Agent) deliver(ctx context.Context, c *storage.Capture, n int) *relay.Response {
-	return a.record(ctx, c, n, a.send(ctx, c, nil, relay.Limits{}, nil))
+	return a.record(c, n, a.send(ctx, c, nil, relay.Limits{}, nil))
 }
 
-// record writes attempt n's result res into c, queues its update, prints
-// its console line and returns the response for the relay.
-func (a *Agent) record(ctx context.Context, c *storage.Capture, n int, res sendResult) *relay.Response {
+// record writes attempt n's result res into c, adds it to the answers
+// waiting to be committed (responses), prints its console line and
+// returns the response for the relay.
+func (a *Agent) record(c *storage.Capture, n int, res sendResult) *relay.Response {
 	c.Attempts = n
 	c.Duration = res.duration
 	c.DeliveredAt = time.Now().UTC()
@@ -106,13 +107,11 @@ func (a *Agent) record(ctx context.Context, c *storage.Capture, n int, res sendR
 	}
 	c.LastAttempt = &storage.Attempt{N: n, At: c.DeliveredAt.Add(-res.duration), ResponseStatus: res.status, Error: res.err, Duration: res.duration}
 	// The sender is waiting for the answer, not for our bookkeeping: the
-	// update commits with the next batch. A copy, since a retry may change
-	// c before the batch runs.
+	// update commits with the next commit (responses). A copy, since a
+	// retry may change c before that.
 	update := *c
 	a.unsettled.Add(1)
-	if a.queue(ctx, writeOp{update: &update, keep: true}) != nil {
-		a.unsettled.Add(-1)
-	}
+	a.answers.add(&update)
 	a.printLine(c)
 	out := &relay.Response{Status: res.status, Header: res.header, Body: res.body, Error: res.err}
 	switch {

@@ -97,7 +97,7 @@ func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
 		if o.ack != nil {
 			o.ack.Stop()
 		}
-		s.Respond(a.record(context.Background(), c, 1, res))
+		s.Respond(a.record(c, 1, res))
 	})
 	if !started { // the agent has stopped: the insert was refused too
 		a.live.Add(-1)
@@ -137,7 +137,7 @@ func (a *Agent) serveAlone(c *storage.Capture, h relay.Header, s *relay.Stream) 
 			s.Respond(notSaved) // the handler may have seen it; see serveLive
 			return
 		}
-		s.Respond(a.record(context.Background(), c, 1, res))
+		s.Respond(a.record(c, 1, res))
 	})
 	if !started {
 		a.live.Add(-1)
@@ -149,13 +149,19 @@ func (a *Agent) serveAlone(c *storage.Capture, h relay.Header, s *relay.Stream) 
 // commitAlone commits the capture of a request served alone (serveAlone),
 // as writeLoop commits a batch. Run waits for the request's goroutine
 // before it stops writing, so the store is still open.
+// The handler's answers waiting to be recorded share the commit.
 func (a *Agent) commitAlone(c *storage.Capture) error {
-	written, err := a.cfg.writeCaptures(context.Background(), []*storage.Capture{c}, nil)
+	a.commitMu.Lock()
+	defer a.commitMu.Unlock()
+	answers := a.answers.take()
+	written, err := a.cfg.writeCaptures(context.Background(), []*storage.Capture{c}, answers)
 	if err != nil {
+		a.answers.giveBack(answers)
 		a.log.Error("saving a capture", "err", err)
 		return err
 	}
 	a.committedInsert(c, written[0])
+	a.committedResponses(answers)
 	return nil
 }
 
@@ -417,5 +423,5 @@ func (a *Agent) sendLive(ctx context.Context, t *turn) {
 		t.s.Respond(notSaved)
 		return
 	}
-	t.s.Respond(a.record(context.Background(), t.c, 1, res))
+	t.s.Respond(a.record(t.c, 1, res))
 }

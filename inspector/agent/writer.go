@@ -24,11 +24,14 @@ type writeOp struct {
 	keep bool
 }
 
-// writeLoop owns every capture write: it commits whatever queued up while
-// the previous transaction ran in one transaction. The kept writes of a
+// writeLoop commits whatever queued up while the previous commit ran in
+// one commit, with the handler's answers waiting to be recorded
+// (responses). A live request alone in the tunnel commits itself
+// (commitAlone); every other write goes through here. The kept writes of a
 // failed commit (writeOp.keep) go first into the next one, in their order,
-// which is tried with the next write or after a pause, whichever comes
-// first: a full disk that gets room again is used again by itself.
+// as do its answers, which is tried with the next write or after a pause,
+// whichever comes first: a full disk that gets room again is used again
+// by itself.
 func (a *Agent) writeLoop(ctx context.Context) {
 	const maxBatch = 256
 	batch := make([]writeOp, 0, maxBatch)
@@ -37,8 +40,6 @@ func (a *Agent) writeLoop(ctx context.Context) {
 		kept  []writeOp     // of the last commit, which failed
 		pause time.Duration // before trying them again
 	)
-	linger := time.NewTimer(time.Hour)
-	linger.Stop()
 	again := time.NewTimer(time.Hour)
 	again.Stop()
 	// Once ctx ends, what is queued is committed, without waiting for
@@ -49,7 +50,7 @@ func (a *Agent) writeLoop(ctx context.Context) {
 		batch = append(batch[:0], kept...)
 		kept = kept[:0]
 		var wake <-chan time.Time
-		if len(batch) > 0 && !stopping {
+		if (len(batch) > 0 || pause > 0 && a.answers.len() > 0) && !stopping {
 			again.Reset(pause)
 			wake = again.C
 		}
@@ -57,6 +58,7 @@ func (a *Agent) writeLoop(ctx context.Context) {
 			select {
 			case op := <-a.ops:
 				batch = append(batch, op)
+			case <-a.answers.due:
 			case <-wake:
 			case <-done:
 				stopping, done = true, nil
@@ -74,30 +76,14 @@ func (a *Agent) writeLoop(ctx context.Context) {
 				break more
 			}
 		}
-		if len(batch) == 0 && stopping {
-			return
-		}
-		if onlyResponses(batch) && !stopping {
-			// Nobody waits for a response to be recorded (the sender has
-			// its answer), so it waits a moment for the next request's
-			// insert and shares its commit: one commit per request, not
-			// two. An insert or a Flush ends the wait at once.
-			linger.Reset(responseLinger)
-		wait:
-			for len(batch) < maxBatch {
-				select {
-				case op := <-a.ops:
-					batch = append(batch, op)
-					if op.update == nil {
-						break wait
-					}
-				case <-linger.C:
-					break wait
-				case <-done:
-					break wait
-				}
+		a.commitMu.Lock()
+		answers := a.answers.take()
+		if len(batch) == 0 && len(answers) == 0 {
+			a.commitMu.Unlock()
+			if stopping {
+				return
 			}
-			linger.Stop()
+			continue
 		}
 		var inserts, updates []*storage.Capture
 		for _, op := range batch {
@@ -108,23 +94,22 @@ func (a *Agent) writeLoop(ctx context.Context) {
 				updates = append(updates, op.update)
 			}
 		}
+		updates = append(updates, answers...)
 		written, err := a.cfg.writeCaptures(context.WithoutCancel(ctx), inserts, updates)
 		if err != nil {
+			a.answers.giveBack(answers)
 			for _, op := range batch {
 				if op.keep {
 					kept = append(kept, op)
 				}
 			}
 			pause = min(max(2*pause, minWritePause), maxWritePause)
-			a.log.Error("saving captures", "err", err, "inserts", len(inserts), "updates", len(updates), "trying_again", len(kept), "in", pause)
+			a.log.Error("saving captures", "err", err, "inserts", len(inserts), "updates", len(updates), "trying_again", len(kept)+len(answers), "in", pause)
 		} else {
 			pause = 0
+			a.committedResponses(answers)
 		}
-		for _, op := range batch {
-			if op.update != nil && op.after == nil && (err == nil || !op.keep) {
-				a.unsettled.Add(-1)
-			}
-		}
+		a.commitMu.Unlock()
 		if err == nil {
 			// One write for all of the commit's acks, before any delivery.
 			acks = acks[:0]
@@ -176,10 +161,6 @@ func (a *Agent) committedInsert(c *storage.Capture, w storage.Written) {
 	}
 }
 
-// responseLinger is how long a batch of recorded responses alone waits for
-// an insert to share its commit.
-const responseLinger = 5 * time.Millisecond
-
 // The pause before kept writes are tried again starts at minWritePause and
 // doubles while commits keep failing, up to maxWritePause: a full disk is
 // not hammered, and one that has room again is found soon.
@@ -192,23 +173,10 @@ const (
 // queued request not acknowledged is sent again by the relay next time.
 func (a *Agent) abandon(ops []writeOp, err error) {
 	for _, op := range ops {
-		if op.update != nil && op.after == nil {
-			a.unsettled.Add(-1)
-		}
 		if op.after != nil {
 			op.after(err)
 		}
 	}
-}
-
-// onlyResponses reports a batch of response updates that nobody waits on.
-func onlyResponses(batch []writeOp) bool {
-	for _, op := range batch {
-		if op.insert != nil || op.update == nil || op.after != nil {
-			return false
-		}
-	}
-	return true
 }
 
 // save queues a write and waits for its commit.
@@ -246,7 +214,7 @@ func (a *Agent) queue(ctx context.Context, op writeOp) error {
 }
 
 // Settle waits, when responses are still waiting to be committed (see
-// responseLinger), until they are: readers of the store then see every
+// responses), until they are: readers of the store then see every
 // response the agent already sent back.
 func (a *Agent) Settle(ctx context.Context) {
 	if a.unsettled.Load() > 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -91,4 +92,38 @@ func TestLoneRequestToDeadHandlerIsSaved(t *testing.T) {
 	if caps[0].Error == "" || caps[0].ResponseStatus != 0 {
 		t.Errorf("stored with error %q and response %d, want the handler's failure recorded", caps[0].Error, caps[0].ResponseStatus)
 	}
+}
+
+// The handler's answer is recorded with the next commit, whoever makes it;
+// when no request follows, it is still recorded, unprompted, soon after:
+// a store read that neither flushes nor settles the agent sees it.
+func TestLastAnswerIsRecordedUnprompted(t *testing.T) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer hs.Close()
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	for i := range 3 {
+		resp, err := http.Post(st.TunnelURL+"/hook", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	polltest.Until(t, 10*time.Second, func() bool {
+		caps, _, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 10}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recorded := 0
+		for _, c := range caps {
+			if c.ResponseStatus == http.StatusCreated && c.Attempts == 1 {
+				recorded++
+			}
+		}
+		return recorded == 3
+	}, "the answers of the last requests were never recorded")
 }

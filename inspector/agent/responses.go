@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/calltap/calltap/storage"
+)
+
+// responses are the handler's answers waiting to be recorded. Nobody
+// waits for one (the sender has its answer), so recording one wakes
+// nobody: the next commit takes them all, whoever makes it — writeLoop's
+// or a lone request's (commitAlone) — and a timer has writeLoop commit
+// them should no commit come by within responseLinger.
+//
+// Whoever takes them holds the agent's commitMu until its commit is over
+// and gives back what failed, in front: two answers of one capture (a
+// delivery and its retry) are committed in the order they were recorded.
+type responses struct {
+	mu    sync.Mutex
+	caps  []*storage.Capture // guarded by mu: in the order recorded
+	armed atomic.Bool        // the timer is set; it is set once per linger, not once per answer
+	timer *time.Timer
+	due   chan struct{} // cap 1: tells writeLoop the timer went off with answers waiting
+}
+
+func newResponses() *responses {
+	r := &responses{due: make(chan struct{}, 1)}
+	r.timer = time.AfterFunc(time.Hour, r.fire)
+	r.timer.Stop()
+	return r
+}
+
+// add queues c's answer to be recorded.
+func (r *responses) add(c *storage.Capture) {
+	r.mu.Lock()
+	r.caps = append(r.caps, c)
+	r.mu.Unlock()
+	if r.armed.CompareAndSwap(false, true) {
+		r.timer.Reset(responseLinger)
+	}
+}
+
+func (r *responses) fire() {
+	r.armed.Store(false)
+	if r.len() > 0 {
+		select {
+		case r.due <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// take returns the answers waiting, and forgets them. The caller holds
+// commitMu until it has committed them or given them back.
+func (r *responses) take() []*storage.Capture {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	caps := r.caps
+	r.caps = nil
+	return caps
+}
+
+// giveBack returns answers taken whose commit failed, ahead of any
+// recorded since.
+func (r *responses) giveBack(caps []*storage.Capture) {
+	if len(caps) == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.caps = append(caps, r.caps...)
+	r.mu.Unlock()
+}
+
+func (r *responses) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.caps)
+}
+
+// responseLinger is how long a recorded answer waits, at most, for a
+// commit to share.
+const responseLinger = 5 * time.Millisecond
+
+// committedResponses tells the inspector of answers just committed.
+func (a *Agent) committedResponses(caps []*storage.Capture) {
+	for _, c := range caps {
+		a.publish(Event{Capture: c})
+	}
+	a.unsettled.Add(-int64(len(caps)))
+}
