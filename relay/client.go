@@ -57,6 +57,29 @@ func (s *Stream) end() { s.ended.Do(s.c.streams.Done) }
 // AckAll acknowledges many saved requests at once: the agent's writer
 // calls it once per commit, so that a commit's acks leave in one write.
 func AckAll(ss []*Stream) {
+	sendEach(ss, func(s *Stream) outFrame { return outFrame{head: appendAck(nil, s.stream)} })
+	for _, s := range ss {
+		if s.queued {
+			s.end()
+		}
+	}
+}
+
+// RespondAll sends the answers of many live requests at once, rs[i] to
+// ss[i], as Respond would one by one: the agent's writer calls it once per
+// commit for the requests whose handler answered before it, so that their
+// answers leave in one write.
+func RespondAll(ss []*Stream, rs []*Response) {
+	i := 0
+	sendEach(ss, func(s *Stream) outFrame { f := s.responseFrame(rs[i]); i++; return f })
+	for _, s := range ss {
+		s.end()
+	}
+}
+
+// sendEach sends frame(s) for each of ss in order, a batch per connection
+// (a reconnect may fall in the middle of ss).
+func sendEach(ss []*Stream, frame func(*Stream) outFrame) {
 	var (
 		cc     *clientConn
 		frames []outFrame
@@ -69,17 +92,12 @@ func AckAll(ss []*Stream) {
 	}
 	for _, s := range ss {
 		if s.c != cc {
-			flush() // a reconnect in the middle of a batch: per connection
+			flush()
 			cc = s.c
 		}
-		frames = append(frames, outFrame{head: appendAck(nil, s.stream)})
+		frames = append(frames, frame(s))
 	}
 	flush()
-	for _, s := range ss {
-		if s.queued {
-			s.end()
-		}
-	}
 }
 
 // Respond sends the local handler's answer (live requests only). Call it at
@@ -89,6 +107,12 @@ func AckAll(ss []*Stream) {
 // instead, which fails this request alone; the caller should check first
 // with Limits().Check, to record why.
 func (s *Stream) Respond(r *Response) {
+	s.c.sendUnlessClosed(s.responseFrame(r))
+	s.end()
+}
+
+// responseFrame is the frame that carries r, the answer to s.
+func (s *Stream) responseFrame(r *Response) outFrame {
 	r.Stream = s.stream
 	if err := s.Limits().Check(r); err != nil {
 		s.c.client.log.Warn("the handler's answer exceeds the relay's limits", "err", err)
@@ -97,8 +121,7 @@ func (s *Stream) Respond(r *Response) {
 	if r.Result == ResultTooLarge && !s.c.knowsTooLarge.Load() {
 		r.Result = ResultUnreachable // what an older relay understands, with the same 502
 	}
-	s.c.sendUnlessClosed(outFrame{head: appendResponseHead(nil, r), body: r.Body})
-	s.end()
+	return outFrame{head: appendResponseHead(nil, r), body: r.Body}
 }
 
 // Limits are what the relay takes on this request's connection.

@@ -94,6 +94,8 @@ type Agent struct {
 	answers   *responses   // the handler's answers waiting to be recorded
 	unsettled atomic.Int64 // answers recorded and not yet committed
 	commitMu  sync.Mutex   // held by whoever took answers, until its commit is over
+	replyMu   sync.Mutex
+	replies   []*liveReply // guarded by replyMu: for sendReplies (livereply.go)
 
 	// Tunnel requests that reach the handler one at a time, in arrival
 	// order: the relay's queued ones, those an earlier run saved but did

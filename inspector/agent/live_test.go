@@ -1,10 +1,15 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -126,4 +131,94 @@ func TestLastAnswerIsRecordedUnprompted(t *testing.T) {
 		}
 		return recorded == 3
 	}, "the answers of the last requests were never recorded")
+}
+
+// Requests in flight together commit through writeLoop, and each one's
+// answer goes to the relay once both its commit and its handler are done,
+// whichever ends first: here odd ones are answered by the handler before
+// their commit (which waits for that), even ones after (the handler waits
+// for the commit). Every sender gets its own handler's answer, and only
+// after its request was saved.
+func TestCrowdAnswersAfterCommitEitherWay(t *testing.T) {
+	const n = 24
+	var mu sync.Mutex
+	answered := map[string]chan struct{}{}  // closed once the handler has answered (odd)
+	committed := map[string]chan struct{}{} // closed once the capture is committed
+	committedAt := map[string]time.Time{}
+	for i := range n {
+		b := fmt.Sprintf(`{"n":%d}`, i)
+		answered[b], committed[b] = make(chan struct{}), make(chan struct{})
+	}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var v struct{ N int }
+		json.Unmarshal(body, &v)
+		if v.N%2 == 0 {
+			<-committed[string(body)]
+		}
+		w.Write(bytes.ToUpper(body))
+		if v.N%2 == 1 {
+			close(answered[string(body)])
+		}
+	}))
+	defer hs.Close()
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Agent: func(c *agent.Config) {
+		store := c.Store
+		agent.SetWriteCaptures(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+			for _, c := range inserts {
+				var v struct{ N int }
+				json.Unmarshal(c.Body, &v)
+				if v.N%2 == 1 {
+					<-answered[string(c.Body)]
+				}
+			}
+			w, err := store.LogCaptures(ctx, inserts, updates)
+			mu.Lock()
+			for _, c := range inserts {
+				committedAt[string(c.Body)] = time.Now()
+				close(committed[string(c.Body)])
+			}
+			mu.Unlock()
+			return w, err
+		})
+	}})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			b := fmt.Sprintf(`{"n":%d}`, i)
+			resp, err := http.Post(st.TunnelURL+"/hook", "application/json", strings.NewReader(b))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			at := time.Now()
+			mu.Lock()
+			saved, ok := committedAt[b]
+			mu.Unlock()
+			if resp.StatusCode != 200 || string(got) != strings.ToUpper(b) {
+				t.Errorf("%s: answered %d %q, want 200 %q", b, resp.StatusCode, got, strings.ToUpper(b))
+			}
+			if !ok || saved.After(at) {
+				t.Errorf("%s: answered before its capture was committed", b)
+			}
+		})
+	}
+	wg.Wait()
+	if err := st.Agent.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	caps, count, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count != n {
+		t.Fatalf("stored %d captures, want %d", count, n)
+	}
+	for _, c := range caps {
+		if c.ResponseStatus != 200 || c.Attempts != 1 {
+			t.Errorf("capture %s: response %d, %d attempts recorded", c.ID, c.ResponseStatus, c.Attempts)
+		}
+	}
 }

@@ -59,50 +59,18 @@ func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
 		a.serveAlone(c, h, s)
 		return
 	}
-	// The commit's outcome, with the timer of the ack the relay needs
-	// only if the handler is slow to answer (the response of a live
-	// request tells the relay it was saved): started only if the handler
-	// has not answered by the time the capture is saved.
-	type outcome struct {
-		ok  bool
-		ack *time.Timer
-	}
-	saved := make(chan outcome, 1)
-	var answered atomic.Bool
-	a.insert(writeOp{insert: c, after: func(err error) {
-		if err != nil {
-			saved <- outcome{}
-			return
-		}
-		o := outcome{ok: true}
-		if !answered.Load() {
-			o.ack = time.AfterFunc(liveAckDelay, s.Ack)
-		}
-		saved <- o
-	}})
-	// The goroutine ends within the forward timeout, once the commit's
-	// outcome is known: writeLoop, or Run's stop, tells every queued write.
+	lr := &liveReply{s: s, c: c}
+	a.insert(writeOp{insert: c, after: func(err error) { lr.committed(a, err) }})
+	// The goroutine ends within the forward timeout; writeLoop, or Run's
+	// stop, ends every queued write.
 	started := a.start(func() {
-		defer s.Release()
 		res := a.send(context.Background(), c, h, s.Limits(), nil)
-		answered.Store(true)
 		a.live.Add(-1)
-		o := <-saved
-		if !o.ok {
-			// The handler may have seen it; the sender, told it failed,
-			// sends it again, and that one is saved.
-			s.Respond(notSaved)
-			return
-		}
-		if o.ack != nil {
-			o.ack.Stop()
-		}
-		s.Respond(a.record(c, 1, res))
+		lr.answered(a, res)
 	})
-	if !started { // the agent has stopped: the insert was refused too
+	if !started { // the agent is stopping
 		a.live.Add(-1)
-		s.Respond(notSaved)
-		s.Release()
+		lr.giveUp()
 	}
 }
 
@@ -186,6 +154,7 @@ func (a *Agent) insert(op writeOp) {
 		})
 		if !staged {
 			op.after(errStopped)
+			a.sendReplies()
 		}
 		return
 	}
@@ -196,6 +165,7 @@ func (a *Agent) insert(op writeOp) {
 func (a *Agent) queueInsert(op writeOp) {
 	if err := a.queue(context.Background(), op); err != nil {
 		op.after(err)
+		a.sendReplies()
 	}
 }
 

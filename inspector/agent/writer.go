@@ -140,6 +140,7 @@ func (a *Agent) writeLoop(ctx context.Context) {
 				op.after(err)
 			}
 		}
+		a.sendReplies()
 		if stopping && err != nil {
 			a.abandon(kept, errStopped) // the disk fails as the agent stops
 			return
@@ -177,6 +178,7 @@ func (a *Agent) abandon(ops []writeOp, err error) {
 			op.after(err)
 		}
 	}
+	a.sendReplies()
 }
 
 // save queues a write and waits for its commit.
