@@ -78,10 +78,11 @@ func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
 // goroutine: it writes the request to the handler, commits the capture
 // while the handler works, then reads the answer, which is often there
 // already. One request at a time is how a voice service calls, and
-// there writeLoop's batching has nothing to gather: the hand-offs to it and
-// back (each a thread woken on another core) were a third of the agent's
-// system calls and a quarter of its added latency. Requests that arrive
-// while one is in flight go through writeLoop, which commits them together.
+// there writeLoop's batching has nothing to gather, while the hand-offs to
+// it and back each wake a thread on the other core (futex, and the woken
+// thread's sleep again): at c=1 they were half the agent's futex calls.
+// Requests that arrive while one is in flight go through writeLoop, which
+// commits them together.
 //
 // Unlike serveLive it sends no ack ahead of a slow handler's answer (that
 // would take a timer per request): should the agent vanish while the
@@ -115,9 +116,9 @@ func (a *Agent) serveAlone(c *storage.Capture, h relay.Header, s *relay.Stream) 
 }
 
 // commitAlone commits the capture of a request served alone (serveAlone),
-// as writeLoop commits a batch. Run waits for the request's goroutine
-// before it stops writing, so the store is still open.
-// The handler's answers waiting to be recorded share the commit.
+// with the handler's answers waiting to be recorded, as writeLoop commits
+// a batch. Run waits for the request's goroutine before it stops writing,
+// so the store is still open.
 func (a *Agent) commitAlone(c *storage.Capture) error {
 	a.commitMu.Lock()
 	defer a.commitMu.Unlock()
