@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -221,4 +222,58 @@ func TestCrowdAnswersAfterCommitEitherWay(t *testing.T) {
 			t.Errorf("capture %s: response %d, %d attempts recorded", c.ID, c.ResponseStatus, c.Attempts)
 		}
 	}
+}
+
+// An answer whose commit fails is kept and recorded once the disk has room
+// again, without a request to carry it: here the disk refuses every commit
+// with answers in it until freed, so the first answer fails in writeLoop's
+// commit and again in the next lone request's (which its sender is told
+// failed, as a live request whose save fails is).
+func TestAnswerOfFailedCommitIsRecordedLater(t *testing.T) {
+	var full atomic.Bool
+	var refused atomic.Int32
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer hs.Close()
+	full.Store(true)
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Agent: func(c *agent.Config) {
+		store := c.Store
+		agent.SetWriteCaptures(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+			if full.Load() && len(updates) > 0 {
+				refused.Add(1)
+				return nil, fmt.Errorf("storage: append: %w", syscall.ENOSPC)
+			}
+			return store.LogCaptures(ctx, inserts, updates)
+		})
+	}})
+	post := func(body string) int {
+		resp, err := http.Post(st.TunnelURL+"/hook", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(`{"first":true}`); code != http.StatusAccepted {
+		t.Fatalf("first request: %d", code)
+	}
+	polltest.Until(t, 10*time.Second, func() bool { return refused.Load() > 0 }, "the first answer's commit was never tried")
+	if code := post(`{"second":true}`); code != http.StatusBadGateway {
+		t.Fatalf("a request whose save failed: %d, want 502", code)
+	}
+	full.Store(false)
+	polltest.Until(t, 10*time.Second, func() bool {
+		caps, _, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 10}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range caps {
+			if c.ResponseStatus == http.StatusAccepted {
+				return true
+			}
+		}
+		return false
+	}, "the first answer was never recorded once the disk had room")
 }

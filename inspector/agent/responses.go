@@ -37,6 +37,11 @@ func (r *responses) add(c *storage.Capture) {
 	r.mu.Lock()
 	r.caps = append(r.caps, c)
 	r.mu.Unlock()
+	r.arm()
+}
+
+// arm sets the timer unless it is set.
+func (r *responses) arm() {
 	if r.armed.CompareAndSwap(false, true) {
 		r.timer.Reset(responseLinger)
 	}
@@ -63,7 +68,8 @@ func (r *responses) take() []*storage.Capture {
 }
 
 // giveBack returns answers taken whose commit failed, ahead of any
-// recorded since.
+// recorded since; should no commit come by, writeLoop tries them again
+// (and, while commits fail, again after its pause).
 func (r *responses) giveBack(caps []*storage.Capture) {
 	if len(caps) == 0 {
 		return
@@ -71,6 +77,7 @@ func (r *responses) giveBack(caps []*storage.Capture) {
 	r.mu.Lock()
 	r.caps = append(caps, r.caps...)
 	r.mu.Unlock()
+	r.arm()
 }
 
 func (r *responses) len() int {

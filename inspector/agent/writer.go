@@ -54,11 +54,15 @@ func (a *Agent) writeLoop(ctx context.Context) {
 			again.Reset(pause)
 			wake = again.C
 		}
+		due := a.answers.due
+		if pause > 0 {
+			due = nil // commits fail: answers wait for the pause, as kept writes do
+		}
 		if !stopping {
 			select {
 			case op := <-a.ops:
 				batch = append(batch, op)
-			case <-a.answers.due:
+			case <-due:
 			case <-wake:
 			case <-done:
 				stopping, done = true, nil
