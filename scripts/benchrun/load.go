@@ -27,7 +27,7 @@ type loadSpec struct {
 	Path        string // request target
 	Body        []byte
 	ContentType string
-	Stamp       int // >0: offset in Body of 12 hex digits made unique per request
+	Stamp       int // >0: offset in Body of 12 hex digits made unique per request: the load's number, the connection's, a count
 	Conns       int
 	Warmup      time.Duration
 	Duration    time.Duration
@@ -99,7 +99,13 @@ type sample struct {
 	status     int
 }
 
+// loadRuns numbers the loads of this process, so that no two stamp the
+// same value: an agent that got a delivery id before takes the request for
+// a redelivery (a duplicate), which costs it a look-up a new one does not.
+var loadRuns atomic.Uint64
+
 func runLoad(ctx context.Context, s loadSpec) (loadResult, error) {
+	run := loadRuns.Add(1) & 0xff
 	req := buildRequest(s, s.Addr)
 	base := time.Now()
 	var stop atomic.Bool
@@ -139,7 +145,7 @@ func runLoad(ctx context.Context, s loadSpec) (loadResult, error) {
 				}
 				if stampAt >= 0 {
 					seq++
-					stampHex(req, stampAt, uint64(i)<<40|seq)
+					stampHex(req, stampAt, run<<40|uint64(i)<<32|seq)
 				}
 				start := time.Since(base)
 				conn.SetDeadline(time.Now().Add(30 * time.Second))
