@@ -255,7 +255,7 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 	// record names it.
 	apart := false
 	for _, c := range inserts {
-		if !KeptApart(len(c.Body)) || db.bodies == nil {
+		if !KeptApart(len(c.Body)) {
 			continue
 		}
 		apart = true

@@ -123,10 +123,10 @@ func (in *intake) makeFile(gen int64) (*os.File, error) {
 		f.Close()
 		return nil, fmt.Errorf("storage: intake log: %w", err)
 	}
-	if in.sync {
-		if err := syncDir(in.dir); err != nil {
+	if in.sync { // the folder is the body segments' (BodiesDir)
+		if err := in.db.bodies.syncDir(); err != nil {
 			f.Close()
-			return nil, err
+			return nil, fmt.Errorf("storage: sync folder: %w", err)
 		}
 	}
 	return f, nil
@@ -142,18 +142,6 @@ func prefill(f *os.File, n int64) error {
 	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("storage: intake log: %w", err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("storage: sync folder: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("storage: sync folder: %w", err)
 	}
 	return nil
 }

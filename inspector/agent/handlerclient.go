@@ -78,17 +78,10 @@ func (hc *handlerClient) do(ctx context.Context, req *http.Request) (*handlerRes
 }
 
 // doLimited is do with a response body limit of its own. sent, if not nil,
-// is called once, when the request has been written whole and before its
-// answer is read: work done there overlaps the handler's.
+// is called when the request has been written whole, before its answer is
+// read: work done there overlaps the handler's. A try again on a new
+// connection writes the request, and calls sent, again.
 func (hc *handlerClient) doLimited(ctx context.Context, req *http.Request, maxBody int64, sent func()) (*handlerResponse, error) {
-	if f := sent; f != nil {
-		sent = func() {
-			if f != nil {
-				f()
-				f = nil
-			}
-		}
-	}
 	addr := req.URL.Host
 	if req.URL.Port() == "" {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")

@@ -34,9 +34,10 @@ type sendResult struct {
 // when at hand (a live request), sparing a parse of the stored JSON; nil
 // parses it. lim is what the relay takes in answer to a live request: an
 // answer over it is not read past the limit and fails as too large. sent,
-// if not nil, is called once the request is written to an http target,
-// before its answer is read (handlerClient.doLimited); a try that fails
-// before that, or an https target, never calls it.
+// if not nil, is called when the request is written to an http target,
+// before its answer is read (handlerClient.doLimited: again for each new
+// connection tried); a try that fails before that, or an https target,
+// never calls it.
 func (a *Agent) send(ctx context.Context, c *storage.Capture, h relay.Header, lim relay.Limits, sent func()) sendResult {
 	start := time.Now()
 	res := a.sendOnce(ctx, c, h, lim, sent)

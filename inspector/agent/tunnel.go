@@ -100,7 +100,7 @@ func (a *Agent) serveAlone(c *storage.Capture, h relay.Header, s *relay.Stream) 
 			}
 		}
 		res := a.send(context.Background(), c, h, s.Limits(), commit)
-		commit() // the request never reached the handler: saved all the same, with its failure
+		commit() // done already, unless the request never reached the handler: saved all the same, with its failure
 		a.live.Add(-1)
 		if saveErr != nil {
 			s.Respond(notSaved) // the handler may have seen it; see serveLive
