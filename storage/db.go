@@ -70,6 +70,12 @@ type core struct {
 	rawMu sync.Mutex
 	raw   *rawConn // the capture writer's driver connection; see writer.go
 
+	// writeGate is held by the capture writer's transactions and by
+	// deletions, which run on the indexer's connection: SQLite's busy wait
+	// polls and is not fair, so a writer committing back to back could
+	// keep a deletion waiting past busyTimeout; the gate queues them.
+	writeGate sync.Mutex
+
 	ckpt *checkpointer // agent databases: WAL checkpoints off the commit path
 
 	index *indexer // agent databases: the full-text index, a file of its own

@@ -182,7 +182,9 @@ func (db *AgentStore) deleteWhere(ctx context.Context, cond string, args []any, 
 			d.text = body
 		}
 	}
+	db.writeGate.Lock()
 	out, media, err := db.index.deleteBatch(ctx, batch)
+	db.writeGate.Unlock()
 	if err != nil {
 		return Deleted{}, false, err
 	}

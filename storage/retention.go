@@ -162,17 +162,28 @@ func (db *AgentStore) vacuum(ctx context.Context) error {
 		return db.index.damage(fmt.Errorf("storage: merge the search index: %w", err))
 	}
 	for _, schema := range []string{"search", "main"} {
-		if err := incrementalVacuum(ctx, conn, schema); err != nil {
-			return err
-		}
-		// The WAL holds a copy of every page the prune touched, and keeps
-		// its size after a checkpoint: truncate it. A reader in the way
-		// makes this a no-op (busy), tried again at the next prune.
-		if err := truncateWAL(ctx, conn, schema); err != nil {
+		if err := db.vacuumSchema(ctx, conn, schema); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// vacuumSchema frees schema's free pages and truncates its WAL. The
+// store's own (main) is written between the capture writer's
+// transactions, as a deletion is (writeGate).
+func (db *AgentStore) vacuumSchema(ctx context.Context, conn *sql.Conn, schema string) error {
+	if schema == "main" {
+		db.writeGate.Lock()
+		defer db.writeGate.Unlock()
+	}
+	if err := incrementalVacuum(ctx, conn, schema); err != nil {
+		return err
+	}
+	// The WAL holds a copy of every page the prune touched, and keeps
+	// its size after a checkpoint: truncate it. A reader in the way
+	// makes this a no-op (busy), tried again at the next prune.
+	return truncateWAL(ctx, conn, schema)
 }
 
 // truncateWAL checkpoints schema's WAL and truncates it, trying a few

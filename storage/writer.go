@@ -168,6 +168,8 @@ func (db *core) writeRaw(ctx context.Context, fn func(*rawConn) error) error {
 // the intake log already holds, synced, and applies again after a crash.
 func (db *core) writeRawDurable(ctx context.Context, durable bool, fn func(*rawConn) error) error {
 	relax := !durable && db.sync == SyncFull
+	db.writeGate.Lock()
+	defer db.writeGate.Unlock()
 	conn, err := db.write.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("storage: write connection: %w", err)
