@@ -102,6 +102,7 @@ type intake struct {
 	gen       int64      // its generation
 	size      int64      // its length: where the next frame goes
 	reserved  int64      // bytes of zeros it was given ahead of the appends (reserve); 0 if none
+	unsynced  bool       // records were appended to it since its last sync (rotate syncs them)
 	pending   []logged   // appended, not yet applied, in order
 	byDeliver map[string]string
 	byRelay   map[string]string
@@ -426,11 +427,12 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 			// After a failed sync the file's pages are in a state no
 			// later sync reports truly: the next append starts a new file.
 			written, err := fail(fmt.Errorf("storage: sync the intake log: %w", err))
-			in.size = intakeFileMax
+			in.size, in.unsynced = intakeFileMax, false
 			return written, err
 		}
 	}
 	in.size += int64(len(buf))
+	in.unsynced = len(inserts) == 0 // a batch of updates alone is not synced
 	if db.index != nil && len(inserts) > 0 {
 		db.index.touch()
 	}
