@@ -279,7 +279,7 @@ func (e *damageError) Error() string {
 	s := e.scan
 	return fmt.Sprintf("storage: intake log %s is damaged at offset %d: its %d bytes from there hold no whole record "+
 		"(%d record(s) lost), and %d whole record(s) follow them (%d in this log, %d in newer logs), so the lost record(s) "+
-		"had been saved and acknowledged to their senders. Nothing was changed. To go on without them, cut the log "+
+		"had been synced, and their senders may have been told they were saved. Nothing was changed. To go on without them, cut the log "+
 		"at the damage and start again: truncate -s %d %s. That also drops the %d record(s) after the damage in this "+
 		"log; the records before offset %d and the %d in newer logs are kept",
 		e.path, s.cut, s.skip, s.torn, s.after+e.newer, s.after, e.newer, s.cut, e.path, s.after, s.cut, e.newer)
