@@ -33,7 +33,8 @@ import (
 // records past that position: the next open applies them, and only them.
 // A record torn by the crash (its frame's length or checksum does not
 // hold) was never synced, so nobody was told it was saved: the log is cut
-// there.
+// there, and the cut logged. Damage with a whole record after it is not a
+// tear, and the open stops (recover).
 //
 // Readers see every record appended before their call: each read and each
 // direct write of an AgentStore applies what is pending first (caughtUp),
