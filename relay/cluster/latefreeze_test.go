@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/cluster/natstest"
 	"github.com/calltap/calltap/relay/polltest"
 )
@@ -75,5 +76,43 @@ func TestFrozenNATSServerDeliversNoLateCopy(t *testing.T) {
 		l.settle(t, []string{f.URL}, path, fmt.Sprintf("r%d_marker", round))
 		f.stop()
 	}
+	l.check(t)
+}
+
+// A NATS server frozen while a node queues requests through it (no agent
+// is connected): a request whose sender was answered 503, because the
+// stream's ack did not come in time, is never delivered, though the server
+// stores what it held when it wakes. 3 rounds, each with a new node on the
+// server, then the agent connects and drains the queue.
+func TestFrozenNATSServerQueuesNoLateCopy(t *testing.T) {
+	nats := natstest.StartProcesses(t, 3)
+	urls := strings.Split(nats.URLs(), ",")
+	var info *relay.TokenInfo
+	l := newLedger()
+	for round := range 3 {
+		q, _ := startNodeOver(t, fmt.Sprintf("q%d", round), urls[1])
+		if info == nil {
+			info = token(t, q, "alice")
+		}
+		nats.Freeze(1)
+		thawed := make(chan struct{})
+		time.AfterFunc(4500*time.Millisecond, func() { nats.Thaw(1); close(thawed) })
+		var senders sync.WaitGroup
+		for i := range 8 {
+			senders.Go(func() { l.send(t, []string{q.URL}, "/t/"+info.TunnelID, fmt.Sprintf("r%d_%d", round, i)) })
+		}
+		senders.Wait()
+		<-thawed
+		q.stop()
+	}
+	n, _ := startNodeOver(t, "n", urls[0])
+	startAgentAt(t, t.TempDir(), info.Token, startLedgerHandler(t, l), n.URL, nil)
+	for round := range 3 {
+		for i := range 8 {
+			id := fmt.Sprintf("r%d_%d", round, i)
+			polltest.Until(t, 30*time.Second, func() bool { return l.reached(id) }, id+", queued, did not reach the handler")
+		}
+	}
+	l.settle(t, []string{n.URL}, "/t/"+info.TunnelID, "marker")
 	l.check(t)
 }
