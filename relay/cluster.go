@@ -74,11 +74,12 @@ var ErrQueueFull = errors.New("the tunnel's queue is full")
 // serving: it died, or is restarting.
 var ErrNodeGone = errors.New("relay: the node holding the agent is gone")
 
-// ErrNodeStalled is Cluster.Forward's error when the holding node took
-// the request and then fell silent: it may have delivered it, and the
-// handler may have seen it. (Silence before it took the request is
-// another error: that request reaches the handler never.)
-var ErrNodeStalled = errors.New("relay: the node holding the agent took the request, then stopped answering")
+// ErrAnswerLost is Cluster.Forward's error when the holding node took
+// the request and its answer did not come through: it fell silent, or its
+// answer could not be read. The request may have reached the handler.
+// (Silence before it took the request is another error: that request
+// reaches the handler never.)
+var ErrAnswerLost = errors.New("relay: the node holding the agent took the request, but its answer was lost")
 
 // Answer is what a node answered a forwarded request: status, headers and
 // body as its sender is to get them.
@@ -139,10 +140,10 @@ func (s *Server) forwardToNode(w http.ResponseWriter, r *http.Request, t *tunnel
 	case errors.Is(err, context.DeadlineExceeded):
 		s.fail(w, api.Errorf(http.StatusGatewayTimeout, api.CodeGatewayTimeout, "the relay node holding the agent did not answer within %s", s.cfg.ForwardTimeout+5*time.Second))
 		return
-	case errors.Is(err, ErrNodeStalled):
+	case errors.Is(err, ErrAnswerLost):
 		log.Warn("forward to node", "node", node, "err", err)
 		w.Header().Set("Retry-After", "5")
-		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay node holding the agent took the request, then stopped answering: it may have reached the local handler; retry (the agent marks a repeat as a duplicate)"))
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay node holding the agent took the request, but its answer was lost: it may have reached the local handler; retry (the agent marks a repeat as a duplicate)"))
 		return
 	case err != nil:
 		// The holding node never took it, and never will (NodeHandlers):

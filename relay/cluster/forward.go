@@ -25,7 +25,7 @@
 // or whose NATS server is, from a handler that takes its time: silence for
 // progressSilence ends the wait with an error its sender is told to retry,
 // instead of the whole forward timeout. Silence after the go says the
-// request may have reached the handler (relay.ErrNodeStalled).
+// request may have reached the handler (relay.ErrAnswerLost).
 
 package cluster
 
@@ -96,10 +96,10 @@ func (c *Cluster) Forward(ctx context.Context, node, tunnelID string, req *relay
 	}
 	a, err := relay.DecodeAnswer(reply.Data)
 	if err != nil {
-		return nil, fmt.Errorf("answer of node %s: %w", node, err)
+		return nil, fmt.Errorf("answer of node %s: %w (%w)", node, relay.ErrAnswerLost, err)
 	}
 	if body, ok, err := c.fetchBody(ctx, reply.Header); err != nil {
-		return nil, fmt.Errorf("answer body of node %s: %w", node, err)
+		return nil, fmt.Errorf("answer body of node %s: %w (%w)", node, relay.ErrAnswerLost, err)
 	} else if ok {
 		a.Body = body
 	}
@@ -119,7 +119,7 @@ func (c *Cluster) awaitAnswer(ctx context.Context, replies *nats.Subscription) (
 		case err != nil && ctx.Err() != nil:
 			return nil, ctx.Err()
 		case err != nil && errors.Is(err, context.DeadlineExceeded) && went:
-			return nil, relay.ErrNodeStalled
+			return nil, relay.ErrAnswerLost
 		case err != nil && errors.Is(err, context.DeadlineExceeded):
 			return nil, errHolderSilent
 		case errors.Is(err, nats.ErrNoResponders):
