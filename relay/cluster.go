@@ -53,7 +53,13 @@ type Holding struct {
 
 // NodeHandlers are a Server's answers to the other nodes.
 type NodeHandlers struct {
-	Forward   func(ctx context.Context, tunnelID string, req *Request) *Answer
+	// Forward answers a request another node took. It delivers or queues
+	// req only before takeBy, on this node's monotonic clock: after it,
+	// the other node may have answered its sender already, and a sender
+	// answered anything but 2xx must reach the handler only through its
+	// own retry. A zero takeBy sets no limit (a node of an older calltap
+	// sends none).
+	Forward   func(ctx context.Context, tunnelID string, req *Request, takeBy time.Time) *Answer
 	Kicked    func(tunnelID string)
 	TakenOver func(tunnelID string) // another node holds a tunnel this one holds
 	Revoked   func(tunnelID string) // its token was revoked, on any node
@@ -67,6 +73,13 @@ var ErrQueueFull = errors.New("the tunnel's queue is full")
 // ErrNodeGone is Cluster.Forward's error when the holding node is not
 // serving: it died, or is restarting.
 var ErrNodeGone = errors.New("relay: the node holding the agent is gone")
+
+// ErrAnswerLost is Cluster.Forward's error when the holding node took
+// the request and its answer did not come through: it fell silent, or its
+// answer could not be read. The request may have reached the handler.
+// (Silence before it took the request is another error: that request
+// reaches the handler never.)
+var ErrAnswerLost = errors.New("relay: the node holding the agent took the request, but its answer was lost")
 
 // Answer is what a node answered a forwarded request: status, headers and
 // body as its sender is to get them.
@@ -127,10 +140,17 @@ func (s *Server) forwardToNode(w http.ResponseWriter, r *http.Request, t *tunnel
 	case errors.Is(err, context.DeadlineExceeded):
 		s.fail(w, api.Errorf(http.StatusGatewayTimeout, api.CodeGatewayTimeout, "the relay node holding the agent did not answer within %s", s.cfg.ForwardTimeout+5*time.Second))
 		return
-	case err != nil:
+	case errors.Is(err, ErrAnswerLost):
 		log.Warn("forward to node", "node", node, "err", err)
 		w.Header().Set("Retry-After", "5")
-		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay node holding the agent could not be reached; retry"))
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay node holding the agent took the request, but its answer was lost: it may have reached the local handler; retry (the agent marks a repeat as a duplicate)"))
+		return
+	case err != nil:
+		// The holding node never took it, and never will (NodeHandlers):
+		// the request reaches the handler only through this retry.
+		log.Warn("forward to node", "node", node, "err", err)
+		w.Header().Set("Retry-After", "5")
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay node holding the agent could not be reached; the request did not reach the local handler; retry"))
 		return
 	}
 	s.writeAnswer(w, a.Status, a.Header, a.Body)
@@ -139,7 +159,7 @@ func (s *Server) forwardToNode(w http.ResponseWriter, r *http.Request, t *tunnel
 // serveForwarded answers a request another node took for a tunnel whose
 // agent is here: live, or queued when the agent has left or is draining,
 // exactly as if its sender had come here. It never forwards again.
-func (s *Server) serveForwarded(ctx context.Context, tunnelID string, req *Request) *Answer {
+func (s *Server) serveForwarded(ctx context.Context, tunnelID string, req *Request, takeBy time.Time) *Answer {
 	s.metrics.crossIn.Add(1)
 	s.busy.Add(1)
 	defer s.busy.Add(-1)
@@ -157,7 +177,7 @@ func (s *Server) serveForwarded(ctx context.Context, tunnelID string, req *Reque
 	default:
 		select {
 		case t.inflight <- struct{}{}:
-			s.deliver(rec, ctx, t, req, nil, reqLogger{s.log, t.id, req.ID})
+			s.take(rec, ctx, t, req, takeBy)
 			<-t.inflight
 		default:
 			rec.Header().Set("Retry-After", "1")
@@ -165,6 +185,21 @@ func (s *Server) serveForwarded(ctx context.Context, tunnelID string, req *Reque
 		}
 	}
 	return rec.answer()
+}
+
+// take delivers or queues a forwarded request, if its sender's node still
+// waits for it (takeBy).
+func (s *Server) take(w http.ResponseWriter, ctx context.Context, t *tunnel, req *Request, takeBy time.Time) {
+	log := reqLogger{s.log, t.id, req.ID}
+	if !takeBy.IsZero() && !time.Now().Before(takeBy) {
+		// Delivered or queued now, it would reach the handler behind the
+		// sender's back: its node may have told it to retry already.
+		log.Warn("a request from another node came too late to take; its sender retries", "late", time.Since(takeBy).Round(time.Millisecond))
+		w.Header().Set("Retry-After", "1")
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay node holding the agent could not take the request in time; it did not reach the local handler; retry"))
+		return
+	}
+	s.deliver(w, ctx, t, req, nil, log)
 }
 
 // kicked wakes the drain of a tunnel held here whose queue another node

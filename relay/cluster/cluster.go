@@ -51,6 +51,7 @@ const (
 	hdrBodyChunks = "Calltap-Body-Chunks" // the body is in CALLTAP_BODIES, at these sequences
 	hdrArrived    = "Calltap-Arrived"
 	hdrMethod     = "Calltap-Method"
+	hdrRetracted  = "Calltap-Retracted" // a marker in the queue, no request (queue.go, retract)
 	hdrURI        = "Calltap-Uri"
 )
 
@@ -287,7 +288,7 @@ func (c *Cluster) setUp(ctx context.Context) error {
 	// A message carries the request head and its headers besides the
 	// body; 64 KiB is the relay's largest request head.
 	c.bodies = &bodyStore{link: c.link, stream: bodies, maxInline: max(int(c.nc.MaxPayload())-(64<<10)-1024, 0)}
-	c.queue = &queue{link: c.link, stream: queued, bodies: c.bodies, bodyKeys: map[int64]string{}}
+	c.queue = newQueue(c.link, queued, c.bodies)
 	c.tokenStore = newTokenStore(c.link, tokens)
 	c.holders = newHolders(c.link, tunnels, c.node)
 	return c.watch(ctx)
@@ -437,6 +438,9 @@ func (c *Cluster) Close() error {
 	c.stopWatch()
 	c.watching.Wait()
 	c.stats.stop()
+	if c.queue != nil {
+		c.queue.close()
+	}
 	drained := c.nc.StatusChanged(nats.CLOSED)
 	if err := c.nc.Drain(); err != nil {
 		c.nc.Close()

@@ -2,12 +2,30 @@
 // the node holding the agent.
 //
 // The exchange is a message to calltap.node.<node>.forward with a reply
-// inbox. The holding node answers on that inbox at once with an empty
-// progress message (hdrProgress), again every progressEvery while the
-// request is at work, and last with the answer. The forwarding node so
-// tells a node that is frozen, or whose NATS server is, from a handler
-// that takes its time: silence for progressSilence ends the wait with an
-// error its sender is told to retry, instead of the whole forward timeout.
+// inbox. The holding node takes a request in two steps, so that a request
+// whose sender was told to retry never reaches the handler but through
+// that retry:
+//
+//  1. It claims the request at once: an empty progress message
+//     (hdrProgress) whose reply subject is an inbox of its own.
+//  2. The forwarding node, if it still waits, answers the claim with a go
+//     carrying a budget (hdrBudget): how long it waits, at least, from
+//     the moment it sends the go. The holding node delivers or queues the
+//     request only within that budget, counted on its own monotonic clock
+//     from when it sent the claim, which was before the go was sent: its
+//     time runs out no later than the forwarding node's, whatever the
+//     clocks of the two machines say, and however long either message
+//     spent in a frozen node or NATS server.
+//
+// A forwarding node that has given up sends no go, and the claim finds
+// nobody listening: a forward read late, by a node that was frozen or
+// through a NATS server that was, is dropped. Once it has the go the
+// holding node says it is still at work every progressEvery, and last
+// sends the answer. The forwarding node so tells a node that is frozen,
+// or whose NATS server is, from a handler that takes its time: silence for
+// progressSilence ends the wait with an error its sender is told to retry,
+// instead of the whole forward timeout. Silence after the go says the
+// request may have reached the handler (relay.ErrAnswerLost).
 
 package cluster
 
@@ -16,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +46,7 @@ import (
 
 const (
 	hdrProgress = "Calltap-Progress" // a reply that only says the request is at work
+	hdrBudget   = "Calltap-Budget"   // ms: on a forward, how long its node waits for the claim; on a go, for the answer to start
 	hdrStatus   = "Status"           // NATS's own: "503" when no node subscribes
 )
 
@@ -60,6 +80,7 @@ func (c *Cluster) Forward(ctx context.Context, node, tunnelID string, req *relay
 		out.Body = nil
 	}
 	m.Data = relay.AppendForward(nil, &out)
+	m.Header.Set(hdrBudget, strconv.FormatInt(progressSilence.Milliseconds(), 10))
 	m.Reply = c.nc.NewInbox()
 	replies, err := c.nc.SubscribeSync(m.Reply)
 	if err != nil {
@@ -75,19 +96,21 @@ func (c *Cluster) Forward(ctx context.Context, node, tunnelID string, req *relay
 	}
 	a, err := relay.DecodeAnswer(reply.Data)
 	if err != nil {
-		return nil, fmt.Errorf("answer of node %s: %w", node, err)
+		return nil, fmt.Errorf("answer of node %s: %w (%w)", node, relay.ErrAnswerLost, err)
 	}
 	if body, ok, err := c.fetchBody(ctx, reply.Header); err != nil {
-		return nil, fmt.Errorf("answer body of node %s: %w", node, err)
+		return nil, fmt.Errorf("answer body of node %s: %w (%w)", node, relay.ErrAnswerLost, err)
 	} else if ok {
 		a.Body = body
 	}
 	return a, nil
 }
 
-// awaitAnswer reads replies until the answer, skipping progress, and fails
-// after progressSilence without a word.
+// awaitAnswer reads replies until the answer, skipping progress and
+// answering the claim with a go, and fails after progressSilence without
+// a word.
 func (c *Cluster) awaitAnswer(ctx context.Context, replies *nats.Subscription) (*nats.Msg, error) {
+	went := false // the go is sent: the holding node may deliver the request
 	for {
 		wctx, cancel := context.WithTimeout(ctx, progressSilence)
 		reply, err := replies.NextMsgWithContext(wctx)
@@ -95,6 +118,8 @@ func (c *Cluster) awaitAnswer(ctx context.Context, replies *nats.Subscription) (
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, ctx.Err()
+		case err != nil && errors.Is(err, context.DeadlineExceeded) && went:
+			return nil, relay.ErrAnswerLost
 		case err != nil && errors.Is(err, context.DeadlineExceeded):
 			return nil, errHolderSilent
 		case errors.Is(err, nats.ErrNoResponders):
@@ -107,11 +132,31 @@ func (c *Cluster) awaitAnswer(ctx context.Context, replies *nats.Subscription) (
 			// died. The holder entry stays as it is: only the holder or
 			// a node taking over changes it.
 			return nil, relay.ErrNodeGone
+		case reply.Header.Get(hdrProgress) != "" && reply.Reply != "" && !went:
+			// The claim: this node still waits, and goes on waiting
+			// progressSilence from now, the budget it gives.
+			if err := c.sendGo(ctx, reply.Reply); err != nil {
+				return nil, err
+			}
+			went = true
+			continue
 		case reply.Header.Get(hdrProgress) != "":
 			continue
 		}
 		return reply, nil
 	}
+}
+
+// sendGo lets the holding node take the request: within the budget, which
+// is no longer than this node will wait for its next word.
+func (c *Cluster) sendGo(ctx context.Context, subject string) error {
+	budget := progressSilence
+	if d, ok := ctx.Deadline(); ok {
+		budget = min(budget, time.Until(d))
+	}
+	g := nats.NewMsg(subject)
+	g.Header.Set(hdrBudget, strconv.FormatInt(budget.Milliseconds(), 10))
+	return c.nc.PublishMsg(g)
 }
 
 // Kick tells every node that tunnelID's queue grew; the one holding its
@@ -194,11 +239,14 @@ func (c *Cluster) answer(ctx context.Context, h relay.NodeHandlers, m *nats.Msg)
 	if m.Reply == "" {
 		return
 	}
-	// The forwarding node learns at once that the request is here, then
-	// every progressEvery that it is still at work.
+	takeBy, ok := c.claim(m)
+	if !ok {
+		return
+	}
+	// The forwarding node hears every progressEvery that the request is
+	// still at work.
 	progress := nats.NewMsg(m.Reply)
 	progress.Header.Set(hdrProgress, "1")
-	c.nc.PublishMsg(progress)
 	stop := make(chan struct{})
 	var ticking sync.WaitGroup
 	ticking.Go(func() {
@@ -213,7 +261,7 @@ func (c *Cluster) answer(ctx context.Context, h relay.NodeHandlers, m *nats.Msg)
 			}
 		}
 	})
-	a := c.handle(ctx, h, m)
+	a := c.handle(ctx, h, m, takeBy)
 	close(stop)
 	ticking.Wait()
 	reply := nats.NewMsg(m.Reply)
@@ -240,8 +288,58 @@ func (c *Cluster) answer(ctx context.Context, h relay.NodeHandlers, m *nats.Msg)
 	}
 }
 
+// claim tells the forwarding node that this one has m, and waits for its
+// go. It returns by when the request must be delivered or queued, and
+// false when the forwarding node gave no go: it had answered its sender
+// already, who retries.
+func (c *Cluster) claim(m *nats.Msg) (takeBy time.Time, ok bool) {
+	claim := nats.NewMsg(m.Reply)
+	claim.Header.Set(hdrProgress, "1")
+	wait, err := strconv.ParseInt(m.Header.Get(hdrBudget), 10, 64)
+	if err != nil {
+		// A node of an older calltap gives no go: it hears that the
+		// request is here, and this node takes it at once, as it did.
+		c.nc.PublishMsg(claim)
+		return time.Time{}, true
+	}
+	goes, err := c.nc.SubscribeSync(c.nc.NewInbox())
+	if err != nil {
+		c.log.Warn("claim a request from another node", "err", err)
+		return time.Time{}, false
+	}
+	defer goes.Unsubscribe()
+	claim.Reply = goes.Subject
+	sent := time.Now()
+	if err := c.nc.PublishMsg(claim); err != nil {
+		c.log.Warn("claim a request from another node", "err", err)
+		return time.Time{}, false
+	}
+	// The go comes within a round trip if the other node still waits; it
+	// waits no longer than its budget from before this node had the
+	// forward, so after that (counted from now) no go comes.
+	g, err := goes.NextMsg(time.Duration(wait) * time.Millisecond)
+	if err != nil {
+		c.log.Info("a request from another node was answered there before this node could take it; dropped: its sender retries",
+			"tunnel", m.Header.Get(hdrTunnel), "waited", time.Since(sent).Round(time.Millisecond))
+		return time.Time{}, false
+	}
+	budget, err := strconv.ParseInt(g.Header.Get(hdrBudget), 10, 64)
+	if err != nil {
+		c.log.Warn("unreadable go from another node", "budget", g.Header.Get(hdrBudget))
+		return time.Time{}, false
+	}
+	// The budget runs from the go's sending, which came after the claim's:
+	// counted from the claim, this node's time is up first.
+	return sent.Add(time.Duration(budget)*time.Millisecond - takeMargin), true
+}
+
+// takeMargin is kept from a go's budget: the time from the holding node's
+// check to the request's delivery, and for its first word after to reach
+// the forwarding node.
+const takeMargin = progressEvery
+
 // handle runs a forwarded request through the relay and returns its answer.
-func (c *Cluster) handle(ctx context.Context, h relay.NodeHandlers, m *nats.Msg) *relay.Answer {
+func (c *Cluster) handle(ctx context.Context, h relay.NodeHandlers, m *nats.Msg, takeBy time.Time) *relay.Answer {
 	req, err := relay.DecodeForward(m.Data)
 	if err == nil {
 		if body, parted, ferr := c.fetchBody(ctx, m.Header); parted {
@@ -252,7 +350,7 @@ func (c *Cluster) handle(ctx context.Context, h relay.NodeHandlers, m *nats.Msg)
 		c.log.Warn("unreadable request from another node", "err", err)
 		return retryLater("the request could not be handed between relay nodes; retry")
 	}
-	return h.Forward(ctx, m.Header.Get(hdrTunnel), req)
+	return h.Forward(ctx, m.Header.Get(hdrTunnel), req, takeBy)
 }
 
 // retryLater is a 503 with Retry-After: its sender retries.

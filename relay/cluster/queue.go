@@ -30,6 +30,21 @@ type queue struct {
 
 	mu       sync.Mutex
 	bodyKeys map[int64]string // guarded by mu; queue seq → its body's chunks, for Dequeue
+
+	retractCtx  context.Context // ends with Close: retractions under way give up
+	stopRetract context.CancelFunc
+	retracting  sync.WaitGroup // retract's goroutines
+}
+
+func newQueue(l *link, stream jetstream.Stream, bodies *bodyStore) *queue {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &queue{link: l, stream: stream, bodies: bodies, bodyKeys: map[int64]string{}, retractCtx: ctx, stopRetract: cancel}
+}
+
+// close stops the retractions under way.
+func (c *queue) close() {
+	c.stopRetract()
+	c.retracting.Wait()
 }
 
 // Enqueue stores r in the stream and returns once JetStream has it on the
@@ -84,8 +99,11 @@ func (c *queue) Enqueue(ctx context.Context, r *relaystate.QueuedRequest) error 
 	if err != nil {
 		var apiErr *jetstream.APIError
 		if !errors.As(err, &apiErr) {
-			// The message may be stored, its ack lost: its body stays,
-			// for the stream's max age to remove if it is not.
+			// The message may be stored, its ack lost, or be stored later
+			// still: a NATS server that froze holding the publish stores
+			// it when it wakes. Its sender is told to retry, so it must
+			// never be delivered.
+			c.retract(subjectQueue+r.TunnelID, r.ID, chunks)
 			return err
 		}
 		c.bodies.delete(context.WithoutCancel(ctx), chunks)
@@ -96,6 +114,79 @@ func (c *queue) Enqueue(ctx context.Context, r *relaystate.QueuedRequest) error 
 	}
 	r.Seq = int64(ack.Sequence)
 	return nil
+}
+
+// retract makes sure the request id, which Enqueue failed to store, is
+// never delivered: in the background, as soon as NATS answers, it stores a
+// marker under the same message id. If the request was stored meanwhile,
+// JetStream names it a duplicate and gives the request's sequence, which
+// is deleted; if not, the marker holds the id, so that the request, should
+// it arrive later, is refused as a duplicate for the stream's duplicate
+// window (2 min); the marker itself is skipped by QueuedAfter and deleted.
+// A request stored and read by a drain before NATS answered this node
+// still reaches the agent, which marks its sender's retry duplicate_of it.
+func (c *queue) retract(subject, id, chunks string) {
+	c.retracting.Go(func() {
+		ctx, cancel := context.WithTimeout(c.retractCtx, retractFor)
+		defer cancel()
+		m := nats.NewMsg(subject)
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		m.Header.Set(hdrRetracted, "1")
+		wait := readRetry
+		for {
+			ack, err := c.publishOnce(ctx, m)
+			if err == nil {
+				c.dropRetracted(ctx, id, ack, chunks)
+				return
+			}
+			if ctx.Err() != nil {
+				c.log.Warn("a request whose sender was told to retry could not be retracted; it may reach the agent as well as the retry", "id", id, "err", err)
+				return
+			}
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+			}
+			wait = min(2*wait, time.Second)
+		}
+	})
+}
+
+// How retract tries: for as long as the stream remembers message ids, a
+// moment apart at first.
+const (
+	retractFor = 2 * time.Minute
+	readRetry  = 100 * time.Millisecond
+)
+
+func (c *queue) publishOnce(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+	if err := c.connected(ctx); err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return c.js.PublishMsg(pctx, m)
+}
+
+// dropRetracted deletes what ack names: the request itself, stored after
+// all, or the marker that now keeps it out.
+func (c *queue) dropRetracted(ctx context.Context, id string, ack *jetstream.PubAck, chunks string) {
+	if ack.Duplicate {
+		c.log.Warn("a request whose sender was told to retry had been queued after all; deleted", "id", id, "seq", ack.Sequence)
+	}
+	for {
+		dctx, cancel := context.WithTimeout(ctx, c.timeout)
+		err := c.stream.DeleteMsg(dctx, ack.Sequence)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-time.After(readRetry):
+		case <-ctx.Done():
+		}
+	}
+	c.bodies.delete(ctx, chunks)
 }
 
 // publishTries bounds how often Enqueue publishes one request when the
@@ -121,6 +212,10 @@ func (c *queue) QueuedAfter(ctx context.Context, tunnelID string, after int64, l
 			break
 		} else if err != nil {
 			return nil, err
+		}
+		if m.Header.Get(hdrRetracted) != "" {
+			seq = m.Sequence + 1 // a marker of retract's, about to go
+			continue
 		}
 		q, err := c.decodeQueued(ctx, m)
 		if err != nil {

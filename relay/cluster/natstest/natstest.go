@@ -6,8 +6,10 @@ package natstest
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,6 +28,10 @@ type Cluster struct {
 	servers []*server.Server // nil while stopped
 	ports   []int            // client port of each, kept across restarts
 	routes  []int            // cluster port of each
+
+	// Set by StartProcesses: each server a process of its own.
+	procs  []*exec.Cmd // nil while stopped
+	stdins []io.Closer // each process's stdin, kept open: its end ends the server
 }
 
 // Start runs n servers and waits until JetStream has a leader.
@@ -92,6 +98,10 @@ func (c *Cluster) URLs() string {
 
 // Stop shuts server i down, as if its machine died.
 func (c *Cluster) Stop(i int) {
+	if c.procs != nil {
+		c.stopProcess(i)
+		return
+	}
 	if s := c.servers[i]; s != nil {
 		s.Shutdown()
 		s.WaitForShutdown()
@@ -102,6 +112,12 @@ func (c *Cluster) Stop(i int) {
 // Restart brings server i back on its ports with its store.
 func (c *Cluster) Restart(i int) {
 	c.t.Helper()
+	if c.procs != nil {
+		if c.procs[i] == nil {
+			c.startProcess(i)
+		}
+		return
+	}
 	if c.servers[i] == nil {
 		c.start(i, c.ports[i], c.routes[i])
 	}
