@@ -182,13 +182,13 @@ func New(cfg Config) (*Agent, error) {
 		a.forwardTo = u
 	}
 	if a.forwardTo != nil && cfg.ResumeQueued {
-		// A live request an earlier run saved but stopped (or was killed)
-		// before its handler's answer was recorded: its sender got no
-		// answer from the handler, and sends it again.
+		// A live request an earlier run saved but was killed before its
+		// handler's answer was recorded: whether its sender got the
+		// handler's answer is not known.
 		if n, err := a.store.MarkInterrupted(context.Background(), errInterrupted); err != nil {
-			a.log.Error("marking requests an earlier run left unanswered", "err", err)
+			a.log.Error("marking requests whose answer an earlier run did not record", "err", err)
 		} else if n > 0 {
-			a.log.Warn("requests an earlier run left unanswered are marked failed; their senders retry", "count", n)
+			a.log.Warn("requests whose answer an earlier run did not record are marked answer unknown", "count", n)
 		}
 		// Queued requests saved by an earlier run that stopped before
 		// sending them take the first turns, before any request of this
@@ -317,8 +317,10 @@ func (a *Agent) Drain() {
 }
 
 // errInterrupted is the error recorded on a live request whose answer an
-// earlier run never recorded: it stopped, or was killed, first.
-const errInterrupted = "interrupted: the agent stopped before the handler's answer was recorded; the sender was not given it, and sends the request again"
+// earlier run never recorded: it was killed first. The answer is sent
+// before it is recorded (the answer path waits for one sync, not two), so
+// a kill just after the sender got it leaves it so.
+const errInterrupted = "answer unknown: the agent stopped before the handler's answer was recorded; the handler may have had the request, and its sender may have got the handler's answer (if it got a 5xx instead, it sends the request again)"
 
 // stop ends the agent's intake once writeLoop has returned: writes queued
 // from now on are refused, and those still in the queue are abandoned.
