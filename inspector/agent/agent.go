@@ -182,9 +182,11 @@ func New(cfg Config) (*Agent, error) {
 		a.forwardTo = u
 	}
 	if a.forwardTo != nil && cfg.ResumeQueued {
-		// A live request an earlier run saved but was killed before its
-		// handler's answer was recorded: whether its sender got the
-		// handler's answer is not known.
+		// Answers an earlier run passed on but, its disk full, could only
+		// keep in the answer reserve; then a live request an earlier run
+		// saved but was killed before its handler's answer was recorded:
+		// whether its sender got the handler's answer is not known.
+		a.recoverAnswers()
 		if n, err := a.store.MarkInterrupted(context.Background(), errInterrupted); err != nil {
 			a.log.Error("marking requests whose answer an earlier run did not record", "err", err)
 		} else if n > 0 {
@@ -334,10 +336,12 @@ func (a *Agent) stop() {
 		case op := <-a.ops:
 			a.abandon([]writeOp{op}, errStopped)
 		default:
-			// Answers a failing disk gave back: the next run marks
-			// their requests interrupted.
+			// Answers a failing disk gave back: kept in the answer
+			// reserve for the next run to record.
 			a.answers.timer.Stop()
-			a.unsettled.Add(-int64(len(a.answers.take())))
+			left := a.answers.take()
+			a.unsettled.Add(-int64(len(left)))
+			a.spillAnswers(left)
 			return
 		}
 	}

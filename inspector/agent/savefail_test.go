@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -249,5 +250,63 @@ func TestFullDiskRefusesBeforeTheHandler(t *testing.T) {
 		if n > 2 {
 			t.Errorf("%s reached the handler %d times", body, n)
 		}
+	}
+}
+
+// A stop while the disk is full leaves nothing wrong: the answers the
+// agent passed on but could not record (the request saved, the disk full
+// by the time its answer came) are kept in the answer reserve, and the
+// next start, with room again, records them: no capture is pending or
+// answer-unknown, each says what its sender got.
+func TestStopOnFullDiskKeepsTheAnswers(t *testing.T) {
+	var full atomic.Bool
+	var st *inspectortest.Stack
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		// The disk fills while the handler works, once the request is saved.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if _, n, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{}); err == nil && n == 1 {
+				break
+			}
+		}
+		full.Store(true)
+		w.Header().Set("X-Handler", "yes")
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer hs.Close()
+	st = inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Agent: func(c *agent.Config) {
+		store := c.Store
+		agent.SetWriteCaptures(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+			if full.Load() {
+				return nil, fmt.Errorf("storage: append: %w", syscall.ENOSPC)
+			}
+			return store.LogCaptures(ctx, inserts, updates)
+		})
+	}})
+	resp, err := http.Post(st.TunnelURL+"/hook", "application/json", strings.NewReader(`{"id":"answered"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("sender got %d, want the handler's 201", resp.StatusCode)
+	}
+	st.StopAgent() // the disk still full
+	full.Store(false)
+	st.StartAgent()
+	caps, _, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(caps) != 1 {
+		t.Fatalf("%d captures, want 1", len(caps))
+	}
+	c, err := st.AgentDB.Capture(context.Background(), caps[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status != storage.StatusDelivered || c.ResponseStatus != http.StatusCreated || c.Attempts != 1 || !strings.Contains(c.ResponseHeaders, "X-Handler") {
+		t.Errorf("capture after the restart: %s, response %d, %d attempts, headers %s, error %q; want delivered, the handler's 201",
+			c.Status, c.ResponseStatus, c.Attempts, c.ResponseHeaders, c.Error)
 	}
 }

@@ -1,0 +1,134 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// The answer reserve: room the agent sets aside at its start for the
+// handler's answers it has passed on to their senders but could not
+// record when it stops, the disk being full. The agent answers a sender
+// before it records the answer (one sync per request, not two), so a disk
+// that fills in between leaves answers only in memory; an orderly stop
+// writes them here, into blocks written at the start, which needs no
+// room, and the next start records them (RecoverAnswers). Without it they
+// would be lost, and their captures marked answer-unknown.
+//
+// The file (answers.reserve, among the body files) holds records framed
+// as the intake log's (updates only), ended by a zero frame; it is never
+// shrunk, so that it stays allocated.
+
+// answerReserveSize is the reserve's size: thousands of answers of the
+// usual size (a short JSON body).
+const answerReserveSize = 1 << 20
+
+func (db *AgentStore) answerReservePath() string {
+	return filepath.Join(BodiesDir(db.path), "answers.reserve")
+}
+
+// ReserveAnswers makes the answer reserve, unless it is there already: a
+// file of answerReserveSize zero bytes, synced. A full disk leaves the
+// agent without one (the error says so); the agent runs all the same.
+func (db *AgentStore) ReserveAnswers() error {
+	path := db.answerReservePath()
+	if fi, err := os.Stat(path); err == nil && fi.Size() >= answerReserveSize {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("storage: answer reserve: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, answerReserveSize), 0); err != nil {
+		os.Remove(path) // a partial reserve would promise room it lacks
+		return fmt.Errorf("storage: answer reserve: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("storage: answer reserve: %w", err)
+	}
+	return nil
+}
+
+// SpillAnswers writes the updates caps (the handler's answers, in the
+// order recorded) into the answer reserve and syncs it, for the next
+// start to record. It returns how many it wrote: those that fit, in
+// order. It overwrites what the reserve held: call it once, at the stop,
+// after RecoverAnswers has emptied it at the start.
+func (db *AgentStore) SpillAnswers(caps []*Capture) (int, error) {
+	f, err := os.OpenFile(db.answerReservePath(), os.O_WRONLY, 0)
+	if err != nil {
+		return 0, fmt.Errorf("storage: answer reserve: %w", err)
+	}
+	defer f.Close()
+	var buf []byte
+	n := 0
+	for _, c := range caps {
+		next, _ := appendFrame(buf, func(b []byte) []byte { return encodeUpdate(b, c) })
+		if len(next)+8 > answerReserveSize { // and room for the zero frame that ends them
+			break
+		}
+		buf, n = next, n+1
+	}
+	buf = append(buf, make([]byte, 8)...)
+	if _, err := f.WriteAt(buf, 0); err != nil {
+		return 0, fmt.Errorf("storage: answer reserve: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return 0, fmt.Errorf("storage: answer reserve: %w", err)
+	}
+	return n, nil
+}
+
+// RecoverAnswers records the answers an earlier run wrote into the answer
+// reserve (SpillAnswers), then empties it. It returns how many it
+// recorded. Should the records fail (a disk still full), they stay for
+// the next start.
+func (db *AgentStore) RecoverAnswers(ctx context.Context) (int, error) {
+	path := db.answerReservePath()
+	recs, _, err := readLog(path, 0, 0)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && len(recs) == 0 {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if err := db.caughtUp(ctx); err != nil {
+		return 0, err
+	}
+	updates := make([]*Capture, 0, len(recs))
+	for _, r := range recs {
+		kind, c, _, err := decodeRecord(r.rec)
+		if err != nil || kind != recUpdate {
+			return 0, fmt.Errorf("storage: answer reserve %s: a record that is not an answer", path)
+		}
+		// One deleted since (calltap delete) has nothing to record.
+		var one int
+		switch err := db.read.QueryRowContext(ctx, `SELECT 1 FROM captures WHERE id = ?`, c.ID).Scan(&one); {
+		case errors.Is(err, sql.ErrNoRows):
+			continue
+		case err != nil:
+			return 0, err
+		}
+		updates = append(updates, c)
+	}
+	if _, err := db.WriteCaptures(ctx, nil, updates); err != nil {
+		return 0, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, fmt.Errorf("storage: answer reserve: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, 8), 0); err != nil {
+		return 0, fmt.Errorf("storage: answer reserve: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return 0, fmt.Errorf("storage: answer reserve: %w", err)
+	}
+	return len(updates), nil
+}
