@@ -80,3 +80,18 @@ func allocated(fi os.FileInfo) int64 {
 	}
 	return fi.Size()
 }
+
+// preallocate gives f blocks for its first n bytes without writing them
+// (fallocate(2)), if that leaves as much again free for everything else
+// (SQLite's commits first): a reservation must never be what fills the
+// disk.
+func preallocate(f *os.File, n int64) error {
+	var st syscall.Statfs_t
+	if err := syscall.Fstatfs(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	if free := int64(st.Bavail) * int64(st.Bsize); free < 2*n {
+		return syscall.ENOSPC
+	}
+	return syscall.Fallocate(int(f.Fd()), 0, 0, n)
+}

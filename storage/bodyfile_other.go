@@ -2,7 +2,10 @@
 
 package storage
 
-import "os"
+import (
+	"errors"
+	"os"
+)
 
 // openSegment creates a segment for writing; O_DIRECT is Linux's.
 func openSegment(path string, direct bool) (*os.File, error) {
@@ -22,3 +25,7 @@ func releaseSpan(string, int64, int64) error { return nil }
 
 // allocated is fi's size: holes are not made here.
 func allocated(fi os.FileInfo) int64 { return fi.Size() }
+
+// preallocate: reserving blocks without writing them is Linux's
+// (fallocate); files grow as they are appended to.
+func preallocate(*os.File, int64) error { return errors.ErrUnsupported }

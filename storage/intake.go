@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -100,6 +101,7 @@ type intake struct {
 	f         *os.File   // the file appended to
 	gen       int64      // its generation
 	size      int64      // its length: where the next frame goes
+	reserved  int64      // bytes of zeros it was given ahead of the appends (reserve); 0 if none
 	pending   []logged   // appended, not yet applied, in order
 	byDeliver map[string]string
 	byRelay   map[string]string
@@ -164,6 +166,14 @@ func openIntake(ctx context.Context, db *AgentStore, own bool) (*intake, error) 
 // recover applies the records past intake_state's position, cuts a torn
 // last record, and deletes the applied files; if own, it starts a fresh
 // file, of a generation past every other.
+//
+// A torn record is cut, and the start goes on, when no whole record lies
+// past it, in its file or a newer one: such a record was never synced (a
+// batch is synced whole, and a file before the next one is started), so
+// nobody was told it was saved. A newer file with no record in it (made
+// ahead, all zeros, or empty) holds nothing anybody was told. Damage with
+// a whole record past it is damage to a record that was synced: the start
+// stops, having changed nothing, and says what is lost and how to go on.
 func (in *intake) recover(ctx context.Context, own bool) error {
 	if err := in.db.read.QueryRowContext(ctx, `SELECT applied_gen, applied_end FROM intake_state`).Scan(&in.applied.gen, &in.applied.off); err != nil {
 		return fmt.Errorf("storage: intake position: %w", err)
@@ -172,31 +182,25 @@ func (in *intake) recover(ctx context.Context, own bool) error {
 	if err != nil {
 		return err
 	}
+	if err := in.checkDamage(gens); err != nil {
+		return err
+	}
 	last := in.applied.gen
-	for i, g := range gens {
+	for _, g := range gens {
 		last = max(last, g)
 		if g < in.applied.gen {
 			continue
 		}
-		start := int64(0)
-		if g == in.applied.gen {
-			start = in.applied.off
-		}
-		recs, cut, err := readLog(in.path(g), g, start)
+		s, err := readLog(in.path(g), g, in.startOf(g))
 		if err != nil {
 			return err
 		}
-		if cut >= 0 {
-			if i != len(gens)-1 {
-				return fmt.Errorf("storage: intake log %s is damaged at %d, and newer logs follow it", in.path(g), cut)
-			}
-			// The last record was torn: it was never synced, so nobody
-			// was told it was saved.
-			if err := os.Truncate(in.path(g), cut); err != nil {
-				return fmt.Errorf("storage: cut the intake log's torn record: %w", err)
+		if s.cut >= 0 {
+			if err := in.cutTorn(g, s); err != nil {
+				return err
 			}
 		}
-		for len(recs) > 0 {
+		for recs := s.recs; len(recs) > 0; {
 			n := min(len(recs), applyBatch)
 			if err := in.apply(ctx, recs[:n]); err != nil {
 				return err
@@ -222,6 +226,74 @@ func (in *intake) recover(ctx context.Context, own bool) error {
 		return nil
 	}
 	return in.startFile(next.gen)
+}
+
+// startOf is the offset the records of log gen not yet applied start at.
+func (in *intake) startOf(gen int64) int64 {
+	if gen == in.applied.gen {
+		return in.applied.off
+	}
+	return 0
+}
+
+// checkDamage returns an error if a log of gens not yet applied is damaged
+// with a whole record past the damage, in it or in a newer log. It
+// changes nothing.
+func (in *intake) checkDamage(gens []int64) error {
+	var (
+		bad    *logScan // the first damage found
+		badGen int64
+		newer  int // whole records in the logs after badGen's
+	)
+	for _, g := range gens {
+		if g < in.applied.gen {
+			continue
+		}
+		s, err := readLog(in.path(g), g, in.startOf(g))
+		if err != nil {
+			return err
+		}
+		switch {
+		case bad != nil:
+			newer += len(s.recs) + s.after
+		case s.cut >= 0:
+			bad, badGen = &s, g
+			bad.recs = nil // not kept: only counted
+		}
+	}
+	if bad == nil || bad.after+newer == 0 {
+		return nil
+	}
+	return &damageError{path: in.path(badGen), scan: *bad, newer: newer}
+}
+
+// damageError is a log damaged before records that were synced.
+type damageError struct {
+	path  string
+	scan  logScan
+	newer int // whole records in newer logs
+}
+
+func (e *damageError) Error() string {
+	s := e.scan
+	return fmt.Sprintf("storage: intake log %s is damaged at offset %d: its %d bytes from there hold no whole record "+
+		"(%d record(s) lost), and %d whole record(s) follow them (%d in this log, %d in newer logs), so the lost record(s) "+
+		"had been saved and acknowledged to their senders. Nothing was changed. To go on without them, cut the log "+
+		"at the damage and start again: truncate -s %d %s. That also drops the %d record(s) after the damage in this "+
+		"log; the records before offset %d and the %d in newer logs are kept",
+		e.path, s.cut, s.skip, s.torn, s.after+e.newer, s.after, e.newer, s.cut, e.path, s.after, s.cut, e.newer)
+}
+
+// cutTorn cuts log gen's torn last record (s.cut, no whole record past
+// it), and says so.
+func (in *intake) cutTorn(gen int64, s logScan) error {
+	path := in.path(gen)
+	if err := os.Truncate(path, s.cut); err != nil {
+		return fmt.Errorf("storage: cut the intake log's torn record: %w", err)
+	}
+	slog.Warn("storage: cut a torn record off the intake log: a crash left it half written, and no record follows it, so none of what was cut had been acknowledged",
+		"file", path, "offset", s.cut, "bytes", s.end-s.cut, "records", s.torn, "acknowledged", 0, "size_before", s.size)
+	return nil
 }
 
 // LogCaptures saves inserts and updates for the agent's answer path: when
@@ -339,9 +411,9 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 	}
 	fail := func(err error) ([]Written, error) {
 		rollback()
-		// Nothing past the last good frame stays: it is zeroed again.
-		// Should that fail too, the next append starts a new file.
-		if _, zerr := in.f.WriteAt(make([]byte, len(buf)), in.size); zerr != nil {
+		// Nothing past the last good frame stays. Should that fail
+		// too, the next append starts a new file.
+		if in.unwrite(int64(len(buf))) != nil {
 			in.size = intakeFileMax
 		}
 		return nil, err
@@ -368,6 +440,21 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 	default:
 	}
 	return written, nil
+}
+
+// unwrite takes back n bytes written at size: zeros again where the file
+// had them reserved, cut off past that (which needs no room on a full
+// disk). Called with mu held.
+func (in *intake) unwrite(n int64) error {
+	if end := min(in.size+n, in.reserved); end > in.size {
+		if _, err := in.f.WriteAt(make([]byte, end-in.size), in.size); err != nil {
+			return err
+		}
+	}
+	if in.size+n > in.reserved {
+		return in.f.Truncate(max(in.size, in.reserved))
+	}
+	return nil
 }
 
 // queuedRelayID is the relay id a redelivery of c would be found by.

@@ -439,11 +439,11 @@ func unapplied(t *testing.T, path string) int64 {
 		if g == gen {
 			start = off
 		}
-		recs, _, err := readLog(in.path(g), g, start)
+		s, err := readLog(in.path(g), g, start)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, r := range recs {
+		for _, r := range s.recs {
 			total += int64(len(r.rec)) + 8
 		}
 	}
