@@ -3,6 +3,8 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
+	"hash/crc32"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -90,19 +92,22 @@ func (db *AgentStore) SpillAnswers(caps []*Capture) (int, error) {
 // the next start.
 func (db *AgentStore) RecoverAnswers(ctx context.Context) (int, error) {
 	path := db.answerReservePath()
-	recs, _, err := readLog(path, 0, 0)
-	if errors.Is(err, fs.ErrNotExist) || err == nil && len(recs) == 0 {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("storage: answer reserve: %w", err)
 	}
-	if err != nil {
-		return 0, err
+	recs := reservedAnswers(data)
+	if len(recs) == 0 {
+		return 0, nil
 	}
 	if err := db.caughtUp(ctx); err != nil {
 		return 0, err
 	}
 	updates := make([]*Capture, 0, len(recs))
 	for _, r := range recs {
-		kind, c, _, err := decodeRecord(r.rec)
+		kind, c, _, err := decodeRecord(r)
 		if err != nil || kind != recUpdate {
 			return 0, fmt.Errorf("storage: answer reserve %s: a record that is not an answer", path)
 		}
@@ -131,4 +136,25 @@ func (db *AgentStore) RecoverAnswers(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("storage: answer reserve: %w", err)
 	}
 	return len(updates), nil
+}
+
+// reservedAnswers are the payloads of the frames at the start of data, up
+// to the zero frame that ends them (or a frame that does not hold: a stop
+// cut short while writing them).
+func reservedAnswers(data []byte) [][]byte {
+	var recs [][]byte
+	for off := 0; len(data)-off >= 8; {
+		n := int(binary.LittleEndian.Uint32(data[off:]))
+		sum := binary.LittleEndian.Uint32(data[off+4:])
+		if n == 0 || n > len(data)-off-8 {
+			break
+		}
+		payload := data[off+8 : off+8+n]
+		if crc32.Checksum(payload, castagnoli) != sum {
+			break
+		}
+		recs = append(recs, payload)
+		off += 8 + n
+	}
+	return recs
 }
