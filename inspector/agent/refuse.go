@@ -50,40 +50,27 @@ func (a *Agent) savedAgain() {
 func (a *Agent) savesFailing() bool { return a.failedAt.Load() != 0 }
 
 // serveSaveFirst serves a live request while commits fail: committed first,
-// then forwarded, or refused without reaching the handler.
+// then forwarded, or refused without reaching the handler. Its goroutine
+// waits for the commit's outcome (every queued write is told it), so that
+// writeLoop starts nothing.
 func (a *Agent) serveSaveFirst(c *storage.Capture, h relay.Header, s *relay.Stream) {
-	a.insert(writeOp{insert: c, after: func(err error) {
-		if err != nil {
+	saved := make(chan error, 1)
+	started := a.start(func() {
+		defer s.Release()
+		if err := <-saved; err != nil {
 			s.Respond(refusal(err))
-			s.Release()
 			return
 		}
 		a.savedAgain()
-		started := a.start(func() {
-			defer s.Release()
-			s.Respond(a.record(c, 1, a.send(context.Background(), c, h, s.Limits(), nil)))
-		})
-		if !started { // the agent is stopping: saved, never forwarded
-			a.notForwarded(c)
-			s.Respond(refusal(errStopped))
-			s.Release()
-		}
-	}})
+		s.Respond(a.record(c, 1, a.send(context.Background(), c, h, s.Limits(), nil)))
+	})
+	if !started { // the agent is stopping
+		s.Respond(refusal(errStopped))
+		s.Release()
+		return
+	}
+	a.insert(writeOp{insert: c, after: func(err error) { saved <- err }})
 }
-
-// notForwarded records that a saved live request was refused before it
-// reached the handler, so that the store says what its sender got.
-func (a *Agent) notForwarded(c *storage.Capture) {
-	update := *c
-	update.Status = storage.StatusFailed
-	update.Error = errNotForwarded
-	a.unsettled.Add(1)
-	a.answers.add(&update)
-}
-
-// errNotForwarded is the error recorded on a saved live request that the
-// agent, stopping, refused before it reached the handler.
-const errNotForwarded = "not forwarded: the agent was stopping; its sender was answered 503 and sends the request again"
 
 // Error codes of the agent's refusals, in the envelope's error object.
 const (
