@@ -440,8 +440,12 @@ func (db *AgentStore) MarkInterrupted(ctx context.Context, reason string) (_ int
 	if err := db.caughtUp(ctx); err != nil {
 		return 0, err
 	}
+	// Versions before answer-unknown marked them failed, claiming the
+	// sender was not given the answer: those are corrected too.
 	res, err := db.write.ExecContext(ctx, `UPDATE captures SET status = ?, error = ?
-		WHERE source = 'tunnel' AND queued = 0 AND attempts = 0 AND status = ?`, StatusUnknown, reason, StatusPending)
+		WHERE source = 'tunnel' AND queued = 0 AND attempts = 0
+		AND (status = ? OR status = ? AND error LIKE 'interrupted: the agent stopped before the handler''s answer was recorded;%')`,
+		StatusUnknown, reason, StatusPending, StatusFailed)
 	if err != nil {
 		return 0, err
 	}
