@@ -19,26 +19,22 @@ import (
 // into a 503 naming the cause, and the sender retries), and the handler
 // does not wait for the commit. So the handler may see a request whose
 // capture a crash then loses; its sender, given no answer, sends it again,
-// with the same delivery id. While commits fail, live requests are
-// committed first and refused before the handler (serveSaveFirst). A queued request is saved and acknowledged, then forwarded in
-// arrival order (turnLoop); so is a live request that arrives while any
-// request before it still waits for the handler (serveInTurn).
+// with the same delivery id. While commits fail, a live request is
+// committed first and refused before the handler if that fails
+// (serveSaveFirst). A queued request is saved and acknowledged, then
+// forwarded in arrival order (turnLoop); so is a live request that arrives
+// while any request before it still waits for the handler (serveInTurn).
 func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 	c := a.newCapture(SourceTunnel, req.Method, req.URI, req.Header, req.Body)
 	c.RelayID = req.ID
 	if !req.Queued {
-		if a.savesFailing() {
-			if a.waiting.Load() == 0 {
-				a.serveSaveFirst(c, req.Header, s)
-			} else {
-				a.serveInTurn(c, req, s)
-			}
-			return
-		}
-		if a.waiting.Load() == 0 {
-			a.serveLive(c, req.Header, s)
-		} else {
+		switch {
+		case a.waiting.Load() > 0:
 			a.serveInTurn(c, req, s)
+		case a.savesFailing():
+			a.serveSaveFirst(c, req.Header, s)
+		default:
+			a.serveLive(c, req.Header, s)
 		}
 		return
 	}
