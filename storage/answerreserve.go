@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // The answer reserve: room the agent sets aside at its start for the
@@ -34,12 +35,21 @@ func (db *AgentStore) answerReservePath() string {
 }
 
 // ReserveAnswers makes the answer reserve, unless it is there already: a
-// file of answerReserveSize zero bytes, synced. A full disk leaves the
-// agent without one (the error says so); the agent runs all the same.
+// file of answerReserveSize zero bytes, synced, made only while at least
+// three times as much again is free. A disk (nearly) full leaves the agent
+// without one (the error says so); the agent runs all the same.
 func (db *AgentStore) ReserveAnswers() error {
 	path := db.answerReservePath()
 	if fi, err := os.Stat(path); err == nil && fi.Size() >= answerReserveSize {
 		return nil
+	}
+	// A reserve must never be what fills the disk.
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(filepath.Dir(path), &st); err != nil {
+		return fmt.Errorf("storage: answer reserve: %w", err)
+	}
+	if free := int64(st.Bavail) * int64(st.Bsize); free < 4*answerReserveSize {
+		return fmt.Errorf("storage: answer reserve: %d bytes free: %w", free, syscall.ENOSPC)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {

@@ -97,7 +97,7 @@ type Agent struct {
 	replyMu   sync.Mutex
 	replies   []*liveReply // guarded by replyMu: for sendReplies (livereply.go)
 	failedAt  atomic.Int64 // unix ns of the last failed commit, 0 once saves work again: save-first mode (refuse.go)
-	refused   atomic.Int64 // commits failed since saves last worked, for the log
+	failures  atomic.Int64 // commits failed since saves last worked, for the log
 
 	// Tunnel requests that reach the handler one at a time, in arrival
 	// order: the relay's queued ones, those an earlier run saved but did

@@ -33,7 +33,7 @@ func (a *Agent) saveFailed(err error) {
 	if a.failedAt.Swap(time.Now().UnixNano()) == 0 {
 		a.log.Error("the agent cannot save requests: live requests are refused (503) until a save succeeds", "err", err, "disk_full", storage.IsDiskFull(err))
 	}
-	a.refused.Add(1)
+	a.failures.Add(1)
 }
 
 // savedAgain records that a live request was committed in save-first mode.
@@ -42,7 +42,7 @@ func (a *Agent) savedAgain() {
 	if f == 0 || time.Since(time.Unix(0, f)) < saveFirstLinger || !a.failedAt.CompareAndSwap(f, 0) {
 		return
 	}
-	a.log.Info("the agent saves requests again", "failed_commits", a.refused.Swap(0))
+	a.log.Info("the agent saves requests again", "failed_commits", a.failures.Swap(0))
 }
 
 // savesFailing reports whether live requests are committed before they are
