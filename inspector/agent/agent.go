@@ -8,8 +8,11 @@
 // sender gets the handler's answer once both are done; should the agent
 // crash in between, the sender gets a 5xx and retries, so the handler may
 // see a request again, with the same delivery id (the capture of the
-// retry is marked duplicate_of the first when that one was saved). An
-// orderly stop loses nothing a crash would not.
+// retry is marked duplicate_of the first when that one was saved, and the
+// first, its answer unrecorded, answer-unknown). While it cannot save (a
+// full disk) it refuses live requests, 503 with Retry-After, before they
+// reach the handler. An orderly stop loses nothing a crash would not, and
+// on a full disk keeps the answers it could not record for the next start.
 package agent
 
 import (
