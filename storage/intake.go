@@ -33,7 +33,8 @@ import (
 // records past that position: the next open applies them, and only them.
 // A record torn by the crash (its frame's length or checksum does not
 // hold) was never synced, so nobody was told it was saved: the log is cut
-// there.
+// there, and the cut logged. Damage with a whole record after it is not a
+// tear, and the open stops (recover).
 //
 // Readers see every record appended before their call: each read and each
 // direct write of an AgentStore applies what is pending first (caughtUp),
@@ -102,6 +103,7 @@ type intake struct {
 	gen       int64      // its generation
 	size      int64      // its length: where the next frame goes
 	reserved  int64      // bytes of zeros it was given ahead of the appends (reserve); 0 if none
+	unsynced  bool       // records were appended to it since its last sync (rotate syncs them)
 	pending   []logged   // appended, not yet applied, in order
 	byDeliver map[string]string
 	byRelay   map[string]string
@@ -278,7 +280,7 @@ func (e *damageError) Error() string {
 	s := e.scan
 	return fmt.Sprintf("storage: intake log %s is damaged at offset %d: its %d bytes from there hold no whole record "+
 		"(%d record(s) lost), and %d whole record(s) follow them (%d in this log, %d in newer logs), so the lost record(s) "+
-		"had been saved and acknowledged to their senders. Nothing was changed. To go on without them, cut the log "+
+		"had been synced, and their senders may have been told they were saved. Nothing was changed. To go on without them, cut the log "+
 		"at the damage and start again: truncate -s %d %s. That also drops the %d record(s) after the damage in this "+
 		"log; the records before offset %d and the %d in newer logs are kept",
 		e.path, s.cut, s.skip, s.torn, s.after+e.newer, s.after, e.newer, s.cut, e.path, s.after, s.cut, e.newer)
@@ -426,11 +428,12 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 			// After a failed sync the file's pages are in a state no
 			// later sync reports truly: the next append starts a new file.
 			written, err := fail(fmt.Errorf("storage: sync the intake log: %w", err))
-			in.size = intakeFileMax
+			in.size, in.unsynced = intakeFileMax, false
 			return written, err
 		}
 	}
 	in.size += int64(len(buf))
+	in.unsynced = len(inserts) == 0 // a batch of updates alone is not synced
 	if db.index != nil && len(inserts) > 0 {
 		db.index.touch()
 	}

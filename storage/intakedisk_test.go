@@ -51,13 +51,35 @@ func TestIntakeStartsOnANearlyFullDisk(t *testing.T) {
 	if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
 		t.Fatalf("a record with 4 MiB free: %v", err)
 	}
+	// The disk full: the append is refused and taken back, in the same
+	// file (not a new file per refusal); with room again, the next is
+	// saved there.
+	gen, size := db.intake.gen, db.intake.size
+	free := disktest.Fill(t, dir, 0)
+	big := []byte(fmt.Sprintf(`{"pad":"%s"}`, strings.Repeat("b", 64<<10)))
+	if _, err := db.LogCaptures(ctx, []*Capture{testCapture(2, big)}, nil); err == nil || !strings.Contains(err.Error(), "no space left") {
+		t.Fatalf("an append to a full disk: %v, want it refused for want of space", err)
+	}
+	if fi, err := db.intake.f.Stat(); err != nil || fi.Size() != size || db.intake.gen != gen {
+		t.Fatalf("after the refused append: log %d of %v bytes (%v), want log %d of %d", db.intake.gen, fi.Size(), err, gen, size)
+	}
+	free()
+	c3 := testCapture(3, big)
+	if _, err := db.LogCaptures(ctx, []*Capture{c3}, nil); err != nil || db.intake.gen != gen {
+		t.Fatalf("with room again: %v, in log %d (want %d)", err, db.intake.gen, gen)
+	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
 	db = openIntakeDB(t, path)
 	defer db.Close()
-	if _, err := db.Capture(ctx, c.ID); err != nil {
-		t.Fatalf("the record logged on the nearly full disk: %v", err)
+	for _, id := range []string{c.ID, c3.ID} {
+		if _, err := db.Capture(ctx, id); err != nil {
+			t.Fatalf("a record logged on the nearly full disk: %v", err)
+		}
+	}
+	if n := countCaptures(t, db); n != 2 {
+		t.Fatalf("%d captures, want the 2 saved", n)
 	}
 }
 

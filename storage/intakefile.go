@@ -62,7 +62,7 @@ func (in *intake) use(f *os.File, gen, reserved int64) {
 	if in.f != nil {
 		in.f.Close()
 	}
-	in.f, in.gen, in.size, in.reserved = f, gen, 0, reserved
+	in.f, in.gen, in.size, in.reserved, in.unsynced = f, gen, 0, reserved, false
 }
 
 // prepared is a log file made ahead of its turn.
@@ -97,7 +97,11 @@ func (in *intake) prepareNext() {
 // The start relies on that: damage with a whole record after it, in any
 // file, is damage to a record that was synced (recover).
 func (in *intake) rotate() error {
-	if in.sync {
+	if in.sync && in.unsynced {
+		// Not tried again if it fails: after a failed sync the pages'
+		// state is past knowing (LogCaptures), and a log that could
+		// never move on would refuse every request.
+		in.unsynced = false
 		if err := syscall.Fdatasync(int(in.f.Fd())); err != nil {
 			return fmt.Errorf("storage: sync the intake log: %w", err)
 		}
