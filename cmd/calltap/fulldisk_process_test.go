@@ -92,7 +92,8 @@ func TestAgentOnFullDisk(t *testing.T) {
 	for _, at := range seen {
 		most = max(most, len(at))
 	}
-	t.Logf("%d refusals for a full disk; at most %d copies of a request at the handler", diskFull, most)
+	t.Logf("%d refusals for a full disk; at most %d copies of a request at the handler; answers kept in the reserve at the stop: %v",
+		diskFull, most, strings.Contains(first, "kept in the answer reserve"))
 	if diskFull == 0 {
 		t.Error(`no refusal said "disk full"`)
 	}
