@@ -203,9 +203,9 @@ func importedOf(l *exportLine) (Imported, error) {
 		return Imported{}, fmt.Errorf("error: longer than %d KiB", maxErrorText>>10)
 	}
 	switch d.Status {
-	case "", storage.StatusPending, storage.StatusDelivered, storage.StatusFailed:
+	case "", storage.StatusPending, storage.StatusDelivered, storage.StatusFailed, storage.StatusUnknown:
 	default:
-		return Imported{}, fmt.Errorf("status: %s is not pending, delivered or failed", quoteShort(d.Status))
+		return Imported{}, fmt.Errorf("status: %s is not pending, delivered, failed or unknown", quoteShort(d.Status))
 	}
 	if d.Attempts < 0 || d.Attempts > maxAttempts || d.MaxAttempts < 0 || d.MaxAttempts > maxAttempts {
 		return Imported{}, fmt.Errorf("attempts: %d of %d, want 0 to %d", d.Attempts, d.MaxAttempts, maxAttempts)

@@ -345,9 +345,10 @@ func (j *cookieJar) Cookies(*url.URL) []*http.Cookie {
 	return j.cookies
 }
 
-// A live request whose capture cannot be saved is refused (502), so that
-// its sender sends it again, though the handler, reached while the commit
-// ran, may have answered it: an answer to the sender means a saved capture.
+// A live request whose capture cannot be saved is refused (503 with
+// Retry-After), so that its sender sends it again, though the handler,
+// reached while the commit ran, may have answered it: an answer to the
+// sender means a saved capture.
 func TestLiveRequestNotSavedIsRefused(t *testing.T) {
 	h := &handler{}
 	hs := httptest.NewServer(h)
@@ -361,7 +362,7 @@ func TestLiveRequestNotSavedIsRefused(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "could not save") {
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "could not save") {
 		t.Fatalf("a request the agent could not save: %d %s", resp.StatusCode, body)
 	}
 }

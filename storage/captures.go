@@ -33,7 +33,7 @@ type Capture struct {
 	DuplicateOf string
 	ReplayOf    string
 
-	Status          string // pending | delivered | failed
+	Status          string // pending | delivered | failed | unknown
 	ResponseStatus  int    // 0: no response
 	ResponseHeaders string // JSON; "" when none
 	ResponseBody    []byte
@@ -57,6 +57,11 @@ const (
 	StatusPending   = "pending"
 	StatusDelivered = "delivered"
 	StatusFailed    = "failed"
+	// StatusUnknown: the agent was killed after saving a live request
+	// and before recording the handler's answer. The handler may have
+	// answered and the sender may have got that answer, or not: nobody
+	// can tell any more, and the store does not pretend to.
+	StatusUnknown = "unknown"
 )
 
 // maxIndexedBody keeps huge bodies out of the full-text index.
@@ -424,19 +429,23 @@ func (db *AgentStore) UndeliveredQueued(ctx context.Context) (_ []string, err er
 	return ids, rows.Err()
 }
 
-// MarkInterrupted marks failed, with reason as their error, the live
-// tunnel requests saved by an earlier run that never recorded the
-// handler's answer: that run stopped or was killed while they were at the
-// handler, and their senders, given no answer, send them again. It
-// returns how many it marked. Call it at start, before any new request
-// is saved.
+// MarkInterrupted marks answer-unknown (StatusUnknown), with reason as
+// their error, the live tunnel requests saved by an earlier run that never
+// recorded the handler's answer: that run was killed (or could not record
+// it) while they were at the handler or after, so their senders may have
+// got the handler's answer, or a 5xx and then send them again. It returns
+// how many it marked. Call it at start, before any new request is saved.
 func (db *AgentStore) MarkInterrupted(ctx context.Context, reason string) (_ int64, err error) {
 	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return 0, err
 	}
+	// Versions before answer-unknown marked them failed, claiming the
+	// sender was not given the answer: those are corrected too.
 	res, err := db.write.ExecContext(ctx, `UPDATE captures SET status = ?, error = ?
-		WHERE source = 'tunnel' AND queued = 0 AND attempts = 0 AND status = ?`, StatusFailed, reason, StatusPending)
+		WHERE source = 'tunnel' AND queued = 0 AND attempts = 0
+		AND (status = ? OR status = ? AND error LIKE 'interrupted: the agent stopped before the handler''s answer was recorded;%')`,
+		StatusUnknown, reason, StatusPending, StatusFailed)
 	if err != nil {
 		return 0, err
 	}

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -170,6 +171,12 @@ func (db *AgentStore) Close() error {
 		return db.core.Close()
 	}
 	err := db.intake.close()
+	if err != nil && IsDiskFull(err) {
+		// The log keeps what it could not apply, and the next open
+		// applies it: a stop on a full disk is orderly.
+		slog.Warn("storage: the disk is full: what the intake log holds and the store does not yet is applied at the next start", "err", err)
+		err = nil
+	}
 	return errors.Join(err, db.core.Close())
 }
 

@@ -31,6 +31,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/web"
 )
 
@@ -793,6 +794,59 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("handler got %d requests", len(s.h.received()))
 		}
 		tb.shot("checks")
+	})
+
+	// A capture whose answer a kill kept from being recorded is not a
+	// failure: the list and the detail say "answer unknown", apart from a
+	// capture whose delivery failed.
+	t.Run("AnswerUnknownApartFromFailures", func(t *testing.T) {
+		s := startStack(t)
+		for _, body := range []string{`{"n":"unknown"}`, `{"n":"failed"}`} {
+			if code := s.send(t, "/hook", []byte(body)); code != 200 {
+				t.Fatalf("sender got %d", code)
+			}
+		}
+		s.Agent.Flush(context.Background())
+		caps := s.captures(t) // newest first
+		unknown, failed := caps[1].ID, caps[0].ID
+		set := func(id, status, errText string) *storage.Capture {
+			c, err := s.AgentDB.Capture(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Status, c.ResponseStatus, c.ResponseHeaders, c.ResponseBody, c.Error, c.Attempts = status, 0, "", nil, errText, 0
+			return c
+		}
+		if _, err := s.AgentDB.WriteCaptures(context.Background(), nil, []*storage.Capture{
+			set(unknown, storage.StatusUnknown, "answer unknown: the sender may have got the handler's answer"),
+			set(failed, storage.StatusFailed, "connection refused"),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		tb := newTab(t, browser, s.InspectorURL)
+		tb.open("/")
+		tb.waitFor("both rows", rowFor(unknown)+` && `+rowFor(failed))
+		cell := func(id, sel string) string { return tb.str(rowFor(id) + `.querySelector('` + sel + `').textContent`) }
+		if got := cell(unknown, ".c-status"); got != "?" {
+			t.Errorf("answer-unknown row's status %q, want ?", got)
+		}
+		if got := cell(unknown, ".c-flags"); !strings.Contains(got, "answer unknown") || strings.Contains(got, "failed") {
+			t.Errorf("answer-unknown row's flags %q", got)
+		}
+		if got := cell(failed, ".c-status"); got != "ERR" {
+			t.Errorf("failed row's status %q, want ERR", got)
+		}
+		if got := cell(failed, ".c-flags"); !strings.Contains(got, "failed") || strings.Contains(got, "unknown") {
+			t.Errorf("failed row's flags %q", got)
+		}
+		tb.click(fmt.Sprintf(`[data-view=requests] .vrow[data-key=%q] .c-path`, unknown))
+		tb.waitFor("the detail", `location.pathname === '/requests/`+unknown+`' && !!document.querySelector('.detail-pane .tab[data-tab=response]')`)
+		tb.click(`.detail-pane .tab[data-tab=response]`)
+		tb.waitFor("the response tab saying answer unknown", `document.querySelector('.detail-pane .tab-response')?.textContent.includes('answer unknown')`)
+		if tb.str(`document.querySelector('.detail-pane .tab-response .errbox') ? 'errbox' : ''`) != "" {
+			t.Error("the answer-unknown capture's response is shown as an error")
+		}
+		tb.shot("answer-unknown")
 	})
 
 	t.Run("StatusBarFollowsTunnel", func(t *testing.T) {

@@ -90,6 +90,12 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 		if c.ReplayOf != "" {
 			flags += "replay "
 		}
+		switch c.Status {
+		case storage.StatusFailed:
+			flags += "failed "
+		case storage.StatusUnknown: // not a failure: the sender may have got the handler's answer
+			flags += "answer-unknown "
+		}
 		ev := c.Event
 		if ev == "" {
 			ev = "-"

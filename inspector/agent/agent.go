@@ -8,8 +8,11 @@
 // sender gets the handler's answer once both are done; should the agent
 // crash in between, the sender gets a 5xx and retries, so the handler may
 // see a request again, with the same delivery id (the capture of the
-// retry is marked duplicate_of the first when that one was saved). An
-// orderly stop loses nothing a crash would not.
+// retry is marked duplicate_of the first when that one was saved, and the
+// first, its answer unrecorded, answer-unknown). While it cannot save (a
+// full disk) it refuses live requests, 503 with Retry-After, before they
+// reach the handler. An orderly stop loses nothing a crash would not, and
+// on a full disk keeps the answers it could not record for the next start.
 package agent
 
 import (
@@ -96,6 +99,8 @@ type Agent struct {
 	commitMu  sync.Mutex   // held by whoever took answers, until its commit is over
 	replyMu   sync.Mutex
 	replies   []*liveReply // guarded by replyMu: for sendReplies (livereply.go)
+	failedAt  atomic.Int64 // unix ns of the last failed commit, 0 once saves work again: save-first mode (refuse.go)
+	failures  atomic.Int64 // commits failed since saves last worked, for the log
 
 	// Tunnel requests that reach the handler one at a time, in arrival
 	// order: the relay's queued ones, those an earlier run saved but did
@@ -180,13 +185,15 @@ func New(cfg Config) (*Agent, error) {
 		a.forwardTo = u
 	}
 	if a.forwardTo != nil && cfg.ResumeQueued {
-		// A live request an earlier run saved but stopped (or was killed)
-		// before its handler's answer was recorded: its sender got no
-		// answer from the handler, and sends it again.
+		// Answers an earlier run passed on but, its disk full, could only
+		// keep in the answer reserve; then a live request an earlier run
+		// saved but was killed before its handler's answer was recorded:
+		// whether its sender got the handler's answer is not known.
+		a.recoverAnswers()
 		if n, err := a.store.MarkInterrupted(context.Background(), errInterrupted); err != nil {
-			a.log.Error("marking requests an earlier run left unanswered", "err", err)
+			a.log.Error("marking requests whose answer an earlier run did not record", "err", err)
 		} else if n > 0 {
-			a.log.Warn("requests an earlier run left unanswered are marked failed; their senders retry", "count", n)
+			a.log.Warn("requests whose answer an earlier run did not record are marked answer unknown", "count", n)
 		}
 		// Queued requests saved by an earlier run that stopped before
 		// sending them take the first turns, before any request of this
@@ -315,8 +322,10 @@ func (a *Agent) Drain() {
 }
 
 // errInterrupted is the error recorded on a live request whose answer an
-// earlier run never recorded: it stopped, or was killed, first.
-const errInterrupted = "interrupted: the agent stopped before the handler's answer was recorded; the sender was not given it, and sends the request again"
+// earlier run never recorded: it was killed first. The answer is sent
+// before it is recorded (the answer path waits for one sync, not two), so
+// a kill just after the sender got it leaves it so.
+const errInterrupted = "answer unknown: the agent stopped before the handler's answer was recorded; the handler may have had the request, and its sender may have got the handler's answer (if it got a 5xx instead, it sends the request again)"
 
 // stop ends the agent's intake once writeLoop has returned: writes queued
 // from now on are refused, and those still in the queue are abandoned.
@@ -330,10 +339,12 @@ func (a *Agent) stop() {
 		case op := <-a.ops:
 			a.abandon([]writeOp{op}, errStopped)
 		default:
-			// Answers a failing disk gave back: the next run marks
-			// their requests interrupted.
+			// Answers a failing disk gave back: kept in the answer
+			// reserve for the next run to record.
 			a.answers.timer.Stop()
-			a.unsettled.Add(-int64(len(a.answers.take())))
+			left := a.answers.take()
+			a.unsettled.Add(-int64(len(left)))
+			a.spillAnswers(left)
 			return
 		}
 	}

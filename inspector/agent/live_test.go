@@ -260,8 +260,8 @@ func TestAnswerOfFailedCommitIsRecordedLater(t *testing.T) {
 		t.Fatalf("first request: %d", code)
 	}
 	polltest.Until(t, 10*time.Second, func() bool { return refused.Load() > 0 }, "the first answer's commit was never tried")
-	if code := post(`{"second":true}`); code != http.StatusBadGateway {
-		t.Fatalf("a request whose save failed: %d, want 502", code)
+	if code := post(`{"second":true}`); code != http.StatusServiceUnavailable {
+		t.Fatalf("a request whose save failed: %d, want 503", code)
 	}
 	full.Store(false)
 	polltest.Until(t, 10*time.Second, func() bool {

@@ -74,16 +74,17 @@ func (lr *liveReply) giveUp() {
 	if !lr.state.CompareAndSwap(replyWaiting, replyGivenUp) && lr.ack != nil {
 		lr.ack.Stop() // committed first: nothing else moves it
 	}
-	lr.s.Respond(notSaved)
+	lr.s.Respond(refusal(errStopped))
 	lr.s.Release()
 }
 
 // response is the answer the relay gets: the handler's, once recorded, or
-// "not saved" — the handler may have seen the request; its sender, told
-// it failed, sends it again, and that one is saved.
+// a refusal naming why it was not saved — the handler may have seen the
+// request; its sender, told it failed, sends it again, and that one is
+// saved.
 func (lr *liveReply) response(a *Agent) *relay.Response {
 	if lr.err != nil {
-		return notSaved
+		return refusal(lr.err)
 	}
 	return a.record(lr.c, 1, lr.res)
 }

@@ -9,12 +9,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
 )
@@ -152,5 +154,159 @@ func checkSeqs(t *testing.T, h *handler, n int) {
 	}
 	if bad {
 		t.Fatalf("the handler saw %d requests in this order, want 0…%d each once: %s", len(got), n-1, strings.Join(order, " "))
+	}
+}
+
+func (d *fullDisk) fill() { d.mu.Lock(); d.full = true; d.mu.Unlock() }
+
+// stampHandler is a local handler that counts the requests it got, by body.
+type stampHandler struct {
+	mu   sync.Mutex
+	seen map[string]int // guarded by mu
+}
+
+func (h *stampHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	h.mu.Lock()
+	h.seen[string(b)]++
+	h.mu.Unlock()
+	io.WriteString(w, "ok")
+}
+
+// While commits fail, a live request is refused with 503, Retry-After and
+// "disk full" in the service's envelope, before it reaches the handler: a
+// sender retrying each request as fast as it is refused costs the handler
+// at most two copies of it (the one in flight when the disk filled, the
+// one saved once there is room). Once there is room, the next request is
+// taken.
+func TestFullDiskRefusesBeforeTheHandler(t *testing.T) {
+	disk := &fullDisk{filled: make(chan struct{})}
+	h := &stampHandler{seen: map[string]int{}}
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Agent: disk.install,
+		Relay: func(c *relay.Config) { c.NoRateLimit = true }})
+	var (
+		mu      sync.Mutex
+		refused []string // the bodies of the answers that were not 200
+		taken   int      // 200s after the disk was freed
+		freed   bool
+	)
+	stop := make(chan struct{})
+	var senders sync.WaitGroup
+	for g := range 4 {
+		senders.Go(func() {
+			for n := 0; ; n++ {
+				body := fmt.Sprintf(`{"id":"g%d-%d"}`, g, n)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					resp, err := http.Post(st.TunnelURL+"/hook", "application/json", strings.NewReader(body))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					mu.Lock()
+					if resp.StatusCode == http.StatusOK && freed {
+						taken++
+					}
+					if resp.StatusCode != http.StatusOK {
+						refused = append(refused, fmt.Sprintf("%d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b))
+					}
+					mu.Unlock()
+					if resp.StatusCode == http.StatusOK {
+						break
+					}
+				}
+			}
+		})
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(refused) }
+	polltest.Until(t, 30*time.Second, func() bool { h.mu.Lock(); defer h.mu.Unlock(); return len(h.seen) > 20 }, "traffic did not flow")
+	disk.fill()
+	polltest.Until(t, 30*time.Second, func() bool { return count() >= 400 }, "the senders were not refused while the disk was full")
+	mu.Lock()
+	freed = true
+	mu.Unlock()
+	disk.free()
+	polltest.Until(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return taken >= 20 }, "requests were not taken again once the disk had room")
+	close(stop)
+	senders.Wait()
+
+	for _, r := range refused {
+		if !strings.HasPrefix(r, `503 Retry-After "5" {"status":false,"message":"the agent could not save the request: disk full`) {
+			t.Errorf("refused with %s", r)
+			break
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for body, n := range h.seen {
+		if n > 2 {
+			t.Errorf("%s reached the handler %d times", body, n)
+		}
+	}
+}
+
+// A stop while the disk is full leaves nothing wrong: the answers the
+// agent passed on but could not record (the request saved, the disk full
+// by the time its answer came) are kept in the answer reserve, and the
+// next start, with room again, records them: no capture is pending or
+// answer-unknown, each says what its sender got.
+func TestStopOnFullDiskKeepsTheAnswers(t *testing.T) {
+	var full atomic.Bool
+	var st *inspectortest.Stack
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		// The disk fills while the handler works, once the request is saved.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if _, n, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{}); err == nil && n == 1 {
+				break
+			}
+		}
+		full.Store(true)
+		w.Header().Set("X-Handler", "yes")
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer hs.Close()
+	st = inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Agent: func(c *agent.Config) {
+		store := c.Store
+		agent.SetWriteCaptures(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+			if full.Load() {
+				return nil, fmt.Errorf("storage: append: %w", syscall.ENOSPC)
+			}
+			return store.LogCaptures(ctx, inserts, updates)
+		})
+	}})
+	resp, err := http.Post(st.TunnelURL+"/hook", "application/json", strings.NewReader(`{"id":"answered"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("sender got %d, want the handler's 201", resp.StatusCode)
+	}
+	st.StopAgent() // the disk still full
+	full.Store(false)
+	st.StartAgent()
+	caps, _, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(caps) != 1 {
+		t.Fatalf("%d captures, want 1", len(caps))
+	}
+	c, err := st.AgentDB.Capture(context.Background(), caps[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status != storage.StatusDelivered || c.ResponseStatus != http.StatusCreated || c.Attempts != 1 || !strings.Contains(c.ResponseHeaders, "X-Handler") {
+		t.Errorf("capture after the restart: %s, response %d, %d attempts, headers %s, error %q; want delivered, the handler's 201",
+			c.Status, c.ResponseStatus, c.Attempts, c.ResponseHeaders, c.Error)
 	}
 }

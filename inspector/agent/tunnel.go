@@ -16,20 +16,25 @@ import (
 // A live request is forwarded while its capture is committed, and the relay
 // gets the handler's answer once both are done: the sender's answer means
 // the capture is saved (a capture that fails to commit turns the answer
-// into a 502, and the sender retries), and the handler does not wait for
-// the commit. So the handler may see a request whose capture a crash then
-// loses; its sender, given no answer, sends it again, with the same
-// delivery id. A queued request is saved and acknowledged, then forwarded in
-// arrival order (turnLoop); so is a live request that arrives while any
-// request before it still waits for the handler (serveInTurn).
+// into a 503 naming the cause, and the sender retries), and the handler
+// does not wait for the commit. So the handler may see a request whose
+// capture a crash then loses; its sender, given no answer, sends it again,
+// with the same delivery id. While commits fail, a live request is
+// committed first and refused before the handler if that fails
+// (serveSaveFirst). A queued request is saved and acknowledged, then
+// forwarded in arrival order (turnLoop); so is a live request that arrives
+// while any request before it still waits for the handler (serveInTurn).
 func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 	c := a.newCapture(SourceTunnel, req.Method, req.URI, req.Header, req.Body)
 	c.RelayID = req.ID
 	if !req.Queued {
-		if a.waiting.Load() == 0 {
-			a.serveLive(c, req.Header, s)
-		} else {
+		switch {
+		case a.waiting.Load() > 0:
 			a.serveInTurn(c, req, s)
+		case a.savesFailing():
+			a.serveSaveFirst(c, req.Header, s)
+		default:
+			a.serveLive(c, req.Header, s)
 		}
 		return
 	}
@@ -103,14 +108,14 @@ func (a *Agent) serveAlone(c *storage.Capture, h relay.Header, s *relay.Stream) 
 		commit() // done already, unless the request never reached the handler: saved all the same, with its failure
 		a.live.Add(-1)
 		if saveErr != nil {
-			s.Respond(notSaved) // the handler may have seen it; see serveLive
+			s.Respond(refusal(saveErr)) // the handler may have seen it; see serveLive
 			return
 		}
 		s.Respond(a.record(c, 1, res))
 	})
 	if !started {
 		a.live.Add(-1)
-		s.Respond(notSaved)
+		s.Respond(refusal(errStopped))
 		s.Release()
 	}
 }
@@ -126,16 +131,14 @@ func (a *Agent) commitAlone(c *storage.Capture) error {
 	written, err := a.cfg.writeCaptures(context.Background(), []*storage.Capture{c}, answers)
 	if err != nil {
 		a.answers.giveBack(answers)
-		a.log.Error("saving a capture", "err", err)
+		a.saveFailed(err)
+		a.log.Debug("saving a capture", "err", err)
 		return err
 	}
 	a.committedInsert(c, written[0])
 	a.committedResponses(answers)
 	return nil
 }
-
-// notSaved is the answer to a live request whose capture could not be saved.
-var notSaved = &relay.Response{Result: relay.ResultUnreachable, Error: "the agent could not save the request"}
 
 // insert queues the insert of a live request's capture; should the agent
 // have stopped, op.after is told so at once.
@@ -286,13 +289,13 @@ func (a *Agent) deferTurn(t *turn) {
 	defer t.s.Release() // from now on the body is read back from the store
 	<-t.saved           // comes: every queued write is told its outcome
 	if t.err != nil {
-		t.s.Respond(notSaved)
+		t.s.Respond(refusal(t.err))
 		return
 	}
 	kept := *t.c
 	kept.Queued, kept.ArrivedAt = true, t.arrivedAt
 	if err := a.save(context.Background(), writeOp{update: &kept, keep: true}); err != nil {
-		t.s.Respond(notSaved) // the agent is stopping
+		t.s.Respond(refusal(err)) // the agent is stopping
 		return
 	}
 	t.queued = true
@@ -380,10 +383,13 @@ func (a *Agent) takeTurn(ctx context.Context, t *turn) {
 // sendLive sends a live request whose turn came, as serveLive does.
 func (a *Agent) sendLive(ctx context.Context, t *turn) {
 	defer t.s.Release()
+	if a.savesFailing() {
+		<-t.saved // a request not saved must not reach the handler
+	}
 	select {
 	case <-t.saved:
 		if t.err != nil {
-			t.s.Respond(notSaved) // its sender sends it again: the handler need not see it now
+			t.s.Respond(refusal(t.err)) // its sender sends it again: the handler need not see it now
 			return
 		}
 	default:
@@ -391,7 +397,7 @@ func (a *Agent) sendLive(ctx context.Context, t *turn) {
 	res := a.send(context.Background(), t.c, t.h, t.s.Limits(), nil)
 	<-t.saved // comes: every queued write is told its outcome
 	if t.err != nil {
-		t.s.Respond(notSaved)
+		t.s.Respond(refusal(t.err))
 		return
 	}
 	t.s.Respond(a.record(t.c, 1, res))

@@ -108,7 +108,8 @@ func (a *Agent) writeLoop(ctx context.Context) {
 				}
 			}
 			pause = min(max(2*pause, minWritePause), maxWritePause)
-			a.log.Error("saving captures", "err", err, "inserts", len(inserts), "updates", len(updates), "trying_again", len(kept)+len(answers), "in", pause)
+			a.saveFailed(err)
+			a.log.Debug("saving captures", "err", err, "inserts", len(inserts), "updates", len(updates), "trying_again", len(kept)+len(answers), "in", pause)
 		} else {
 			pause = 0
 			a.committedResponses(answers)

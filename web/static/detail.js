@@ -323,6 +323,16 @@ export class Detail {
       wrap.append(h('div', { class: 'muted pad' }, d.status === 'pending' ? 'Waiting for the local handler…' : 'No response recorded.'));
       return wrap;
     }
+    if (d.status === 'unknown') {
+      // Not a failure: what the handler answered, and whether the sender
+      // got it, was never recorded.
+      wrap.append(section('Status', null, kv([
+        ['Status', h('span', { class: 'st sunknown' }, 'answer unknown')],
+        ['Forwarded to', d.target ? h('span', { class: 'mono wrap' }, d.target) : null],
+      ])));
+      wrap.append(h('div', { class: 'unknownbox' }, icon('warn'), h('span', null, d.error || 'The agent stopped before recording the handler\'s answer; the sender may have got it.')));
+      return wrap;
+    }
     wrap.append(section('Status', null, kv([
       ['Status', d.response_status ? h('span', { class: 'st ' + fmt.statusClass(d.response_status) }, String(d.response_status)) : h('span', { class: 'st s5' }, 'no response')],
       ['Duration', d.duration_ms != null ? fmt.duration(d.duration_ms) : null],

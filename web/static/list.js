@@ -56,6 +56,9 @@ export function flagsOf(c) {
   if (c.duplicate_of && c.duplicate_of !== c.replay_of) out.push(['dup', 'dup', `Duplicate delivery of ${c.duplicate_of} (same payload id)`]);
   if (c.queued) out.push(['queued', 'queued', `Delivered from the relay's queue${c.arrived_at ? '; reached the relay ' + fmt.fullTime(c.arrived_at) : ''}`]);
   if (c.status === 'failed') out.push(['failed', 'failed', c.error ? `Failed: ${c.error}` : 'Delivery to the local handler failed']);
+  // Not a failure: the agent was killed before it recorded the handler's
+  // answer, which the sender may well have got.
+  if (c.status === 'unknown') out.push(['answer unknown', 'unknown', c.error || 'The agent stopped before recording the handler\'s answer; the sender may have got it']);
   if (c.source && c.source !== 'tunnel' && c.source !== 'replay') out.push([c.source, 'src', `Source: ${c.source}`]);
   return out;
 }
@@ -63,6 +66,7 @@ export function flagsOf(c) {
 export function statusCell(c) {
   if (c.response_status) return h('span', { class: 'st ' + fmt.statusClass(c.response_status) }, String(c.response_status));
   if (c.status === 'failed') return h('span', { class: 'st s5', title: c.error || 'failed' }, 'ERR');
+  if (c.status === 'unknown') return h('span', { class: 'st sunknown', title: c.error || 'answer unknown' }, '?');
   if (c.status === 'pending') return h('span', { class: 'st snone pending', title: 'waiting for the local handler' }, h('span', { class: 'dot' }));
   return h('span', { class: 'st snone' }, '—');
 }
