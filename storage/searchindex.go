@@ -204,7 +204,7 @@ func (ix *indexer) prepare(ctx context.Context) error {
 	}
 	// The highest seq ever given, not the newest capture's: the newest
 	// captures may have been deleted, and seqs are never reused.
-	if err := conn.QueryRowContext(ctx, `SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'captures'), 0), coalesce((SELECT max(seq) FROM captures), 0))`).Scan(&last); err != nil {
+	if err := conn.QueryRowContext(ctx, qLastSeq).Scan(&last); err != nil {
 		return fmt.Errorf("storage: newest capture: %w", err)
 	}
 	if format == searchFormat {
@@ -393,6 +393,9 @@ func (ix *indexer) removeIfDamaged(storePath string) error {
 }
 
 const (
+	// qLastSeq reads the highest seq ever given to a capture: seqs are
+	// never reused, and the newest captures may have been deleted.
+	qLastSeq = `SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'captures'), 0), coalesce((SELECT max(seq) FROM captures), 0))`
 	// A body kept in a segment comes back as NULL with where it is: the
 	// indexer reads it from there if it is small enough to index.
 	qBodiesAfter = `SELECT b.seq, b.file, b.file_offset, c.size, CASE WHEN b.file IS NULL AND length(b.body) <= ` + maxIndexedBodyText + ` THEN b.body END
@@ -430,7 +433,10 @@ func (ix *indexer) index(ctx context.Context, max int) (int64, error) {
 	if err := tx.QueryRowContext(bg, `SELECT indexed_upto FROM search.search_progress WHERE id = 1`).Scan(&upto); err != nil {
 		return 0, ix.damage(fmt.Errorf("storage: read search progress: %w", err))
 	}
-	if err := tx.QueryRowContext(bg, `SELECT coalesce(max(seq), 0) FROM captures`).Scan(&last); err != nil {
+	// The highest seq ever given, as prepare reads it: a deleted newest
+	// capture leaves no row, and a position short of its seq would leave a
+	// backlog that never ends.
+	if err := tx.QueryRowContext(bg, qLastSeq).Scan(&last); err != nil {
 		return 0, fmt.Errorf("storage: newest capture: %w", err)
 	}
 	if upto < last {

@@ -325,3 +325,52 @@ func TestSearchBacklogDoesNotStopWrites(t *testing.T) {
 		t.Errorf("search: %d matches, %v; want %d", count, err, n+1)
 	}
 }
+
+// The newest capture deleted before the index reached it: seqs are never
+// reused, so the position must still come to the highest seq ever given.
+// The indexer measured its backlog against it (prepare) but indexed up to
+// the newest capture left, so a backlog of one stayed for good and Close
+// waited on an indexer that never stopped.
+func TestSearchBacklogEndsPastADeletedNewestCapture(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db, err := OpenAgent(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idleForever(db)
+	saveCaptures(t, db, testCapture(1, []byte(`{"city":"Lima"}`)), testCapture(2, []byte(`{"city":"Quito"}`)))
+	if _, err := db.DeleteCaptures(ctx, testCapture(2, nil).ID); err != nil {
+		t.Fatal(err)
+	}
+	closeWithin(t, db)
+	db, err = OpenAgent(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CatchUpSearch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := db.SearchBacklog(); n != 0 {
+		t.Errorf("backlog %d after catching up, want 0", n)
+	}
+	if got := searchIDs(t, db, "Lima"); len(got) != 1 {
+		t.Errorf("search after reopening: %v", got)
+	}
+	closeWithin(t, db)
+}
+
+// closeWithin closes db, failing the test if Close hangs.
+func closeWithin(t *testing.T, db *AgentStore) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- db.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Close did not return within a minute: the indexer never stopped")
+	}
+}
