@@ -296,8 +296,10 @@ func (c *Cluster) setUp(ctx context.Context) error {
 
 // peersJoining reports whether err refuses the replicas asked for while
 // as many servers as they need are known: a cluster just started, whose
-// servers have not all joined JetStream's meta group yet. With fewer
-// servers known the refusal stands at once (explainReplicas).
+// servers have not all joined JetStream's meta group yet, or one electing
+// its meta leader (a node started beside a stalled server failed its start
+// with "temporarily unavailable"). With fewer servers known the refusal
+// stands at once (explainReplicas).
 func (c *Cluster) peersJoining(err error) bool {
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) {
@@ -306,6 +308,8 @@ func (c *Cluster) peersJoining(err error) bool {
 	switch apiErr.ErrorCode {
 	case errCodeInsufficientResources, errCodeNoPeers:
 		return len(c.nc.Servers()) >= c.opts.Replicas
+	case errCodeClusterNotAvailable:
+		return true // a meta leader is being elected: the servers are there
 	}
 	return false
 }
@@ -326,11 +330,15 @@ func (c *Cluster) explainReplicas(err error) error {
 }
 
 // JetStream's error codes for a stream or bucket asked for more replicas
-// than the servers can place (nats-server's jetstream_errors_generated.go).
+// than the servers can place, or while it cannot place any
+// (nats-server's jetstream_errors_generated.go).
 const (
 	errCodeNoPeers               jetstream.ErrorCode = 10005 // a cluster with too few servers
 	errCodeInsufficientResources jetstream.ErrorCode = 10023
 	errCodeReplicasNotSupported  jetstream.ErrorCode = 10074 // a single server
+	// "JetStream system temporarily unavailable": the cluster has no meta
+	// leader yet, or is electing one after a server stalled.
+	errCodeClusterNotAvailable jetstream.ErrorCode = 10008
 )
 
 // setUpTimeout bounds the retries of setUp's steps: nodes starting
