@@ -54,11 +54,8 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 		return fail(stdio, "requests", err)
 	}
 	if db == nil {
-		if *asJSON {
-			json.NewEncoder(stdio.Out).Encode(api.NewPage(0, 0, f.Offset, []inspector.Summary{}))
-		}
-		fmt.Fprintf(stdio.Err, "calltap requests: %s\n", noStore(path))
-		return 0
+		// As export does: no store is not an empty one.
+		return fail(stdio, "requests", errors.New(noStore(path)))
 	}
 	defer db.Close()
 	rows, count, err := db.Captures(ctx, f)
