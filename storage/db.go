@@ -213,6 +213,9 @@ func open(ctx context.Context, path string, schema Schema, opts ...Option) (*cor
 	if err := checkEmpty(path, schema); err != nil {
 		return nil, err
 	}
+	if err := privateFiles(path, schema); err != nil {
+		return nil, err
+	}
 	dsn := func(txlock, extra string) string {
 		q := url.Values{}
 		q.Set("_journal_mode", "WAL")
