@@ -130,6 +130,7 @@ func WithSync(m SyncMode) Option { return func(o *options) { o.sync = m } }
 type AgentStore struct {
 	*core
 	intake *intake // nil unless opened WithIntake (and no other process holds the log)
+	reader *reader // set by OpenAgentReader: a read-only store (reader.go)
 }
 
 // RelayStore is the relay's database: tokens, settings and the offline

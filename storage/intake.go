@@ -139,7 +139,12 @@ func openIntake(ctx context.Context, db *AgentStore, own bool) (*intake, error) 
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		lock.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, nil // a live agent owns it
+			// A live agent owns it: what it has answered is read once
+			// it has applied it (reader.go).
+			if own {
+				return nil, nil
+			}
+			return nil, db.ownerCaughtUp(ctx)
 		}
 		return nil, fmt.Errorf("storage: intake lock: %w", err)
 	}

@@ -71,7 +71,7 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 	if *since > 0 {
 		f.Since = time.Now().Add(-*since)
 	}
-	db, path, err := readAgentDB(ctx, *dataDir)
+	db, path, err := readAgentDB(ctx, stdio, "export", *dataDir, *text != "")
 	if err != nil {
 		return fail(stdio, "export", err)
 	}
