@@ -129,8 +129,8 @@ func attachSearchReadOnly(path string, immutable bool) func(*sqlite3.SQLiteConn)
 type Lag struct {
 	Migrations int   // the store is an older calltap's: its format is brought up to date by a writer
 	Requests   int   // requests in the intake log not applied to SQLite
-	Answers   int   // handlers' answers in the intake log not applied
-	Unindexed int64 // captures not in the full-text index
+	Answers    int   // handlers' answers in the intake log not applied
+	Unindexed  int64 // captures not in the full-text index
 }
 
 // Behind says what a reader leaves out. It is zero while an agent owns
