@@ -49,7 +49,8 @@ func holdDataDir(dir, what string, log *slog.Logger) (*dataLock, error) {
 	// Who holds it, for the next one to name. Written after the lock is
 	// taken: holder waits for it.
 	info := fmt.Sprintf("%d\n%s\n%s\n", os.Getpid(), what, time.Now().Format(time.DateTime))
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(info), 0)
 	}
 	if err != nil {

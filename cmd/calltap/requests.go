@@ -149,6 +149,12 @@ func readAgentDB(ctx context.Context, stdio Stdio, cmd, dataDir string, search b
 		db.Close()
 		return nil, path, fmt.Errorf("the store at %s is of an older calltap, and cannot be brought up to date (%v): open it once with this calltap where it can be written", path, werr)
 	}
+	fmt.Fprintf(stdio.Err, "calltap %s: this leaves out %s: the store cannot be written to add them (%v)\n", cmd, lagText(lag), werr)
+	return db, path, nil
+}
+
+// lagText says what a read of a store lagging by lag leaves out.
+func lagText(lag storage.Lag) string {
 	var left []string
 	if lag.Requests > 0 {
 		left = append(left, fmt.Sprintf("%d request(s)", lag.Requests))
@@ -162,8 +168,7 @@ func readAgentDB(ctx context.Context, stdio Stdio, cmd, dataDir string, search b
 	if lag.Unindexed > 0 {
 		left = append(left, fmt.Sprintf("%d capture(s) the search index lacks", lag.Unindexed))
 	}
-	fmt.Fprintf(stdio.Err, "calltap %s: this leaves out %s: the store cannot be written to add them (%v)\n", cmd, strings.Join(left, ", and "), werr)
-	return db, path, nil
+	return strings.Join(left, ", and ")
 }
 
 // noStore says that a read-only command found no store, and what makes one.
