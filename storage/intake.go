@@ -43,7 +43,9 @@ import (
 // lock file): the agent, opened WithIntake. Any other process opening the
 // store applies a log no live owner holds (an agent that was killed) and
 // writes to SQLite directly; while an agent owns the log, another process
-// sees the agent's captures once they are applied, within applyDelay.
+// opening the store waits until the agent has applied every record the log
+// held when it opened (ownerCaughtUp, reader.go), so it too sees every
+// request already answered.
 //
 // Files: <store>-intake/<generation>.log, records appended to the newest.
 // A file past intakeFileMax takes no new record; once every record of a
