@@ -131,6 +131,7 @@ func WithSync(m SyncMode) Option { return func(o *options) { o.sync = m } }
 type AgentStore struct {
 	*core
 	intake *intake // nil unless opened WithIntake (and no other process holds the log)
+	reader *reader // set by OpenAgentReader: a read-only store (reader.go)
 }
 
 // RelayStore is the relay's database: tokens, settings and the offline
@@ -218,6 +219,9 @@ func open(ctx context.Context, path string, schema Schema, opts ...Option) (*cor
 		return nil, fmt.Errorf("storage: create data directory: %w", err)
 	}
 	if err := checkEmpty(path, schema); err != nil {
+		return nil, err
+	}
+	if err := privateFiles(path, schema); err != nil {
 		return nil, err
 	}
 	dsn := func(txlock, extra string) string {

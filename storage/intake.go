@@ -45,7 +45,9 @@ import (
 // lock file): the agent, opened WithIntake. Any other process opening the
 // store applies a log no live owner holds (an agent that was killed) and
 // writes to SQLite directly; while an agent owns the log, another process
-// sees the agent's captures once they are applied, within applyDelay.
+// opening the store waits until the agent has applied every record the log
+// held when it opened (ownerCaughtUp, reader.go), so it too sees every
+// request already answered.
 //
 // Files: <store>-intake/<generation>.log, records appended to the newest.
 // A file past intakeFileMax takes no new record; once every record of a
@@ -143,7 +145,12 @@ func openIntake(ctx context.Context, db *AgentStore, own bool) (*intake, error) 
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		lock.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, nil // a live agent owns it
+			// A live agent owns it: what it has answered is read once
+			// it has applied it (reader.go).
+			if own {
+				return nil, nil
+			}
+			return nil, db.ownerCaughtUp(ctx)
 		}
 		return nil, fmt.Errorf("storage: intake lock: %w", err)
 	}

@@ -543,6 +543,9 @@ func (db *AgentStore) CatchUpSearch(ctx context.Context) (err error) {
 	if err := db.caughtUp(ctx); err != nil {
 		return err
 	}
+	if db.reader != nil {
+		return db.readerSearch(ctx)
+	}
 	// One query per file, so that damage found is put down to the right one.
 	var last, upto int64
 	if err := db.read.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM captures`).Scan(&last); err != nil {

@@ -107,6 +107,7 @@ type agentApp struct {
 	// in its server.
 	devRelay *devRelay
 
+	lock       *dataLock // the data directory, held from Open to Close
 	db         *storage.AgentStore
 	agent      *agent.Agent
 	inspectLn  net.Listener
@@ -133,6 +134,10 @@ func (app *agentApp) Open(ctx context.Context) (err error) {
 		}
 	}()
 	f := app.flags
+	// First: a second agent on the directory opens nothing in it.
+	if app.lock, err = holdDataDir(f.dataDir, "calltap "+app.mode()+" --forward-to "+f.forwardTo, app.log); err != nil {
+		return err
+	}
 	if d := app.devRelay; d != nil {
 		if err := d.open(ctx, f, app.log); err != nil {
 			return err
@@ -233,7 +238,17 @@ func (app *agentApp) Close() error {
 			errs = append(errs, d.db.Close())
 		}
 	}
+	// Last: the stores are closed, and the next agent may open them.
+	errs = append(errs, app.lock.release())
 	return errors.Join(errs...)
+}
+
+// mode is the command the app runs for: dev or listen.
+func (app *agentApp) mode() string {
+	if app.devRelay != nil {
+		return "dev"
+	}
+	return "listen"
 }
 
 // runTunnel connects the agent to the relay and prints the banner once the
@@ -253,11 +268,7 @@ func (app *agentApp) runTunnel(ctx context.Context) error {
 		app.agent.SetConnState(s)
 		if s.State == relay.StateConnected && s.Hello != nil {
 			once.Do(func() {
-				mode := "listen"
-				if app.devRelay != nil {
-					mode = "dev"
-				}
-				fmt.Fprintf(out, "calltap %s · %s\n  Tunnel     %s  ->  %s\n", mode, version, s.Hello.PublicURL, app.flags.forwardTo)
+				fmt.Fprintf(out, "calltap %s · %s\n  Tunnel     %s  ->  %s\n", app.mode(), version, s.Hello.PublicURL, app.flags.forwardTo)
 				if app.inspectURL != "" {
 					fmt.Fprintf(out, "  Inspector  %s\n", app.inspectURL)
 				}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -70,7 +71,7 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 	if *since > 0 {
 		f.Since = time.Now().Add(-*since)
 	}
-	db, path, err := readAgentDB(ctx, *dataDir)
+	db, path, err := readAgentDB(ctx, stdio, "export", *dataDir, *text != "")
 	if err != nil {
 		return fail(stdio, "export", err)
 	}
@@ -153,9 +154,10 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 }
 
 func cmdImport(ctx context.Context, args []string, stdio Stdio) int {
-	fs := newFlagSet("import", "calltap import FILE [--data DIR]",
+	fs := newFlagSet("import", "calltap import FILE [--data DIR] [--json]",
 		"Load an export into the local store, byte-exact and marked as imported. Captures the store already holds (by id)\nare left as they are, so importing twice adds nothing; a file with a bad line imports nothing.")
 	dataDir := fs.String("data", defaultDataDir(), "data directory")
+	asJSON := fs.Bool("json", false, "print {imported, total, already} as JSON")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
 	}
@@ -180,6 +182,14 @@ func cmdImport(ctx context.Context, args []string, stdio Stdio) int {
 	n, err := inspector.Import(ctx, db, cs)
 	if err != nil {
 		return fail(stdio, "import", err)
+	}
+	if *asJSON {
+		json.NewEncoder(stdio.Out).Encode(struct {
+			Imported int `json:"imported"`
+			Total    int `json:"total"`
+			Already  int `json:"already"`
+		}{n, len(cs), len(cs) - n})
+		return 0
 	}
 	fmt.Fprintf(stdio.Out, "imported %d of %d captures (%d already in the store)\n", n, len(cs), len(cs)-n)
 	return 0

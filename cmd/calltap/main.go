@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -105,9 +106,19 @@ func usage(w io.Writer, cmds map[string]command) {
 }
 
 func cmdVersion(ctx context.Context, args []string, stdio Stdio) int {
-	fs := newFlagSet("version", "calltap version", "Print calltap's version.")
+	fs := newFlagSet("version", "calltap version [--json]", "Print calltap's version.")
+	asJSON := fs.Bool("json", false, `print {"version": …} as JSON`)
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
+	}
+	if len(fs.args) > 0 {
+		return usageError(stdio, "version", "unexpected argument %q", fs.args[0])
+	}
+	if *asJSON {
+		json.NewEncoder(stdio.Out).Encode(struct {
+			Version string `json:"version"`
+		}{version})
+		return 0
 	}
 	fmt.Fprintln(stdio.Out, "calltap", version)
 	return 0

@@ -14,6 +14,7 @@ import (
 func TestReadOnlyCommandsCreateNoStore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	store := filepath.Join(dir, "agent.db")
+	var lines []string
 	for _, args := range [][]string{
 		{"requests", "--data", dir},
 		{"requests", "--data", dir, "--json"},
@@ -29,24 +30,17 @@ func TestReadOnlyCommandsCreateNoStore(t *testing.T) {
 		if n := strings.Count(strings.TrimRight(stderr, "\n"), "\n"); n != 0 {
 			t.Errorf("%v: want one line on stderr, got %q", args, stderr)
 		}
-		switch args[0] {
-		case "requests": // an empty list is no failure
-			if code != 0 {
-				t.Errorf("%v: exit %d, want 0", args, code)
-			}
-			if len(args) == 4 {
-				var page struct {
-					Count   int               `json:"count"`
-					Results []json.RawMessage `json:"results"`
-				}
-				if err := json.Unmarshal([]byte(stdout), &page); err != nil || page.Count != 0 || page.Results == nil || len(page.Results) != 0 {
-					t.Errorf("%v: stdout %q, want an empty page", args, stdout)
-				}
-			}
-		case "export": // nothing to export is exit 1, as an empty selection is
-			if code != 1 || stdout != "" {
-				t.Errorf("%v: exit %d, stdout %q; want 1 and nothing", args, code, stdout)
-			}
+		// One rule: no store is an error (exit 1, nothing on stdout),
+		// said in the same words by every command that reads one.
+		if code != 1 || stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q; want 1 and nothing", args, code, stdout)
+		}
+		_, line, _ := strings.Cut(stderr, ": ")
+		lines = append(lines, line)
+	}
+	for _, l := range lines[1:] {
+		if l != lines[0] {
+			t.Errorf("the commands say it differently: %q and %q", lines[0], l)
 		}
 	}
 
@@ -77,5 +71,40 @@ func TestRequestsUsageAndExportHelp(t *testing.T) {
 		if strings.HasPrefix(strings.TrimSpace(line), "export") && !strings.Contains(line, "HAR") {
 			t.Errorf("help describes export as %q, without HAR", line)
 		}
+	}
+}
+
+// --json gives machine-readable output from every command that prints
+// data, as the README says: each command named there takes it, and its
+// output is JSON.
+func TestJSONFlagWhereTheREADMESaysSo(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "`--json` prints machine-readable output from ")
+	if !ok {
+		t.Fatal("the README's commands section no longer says which commands take --json")
+	}
+	sentence, _, _ := strings.Cut(rest, ";")
+	var named []string
+	for _, part := range strings.Split(sentence, "`")[1:] {
+		if part = strings.TrimSpace(part); part != "" && !strings.ContainsAny(part, ",():") {
+			named = append(named, part)
+		}
+	}
+	if len(named) < 5 {
+		t.Fatalf("read %q from the README's sentence %q", named, sentence)
+	}
+	for _, cmd := range named {
+		_, stdout, _ := runCmd(t, append(strings.Fields(cmd), "-h")...)
+		if !strings.Contains(stdout, "  --json\n") {
+			t.Errorf("the README says %s takes --json; its help lists no --json:\n%s", cmd, stdout)
+		}
+	}
+	code, stdout, stderr := runCmd(t, "version", "--json")
+	var v struct{ Version string }
+	if code != 0 || json.Unmarshal([]byte(stdout), &v) != nil || v.Version != version {
+		t.Errorf("version --json: exit %d, stdout %q, stderr %q; want {\"version\": %q}", code, stdout, stderr, version)
 	}
 }

@@ -49,16 +49,13 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 	if err != nil {
 		return usageError(stdio, "requests", "%v", err.(*api.Error).Message)
 	}
-	db, path, err := readAgentDB(ctx, *dataDir)
+	db, path, err := readAgentDB(ctx, stdio, "requests", *dataDir, *text != "")
 	if err != nil {
 		return fail(stdio, "requests", err)
 	}
 	if db == nil {
-		if *asJSON {
-			json.NewEncoder(stdio.Out).Encode(api.NewPage(0, 0, f.Offset, []inspector.Summary{}))
-		}
-		fmt.Fprintf(stdio.Err, "calltap requests: %s\n", noStore(path))
-		return 0
+		// As export does: no store is not an empty one.
+		return fail(stdio, "requests", errors.New(noStore(path)))
 	}
 	defer db.Close()
 	rows, count, err := db.Captures(ctx, f)
@@ -110,7 +107,15 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 // readAgentDB opens the agent's store for a command that only reads it. It
 // creates nothing: with no store in dataDir it returns a nil store (and no
 // error), and the command says so. path is the store's file either way.
-func readAgentDB(ctx context.Context, dataDir string) (db *storage.AgentStore, path string, err error) {
+//
+// The store is opened read-only (storage.OpenAgentReader): reading needs
+// no room, works on a read-only copy, and sees every request a running
+// agent has answered. What only a writer can add (requests an agent that
+// was killed left in its log; for a search, captures the index lacks) is
+// added by opening the store to write, where that works; where it does
+// not, the command says what its answer leaves out, in one line on
+// stderr, and reads what there is.
+func readAgentDB(ctx context.Context, stdio Stdio, cmd, dataDir string, search bool) (db *storage.AgentStore, path string, err error) {
 	path = filepath.Join(dataDir, "agent.db")
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs
@@ -120,8 +125,56 @@ func readAgentDB(ctx context.Context, dataDir string) (db *storage.AgentStore, p
 	} else if err != nil {
 		return nil, path, err
 	}
-	db, err = agentDB(ctx, dataDir)
-	return db, path, err
+	if db, err = storage.OpenAgentReader(ctx, path); err != nil {
+		return nil, path, err
+	}
+	lag, err := db.Behind(ctx)
+	if err != nil {
+		db.Close()
+		return nil, path, err
+	}
+	if !search {
+		lag.Unindexed = 0
+	}
+	if lag == (storage.Lag{}) {
+		return db, path, nil
+	}
+	werr := errors.New("its file system is read-only or full")
+	if storage.Writable(dataDir) {
+		db.Close()
+		w, err := agentDB(ctx, dataDir)
+		if err == nil {
+			return w, path, nil
+		}
+		werr = err
+		if db, err = storage.OpenAgentReader(ctx, path); err != nil {
+			return nil, path, err
+		}
+	}
+	if lag.Migrations > 0 {
+		db.Close()
+		return nil, path, fmt.Errorf("the store at %s is of an older calltap, and cannot be brought up to date (%v): open it once with this calltap where it can be written", path, werr)
+	}
+	fmt.Fprintf(stdio.Err, "calltap %s: this leaves out %s: the store cannot be written to add them (%v)\n", cmd, lagText(lag), werr)
+	return db, path, nil
+}
+
+// lagText says what a read of a store lagging by lag leaves out.
+func lagText(lag storage.Lag) string {
+	var left []string
+	if lag.Requests > 0 {
+		left = append(left, fmt.Sprintf("%d request(s)", lag.Requests))
+	}
+	if lag.Answers > 0 {
+		left = append(left, fmt.Sprintf("%d handler answer(s)", lag.Answers))
+	}
+	if len(left) > 0 {
+		left = []string{strings.Join(left, " and ") + " the last agent logged but did not apply"}
+	}
+	if lag.Unindexed > 0 {
+		left = append(left, fmt.Sprintf("%d capture(s) the search index lacks", lag.Unindexed))
+	}
+	return strings.Join(left, ", and ")
 }
 
 // noStore says that a read-only command found no store, and what makes one.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,7 +14,7 @@ import (
 func TestDevCtrlCLogsNoFault(t *testing.T) {
 	h := httptest.NewServer(&counter{})
 	defer h.Close()
-	dev := start(t, "dev", "--forward-to", h.URL, "--listen", freeAddr(t), "--inspect", "127.0.0.1:0", "--data", t.TempDir())
+	dev := start(t, "dev", "--forward-to", h.URL, "--listen", freeAddr(t), "--inspect", "127.0.0.1:0", "--data", filepath.Join(t.TempDir(), "data")) // made 0700 by dev: no warning
 	url := tunnelURL(t, dev)
 	if code := postStatus(url, `{"n":1}`); code != 200 {
 		t.Fatalf("a request through the tunnel: %d", code)
