@@ -231,13 +231,15 @@ func (db *core) logEnd(ctx context.Context) (end pos, records []logged, err erro
 		if g == applied.gen {
 			start = applied.off
 		}
-		recs, _, err := readLog(in.path(g), g, start)
+		// Damage past the last whole record is a write in progress (the
+		// agent's) or a torn tail its next start cuts: not ours to judge.
+		scan, err := readLog(in.path(g), g, start)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // applied and deleted meanwhile
 		} else if err != nil {
 			return pos{}, nil, err
 		}
-		if len(recs) > 0 {
+		if recs := scan.recs; len(recs) > 0 {
 			end, records = recs[len(recs)-1].end, append(records, recs...)
 		}
 	}
