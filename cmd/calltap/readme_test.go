@@ -79,18 +79,24 @@ type readmeRun struct {
 	subst map[string]string // placeholder → value
 }
 
-// line fills in the ports and placeholders.
+// line fills in the ports and placeholders, each in one pass over the
+// line: replaced one after another, a port put in (127.0.0.1:40407) could
+// be taken for another's README port (127.0.0.1:4040) and replaced again.
 func (r *readmeRun) line(s string) string {
-	for from, to := range r.ports {
-		s = strings.ReplaceAll(s, from, to)
-	}
-	for from, to := range r.subst {
-		s = strings.ReplaceAll(s, from, to)
-	}
+	s = replacer(r.ports).Replace(s)
+	s = replacer(r.subst).Replace(s)
 	if m := regexp.MustCompile(`<[a-z-]+>`).FindString(s); m != "" {
 		r.t.Fatalf("README line %q: the test knows no value for %s", s, m)
 	}
 	return s
+}
+
+func replacer(m map[string]string) *strings.Replacer {
+	var pairs []string
+	for from, to := range m {
+		pairs = append(pairs, from, to)
+	}
+	return strings.NewReplacer(pairs...)
 }
 
 // background starts a command that runs until Ctrl-C, with extra flags
