@@ -21,8 +21,20 @@ import (
 const (
 	defaultRetain   = 30 * 24 * time.Hour
 	defaultMaxStore = 5 << 30
-	retainEvery     = 10 * time.Minute // how often the agent prunes
+	retainEvery     = 10 * time.Minute // how often the agent prunes at most
+	retainEveryMin  = time.Second      // and at least: a prune that finds nothing costs one indexed query
 )
+
+// retainInterval is how often the agent prunes for r: a tenth of --retain,
+// between retainEveryMin and retainEvery, so that a capture outlives its
+// retention by at most a tenth of it (10 minutes for the default 30 days,
+// 6 s for --retain 1m) rather than by a fixed 10 minutes.
+func retainInterval(r storage.Retention) time.Duration {
+	if r.MaxAge <= 0 {
+		return retainEvery // --max-store alone: the store's size moves slowly
+	}
+	return min(retainEvery, max(retainEveryMin, r.MaxAge/10))
+}
 
 // retentionFlags are listen's and dev's --retain, --max-store, --prune-kept.
 type retentionFlags struct {
@@ -46,7 +58,7 @@ func (f *retentionFlags) retention() storage.Retention {
 // runs until ctx ends (see storage.Retention).
 func runRetention(db *storage.AgentStore, r storage.Retention, log *slog.Logger) func(context.Context) error {
 	return func(ctx context.Context) error {
-		db.RunRetention(ctx, r, retainEvery, log)
+		db.RunRetention(ctx, r, retainInterval(r), log)
 		<-ctx.Done() // with no limit set it returns at once: a part that ends ends the app
 		return nil
 	}
