@@ -45,7 +45,7 @@ test: check-tools vet lint
 
 # Runs `calltap dev` with a small sample handler and sends sample call events.
 demo: demo-build
-	./scripts/demo
+	@./scripts/demo
 
 # The first build compiles SQLite (cgo), a minute or more on a small machine:
 # it is built first, on its own, under one line that names it and counts

@@ -126,7 +126,7 @@ func (b *byteSize) Set(s string) error {
 
 func cmdDelete(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("delete", "calltap delete ID... | --call-id ID | --before TIME [--yes] [--data DIR]",
-		"Delete captures from the local store, with their search entries, bodies and saved media. Works while the agent runs.\nTIME is RFC 3339 (2026-11-01T00:00:00Z), a date (2026-11-01) or an age (30d, 72h). --before leaves captures\nmarked to keep and imported fixtures unless --include-kept.")
+		"Delete captures from the local store, with their search entries, bodies and saved media. Works while the agent runs.\nID is a capture id, a unique prefix of one, or a delivery id (each of its captures). TIME is RFC 3339\n(2026-11-01T00:00:00Z), a date (2026-11-01) or an age (30d, 72h). --before leaves captures marked to keep and\nimported fixtures unless --include-kept. Without a terminal to ask on, it wants --yes.")
 	var (
 		dataDir     = fs.String("data", defaultDataDir(), "data `dir`ectory")
 		callID      = fs.String("call-id", "", "delete every capture of the call `id`, and its saved media")
