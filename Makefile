@@ -8,7 +8,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 # PATH for most Go users), or e.g. PREFIX=/usr/local.
 PREFIX    ?= $(shell $(GO) env GOPATH)
 
-.PHONY: build install check-tools test vet lint demo bench fuzz clean
+.PHONY: build install check-tools test vet lint demo demo-build bench fuzz clean
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/calltap
@@ -44,12 +44,15 @@ test: check-tools vet lint
 	$(GO) test -run '^$$' -fuzz FuzzImport -fuzztime 15s ./inspector/
 
 # Runs `calltap dev` with a small sample handler and sends sample call events.
-# The first build compiles SQLite (cgo) and takes minutes: -v lists the
-# packages as they compile, so a cold start shows progress.
-demo:
-	@echo "make demo: building calltap (the first build compiles SQLite and takes a few minutes; packages are listed as they compile)" >&2
-	$(GO) build -v -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/calltap
-	./scripts/demo
+demo: demo-build
+	@./scripts/demo
+
+# The first build compiles SQLite (cgo), a minute or more on a small machine:
+# it is built first, on its own, under one line that names it and counts
+# the seconds (the same flags as the build after, so that it reuses it).
+demo-build:
+	@./scripts/with-status "make demo: compiling SQLite (github.com/mattn/go-sqlite3, first build only)" $(GO) build -trimpath github.com/mattn/go-sqlite3
+	@./scripts/with-status "make demo: building calltap" $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/calltap
 
 bench: build
 	./scripts/bench

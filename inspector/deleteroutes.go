@@ -18,7 +18,12 @@ import (
 func DeleteRoutes(mux *http.ServeMux, db *storage.AgentStore) {
 	mux.HandleFunc("DELETE /api/v1/ext/webhooks/{id}/{$}", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		d, err := db.DeleteCaptures(r.Context(), id)
+		ref, err := ResolveCapture(r.Context(), db, id) // a delivery id: every capture of it, as calltap delete
+		if err != nil {
+			api.WriteError(w, err)
+			return
+		}
+		d, err := db.DeleteCaptures(r.Context(), ref.IDs()...)
 		if err != nil {
 			api.WriteError(w, err)
 			return
@@ -55,13 +60,20 @@ func DeleteRoutes(mux *http.ServeMux, db *storage.AgentStore) {
 			return
 		}
 		id := r.PathValue("id")
-		if err := db.SetKeep(r.Context(), id, *body.Keep); errors.Is(err, storage.ErrNotFound) {
-			api.WriteError(w, api.NotFound("capture "+id))
-			return
-		} else if err != nil {
+		ref, err := ResolveCapture(r.Context(), db, id) // a delivery id: every capture of it, as calltap keep
+		if err != nil {
 			api.WriteError(w, err)
 			return
 		}
-		api.WriteData(w, http.StatusOK, "ok", map[string]any{"id": id, "keep": *body.Keep})
+		for _, c := range ref.Captures {
+			if err := db.SetKeep(r.Context(), c.ID, *body.Keep); errors.Is(err, storage.ErrNotFound) {
+				api.WriteError(w, api.NotFound("capture "+c.ID))
+				return
+			} else if err != nil {
+				api.WriteError(w, err)
+				return
+			}
+		}
+		api.WriteData(w, http.StatusOK, "ok", map[string]any{"id": id, "ids": ref.IDs(), "keep": *body.Keep})
 	})
 }

@@ -353,6 +353,14 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, api.Invalid("id is required"))
 		return
 	}
+	// The id a person pastes: a capture id, a prefix of one or a delivery
+	// id, whose original is replayed (as calltap replay does).
+	ref, err := ResolveCapture(r.Context(), s.agent.Store(), o.ID)
+	if err != nil {
+		api.WriteError(w, err)
+		return
+	}
+	o.ID = ref.Original().ID
 	c, err := s.agent.Replay(r.Context(), o)
 	if err != nil {
 		api.WriteError(w, err)

@@ -159,6 +159,7 @@ type CaptureFilter struct {
 	CallID      string
 	CallIDs     []string // any of these calls (export)
 	DeliveryID  string
+	IDPrefix    string // ids that start with it: a user's shortened capture id
 	StatusClass string // 2xx 3xx 4xx 5xx none
 	Text        string // full-text search in bodies
 	Source      string
@@ -215,6 +216,11 @@ func (f *CaptureFilter) conds() ([]string, []any) {
 	}
 	if f.DeliveryID != "" {
 		add("delivery_id = ?", f.DeliveryID)
+	}
+	if f.IDPrefix != "" {
+		// A range, not LIKE, so the unique index on id answers it. Ids
+		// are ASCII, so every id with the prefix sorts below prefix+0x7f.
+		add("id >= ? AND id < ?", f.IDPrefix, f.IDPrefix+"\x7f")
 	}
 	if f.Source != "" {
 		add("source = ?", f.Source)

@@ -26,14 +26,14 @@ func cmdBackfill(ctx context.Context, args []string, stdio Stdio) int {
 	sf.register(fs)
 	var (
 		since     = fs.Duration("since", 2*time.Hour, "look at deliveries created within this window; 0 for the whole log")
-		callID    = fs.String("call-id", "", "only this call's deliveries")
+		callID    = fs.String("call-id", "", "only the deliveries of the call `id`")
 		forward   = fs.Bool("forward", false, "send each imported delivery on to the local handler (--forward-to)")
-		forwardTo = fs.String("forward-to", "", "the local handler, e.g. http://127.0.0.1:3000/webhooks (implies --forward)")
-		dataDir   = fs.String("data", defaultDataDir(), "data directory (the agent's store)")
+		forwardTo = fs.String("forward-to", "", "the local handler's `url`, e.g. http://127.0.0.1:3000/webhooks (implies --forward)")
+		dataDir   = fs.String("data", defaultDataDir(), "data `dir`ectory (the agent's store)")
 		asJSON    = fs.Bool("json", false, "print a summary as JSON")
 		headers   stringList
 	)
-	fs.Var(&headers, "header", "'Name: value' added to each imported request, e.g. the Authorization your handler checks\n(the delivery log does not keep event_webhook_headers; repeatable)")
+	fs.Var(&headers, "header", "`'Name: value'` added to each imported request, e.g. the Authorization your handler checks\n(the delivery log does not keep event_webhook_headers; repeatable)")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
 	}

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -19,8 +21,20 @@ import (
 const (
 	defaultRetain   = 30 * 24 * time.Hour
 	defaultMaxStore = 5 << 30
-	retainEvery     = 10 * time.Minute // how often the agent prunes
+	retainEvery     = 10 * time.Minute // how often the agent prunes at most
+	retainEveryMin  = time.Second      // and at least: a prune that finds nothing costs one indexed query
 )
+
+// retainInterval is how often the agent prunes for r: a tenth of --retain,
+// between retainEveryMin and retainEvery, so that a capture outlives its
+// retention by at most a tenth of it (10 minutes for the default 30 days,
+// 6 s for --retain 1m) rather than by a fixed 10 minutes.
+func retainInterval(r storage.Retention) time.Duration {
+	if r.MaxAge <= 0 {
+		return retainEvery // --max-store alone: the store's size moves slowly
+	}
+	return min(retainEvery, max(retainEveryMin, r.MaxAge/10))
+}
 
 // retentionFlags are listen's and dev's --retain, --max-store, --prune-kept.
 type retentionFlags struct {
@@ -31,8 +45,8 @@ type retentionFlags struct {
 
 func (f *retentionFlags) register(fs *flagSet) {
 	f.retain, f.maxStore = durationDays(defaultRetain), byteSize(defaultMaxStore)
-	fs.Var(&f.retain, "retain", "prune captures older than this, e.g. 30d, 72h; 0 keeps them for ever")
-	fs.Var(&f.maxStore, "max-store", "prune the oldest captures while the data directory's store is larger, e.g. 5GiB, 500MB; 0: no limit")
+	fs.Var(&f.retain, "retain", "prune captures older than this `age`, e.g. 30d, 72h; 0 keeps them for ever")
+	fs.Var(&f.maxStore, "max-store", "prune the oldest captures while the data directory's store is larger than `size`, e.g. 5GiB, 500MB; 0: no limit")
 	fs.BoolVar(&f.kept, "prune-kept", false, "prune captures marked to keep and imported fixtures too")
 }
 
@@ -44,7 +58,7 @@ func (f *retentionFlags) retention() storage.Retention {
 // runs until ctx ends (see storage.Retention).
 func runRetention(db *storage.AgentStore, r storage.Retention, log *slog.Logger) func(context.Context) error {
 	return func(ctx context.Context) error {
-		db.RunRetention(ctx, r, retainEvery, log)
+		db.RunRetention(ctx, r, retainInterval(r), log)
 		<-ctx.Done() // with no limit set it returns at once: a part that ends ends the app
 		return nil
 	}
@@ -112,11 +126,11 @@ func (b *byteSize) Set(s string) error {
 
 func cmdDelete(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("delete", "calltap delete ID... | --call-id ID | --before TIME [--yes] [--data DIR]",
-		"Delete captures from the local store, with their search entries, bodies and saved media. Works while the agent runs.\nTIME is RFC 3339 (2026-11-01T00:00:00Z), a date (2026-11-01) or an age (30d, 72h). --before leaves captures\nmarked to keep and imported fixtures unless --include-kept.")
+		"Delete captures from the local store, with their search entries, bodies and saved media. Works while the agent runs.\nID is a capture id, a unique prefix of one, or a delivery id (each of its captures). TIME is RFC 3339\n(2026-11-01T00:00:00Z), a date (2026-11-01) or an age (30d, 72h). --before leaves captures marked to keep and\nimported fixtures unless --include-kept. Without a terminal to ask on, it wants --yes.")
 	var (
-		dataDir     = fs.String("data", defaultDataDir(), "data directory")
-		callID      = fs.String("call-id", "", "delete every capture of this call, and its saved media")
-		before      = fs.String("before", "", "delete every capture saved before TIME")
+		dataDir     = fs.String("data", defaultDataDir(), "data `dir`ectory")
+		callID      = fs.String("call-id", "", "delete every capture of the call `id`, and its saved media")
+		before      = fs.String("before", "", "delete every capture saved before `time`")
 		yes         = fs.Bool("yes", false, "do not ask")
 		includeKept = fs.Bool("include-kept", false, "with --before: delete kept and imported captures too")
 	)
@@ -133,53 +147,105 @@ func cmdDelete(ctx context.Context, args []string, stdio Stdio) int {
 		return usageError(stdio, "delete", "want capture IDs, --call-id or --before (one of them)")
 	}
 	var cutoff time.Time
-	what := fmt.Sprintf("%d capture(s)", len(fs.args))
-	if *callID != "" {
-		what = "every capture of call " + *callID
-	}
 	if *before != "" {
 		t, err := parseBefore(*before, time.Now())
 		if err != nil {
 			return usageError(stdio, "delete", "--before: %v", err)
 		}
-		cutoff, what = t, "every capture saved before "+t.Format(time.RFC3339)
+		cutoff = t
 	}
-	if !*yes {
-		if !isTerminal(stdio.In) {
-			return usageError(stdio, "delete", "not a terminal: add --yes to delete %s", what)
-		}
-		fmt.Fprintf(stdio.Out, "Delete %s from %s? [y/N] ", what, *dataDir)
-		line, _ := bufio.NewReader(stdio.In).ReadString('\n')
-		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
-			fmt.Fprintln(stdio.Out, "Nothing deleted.")
-			return 1
-		}
+	if !*yes && !isTerminal(stdio.In) {
+		// A pipe, /dev/null, CI: nobody can answer, so nothing is asked.
+		return usageError(stdio, "delete", "standard input is not a terminal: add --yes to delete without asking")
 	}
 	db, err := agentDB(ctx, *dataDir)
 	if err != nil {
 		return fail(stdio, "delete", err)
 	}
 	defer db.Close()
-	var d storage.Deleted
-	switch {
-	case *callID != "":
-		d, err = db.DeleteCall(ctx, *callID)
-	case *before != "":
-		d, err = db.DeleteBefore(ctx, cutoff, *includeKept)
-	default:
-		d, err = db.DeleteCaptures(ctx, fs.args...)
+	p := deletePlan{callID: *callID, cutoff: cutoff, includeKept: *includeKept}
+	if len(fs.args) > 0 {
+		// Every reference is read before anything goes: one that names
+		// nothing (deleted already, mistyped) deletes nothing.
+		if p.refs, err = resolveRefs(ctx, db, fs.args); err != nil {
+			return fail(stdio, "delete", err)
+		}
 	}
+	if !*yes && !confirm(stdio, fmt.Sprintf("Delete %s from %s?", p.what(), *dataDir)) {
+		fmt.Fprintln(stdio.Out, "Nothing deleted.")
+		return 1
+	}
+	d, err := p.run(ctx, db)
 	if err != nil {
 		return fail(stdio, "delete", err)
 	}
-	if len(fs.args) > 0 && d.Captures < len(fs.args) {
-		fmt.Fprintf(stdio.Err, "calltap delete: %d of %d IDs matched no capture\n", len(fs.args)-d.Captures, len(fs.args))
+	if d.Captures == 0 && d.Media == 0 && !p.cutoff.IsZero() {
+		fmt.Fprintf(stdio.Out, "Nothing saved before %s to delete.\n", p.cutoff.Format(time.RFC3339))
+		return 0 // a routine prune that found nothing: no error
 	}
-	fmt.Fprintf(stdio.Out, "Deleted %d capture(s) and %d media file(s).\n", d.Captures, d.Media)
-	if len(fs.args) > 0 && d.Captures < len(fs.args) {
+	if d.Captures == 0 && d.Media == 0 {
+		fmt.Fprintf(stdio.Err, "calltap delete: %s matched nothing; nothing deleted\n", p.what())
 		return 1
 	}
+	fmt.Fprintf(stdio.Out, "Deleted %d capture(s) and %d media file(s).\n", d.Captures, d.Media)
+	for _, r := range p.refs {
+		if note := refNote(r, "deleted them all"); note != "" {
+			fmt.Fprintln(stdio.Out, note)
+		}
+	}
 	return 0
+}
+
+// deletePlan is what one calltap delete deletes: the captures refs name,
+// a call, or what was saved before cutoff.
+type deletePlan struct {
+	refs        []inspector.CaptureRef
+	callID      string
+	cutoff      time.Time
+	includeKept bool
+}
+
+// what names the plan for the prompt and the messages.
+func (p deletePlan) what() string {
+	switch {
+	case p.callID != "":
+		return "every capture of call " + p.callID
+	case !p.cutoff.IsZero():
+		return "every capture saved before " + p.cutoff.Format(time.RFC3339)
+	}
+	return fmt.Sprintf("%d capture(s)", len(p.ids()))
+}
+
+// ids are the captures refs name, each once: a delivery id stands for
+// all of its captures (duplicates and replays), since they are one event.
+func (p deletePlan) ids() []string {
+	var ids []string
+	for _, r := range p.refs {
+		for _, id := range r.IDs() {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
+func (p deletePlan) run(ctx context.Context, db *storage.AgentStore) (storage.Deleted, error) {
+	switch {
+	case p.callID != "":
+		return db.DeleteCall(ctx, p.callID)
+	case !p.cutoff.IsZero():
+		return db.DeleteBefore(ctx, p.cutoff, p.includeKept)
+	}
+	return db.DeleteCaptures(ctx, p.ids()...)
+}
+
+// confirm asks a person at a terminal; only y or yes is a yes.
+func confirm(stdio Stdio, question string) bool {
+	fmt.Fprintf(stdio.Out, "%s [y/N] ", question)
+	line, _ := bufio.NewReader(stdio.In).ReadString('\n')
+	a := strings.ToLower(strings.TrimSpace(line))
+	return a == "y" || a == "yes"
 }
 
 // parseBefore reads --before: RFC 3339, a date (midnight UTC) or an age.
@@ -199,9 +265,9 @@ func parseBefore(s string, now time.Time) (time.Time, error) {
 
 func cmdKeep(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("keep", "calltap keep ID... [--off] [--data DIR]",
-		"Mark captures to keep: retention (--retain, --max-store) never prunes them; calltap delete still can.")
+		"Mark captures to keep: retention (--retain, --max-store) never prunes them; calltap delete still can.\nID is a capture id, a unique prefix of one, or a delivery id (each of its captures).")
 	var (
-		dataDir = fs.String("data", defaultDataDir(), "data directory")
+		dataDir = fs.String("data", defaultDataDir(), "data `dir`ectory")
 		off     = fs.Bool("off", false, "remove the mark instead")
 	)
 	if ok, code := parseFlags(fs, args, stdio); !ok {
@@ -215,12 +281,22 @@ func cmdKeep(ctx context.Context, args []string, stdio Stdio) int {
 		return fail(stdio, "keep", err)
 	}
 	defer db.Close()
-	for _, id := range fs.args {
+	refs, err := resolveRefs(ctx, db, fs.args)
+	if err != nil {
+		return fail(stdio, "keep", err)
+	}
+	p := deletePlan{refs: refs}
+	for _, id := range p.ids() {
 		if err := db.SetKeep(ctx, id, !*off); errors.Is(err, storage.ErrNotFound) {
-			return fail(stdio, "keep", fmt.Errorf("no capture %s in %s", id, *dataDir))
+			return fail(stdio, "keep", fmt.Errorf("capture %s was deleted meanwhile", id))
 		} else if err != nil {
 			return fail(stdio, "keep", err)
 		}
 	}
+	done := "Kept (retention will not prune)"
+	if *off {
+		done = "Let go (retention may prune again)"
+	}
+	fmt.Fprintf(stdio.Out, "%s %d capture(s): %s\n", done, len(p.ids()), strings.Join(p.ids(), ", "))
 	return 0
 }

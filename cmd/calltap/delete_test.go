@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -85,6 +88,37 @@ func TestRetentionFlags(t *testing.T) {
 	for _, in := range []string{"-1d", "soon", "5XB", "-3"} {
 		if d.Set(in) == nil && b.Set(in) == nil {
 			t.Errorf("%q accepted", in)
+		}
+	}
+}
+
+// --retain keeps its word at short settings: the agent prunes every tenth
+// of it, so a capture saved after the start-up prune is gone a few
+// seconds after it is 3 s old, not 10 minutes later. The 2-minute limit
+// bounds a hang on a busy machine; it is far below the old 10 minutes.
+func TestShortRetainPrunesSoon(t *testing.T) {
+	h := httptest.NewServer(&counter{})
+	defer h.Close()
+	dir := t.TempDir()
+	dev := start(t, "dev", "--forward-to", h.URL, "--listen", freeAddr(t), "--inspect", "", "--data", dir, "--retain", "3s")
+	url := tunnelURL(t, dev)
+	if code := postStatus(url, `{"id":"dlv-retain","event":"call.started"}`); code != http.StatusOK {
+		t.Fatalf("a request through the tunnel: %d", code)
+	}
+	polltest.Until(t, 10*time.Second, func() bool {
+		_, out, _ := runCmd(t, "requests", "--data", dir, "--id", "dlv-retain")
+		return strings.Contains(out, "1 of 1")
+	}, "the capture was never listed")
+	polltest.Until(t, 2*time.Minute, func() bool {
+		code, _, _ := runCmd(t, "requests", "--data", dir, "--id", "dlv-retain")
+		return code == 1 // not found
+	}, "a capture past --retain 3s was not pruned within 2 minutes")
+	for _, c := range []struct {
+		retain time.Duration
+		want   time.Duration
+	}{{0, 10 * time.Minute}, {30 * 24 * time.Hour, 10 * time.Minute}, {time.Minute, 6 * time.Second}, {3 * time.Second, time.Second}} {
+		if got := retainInterval(storage.Retention{MaxAge: c.retain, MaxBytes: 1}); got != c.want {
+			t.Errorf("--retain %s: prunes every %s, want %s", c.retain, got, c.want)
 		}
 	}
 }

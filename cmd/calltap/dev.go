@@ -16,8 +16,8 @@ func cmdDev(ctx context.Context, args []string, stdio Stdio) int {
 	var (
 		af     agentFlags
 		rf     relayFlags
-		listen = fs.String("listen", "127.0.0.1:8080", "address of the local relay")
-		pubURL = fs.String("public-url", "", "URL senders use (default http://<listen>)")
+		listen = fs.String("listen", "127.0.0.1:8080", "`address` of the local relay")
+		pubURL = fs.String("public-url", "", "`url` senders use (default http://<listen>)")
 	)
 	af.register(fs)
 	rf.register(fs, true)

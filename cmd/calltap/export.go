@@ -20,22 +20,22 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("export", "calltap export [--call-id ID]… [--event KIND] [--since 2h] [--q TEXT] [--format jsonl|har] [-o FILE] [--mask-header NAME]… [--include-secrets] [--redact [--redact-path PATH]…] [--progress] [--data DIR]",
 		"Write captures byte-exact, oldest first: as JSON Lines (a first line naming the format, its version and what was\nmasked, then one capture a line as the inspector's API details it), or as HAR 1.2 for browsers' developer tools and\nHTTP tools. Without -o, to standard output. Progress shows on stderr when it is a terminal, or with --progress.\n\nThe values of secret headers are masked as "+inspector.MaskedValue+": "+strings.Join(inspector.SecretHeaders, ", ")+",\nthose `listen --require-header` used with this data directory, and --mask-header; --include-secrets keeps them.\n--redact replaces the personal fields of call events with stand-ins (the same value, the same stand-in): for\nfixtures to share or commit.")
 	var (
-		dataDir = fs.String("data", defaultDataDir(), "data directory")
+		dataDir = fs.String("data", defaultDataDir(), "data `dir`ectory")
 		callIDs stringList
-		event   = fs.String("event", "", "only this event kind, e.g. call.ended")
+		event   = fs.String("event", "", "only this event `kind`, e.g. call.ended")
 		since   = fs.Duration("since", 0, "only captures of the last d, e.g. 2h")
-		text    = fs.String("q", "", "full-text search in bodies")
-		out     = fs.String("o", "", "file to write (written whole or not at all)")
-		format  = fs.String("format", "jsonl", "jsonl (calltap import reads it back) or har")
+		text    = fs.String("q", "", "full-text search in bodies for `words`")
+		out     = fs.String("o", "", "`file` to write (written whole or not at all)")
+		format  = fs.String("format", "jsonl", "output `format`: jsonl (calltap import reads it back) or har")
 		showAll = fs.Bool("progress", false, "a line on stderr every 1,000 captures and at the end, even when stderr is not a terminal")
 		secrets = fs.Bool("include-secrets", false, "keep the values of secret headers (Authorization, Cookie, …) as they came")
 		redact  = fs.Bool("redact", false, "replace contact, numbers, variables, summaries, answers and media links with stand-ins")
 		masks   stringList
 		paths   stringList
 	)
-	fs.Var(&callIDs, "call-id", "only this call (repeatable)")
-	fs.Var(&masks, "mask-header", "mask this header's values too (repeatable)")
-	fs.Var(&paths, "redact-path", "with --redact: a JSON path of the body to replace too, e.g. call.contact.custom_fields.city or data.room.name (repeatable)")
+	fs.Var(&callIDs, "call-id", "only this call, by its `id` (repeatable)")
+	fs.Var(&masks, "mask-header", "mask the values of the header `name` too (repeatable)")
+	fs.Var(&paths, "redact-path", "with --redact: a JSON `path` of the body to replace too, e.g. call.contact.custom_fields.city or data.room.name (repeatable)")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
 	}
@@ -156,7 +156,7 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 func cmdImport(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("import", "calltap import FILE [--data DIR] [--json]",
 		"Load an export into the local store, byte-exact and marked as imported. Captures the store already holds (by id)\nare left as they are, so importing twice adds nothing; a file with a bad line imports nothing.")
-	dataDir := fs.String("data", defaultDataDir(), "data directory")
+	dataDir := fs.String("data", defaultDataDir(), "data `dir`ectory")
 	asJSON := fs.Bool("json", false, "print {imported, total, already} as JSON")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code

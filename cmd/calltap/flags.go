@@ -106,7 +106,7 @@ func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
 type syncFlag struct{ mode storage.SyncMode }
 
 func (f *syncFlag) register(fs *flagSet) {
-	fs.Var(f, "sync", "`full`: what is acknowledged is on disk before the answer (survives a power cut);\nnormal: synced at checkpoints only, faster, a power cut may lose the last acknowledged requests")
+	fs.Var(f, "sync", "durability `mode`: full: what is acknowledged is on disk before the answer (survives a power cut);\nnormal: synced at checkpoints only, faster, a power cut may lose the last acknowledged requests")
 }
 
 func (f *syncFlag) String() string {

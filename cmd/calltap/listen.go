@@ -40,11 +40,11 @@ type agentFlags struct {
 }
 
 func (f *agentFlags) register(fs *flagSet) {
-	fs.StringVar(&f.forwardTo, "forward-to", "", "the local handler, e.g. http://127.0.0.1:3000/webhooks (the rest of the tunnel path and the query are appended)")
-	fs.StringVar(&f.inspect, "inspect", "127.0.0.1:4040", "address of the inspector (browser UI and JSON API); empty to disable")
-	fs.Var(&f.inspectHosts, "inspect-host", "extra Host name the inspector accepts, or its whole origin when a proxy serves it (https://name) (repeatable)")
-	fs.StringVar(&f.inspectToken, "inspect-token", "", "token the inspector requires (needed to bind beyond loopback)")
-	fs.StringVar(&f.dataDir, "data", defaultDataDir(), "data directory: captures, saved media")
+	fs.StringVar(&f.forwardTo, "forward-to", "", "the local handler's `url`, e.g. http://127.0.0.1:3000/webhooks (the rest of the tunnel path and the query are appended)")
+	fs.StringVar(&f.inspect, "inspect", "127.0.0.1:4040", "`address` of the inspector (browser UI and JSON API); empty to disable")
+	fs.Var(&f.inspectHosts, "inspect-host", "extra `host` name the inspector accepts, or its whole origin when a proxy serves it (https://name) (repeatable)")
+	fs.StringVar(&f.inspectToken, "inspect-token", "", "`token` the inspector requires (needed to bind beyond loopback)")
+	fs.StringVar(&f.dataDir, "data", defaultDataDir(), "data `dir`ectory: captures, saved media")
 	fs.DurationVar(&f.forwardTimeout, "handler-timeout", 30*time.Second, "how long the local handler may take")
 	fs.BoolVar(&f.jsonLogs, "log-json", false, "log as JSON")
 	fs.BoolVar(&f.quiet, "quiet", false, "do not print a line per request")
@@ -87,14 +87,14 @@ func cmdListen(ctx context.Context, args []string, stdio Stdio) int {
 		"Connect to a relay and receive your tunnel's requests: each is saved in SQLite, forwarded to the local handler,\nand shown in the inspector. Requests that arrived while you were away are delivered first, in order.")
 	var (
 		af       agentFlags
-		relayURL = fs.String("relay", "", "the relay's URL, e.g. https://relay.example.com; several nodes of one relay comma-separated")
-		token    = fs.String("token", "", "your token (default $CALLTAP_TOKEN)")
-		tokFile  = fs.String("token-file", "", "read your token from this file instead (kept out of the process list)")
+		relayURL = fs.String("relay", "", "the relay's `url`, e.g. https://relay.example.com; several nodes of one relay comma-separated")
+		token    = fs.String("token", "", "your `token` (default $CALLTAP_TOKEN)")
+		tokFile  = fs.String("token-file", "", "read your token from this `file` instead (kept out of the process list)")
 		require  stringList
-		caFile   = fs.String("relay-ca", "", "PEM file of extra roots to trust for the relay's certificate")
+		caFile   = fs.String("relay-ca", "", "PEM `file` of extra roots to trust for the relay's certificate")
 	)
 	af.register(fs)
-	fs.Var(&require, "require-header", "'Name: value' every sender must present, checked at the relay (repeatable)")
+	fs.Var(&require, "require-header", "`'Name: value'` every sender must present, checked at the relay (repeatable)")
 	fs.require("relay", "forward-to")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code

@@ -21,7 +21,7 @@ func cmdMedia(ctx context.Context, args []string, stdio Stdio) int {
 	var sf serviceFlags
 	sf.register(fs)
 	var (
-		dataDir      = fs.String("data", defaultDataDir(), "data directory")
+		dataDir      = fs.String("data", defaultDataDir(), "data `dir`ectory")
 		allowPrivate = fs.Bool("allow-private", false, "allow links to loopback and private addresses (the emulator)")
 		asJSON       = fs.Bool("json", false, "print the saved files' records as JSON")
 	)

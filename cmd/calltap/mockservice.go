@@ -17,20 +17,20 @@ func cmdMockService(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("mock-service", "calltap mock-service --api-key 'KEY=SCOPE,SCOPE' [flags]",
 		"Run an emulator of the voice service on loopback: the API under /api/v1/ext/ (dispatch a call with\nPOST /calls/dispatch/, the delivery log, replay, media, contacts) and webhook deliveries with the\ndocumented retries, so that whole calls run offline.")
 	var (
-		listen    = fs.String("listen", "127.0.0.1:9090", "address to serve the API on")
+		listen    = fs.String("listen", "127.0.0.1:9090", "`address` to serve the API on")
 		keys      stringList
-		keysFile  = fs.String("api-keys-file", "", "file of API keys, one 'key=scope,scope' a line (# comments)")
+		keysFile  = fs.String("api-keys-file", "", "`file` of API keys, one 'key=scope,scope' a line (# comments)")
 		timeScale = fs.Float64("time-scale", 1, "multiply every wait (call timings, retry delays) by this; 0.01 runs 100× faster")
 		allowHTTP = fs.Bool("allow-http-webhooks", false, "admit http:// webhook URLs on loopback hosts (https is required otherwise)")
 		timeout   = fs.Duration("delivery-timeout", 10*time.Second, "time after which a delivery attempt counts as failed")
 		mediaTTL  = fs.Duration("media-expires-in", time.Hour, "lifetime of signed media links (not scaled)")
-		dataDir   = fs.String("data", filepath.Join(defaultDataDir(), "mock-service"), "data directory of the emulator's state (service.db)")
+		dataDir   = fs.String("data", filepath.Join(defaultDataDir(), "mock-service"), "data `dir`ectory of the emulator's state (service.db)")
 		seed      = fs.Int("seed", 0, "on an empty database, create N contacts and N past calls with their deliveries")
-		publicURL = fs.String("public-url", "", "the emulator's URL as clients reach it, for media links (default: from --listen)")
+		publicURL = fs.String("public-url", "", "the emulator's `url` as clients reach it, for media links (default: from --listen)")
 		jsonLogs  = fs.Bool("log-json", false, "log as JSON")
 		quiet     = fs.Bool("quiet", false, "do not log a line per delivery attempt")
 	)
-	fs.Var(&keys, "api-key", "API key and its scopes, 'key=webhooks:read,webhooks:write' (repeatable)")
+	fs.Var(&keys, "api-key", "API key and its scopes, `key=scopes`, e.g. 'key=webhooks:read,webhooks:write' (repeatable)")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
 	}

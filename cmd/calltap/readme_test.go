@@ -121,13 +121,37 @@ func (r *readmeRun) background(line string, extra ...string) *proc {
 	return p
 }
 
+// stopsWithKill runs line as the README says to run it in the background
+// (line &), then kill $!, and checks that addr, where it listened, is free
+// again: stopping what the reader started stops the server, not only a
+// wrapper (go run leaves its child holding the port).
+func (r *readmeRun) stopsWithKill(line, addr string) {
+	r.t.Helper()
+	port := addr[strings.LastIndex(addr, ":")+1:]
+	script := r.line(line) + ` &
+pid=$!
+for _ in $(seq 1 1200); do (exec 3<>/dev/tcp/127.0.0.1/` + port + `) 2>/dev/null && break; sleep 0.1; done
+kill $pid
+wait $pid
+true`
+	r.run(script)
+	polltest.Until(r.t, 30*time.Second, func() bool { return !listening(addr) },
+		"after '"+line+" &' and 'kill $!', something still listens on its port")
+}
+
 // run runs a line to its end; it must exit 0.
 func (r *readmeRun) run(line string) string {
+	r.t.Helper()
+	return r.runIn(r.dir, line)
+}
+
+// runIn is run in dir.
+func (r *readmeRun) runIn(dir, line string) string {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", r.line(line))
-	cmd.Dir, cmd.Env = r.dir, r.env
+	cmd.Dir, cmd.Env = dir, r.env
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		r.t.Fatalf("README command %q: %v\n%s", r.line(line), err, out)
@@ -151,22 +175,26 @@ func TestReadmeExamples(t *testing.T) {
 	blocks := readmeBlocks(t)
 	bin := calltapBinary(t)
 	home := t.TempDir()
-	handlerBin := filepath.Join(t.TempDir(), "samplehandler")
-	if out, err := exec.Command("go", "build", "-o", handlerBin, "../../scripts/samplehandler").CombinedOutput(); err != nil {
-		t.Fatalf("go build samplehandler: %v\n%s", err, out)
-	}
+	handlerBin := filepath.Join(t.TempDir(), "samplehandler") // the README's go build line writes it
 	handler, relay, inspect, service := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	r := &readmeRun{t: t, dir: t.TempDir(),
 		env: append(os.Environ(), "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"), "HOME="+home,
 			"XDG_DATA_HOME="+filepath.Join(home, "data"), "XDG_CONFIG_HOME="+filepath.Join(home, "config")),
 		ports: map[string]string{"127.0.0.1:3000": handler, "127.0.0.1:8080": relay, "127.0.0.1:4040": inspect, "127.0.0.1:9090": service},
-		subst: map[string]string{"go run ./scripts/samplehandler": handlerBin},
+		subst: map[string]string{"bin/samplehandler": handlerBin},
+	}
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	var dev *proc
 	for _, line := range blocks["quickstart"] {
 		switch {
+		case strings.HasPrefix(line, "go build "):
+			r.runIn(repo, line) // in the clone, as the reader is
 		case strings.Contains(line, "samplehandler"):
+			r.stopsWithKill(line, handler)
 			r.background(line)
 			polltest.Until(t, 2*time.Minute, func() bool { return listening(handler) }, "the sample handler did not come up")
 		case strings.HasPrefix(line, "calltap dev "):

@@ -49,10 +49,10 @@ func (f *relayFlags) register(fs *flagSet, dev bool) {
 	if dev {
 		rateLimit = 0
 	}
-	fs.DurationVar(&f.forwardTimeout, "forward-timeout", d.ForwardTimeout, "how long a sender waits for the local handler before `504`")
+	fs.DurationVar(&f.forwardTimeout, "forward-timeout", d.ForwardTimeout, "how long a sender waits for the local handler before 504")
 	fs.Int64Var(&f.maxBody, "max-body", d.MaxBody, "largest body in bytes: a larger request → 413, a larger answer of the local handler → 502")
 	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", d.MaxHeaderBytes, "largest request head in bytes (larger → 431)")
-	fs.StringVar(&f.offline, "offline", d.Offline, "while a tunnel has no agent: queue (store, answer 202) or reject (503 + Retry-After)")
+	fs.StringVar(&f.offline, "offline", d.Offline, "`mode` while a tunnel has no agent: queue (store, answer 202) or reject (503 + Retry-After)")
 	fs.IntVar(&f.queueMaxCount, "queue-max-count", d.QueueMaxCount, "most requests held per offline tunnel (more → 503)")
 	fs.Int64Var(&f.queueMaxBytes, "queue-max-bytes", d.QueueMaxBytes, "most bytes held per offline tunnel (more → 503)")
 	fs.DurationVar(&f.queueMaxAge, "queue-max-age", d.QueueMaxAge, "queued requests older than this are dropped")
@@ -111,11 +111,11 @@ type natsFlags struct {
 }
 
 func (f *natsFlags) register(fs *flagSet, node bool) {
-	fs.StringVar(&f.urls, "nats", "", "NATS servers, comma-separated (nats://a:4222,nats://b:4222): keep tokens, the offline queue and certificates in JetStream, shared by every relay node given the same servers")
-	fs.StringVar(&f.creds, "nats-creds", "", "NATS credentials file (.creds) for --nats")
+	fs.StringVar(&f.urls, "nats", "", "NATS server `urls`, comma-separated (nats://a:4222,nats://b:4222): keep tokens, the offline queue and certificates in JetStream, shared by every relay node given the same servers")
+	fs.StringVar(&f.creds, "nats-creds", "", "NATS credentials `file` (.creds) for --nats")
 	fs.IntVar(&f.replicas, "nats-replicas", cluster.DefaultReplicas, "copies JetStream keeps of the relay's state: 3 needs a cluster of three NATS servers or more; 1 for a single server")
 	if node {
-		fs.StringVar(&f.node, "node", "", "this node's name among the relay nodes (default: host name and a random suffix)")
+		fs.StringVar(&f.node, "node", "", "this node's `name` among the relay nodes (default: host name and a random suffix)")
 	}
 }
 
@@ -149,10 +149,10 @@ func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("relay", "calltap relay [flags]  |  calltap relay token create|list|revoke",
 		"Run the public relay: each developer's token gets a stable URL /t/<tunnel-id>/…; requests go over a websocket to\nthat developer's agent, and wait in the relay's queue while the agent is away.")
 	var (
-		listen     = fs.String("listen", ":443", "address of the public listener (HTTPS, or HTTP with --insecure-http)")
+		listen     = fs.String("listen", ":443", "`address` of the public listener (HTTPS, or HTTP with --insecure-http)")
 		insecure   = fs.Bool("insecure-http", false, "serve plain HTTP on --listen (behind a TLS-terminating proxy, or for local use)")
-		publicURL  = fs.String("public-url", "", "URL senders use to reach this relay (default: derived from --domain, or from --listen)")
-		dataDir    = fs.String("data", defaultDataDir(), "data directory: tokens, offline queue, certificates")
+		publicURL  = fs.String("public-url", "", "`url` senders use to reach this relay (default: derived from --domain, or from --listen)")
+		dataDir    = fs.String("data", defaultDataDir(), "data `dir`ectory: tokens, offline queue, certificates")
 		tf         tlsFlags
 		rf         relayFlags
 		jsonLogs   = fs.Bool("log-json", false, "log as JSON")
@@ -310,13 +310,13 @@ func cmdRelayToken(ctx context.Context, args []string, stdio Stdio) int {
 	sub := args[0]
 	name := "relay token " + sub
 	fs := newFlagSet("relay token "+sub, "calltap relay token "+sub+" [NAME] --data DIR", "Manage developers' tokens in a relay's data directory.")
-	dataDir := fs.String("data", defaultDataDir(), "the relay's data directory")
+	dataDir := fs.String("data", defaultDataDir(), "the relay's data `dir`ectory")
 	asJSON := fs.Bool("json", false, "print JSON")
 	var nf natsFlags
 	nf.register(fs, false)
 	var publicURL *string
 	if sub == "create" {
-		publicURL = fs.String("public-url", "", "the relay's public URL (default: the one the relay last ran with)")
+		publicURL = fs.String("public-url", "", "the relay's public `url` (default: the one the relay last ran with)")
 	}
 	switch sub {
 	case "create", "list", "revoke":

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,17 +21,18 @@ import (
 )
 
 func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
-	fs := newFlagSet("requests", "calltap requests [--event KIND] [--call-id ID] [--status 2xx|4xx|5xx|none] [--q TEXT] [--limit N] [--offset N] [--data DIR] [--json]",
+	fs := newFlagSet("requests", "calltap requests [--id ID] [--event KIND] [--call-id ID] [--status 2xx|4xx|5xx|none] [--q TEXT] [--limit N] [--offset N] [--data DIR] [--json]",
 		"List captured requests from the local store, newest first. Works whether or not an agent is running.\nRead-only: it creates nothing, and says which store it read (or that there is none).")
 	var (
-		dataDir = fs.String("data", defaultDataDir(), "data directory")
-		event   = fs.String("event", "", "only this event kind, e.g. call.ended")
-		callID  = fs.String("call-id", "", "only this call")
-		status  = fs.String("status", "", "only this status class: 2xx, 4xx, 5xx or none")
-		text    = fs.String("q", "", "full-text search in bodies")
+		dataDir = fs.String("data", defaultDataDir(), "data `dir`ectory")
+		event   = fs.String("event", "", "only this event `kind`, e.g. call.ended")
+		callID  = fs.String("call-id", "", "only the call `id`")
+		status  = fs.String("status", "", "only this status `class`: 2xx, 4xx, 5xx or none")
+		text    = fs.String("q", "", "full-text search in bodies for `words`")
 		limit   = fs.Int("limit", 20, "how many (at most 200)")
 		offset  = fs.Int("offset", 0, "how many to skip")
 		asJSON  = fs.Bool("json", false, "print the page object as JSON")
+		id      = fs.String("id", "", "only this capture: its `id`, a unique prefix of one, or a delivery id (each of its captures); the other filters are then ignored")
 	)
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
@@ -58,7 +60,7 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 		return fail(stdio, "requests", errors.New(noStore(path)))
 	}
 	defer db.Close()
-	rows, count, err := db.Captures(ctx, f)
+	rows, count, err := listRequests(ctx, db, f, *id)
 	if err != nil {
 		return fail(stdio, "requests", err)
 	}
@@ -102,6 +104,21 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 	tw.Flush()
 	fmt.Fprintf(stdio.Out, "%d of %d in %s\n", len(rows), count, path)
 	return 0
+}
+
+// listRequests is a page of the captures f selects, newest first, and
+// their count; or, given a reference (--id), the captures it names.
+func listRequests(ctx context.Context, db *storage.AgentStore, f storage.CaptureFilter, ref string) ([]*storage.Capture, int, error) {
+	if ref == "" {
+		return db.Captures(ctx, f)
+	}
+	refs, err := resolveRefs(ctx, db, []string{ref})
+	if err != nil {
+		return nil, 0, err
+	}
+	rows := slices.Clone(refs[0].Captures)
+	slices.Reverse(rows) // newest first, as every listing
+	return rows, len(rows), nil
 }
 
 // readAgentDB opens the agent's store for a command that only reads it. It
@@ -184,22 +201,22 @@ func noStore(path string) string {
 
 func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("replay", "calltap replay ID [--to URL] [--retry service [--time-scale F]] [--json]\n       calltap replay --call CALL_ID | --from FILE [--to URL] [--time-scale F] [--with-retries] [--header 'Name: value']… [--expect 2xx] [--expect-body-json path=value]… [--json]",
-		"Re-send a captured request, byte-exact, to the local handler it went to (or --to), and store the result as a new\ncapture linked to the original. Works whether or not an agent is running.\n\nWith --call, re-fire a whole call's events in their original order, spaced as they first arrived (times\n--time-scale; 0 sends them back to back); with --from, those of an export, without a store. --expect checks each\nanswer and exits 1 naming every event that did not match: captured calls as regression tests of a handler.")
+		"Re-send a captured request, byte-exact, to the local handler it went to (or --to), and store the result as a new\ncapture linked to the original. Works whether or not an agent is running. ID is a capture id, a unique prefix\nof one, or a delivery id (the payload's id, which trigger prints): of a delivery that came several times, the\noriginal is replayed.\n\nWith --call, re-fire a whole call's events in their original order, spaced as they first arrived (times\n--time-scale; 0 sends them back to back); with --from, those of an export, without a store. --expect checks each\nanswer and exits 1 naming every event that did not match: captured calls as regression tests of a handler.")
 	var (
-		dataDir    = fs.String("data", defaultDataDir(), "data directory")
-		to         = fs.String("to", "", "send to this URL instead")
-		retry      = fs.String("retry", "", "'service' retries like the voice service: 0, 30s, 2m, 8m, 32m on errors, 408, 429, 5xx")
+		dataDir    = fs.String("data", defaultDataDir(), "data `dir`ectory")
+		to         = fs.String("to", "", "send to this `url` instead")
+		retry      = fs.String("retry", "", "`schedule`: 'service' retries like the voice service: 0, 30s, 2m, 8m, 32m on errors, 408, 429, 5xx")
 		timeScale  = fs.Float64("time-scale", 1, "multiply the retry delays (0.01 runs the schedule in 25 s), or with --call/--from the gaps between events (0: none)")
 		asJSON     = fs.Bool("json", false, "print the result as JSON")
-		call       = fs.String("call", "", "replay every event of this call, in order")
-		from       = fs.String("from", "", "replay the captures of this export (calltap export), without a store")
+		call       = fs.String("call", "", "replay every event of the call `id`, in order")
+		from       = fs.String("from", "", "replay the captures of this export `file` (calltap export), without a store")
 		retries    = fs.Bool("with-retries", false, "with --call/--from: replay the service's retries of a delivery too, not just the first")
-		expect     = fs.String("expect", "", "with --call/--from: the status class (2xx) or status each answer must have")
+		expect     = fs.String("expect", "", "with --call/--from: the `status` class (2xx) or status each answer must have")
 		expectJSON stringList
 	)
-	fs.Var(&expectJSON, "expect-body-json", "with --call/--from: path=value every answer's JSON body must hold (repeatable)")
+	fs.Var(&expectJSON, "expect-body-json", "with --call/--from: `path=value` every answer's JSON body must hold (repeatable)")
 	var headers stringList
-	fs.Var(&headers, "header", "with --call/--from: 'Name: value' to send instead of the captured value, e.g. a secret the export masked (repeatable)")
+	fs.Var(&headers, "header", "with --call/--from: `'Name: value'` to send instead of the captured value, e.g. a secret the export masked (repeatable)")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
 	}
@@ -247,7 +264,7 @@ func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
 		return usageError(stdio, "replay", "--expect, --expect-body-json, --header and --with-retries go with --call or --from")
 	}
 	if len(fs.args) != 1 {
-		return usageError(stdio, "replay", "give one capture ID")
+		return usageError(stdio, "replay", "give one capture ID (or a prefix of one, or a delivery id)")
 	}
 	if *retry != "" && *retry != "service" {
 		return usageError(stdio, "replay", "--retry must be 'service'")
@@ -260,6 +277,14 @@ func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
 		return fail(stdio, "replay", err)
 	}
 	defer db.Close()
+	refs, err := resolveRefs(ctx, db, fs.args)
+	if err != nil {
+		return fail(stdio, "replay", err)
+	}
+	orig := refs[0].Original().ID
+	if note := refNote(refs[0], "replaying the original, "+orig); note != "" {
+		fmt.Fprintf(stdio.Err, "calltap replay: %s\n", note)
+	}
 	a, err := agent.New(agent.Config{Store: db})
 	if err != nil {
 		return fail(stdio, "replay", err)
@@ -268,7 +293,7 @@ func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
 	done := make(chan struct{})
 	go func() { a.Run(runCtx); close(done) }()
 	defer func() { cancel(); <-done }()
-	c, err := a.ReplayAndWait(ctx, agent.ReplayOptions{ID: fs.args[0], To: *to, Retry: *retry, TimeScale: *timeScale})
+	c, err := a.ReplayAndWait(ctx, agent.ReplayOptions{ID: orig, To: *to, Retry: *retry, TimeScale: *timeScale})
 	if err != nil {
 		if e, ok := err.(*api.Error); ok {
 			return fail(stdio, "replay", fmt.Errorf("%s", e.Message))
@@ -287,7 +312,7 @@ func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
 	if c.ResponseStatus > 0 {
 		status = fmt.Sprint(c.ResponseStatus)
 	}
-	fmt.Fprintf(stdio.Out, "replayed %s as %s → %s: %s (%d attempt(s))", fs.args[0], c.ID, c.Target, status, c.Attempts)
+	fmt.Fprintf(stdio.Out, "replayed %s as %s → %s: %s (%d attempt(s))", orig, c.ID, c.Target, status, c.Attempts)
 	if c.Error != "" {
 		fmt.Fprintf(stdio.Out, " — %s", c.Error)
 	}

@@ -38,8 +38,8 @@ type serviceFlags struct {
 }
 
 func (f *serviceFlags) register(fs *flagSet) {
-	fs.StringVar(&f.baseURL, "base-url", "", "the service's API address, ending in /api/v1/ext/ (default: $CALLTAP_BASE_URL or the config file)")
-	fs.StringVar(&f.config, "config", "", "config file (default $XDG_CONFIG_HOME/calltap/config or ~/.config/calltap/config)")
+	fs.StringVar(&f.baseURL, "base-url", "", "the service's API `url`, ending in /api/v1/ext/ (default: $CALLTAP_BASE_URL or the config file)")
+	fs.StringVar(&f.config, "config", "", "config `file` (default $XDG_CONFIG_HOME/calltap/config or ~/.config/calltap/config)")
 }
 
 // errConfig marks a missing or broken setting: a usage error.
@@ -140,14 +140,11 @@ func readConfig(path string) (map[string]string, error) {
 }
 
 // isTerminal reports whether v (stdin or stdout) is a terminal: where
-// progress is shown, and a person can answer a prompt.
+// progress is shown, and a person can answer a prompt. A character device
+// is not enough: /dev/null is one, and a prompt there answers itself.
 func isTerminal(v any) bool {
 	f, ok := v.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && isTTY(f.Fd())
 }
 
 // statusLine rewrites one line of progress on a terminal; elsewhere it
@@ -229,7 +226,7 @@ func cmdServiceDeliveries(ctx context.Context, args []string, stdio Stdio) int {
 	var sf serviceFlags
 	sf.register(fs)
 	var (
-		callID = fs.String("call-id", "", "only this call's deliveries")
+		callID = fs.String("call-id", "", "only the deliveries of the call `id`")
 		since  = fs.Duration("since", 0, "only deliveries created within this window, e.g. 2h (default: all)")
 		asJSON = fs.Bool("json", false, "print {count, results} as JSON")
 	)

@@ -26,13 +26,13 @@ type tlsFlags struct {
 }
 
 func (f *tlsFlags) register(fs *flagSet) {
-	fs.StringVar(&f.domains, "domain", "", "public name(s) of the relay, comma-separated: certificates come from ACME (Let's Encrypt) automatically")
-	fs.StringVar(&f.email, "acme-email", "", "contact address for the ACME account")
-	fs.StringVar(&f.directory, "acme-directory", "", "ACME directory URL of another CA (staging, or a test CA such as Pebble)")
-	fs.StringVar(&f.caRoots, "acme-ca-roots", "", "PEM file of roots to trust when talking to --acme-directory")
-	fs.StringVar(&f.certFile, "tls-cert", "", "serve this certificate (PEM) instead of getting one by ACME")
-	fs.StringVar(&f.keyFile, "tls-key", "", "key of --tls-cert (PEM)")
-	fs.StringVar(&f.httpListen, "http-listen", ":80", "plain-HTTP listener for ACME HTTP-01 and redirects to HTTPS (empty: none)")
+	fs.StringVar(&f.domains, "domain", "", "public `names` of the relay, comma-separated: certificates come from ACME (Let's Encrypt) automatically")
+	fs.StringVar(&f.email, "acme-email", "", "contact `email` address for the ACME account")
+	fs.StringVar(&f.directory, "acme-directory", "", "ACME directory `url` of another CA (staging, or a test CA such as Pebble)")
+	fs.StringVar(&f.caRoots, "acme-ca-roots", "", "PEM `file` of roots to trust when talking to --acme-directory")
+	fs.StringVar(&f.certFile, "tls-cert", "", "serve this certificate `file` (PEM) instead of getting one by ACME")
+	fs.StringVar(&f.keyFile, "tls-key", "", "key `file` of --tls-cert (PEM)")
+	fs.StringVar(&f.httpListen, "http-listen", ":80", "plain-HTTP listener `address` for ACME HTTP-01 and redirects to HTTPS (empty: none)")
 }
 
 func (f *tlsFlags) validate(insecure bool) error {

@@ -24,6 +24,12 @@ class App {
       listFilterQuery: () => filterQuery(this.requests.filters),
       focusList: () => this.activeList()?.el.focus({ preventScroll: true }),
       onReplayed: () => {},
+      // onKept marks or unmarks the row of a capture in the list, which no
+      // stream event tells about it.
+      onKept: (id, keep) => {
+        const row = this.requests.list.get(id);
+        if (row) this.requests.list.upsert({ ...row, keep });
+      },
       // onDeleted reloads the lists: the deleted rows may be anywhere in them.
       onDeleted: () => {
         this.requests.list.reset();

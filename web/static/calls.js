@@ -480,6 +480,29 @@ function tickLabel(ms) {
   return `+${Math.floor(ms / 3600e3)}h${ms % 3600e3 ? ` ${Math.floor((ms % 3600e3) / 60e3)}m` : ''}`;
 }
 
+// fitTicks shows every kth axis label, k the smallest for which no two
+// overlap at the axis's present width: the labels keep their size while
+// the axis grows and shrinks with the window, so a span's nice steps
+// (every 250 ms of a second) may not all fit.
+function fitTicks(axis) {
+  if (!axis.isConnected || !axis.clientWidth) return;
+  const ticks = [...axis.children];
+  for (let k = 1; k <= ticks.length; k++) {
+    ticks.forEach((t, i) => t.classList.toggle('off', i % k !== 0));
+    const shown = ticks.filter((_, i) => i % k === 0).map((t) => t.getBoundingClientRect());
+    if (shown.every((r, i) => i === 0 || shown[i - 1].right + 6 <= r.left)) return;
+  }
+}
+
+// tickFitter fits an axis's labels when it is laid out and whenever its
+// width changes; an axis taken out of the page is let go.
+const tickFitter = new ResizeObserver((entries) => {
+  for (const e of entries) {
+    if (e.target.isConnected) fitTicks(e.target);
+    else tickFitter.unobserve(e.target);
+  }
+});
+
 // timeline draws one lane per delivery (retries and duplicates of one
 // payload id share a lane): a hollow mark when the event occurred at the
 // service, filled marks when copies reached calltap, and the line between
@@ -513,6 +536,7 @@ function timeline(events, anomalies) {
   const step = niceStep(span, 6);
   const axis = h('div', { class: 'tl-axis' });
   for (let t = 0; t <= span; t += step) axis.append(h('span', { class: 'tl-tick', style: { left: x(t0 + t) } }, tickLabel(t)));
+  tickFitter.observe(axis);
 
   let prev = null;
   const rows = lanes.map((lane) => {

@@ -216,6 +216,7 @@ export class Detail {
       try {
         await api.setKeep(d.id, !d.keep);
         d.keep = !d.keep;
+        this.app.onKept(d.id, d.keep);
         this.render(true);
       } catch (err) {
         toast(`Could not change the mark: ${err.message}`, 'error');

@@ -51,9 +51,14 @@ function matches(c, f) {
 export function flagsOf(c) {
   const out = [];
   if (c.replay_of) out.push(['replay', 'replay', `Replay of ${c.replay_of}`]);
-  // A replay repeats its original's payload id by design; only a
-  // duplicate of something else is news.
-  if (c.duplicate_of && c.duplicate_of !== c.replay_of) out.push(['dup', 'dup', `Duplicate delivery of ${c.duplicate_of} (same payload id)`]);
+  // Both marks, as calltap requests prints them: a replay repeats a
+  // payload id already stored, so the handler sees a duplicate too.
+  if (c.duplicate_of) {
+    out.push(['dup', 'dup', c.duplicate_of === c.replay_of
+      ? `Same payload id as ${c.duplicate_of}, which it replays: to the handler, a duplicate delivery`
+      : `Duplicate delivery of ${c.duplicate_of} (same payload id)`]);
+  }
+  if (c.keep) out.push(['kept', 'kept', 'Kept: retention (--retain, --max-store) never prunes it']);
   if (c.queued) out.push(['queued', 'queued', `Delivered from the relay's queue${c.arrived_at ? '; reached the relay ' + fmt.fullTime(c.arrived_at) : ''}`]);
   if (c.status === 'failed') out.push(['failed', 'failed', c.error ? `Failed: ${c.error}` : 'Delivery to the local handler failed']);
   // Not a failure: the agent was killed before it recorded the handler's

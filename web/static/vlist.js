@@ -100,6 +100,12 @@ export class VirtualList {
     }
   }
 
+  // get is the row it holds under key, if any.
+  get(key) {
+    const rev = this.revOf.get(key);
+    return rev == null ? undefined : this.byRev.get(rev);
+  }
+
   // upsert replaces a row it holds; it returns false for an unknown key.
   upsert(item) {
     const rev = this.revOf.get(this.o.key(item));

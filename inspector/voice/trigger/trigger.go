@@ -61,6 +61,10 @@ type Delivery struct {
 	Truncated       bool            `json:"response_truncated,omitempty"`
 	Error           string          `json:"error"`
 	DurationMS      float64         `json:"duration_ms"`
+
+	// CaptureID is the capture an agent made of it, when the caller
+	// found one (calltap trigger looks in its data directory's store).
+	CaptureID string `json:"capture_id,omitempty"`
 }
 
 // OK reports whether the target accepted the delivery: the service counts
