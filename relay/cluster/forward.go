@@ -116,17 +116,8 @@ func (c *Cluster) awaitAnswer(ctx context.Context, replies *nats.Subscription) (
 		reply, err := replies.NextMsgWithContext(wctx)
 		cancel()
 		switch {
-		case err != nil && ctx.Err() != nil:
-			return nil, ctx.Err()
-		case err != nil && errors.Is(err, context.DeadlineExceeded) && went:
-			return nil, relay.ErrAnswerLost
-		case err != nil && errors.Is(err, context.DeadlineExceeded):
-			return nil, errHolderSilent
-		case errors.Is(err, nats.ErrNoResponders):
-			// nats.go reads the server's 503 status into this error.
-			return nil, relay.ErrNodeGone
 		case err != nil:
-			return nil, err
+			return nil, awaitError(ctx, err, went)
 		case reply.Header.Get(hdrStatus) == "503" && len(reply.Data) == 0:
 			// Nobody subscribes to that node's subject: it stopped or
 			// died. The holder entry stays as it is: only the holder or
@@ -145,6 +136,24 @@ func (c *Cluster) awaitAnswer(ctx context.Context, replies *nats.Subscription) (
 		}
 		return reply, nil
 	}
+}
+
+// awaitError is what awaitAnswer's failed read means for the sender:
+// silence after the go may hide an answer (the request may have reached
+// the handler), silence before it does not.
+func awaitError(ctx context.Context, err error, went bool) error {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded) && went:
+		return relay.ErrAnswerLost
+	case errors.Is(err, context.DeadlineExceeded):
+		return errHolderSilent
+	case errors.Is(err, nats.ErrNoResponders):
+		// nats.go reads the server's 503 status into this error.
+		return relay.ErrNodeGone
+	}
+	return err
 }
 
 // sendGo lets the holding node take the request: within the budget, which
