@@ -138,6 +138,12 @@ func (app *agentApp) Open(ctx context.Context) (err error) {
 	if app.lock, err = holdDataDir(f.dataDir, "calltap "+app.mode()+" --forward-to "+f.forwardTo, app.log); err != nil {
 		return err
 	}
+	// An export masks what senders must present: it is their secret. Kept
+	// only once the directory is this agent's, so a refused second agent
+	// changes nothing in it.
+	if err := recordRequiredHeaders(f.dataDir, app.tunnel.RequireHeaders); err != nil {
+		return err
+	}
 	if d := app.devRelay; d != nil {
 		if err := d.open(ctx, f, app.log); err != nil {
 			return err

@@ -109,10 +109,6 @@ func cmdListen(ctx context.Context, args []string, stdio Stdio) int {
 	if err := af.validate(); err != nil {
 		return usageError(stdio, "listen", "%v", err)
 	}
-	// An export masks what senders must present: it is their secret.
-	if err := recordRequiredHeaders(af.dataDir, require); err != nil {
-		return fail(stdio, "listen", err)
-	}
 	log := newLogger(stdio, af.jsonLogs, false)
 	var tlsCfg *tls.Config
 	if *caFile != "" {
