@@ -1,0 +1,503 @@
+package check
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/scripts/chaos/history"
+)
+
+// rules are the safety rules, each a function of the indexed history. The
+// order is the report's.
+var rules = []func(*index) []Violation{
+	ruleLost2xx,
+	ruleNotInStore,
+	ruleInvented2xx,
+	ruleUndocumentedRefusal,
+	ruleDeliveredAfterRefusal,
+	ruleRefusedAfterDelivery,
+	ruleStoreOutcome,
+	ruleStoreStatus,
+	ruleOrder,
+	ruleExtraCopy,
+	ruleDuplicateMarked,
+	ruleNothingPending,
+}
+
+func (ix *index) violation(kind, rule, d string, at int64, format string, args ...any) Violation {
+	return Violation{Kind: kind, Rule: rule, DeliveryID: d, Tunnel: ix.tunnel[d], At: at,
+		Message: fmt.Sprintf(format, args...)}
+}
+
+// ruleLost2xx — no loss, handler half: every delivery a sender was answered
+// 2xx for (any attempt; a 202 for a queued request included) reached the
+// handler at least once by the time the run drained.
+func ruleLost2xx(ix *index) []Violation {
+	var out []Violation
+	for _, d := range ix.order {
+		a := ix.accepted(d)
+		if a < 0 || len(ix.copies[d]) > 0 {
+			continue
+		}
+		s := ix.h.Sends[a]
+		out = append(out, ix.violation(KindLoss, "Lost2xx", d, s.AnsweredAt,
+			"answered %d at %s (attempt %d) but never reached the handler", s.Status, ix.rel(s.AnsweredAt), s.Attempt))
+	}
+	return out
+}
+
+// ruleNotInStore — no loss, store half: every delivery a sender was answered
+// 2xx for (202 included) has at least one capture in the store read after
+// the drain. A 2xx means the request is on disk.
+func ruleNotInStore(ix *index) []Violation {
+	var out []Violation
+	for _, d := range ix.order {
+		a := ix.accepted(d)
+		if a < 0 || len(ix.captures[d]) > 0 {
+			continue
+		}
+		s := ix.h.Sends[a]
+		out = append(out, ix.violation(KindLoss, "NotInStore", d, s.AnsweredAt,
+			"answered %d at %s (attempt %d) but not in the agent's store", s.Status, ix.rel(s.AnsweredAt), s.Attempt))
+	}
+	return out
+}
+
+// ruleInvented2xx — no invented answer, 2xx half: every 2xx a sender got is
+// either the status and body the handler answered to a copy of that same
+// delivery that it had received by then, or a 202 whose body is the
+// relay's envelope with data.queued true (the request is kept and
+// delivered later; ruleLost2xx checks that it was).
+func ruleInvented2xx(ix *index) []Violation {
+	var out []Violation
+	for i, s := range ix.h.Sends {
+		if ci, ok := ix.answered[i]; !ok || ci >= 0 || queuedAnswer(s) {
+			continue
+		}
+		out = append(out, ix.violation(KindInvented, "Invented2xx", s.DeliveryID, s.AnsweredAt,
+			"attempt %d answered %d at %s with a body no handler copy of the delivery gave: %.80q",
+			s.Attempt, s.Status, ix.rel(s.AnsweredAt), s.Body))
+	}
+	return out
+}
+
+// documented4xx are the refusals the README ("Limits", "Running a relay")
+// documents for a webhook sender, each with the error codes of relay/api
+// its envelope may carry: a bad path (400), a missing or wrong required
+// header or token (401), an unknown tunnel (404), a body too slow (408) or
+// too large (413), a rate limit (429, which must carry Retry-After).
+var documented4xx = map[int][]string{
+	400: {api.CodeInvalid},
+	401: {api.CodeUnauthorized, api.CodeHeaderRejected},
+	404: {api.CodeNotFound},
+	408: {api.CodeRequestTimeout},
+	413: {api.CodeTooLarge},
+	429: {api.CodeRateLimited},
+}
+
+// ruleUndocumentedRefusal — no invented answer, refusal half: every answer
+// that is not a 2xx (no answer at all, status 0, is not one) is the
+// handler's own answer to a copy of the delivery, or a documented 4xx (its
+// status in documented4xx and its body the error envelope with one of that
+// status's codes; a 429 with Retry-After), or a 5xx with Retry-After, so
+// that the sender knows to retry. Anything else (a 3xx, a bare 502, a 403)
+// is an answer calltap made up.
+func ruleUndocumentedRefusal(ix *index) []Violation {
+	var out []Violation
+	for i, s := range ix.h.Sends {
+		if !refused(s) || ix.handlerAnswer(i) || documentedRefusal(s) {
+			continue
+		}
+		out = append(out, ix.violation(KindInvented, "UndocumentedRefusal", s.DeliveryID, s.AnsweredAt,
+			"attempt %d answered %d at %s (Retry-After %q), neither the handler's answer nor a documented refusal: %.80q",
+			s.Attempt, s.Status, ix.rel(s.AnsweredAt), s.RetryAfter, s.Body))
+	}
+	return out
+}
+
+func documentedRefusal(s history.Send) bool {
+	if s.Status >= 500 && s.Status < 600 {
+		return s.RetryAfter != ""
+	}
+	codes, ok := documented4xx[s.Status]
+	if !ok || (s.Status == 429 && s.RetryAfter == "") {
+		return false
+	}
+	var env struct {
+		Status *bool `json:"status"`
+		Error  *struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal([]byte(s.Body), &env) != nil || env.Status == nil || *env.Status || env.Error == nil {
+		return false
+	}
+	return slices.Contains(codes, env.Error.Code)
+}
+
+// ruleDeliveredAfterRefusal — no invented answer: a request answered
+// non-2xx reaches the handler only through a later attempt. Each handler
+// copy must follow a send of its delivery, sent before the copy arrived,
+// that was answered 2xx, or got no answer (status 0: the sender could not
+// tell), or was still waiting for its answer when the copy arrived. A copy
+// whose only earlier sends were all refused before it arrived was
+// delivered after the sender was told it was not (a 503 delivered 20 s
+// later); a copy with no earlier send at all came from nowhere.
+func ruleDeliveredAfterRefusal(ix *index) []Violation {
+	var out []Violation
+	for d, cs := range ix.copies {
+		for _, ci := range cs {
+			c := ix.h.Handler[ci]
+			if ix.explained(d, c.ReceivedAt) {
+				continue
+			}
+			out = append(out, ix.violation(KindInvented, "DeliveredAfterRefusal", d, c.ReceivedAt,
+				"reached the handler at %s, but %s", ix.rel(c.ReceivedAt), ix.sendsBefore(d, c.ReceivedAt)))
+		}
+	}
+	return out
+}
+
+// explained reports whether a copy of d arriving at t follows a send of d
+// that was not refused before t.
+func (ix *index) explained(d string, t int64) bool {
+	for _, i := range ix.sends[d] {
+		s := ix.h.Sends[i]
+		if s.SentAt <= t && !(refused(s) && s.AnsweredAt < t) {
+			return true
+		}
+	}
+	return false
+}
+
+// sendsBefore describes the sends of d made before t, for a message.
+func (ix *index) sendsBefore(d string, t int64) string {
+	n, last := 0, -1
+	for _, i := range ix.sends[d] {
+		if ix.h.Sends[i].SentAt <= t {
+			n, last = n+1, i
+		}
+	}
+	if n == 0 {
+		return "no sender had sent it yet"
+	}
+	s := ix.h.Sends[last]
+	return fmt.Sprintf("all %d attempt(s) sent before were refused first (the last answered %d at %s)",
+		n, s.Status, ix.rel(s.AnsweredAt))
+}
+
+// ruleRefusedAfterDelivery — no invented answer: an attempt answered
+// non-2xx (other than by the handler itself) must not have reached the
+// handler, unless a fault of the path made that unknowable. The rule: if a
+// copy of the delivery arrived while the attempt waited for its answer
+// (sent_at <= received_at <= answered_at), no other send of the delivery
+// could have caused that copy (see couldCause), and no fault other than a
+// full disk was under way during the wait (see overlaps: a killed, stopped
+// or cut agent, relay or NATS server can lose an answer the handler gave),
+// the handler processed the request and the sender was told it failed:
+// e.g. a 502 after the handler processed it on a full disk.
+func ruleRefusedAfterDelivery(ix *index) []Violation {
+	var out []Violation
+	for _, d := range ix.order {
+		for _, i := range ix.sends[d] {
+			s := ix.h.Sends[i]
+			if !refused(s) || ix.handlerAnswer(i) || overlaps(ix.paths, s.SentAt, s.AnsweredAt) {
+				continue
+			}
+			if ci := ix.soleCopy(d, i); ci >= 0 {
+				out = append(out, ix.violation(KindInvented, "RefusedAfterDelivery", d, s.AnsweredAt,
+					"attempt %d answered %d at %s, but the handler had received it at %s, with no fault under way",
+					s.Attempt, s.Status, ix.rel(s.AnsweredAt), ix.rel(ix.h.Handler[ci].ReceivedAt)))
+			}
+		}
+	}
+	return out
+}
+
+// soleCopy finds a copy of d that arrived while send i waited and that no
+// other send of d could have caused; -1 if none.
+func (ix *index) soleCopy(d string, i int) int {
+	s := ix.h.Sends[i]
+	for _, ci := range ix.copies[d] {
+		c := ix.h.Handler[ci]
+		if c.ReceivedAt < s.SentAt || c.ReceivedAt > s.AnsweredAt {
+			continue
+		}
+		other := false
+		for _, j := range ix.sends[d] {
+			if j != i && ix.couldCause(j, ci) {
+				other = true
+				break
+			}
+		}
+		if !other {
+			return ci
+		}
+	}
+	return -1
+}
+
+// captureSkew allows for the agent and the chaos program stamping times
+// from two processes of one machine.
+const captureSkew = int64(time.Second)
+
+// unknownStates are the store's words for "the outcome is not known": the
+// agent was stopped or killed while the handler had the request.
+var unknownStates = []string{"interrupted", "answer-unknown", "unknown"}
+
+// ruleStoreOutcome — the store agrees: for each attempt answered 2xx with
+// the handler's answer (a queued 202 tells the sender nothing about the
+// handler), the capture that attempt saved — the delivery's latest capture
+// received by the answer, give or take captureSkew — says delivered with
+// the same status, or says the outcome is unknown (unknownStates). A
+// capture marked failed whose sender got 200 breaks it.
+func ruleStoreOutcome(ix *index) []Violation {
+	var out []Violation
+	for _, d := range ix.order {
+		for _, i := range ix.sends[d] {
+			if ci, ok := ix.answered[i]; !ok || ci < 0 {
+				continue // not a 2xx, or not the handler's (a queued 202)
+			}
+			s := ix.h.Sends[i]
+			p := ix.captureFor(d, s.AnsweredAt)
+			if p < 0 {
+				continue // ruleNotInStore reports a delivery with none
+			}
+			c := ix.h.Store[p]
+			if (c.State == "delivered" && c.ResponseStatus == s.Status) || slices.Contains(unknownStates, c.State) {
+				continue
+			}
+			out = append(out, ix.violation(KindStore, "StoreOutcome", d, s.AnsweredAt,
+				"the sender was told %d at %s; the store's capture %s says %s (status %d)",
+				s.Status, ix.rel(s.AnsweredAt), c.CaptureID, c.State, c.ResponseStatus))
+		}
+	}
+	return out
+}
+
+// captureFor is the latest capture of d received by t (with captureSkew);
+// -1 if none.
+func (ix *index) captureFor(d string, t int64) int {
+	best := -1
+	for _, p := range ix.captures[d] {
+		if ix.h.Store[p].ReceivedAt <= t+captureSkew {
+			best = p
+		}
+	}
+	return best
+}
+
+// ruleStoreStatus — the store agrees: a capture that says delivered holds a
+// status the handler really answered to a copy of its delivery.
+func ruleStoreStatus(ix *index) []Violation {
+	var out []Violation
+	for _, c := range ix.h.Store {
+		if c.State != "delivered" || ix.handlerGave(c.DeliveryID, c.ResponseStatus) {
+			continue
+		}
+		out = append(out, ix.violation(KindStore, "StoreStatus", c.DeliveryID, c.ReceivedAt,
+			"the store's capture %s says delivered with status %d, which the handler never answered to this delivery",
+			c.CaptureID, c.ResponseStatus))
+	}
+	return out
+}
+
+func (ix *index) handlerGave(d string, status int) bool {
+	for _, ci := range ix.copies[d] {
+		if ix.h.Handler[ci].Status == status {
+			return true
+		}
+	}
+	return false
+}
+
+// accept is a delivery's place in the order rule.
+type accept struct {
+	d        string
+	at       int64 // its first 2xx (or 202) answer
+	sent     int64 // when the attempt that got it was sent
+	firstPos int   // its first copy's place in the handler's log
+	firstAt  int64
+}
+
+// ruleOrder — order, in real time: for deliveries A and B of one tunnel,
+// both accepted (answered 2xx or 202) and both at the handler, if A's
+// accepting answer came before B's accepted attempt was sent, the
+// handler's first copy of A precedes its first copy of B (queued before
+// live; within a call, the sender sends an event after the one before was
+// accepted). A B whose first copy reached the handler before its accepted
+// attempt was sent (through an earlier attempt refused by a fault) has no
+// place to keep and is left out. One violation per B, naming the A whose
+// first copy came last.
+func ruleOrder(ix *index) []Violation {
+	byTunnel := map[string][]accept{}
+	for _, d := range ix.order {
+		a := ix.accepted(d)
+		if a < 0 || len(ix.copies[d]) == 0 {
+			continue
+		}
+		s, first := ix.h.Sends[a], ix.copies[d][0]
+		byTunnel[s.Tunnel] = append(byTunnel[s.Tunnel], accept{d: d, at: s.AnsweredAt, sent: s.SentAt,
+			firstPos: first, firstAt: ix.h.Handler[first].ReceivedAt})
+	}
+	var out []Violation
+	for _, as := range byTunnel {
+		out = append(out, ix.orderIn(as)...)
+	}
+	return out
+}
+
+// orderIn checks one tunnel: a sweep over B by send time, keeping the latest
+// first copy among the A accepted before.
+func (ix *index) orderIn(as []accept) []Violation {
+	byAt := slices.Clone(as)
+	slices.SortFunc(byAt, func(a, b accept) int { return cmp.Compare(a.at, b.at) })
+	bySent := slices.Clone(as)
+	slices.SortFunc(bySent, func(a, b accept) int { return cmp.Or(cmp.Compare(a.sent, b.sent), cmp.Compare(a.d, b.d)) })
+	var out []Violation
+	j, latest := 0, accept{firstPos: -1}
+	for _, b := range bySent {
+		for ; j < len(byAt) && byAt[j].at < b.sent; j++ {
+			if byAt[j].firstPos > latest.firstPos {
+				latest = byAt[j]
+			}
+		}
+		if b.firstAt < b.sent || latest.firstPos < b.firstPos {
+			continue
+		}
+		out = append(out, ix.violation(KindOrder, "Order", b.d, b.firstAt,
+			"reached the handler at %s, before %s (at %s), though %s was accepted at %s and this one sent at %s",
+			ix.rel(b.firstAt), latest.d, ix.rel(latest.firstAt), latest.d, ix.rel(latest.at), ix.rel(b.sent)))
+	}
+	return out
+}
+
+// crashLead lets a crash count for a copy the handler logged just after it:
+// the agent may die with the request already on its way.
+const crashLead = int64(5 * time.Second)
+
+// ruleExtraCopy — once: every handler copy of a delivery after the first
+// needs a cause of its own. Copies are matched to sends of the delivery,
+// one send each: first each copy whose answer a 2xx carries, to that send;
+// then, in the handler's order, each other copy to an unused send that
+// could have caused it (couldCause: a 202, no answer, or still waiting),
+// the one whose wait ends soonest. A later copy left without a send needs
+// a crash (isCrash) that began between the first copy (less crashLead) and
+// it. Otherwise the handler saw the request again without a crash or a
+// re-send: a duplicate calltap made.
+func ruleExtraCopy(ix *index) []Violation {
+	var out []Violation
+	for _, d := range ix.order {
+		cs := ix.copies[d]
+		if len(cs) < 2 {
+			continue
+		}
+		for k, ci := range ix.unmatchedCopies(d) {
+			c := ix.h.Handler[ci]
+			if k == 0 && ci == cs[0] || ix.crashBetween(ix.h.Handler[cs[0]].ReceivedAt-crashLead, c.ReceivedAt) {
+				continue
+			}
+			out = append(out, ix.violation(KindOnce, "ExtraCopy", d, c.ReceivedAt,
+				"the handler got it again at %s (%d copies in all) with no re-send and no crash since the first copy at %s",
+				ix.rel(c.ReceivedAt), len(cs), ix.rel(ix.h.Handler[cs[0]].ReceivedAt)))
+		}
+	}
+	return out
+}
+
+// unmatchedCopies returns the copies of d no send accounts for, in the
+// handler's order.
+func (ix *index) unmatchedCopies(d string) []int {
+	used := map[int]bool{}
+	paired := map[int]bool{}
+	for _, i := range ix.sends[d] {
+		if ci, ok := ix.answered[i]; ok && ci >= 0 && !paired[ci] {
+			paired[ci], used[i] = true, true
+		}
+	}
+	var left []int
+	for _, ci := range ix.copies[d] {
+		if paired[ci] {
+			continue
+		}
+		best, end := -1, int64(math.MaxInt64)
+		for _, i := range ix.sends[d] {
+			if used[i] || !ix.couldCause(i, ci) {
+				continue
+			}
+			if e := waitEnd(ix.h.Sends[i]); best < 0 || e < end {
+				best, end = i, e
+			}
+		}
+		if best < 0 {
+			left = append(left, ci)
+			continue
+		}
+		used[best] = true
+	}
+	return left
+}
+
+// waitEnd is when a send stops being a possible cause of a new copy.
+func waitEnd(s history.Send) int64 {
+	if refused(s) {
+		return s.AnsweredAt
+	}
+	return math.MaxInt64
+}
+
+func (ix *index) crashBetween(from, to int64) bool {
+	for _, f := range ix.crashes {
+		if f.Start >= from && f.Start <= to {
+			return true
+		}
+	}
+	return false
+}
+
+// ruleDuplicateMarked — once, in the store: the captures of a delivery, by
+// received_at, are one first capture with no duplicate_of and then
+// captures each marked duplicate_of that first one's capture id.
+func ruleDuplicateMarked(ix *index) []Violation {
+	var out []Violation
+	for d, ps := range ix.captures {
+		first := ix.h.Store[ps[0]]
+		if first.DuplicateOf != "" {
+			out = append(out, ix.violation(KindOnce, "DuplicateMarked", d, first.ReceivedAt,
+				"the delivery's first capture %s is marked duplicate_of %s, which is not an earlier capture",
+				first.CaptureID, first.DuplicateOf))
+		}
+		for _, p := range ps[1:] {
+			c := ix.h.Store[p]
+			if c.DuplicateOf == first.CaptureID {
+				continue
+			}
+			out = append(out, ix.violation(KindOnce, "DuplicateMarked", d, c.ReceivedAt,
+				"capture %s is a second capture of the delivery but is marked duplicate_of %q, not the first capture %s",
+				c.CaptureID, c.DuplicateOf, first.CaptureID))
+		}
+	}
+	return out
+}
+
+// pendingStates are the store's words for "not done yet".
+var pendingStates = []string{"pending", "queued"}
+
+// ruleNothingPending — once, drained: after the run drained no capture is
+// still pending or queued: the agent delivers what it holds.
+func ruleNothingPending(ix *index) []Violation {
+	var out []Violation
+	for _, c := range ix.h.Store {
+		if !slices.Contains(pendingStates, c.State) {
+			continue
+		}
+		out = append(out, ix.violation(KindOnce, "NothingPending", c.DeliveryID, ix.h.Meta.Drained,
+			"capture %s (received at %s) is still %s after the run drained", c.CaptureID, ix.rel(c.ReceivedAt), c.State))
+	}
+	return out
+}
