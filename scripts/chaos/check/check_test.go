@@ -64,6 +64,12 @@ func (r *run) capture(id, d string, received float64, state string, status int, 
 	return r
 }
 
+// errorText sets the error of the last capture.
+func (r *run) errorText(e string) *run {
+	r.h.Store[len(r.h.Store)-1].Error = e
+	return r
+}
+
 func (r *run) fault(kind, target string, start, end float64) *run {
 	r.h.Faults = append(r.h.Faults, history.Fault{Start: at(start), End: at(end), Kind: kind, Target: target})
 	return r
@@ -165,6 +171,12 @@ func TestCheck(t *testing.T) {
 		{"the store says the outcome is unknown: passes",
 			newRun().ok("d1", 1, 1, 1.01, 1.02, 1).capture("p1", "d1", 1.005, "interrupted", 0, ""),
 			nil},
+		{"the store says failed, interrupted: passes",
+			newRun().ok("d1", 1, 1, 1.01, 1.02, 1).capture("p1", "d1", 1.005, "failed", 0, "").errorText("interrupted: the agent stopped"),
+			nil},
+		{"the store says failed for another reason; the sender got 200",
+			newRun().ok("d1", 1, 1, 1.01, 1.02, 1).capture("p1", "d1", 1.005, "failed", 0, "").errorText("handler unreachable"),
+			[]string{"StoreOutcome"}},
 		{"the store says delivered with a status the handler never gave",
 			clean().copy("d3", 3.01, 1).send("d3", 1, 3, 0, 0, "", "").capture("p3", "d3", 3.005, "delivered", 500, ""),
 			[]string{"StoreStatus"}},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
@@ -250,6 +251,13 @@ const captureSkew = int64(time.Second)
 // agent was stopped or killed while the handler had the request.
 var unknownStates = []string{"interrupted", "answer-unknown", "unknown"}
 
+// outcomeUnknown reports whether capture c says plainly that its outcome
+// is not known: one of unknownStates, or failed with the agent's
+// "interrupted" reason.
+func outcomeUnknown(c history.Capture) bool {
+	return slices.Contains(unknownStates, c.State) || (c.State == "failed" && strings.HasPrefix(c.Error, "interrupted"))
+}
+
 // ruleStoreOutcome — the store agrees: for each attempt answered 2xx with
 // the handler's answer (a queued 202 tells the sender nothing about the
 // handler), the capture that attempt saved — the delivery's latest capture
@@ -269,7 +277,7 @@ func ruleStoreOutcome(ix *index) []Violation {
 				continue // ruleNotInStore reports a delivery with none
 			}
 			c := ix.h.Store[p]
-			if (c.State == "delivered" && c.ResponseStatus == s.Status) || slices.Contains(unknownStates, c.State) {
+			if (c.State == "delivered" && c.ResponseStatus == s.Status) || outcomeUnknown(c) {
 				continue
 			}
 			out = append(out, ix.violation(KindStore, "StoreOutcome", d, s.AnsweredAt,

@@ -131,11 +131,18 @@ type Capture struct {
 	DeliveryID string `json:"delivery_id"`
 	ReceivedAt int64  `json:"received_at"`
 	// State is the store's word: delivered, failed, pending, queued,
-	// interrupted, answer-unknown, …
+	// interrupted, answer-unknown, … The checker reads "interrupted",
+	// "answer-unknown" and "unknown" as "the outcome is not known", and so
+	// a failed capture whose Error starts with "interrupted" (the agent's
+	// mark for a request whose answer a stop or crash lost).
 	State          string `json:"state"`
 	ResponseStatus int    `json:"response_status"`
 	DuplicateOf    string `json:"duplicate_of"`
 	Queued         bool   `json:"queued"`
+	// Error is the store's error text for the capture, if any. Not in the
+	// first format note; added so that the checker can tell an interrupted
+	// capture from a failed one when State is the store's plain "failed".
+	Error string `json:"error,omitempty"`
 }
 
 // History is a whole run, as read back from its folder.
