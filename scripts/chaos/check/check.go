@@ -110,8 +110,8 @@ func (r Result) Verdict() string {
 		word = "FAIL"
 		what = fmt.Sprintf("%s violation%s (%s)", thousands(len(r.Violations)), plural(len(r.Violations)), r.kindList())
 	}
-	return fmt.Sprintf("chaos: %s — %s in %s requests, %s fault%s (seed %d, %s, %s min)",
-		word, what, thousands(r.Counts.Deliveries), thousands(r.Counts.Faults), plural(r.Counts.Faults),
+	return fmt.Sprintf("chaos: %s — %s in %s request%s, %s fault%s (seed %d, %s, %s min)",
+		word, what, thousands(r.Counts.Deliveries), plural(r.Counts.Deliveries), thousands(r.Counts.Faults), plural(r.Counts.Faults),
 		r.Meta.Seed, r.Meta.Mode, trimFloat(r.Meta.Minutes))
 }
 
