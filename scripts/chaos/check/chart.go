@@ -62,14 +62,14 @@ type dot struct {
 }
 
 type band struct {
-	X, W, LabelY float64
-	Label, Title string
-	Color        string
+	X, W, LabelX, LabelY float64
+	Label, Title         string
+	Color                string
 }
 
 type mark struct {
-	X, LabelY    float64
-	Label, Title string
+	X, LabelX, LabelY float64
+	Label, Title      string
 }
 
 // timeline lays out the run's answers, latency, faults and violations.
@@ -262,8 +262,8 @@ func (tl *timeline) bands() []band {
 			Title: fmt.Sprintf("#%d %s %s, %s to %s (%s) %s", i+1, f.Kind, f.Target, tl.clock(f.Start), tl.clock(end),
 				fmtDur(time.Duration(end-f.Start)), f.Detail)}
 		for _, label := range []string{fmt.Sprintf("#%d %s %s", i+1, f.Kind, f.Target), fmt.Sprintf("#%d", i+1)} {
-			if lane := ls.place(x, float64(len(label))*charW+4); lane >= 0 {
-				b.Label, b.LabelY = label, laneTop+float64(faultLanes-lane)*laneH-3
+			if lane, lx := ls.place(x, float64(len(label))*charW+4); lane >= 0 {
+				b.Label, b.LabelX, b.LabelY = label, lx, laneTop+float64(faultLanes-lane)*laneH-3
 				break
 			}
 		}
@@ -287,8 +287,8 @@ func (tl *timeline) marks(vs []Violation) []mark {
 		if x, ok := labelled[v.DeliveryID]; ok && m.X-x < 40 {
 			label = "" // a second rule about the same request: one label
 		}
-		if lane := ls.place(m.X, float64(len([]rune(label)))*charW+14); label != "" && lane >= 0 {
-			m.Label, m.LabelY = label, markTop+float64(lane+1)*laneH-3
+		if lane, lx := ls.place(m.X, float64(len([]rune(label)))*charW+14); label != "" && lane >= 0 {
+			m.Label, m.LabelX, m.LabelY = label, lx, markTop+float64(lane+1)*laneH-3
 			labelled[v.DeliveryID] = m.X
 		}
 		out = append(out, m)
@@ -302,18 +302,17 @@ type lanes struct{ ends []float64 }
 
 func newLanes(n int) *lanes { return &lanes{ends: slices.Repeat([]float64{-1}, n)} }
 
-// place returns the first lane where a label of width w fits at x, or -1.
-func (l *lanes) place(x, w float64) int {
-	if x+w > chartW {
-		x = chartW - w
-	}
+// place returns the first lane where a label of width w fits at x, or -1,
+// and where the label starts: at x, or further left at the chart's edge.
+func (l *lanes) place(x, w float64) (int, float64) {
+	x = min(x, chartW-w)
 	for i, end := range l.ends {
 		if x > end {
 			l.ends[i] = x + w
-			return i
+			return i, x
 		}
 	}
-	return -1
+	return -1, x
 }
 
 // faultColor gives each fault kind its hue.

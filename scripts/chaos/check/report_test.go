@@ -87,9 +87,22 @@ func TestReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := string(b)
+	selfContained(t, page)
+	escaped(t, page, r)
+	drawn(t, page, h, r)
+}
+
+// selfContained: nothing in the page reaches the network.
+func selfContained(t *testing.T, page string) {
+	t.Helper()
 	if m := regexp.MustCompile(`(?i)https?:|//[a-z0-9.-]+\.[a-z]{2,}/|<script|<link|@import|url\(`).FindString(page); m != "" {
 		t.Errorf("the page refers outside itself: %q", m)
 	}
+}
+
+// escaped: the page says what the history holds, its text escaped.
+func escaped(t *testing.T, page string, r Result) {
+	t.Helper()
 	if strings.Contains(page, "ZgotmplZ") {
 		t.Error("html/template refused a value (ZgotmplZ)")
 	}
@@ -102,6 +115,12 @@ func TestReport(t *testing.T) {
 	if strings.Contains(page, "<0042>") || strings.Contains(page, "<b>t&1") {
 		t.Error("a value from the history reached the page unescaped")
 	}
+}
+
+// drawn: the page parses, its SVG is well formed and holds the lines,
+// a band per fault and a mark per violation, labelled.
+func drawn(t *testing.T, page string, h *history.History, r Result) {
+	t.Helper()
 	el := elements(t, page)
 	if el["svg"] != 1 || el["polyline"] < 2 || el["path"] < 2 {
 		t.Errorf("the timeline is missing: elements %v", el)

@@ -19,31 +19,7 @@ func TestRoundTrip(t *testing.T) {
 	if err := WriteMeta(dir, meta); err != nil {
 		t.Fatal(err)
 	}
-	sends, err := Create[Send](dir, SendsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 50 {
-				s := Send{Sender: fmt.Sprint("s", g), DeliveryID: fmt.Sprintf("d-%d-%d", g, i),
-					Attempt: 1, Status: 200, Body: strings.Repeat("x", 100) + "\n\"quoted\""}
-				if err := sends.Append(s); err != nil {
-					t.Error(err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err := sends.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := sends.Append(Send{}); err == nil {
-		t.Fatal("append after close succeeded")
-	}
+	appendConcurrently(t, dir)
 	faults := []Fault{{Start: 10, End: 20, Kind: FaultSigkill, Target: "agent"}}
 	if err := WriteAll(dir, FaultsFile, faults); err != nil {
 		t.Fatal(err)
@@ -70,6 +46,37 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if h.Handler != nil || h.Store != nil {
 		t.Errorf("missing files read as %v, %v; want empty", h.Handler, h.Store)
+	}
+}
+
+// appendConcurrently writes 400 sends from 8 goroutines, then checks that a
+// closed log refuses more.
+func appendConcurrently(t *testing.T, dir string) {
+	t.Helper()
+	sends, err := Create[Send](dir, SendsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				s := Send{Sender: fmt.Sprint("s", g), DeliveryID: fmt.Sprintf("d-%d-%d", g, i),
+					Attempt: 1, Status: 200, Body: strings.Repeat("x", 100) + "\n\"quoted\""}
+				if err := sends.Append(s); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := sends.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sends.Append(Send{}); err == nil {
+		t.Fatal("append after close succeeded")
 	}
 }
 
