@@ -115,6 +115,21 @@ func (r Result) Verdict() string {
 		r.Meta.Seed, r.Meta.Mode, trimFloat(r.Meta.Minutes))
 }
 
+// Summary is the verdict and then the first n violations, one a line: for
+// a test's failure message or a terminal.
+func (r Result) Summary(n int) string {
+	var b strings.Builder
+	b.WriteString(r.Verdict())
+	for i, v := range r.Violations {
+		if i == n {
+			fmt.Fprintf(&b, "\n  … and %d more", len(r.Violations)-n)
+			break
+		}
+		fmt.Fprintf(&b, "\n  %s %s (%s) %s: %s", v.Kind, v.DeliveryID, v.Rule, v.Tunnel, v.Message)
+	}
+	return b.String()
+}
+
 // kindList is "2 loss, 1 order", in the order of the kinds' constants.
 func (r Result) kindList() string {
 	var parts []string

@@ -7,8 +7,23 @@
 //
 // A run writes one folder holding meta.json and four JSON Lines files
 // (sends.jsonl, handler.jsonl, faults.jsonl, store.jsonl). The field names
-// are exactly those of the format note the runner and the checker agreed on;
-// all times are Unix nanoseconds from the chaos program's one clock.
+// are exactly those of the format note the runner and the checker agreed on
+// (Capture has one more, optional: error); all times are Unix nanoseconds
+// from the chaos program's one clock.
+//
+// What the checker relies on, beyond the types:
+//   - handler.jsonl is in the order the handler received the requests (the
+//     order rule compares places in it): stamp received_at and append
+//     under one lock.
+//   - The handler's answer body names the delivery id and a counter of the
+//     copy, so that each copy's body is unique; a sender's 2xx is matched
+//     to the copy whose status and body it carries.
+//   - A sender records the answer's body byte for byte (its first 4 KiB)
+//     and its Retry-After header as sent; status 0 only for no answer.
+//   - A fault's start is when the nemesis acted, its end when it healed
+//     (0 if the run ended first).
+//   - A capture the agent marked interrupted (failed, error "interrupted:
+//     …") is written with State "interrupted", or "failed" with Error.
 package history
 
 import (

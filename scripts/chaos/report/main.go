@@ -52,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "report:", err)
 		return 1
 	}
-	fmt.Fprintln(stdout, r.Verdict())
+	fmt.Fprintln(stdout, r.Summary(10))
 	fmt.Fprintln(stdout, "report:", *out)
 	if !r.OK() {
 		return 1

@@ -50,7 +50,7 @@ func TestRecheck(t *testing.T) {
 		verdict string
 	}{
 		{false, 0, "chaos: PASS — 0 violations in 1 request, 0 faults (seed 3, single, 1 min)"},
-		{true, 1, "chaos: FAIL — "},
+		{true, 1, "chaos: FAIL — 3 violations (1 loss, 1 invented-answer, 1 store-disagrees) in 1 request"},
 	} {
 		dir := writeRun(t, tc.lost)
 		var out, errb bytes.Buffer
@@ -58,7 +58,8 @@ func TestRecheck(t *testing.T) {
 			t.Fatalf("lost=%v: exit %d, want %d; stderr %q", tc.lost, code, tc.code, errb.String())
 		}
 		page := filepath.Join(dir, "report.html")
-		if !strings.HasPrefix(out.String(), tc.verdict) || !strings.Contains(out.String(), "report: "+page) {
+		if !strings.HasPrefix(out.String(), tc.verdict) || !strings.Contains(out.String(), "report: "+page) ||
+			tc.lost != strings.Contains(out.String(), "\n  loss d1 (Lost2xx) t: answered 200") {
 			t.Errorf("lost=%v: printed %q", tc.lost, out.String())
 		}
 		if b, err := os.ReadFile(page); err != nil || !strings.Contains(string(b), "<svg") {
