@@ -10,6 +10,15 @@
 // give violations; availability is measured per fault and reported against
 // the README's bounds, never counted as a violation, so that a busy machine
 // cannot fail a run.
+//
+// The runner, once its run has drained and the store is written:
+//
+//	h, err := history.Read(dir)
+//	r := check.Check(h)
+//	err = check.WriteReport(filepath.Join(dir, "report.html"), h, r)
+//	fmt.Println(r.Verdict()) // and the page's path
+//
+// and a test of a short run fails with t.Fatal(r.Summary(20)) when !r.OK().
 package check
 
 import (
