@@ -160,6 +160,13 @@ func TestCheck(t *testing.T) {
 				copy("d3", 3.5, 1).
 				ok("d4", 1, 4, 4.01, 4.02, 1).capture("p4", "d4", 4.005, "delivered", 200, ""),
 			nil},
+		{"an attempt stuck without an answer since before a queued one was accepted may arrive first",
+			clean().send("d4", 1, 2.5, 0, 0, "", "").
+				send("d3", 1, 3, 3.01, 202, queued202, "").capture("p3", "d3", 3.005, "delivered", 200, "").
+				copy("d4", 5, 1).capture("p4", "d4", 4.9, "delivered", 200, "").
+				ok("d4", 2, 4, 5.01, 5.02, 2).capture("p4b", "d4", 5.005, "delivered", 200, "p4").
+				copy("d3", 6, 1),
+			nil},
 		{"concurrent requests may reach the handler in either order",
 			newRun().copy("d2", 1.01, 1).copy("d1", 1.02, 1).
 				send("d1", 1, 1, 1.03, 200, answer("d1", 1), "").send("d2", 1, 1, 1.03, 200, answer("d2", 1), "").

@@ -328,20 +328,22 @@ func (ix *index) handlerGave(d string, status int) bool {
 type accept struct {
 	d        string
 	at       int64 // its first 2xx (or 202) answer
-	sent     int64 // when the attempt that got it was sent
+	sent     int64 // when the earliest attempt that could have brought its first copy was sent
 	firstPos int   // its first copy's place in the handler's log
 	firstAt  int64
 }
 
 // ruleOrder — order, in real time: for deliveries A and B of one tunnel,
 // both accepted (answered 2xx or 202) and both at the handler, if A's
-// accepting answer came before B's accepted attempt was sent, the
-// handler's first copy of A precedes its first copy of B (queued before
-// live; within a call, the sender sends an event after the one before was
-// accepted). A B whose first copy reached the handler before its accepted
-// attempt was sent (through an earlier attempt refused by a fault) has no
-// place to keep and is left out. One violation per B, naming the A whose
-// first copy came last.
+// accepting answer (its first 2xx) came before B was sent, the handler's
+// first copy of A precedes its first copy of B: queued before live, and
+// within a call, where the sender sends an event once the one before was
+// accepted, in the order sent. "B was sent" is the earliest attempt of B
+// that could have brought its first copy (couldCause): an attempt stuck
+// without an answer since before A was accepted may rightly arrive first.
+// A B whose first copy no attempt accounts for is left to
+// ruleDeliveredAfterRefusal. One violation per B, naming the A whose first
+// copy came last.
 func ruleOrder(ix *index) []Violation {
 	byTunnel := map[string][]accept{}
 	for _, d := range ix.order {
@@ -349,8 +351,13 @@ func ruleOrder(ix *index) []Violation {
 		if a < 0 || len(ix.copies[d]) == 0 {
 			continue
 		}
-		s, first := ix.h.Sends[a], ix.copies[d][0]
-		byTunnel[s.Tunnel] = append(byTunnel[s.Tunnel], accept{d: d, at: s.AnsweredAt, sent: s.SentAt,
+		first := ix.copies[d][0]
+		sent, ok := ix.firstCause(d, first)
+		if !ok {
+			continue
+		}
+		s := ix.h.Sends[a]
+		byTunnel[s.Tunnel] = append(byTunnel[s.Tunnel], accept{d: d, at: s.AnsweredAt, sent: sent,
 			firstPos: first, firstAt: ix.h.Handler[first].ReceivedAt})
 	}
 	var out []Violation
@@ -358,6 +365,17 @@ func ruleOrder(ix *index) []Violation {
 		out = append(out, ix.orderIn(as)...)
 	}
 	return out
+}
+
+// firstCause is when the earliest send of d that could have caused copy ci
+// was sent.
+func (ix *index) firstCause(d string, ci int) (int64, bool) {
+	for _, i := range ix.sends[d] { // by sent_at
+		if ix.couldCause(i, ci) {
+			return ix.h.Sends[i].SentAt, true
+		}
+	}
+	return 0, false
 }
 
 // orderIn checks one tunnel: a sweep over B by send time, keeping the latest
@@ -375,7 +393,7 @@ func (ix *index) orderIn(as []accept) []Violation {
 				latest = byAt[j]
 			}
 		}
-		if b.firstAt < b.sent || latest.firstPos < b.firstPos {
+		if latest.firstPos < b.firstPos {
 			continue
 		}
 		out = append(out, ix.violation(KindOrder, "Order", b.d, b.firstAt,
