@@ -257,6 +257,7 @@ func list(vs []Violation) string {
 
 // TestEveryRuleHasACase: each rule in rules is named by some row of
 // TestCheck, so that no rule goes untested.
+// and the report explains each.
 func TestEveryRuleHasACase(t *testing.T) {
 	// The names TestCheck expects, kept by hand beside it.
 	tested := []string{"Lost2xx", "NotInStore", "Invented2xx", "UndocumentedRefusal", "DeliveredAfterRefusal",
@@ -264,6 +265,14 @@ func TestEveryRuleHasACase(t *testing.T) {
 		"NothingPending"}
 	if len(tested) != len(rules) {
 		t.Fatalf("%d rules, %d tested by name: add a case to TestCheck", len(rules), len(tested))
+	}
+	if len(ruleDocs) != len(rules) {
+		t.Fatalf("%d rules, %d explained in ruleDocs", len(rules), len(ruleDocs))
+	}
+	for i, d := range ruleDocs {
+		if d.Rule != tested[i] {
+			t.Errorf("ruleDocs[%d] is %s, want %s", i, d.Rule, tested[i])
+		}
 	}
 }
 

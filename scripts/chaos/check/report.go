@@ -34,6 +34,7 @@ type reportView struct {
 	Avail      []availRow
 	Violations []violationRow
 	More       int // violations not listed
+	Rules      []ruleRow
 	AnswerMax  string
 	No2xxMax   string
 }
@@ -52,6 +53,11 @@ type availRow struct {
 	Attempts, NoAnswer    string
 	P50, P99, Max, No2xx  string
 	OverAnswer, OverNo2xx bool
+}
+
+type ruleRow struct {
+	Kind, Rule, Says string
+	Count            int
 }
 
 type violationRow struct {
@@ -94,6 +100,13 @@ func buildView(h *history.History, r Result) reportView {
 	}
 	for i, fw := range r.PerFault {
 		v.Avail = append(v.Avail, availOf(tl, i+1, fw.Fault, fw.Waits))
+	}
+	byRule := map[string]int{}
+	for _, vi := range r.Violations {
+		byRule[vi.Rule]++
+	}
+	for _, d := range ruleDocs {
+		v.Rules = append(v.Rules, ruleRow{Kind: d.Kind, Rule: d.Rule, Says: d.Says, Count: byRule[d.Rule]})
 	}
 	for i, vi := range r.Violations {
 		if i == maxListed {

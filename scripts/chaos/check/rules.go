@@ -30,6 +30,23 @@ var rules = []func(*index) []Violation{
 	ruleNothingPending,
 }
 
+// ruleDocs says each rule in a sentence, for the report's readers; the
+// rule's function comment says it exactly.
+var ruleDocs = []struct{ Kind, Rule, Says string }{
+	{KindLoss, "Lost2xx", "every request answered 2xx (or 202) reached the handler"},
+	{KindLoss, "NotInStore", "every request answered 2xx (or 202) is in the agent's store"},
+	{KindInvented, "Invented2xx", "every 2xx is the handler's status and body for a copy it had received, or the relay's queued 202"},
+	{KindInvented, "UndocumentedRefusal", "every other answer is the handler's, a documented 4xx, or a 5xx with Retry-After"},
+	{KindInvented, "DeliveredAfterRefusal", "a copy at the handler follows an attempt not already refused"},
+	{KindInvented, "RefusedAfterDelivery", "an attempt refused while its copy reached the handler needs a fault of the path"},
+	{KindStore, "StoreOutcome", "the capture of an attempt answered 2xx says delivered with that status, or outcome unknown"},
+	{KindStore, "StoreStatus", "a capture that says delivered holds a status the handler gave"},
+	{KindOrder, "Order", "of two requests of a tunnel, the one accepted before the other was sent reaches the handler first"},
+	{KindOnce, "ExtraCopy", "each copy after the first has a re-send of its own or a crash since the first"},
+	{KindOnce, "DuplicateMarked", "each capture after the first of a delivery is marked duplicate_of the first"},
+	{KindOnce, "NothingPending", "nothing is pending or queued once the run drained"},
+}
+
 func (ix *index) violation(kind, rule, d string, at int64, format string, args ...any) Violation {
 	return Violation{Kind: kind, Rule: rule, DeliveryID: d, Tunnel: ix.tunnel[d], At: at,
 		Message: fmt.Sprintf(format, args...)}
