@@ -204,6 +204,11 @@ func TestCheck(t *testing.T) {
 				fault(history.FaultSigkill, "relay-2", 3.6, 5).copy("d3", 6, 2).
 				capture("p3", "d3", 3.005, "delivered", 200, "").capture("p3b", "d3", 6, "delivered", 200, "p3"),
 			nil},
+		{"the same after a SIGTERM of the single relay: passes",
+			clean().send("d3", 1, 3, 3.01, 202, queued202, "").copy("d3", 3.5, 1).
+				fault(history.FaultSigterm, "relay", 3.6, 5).copy("d3", 6, 2).
+				capture("p3", "d3", 3.005, "delivered", 200, "").capture("p3b", "d3", 6, "delivered", 200, "p3"),
+			nil},
 		{"a queued request delivered twice, no crash",
 			clean().send("d3", 1, 3, 3.01, 202, queued202, "").copy("d3", 3.5, 1).copy("d3", 6, 2).
 				capture("p3", "d3", 3.005, "delivered", 200, "").capture("p3b", "d3", 6, "delivered", 200, "p3"),

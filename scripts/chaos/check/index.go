@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/calltap/calltap/scripts/chaos/history"
@@ -70,8 +71,9 @@ func newIndex(h *history.History) *index {
 }
 
 // isCrash reports whether f can make the handler see a request again: a
-// SIGKILL or power cut of anything, or a SIGTERM of a relay node (which
-// may hold the tunnel and gives up on requests in flight after its grace).
+// SIGKILL or power cut of anything, or a SIGTERM of a relay node ("relay",
+// "relay-2": it may hold the tunnel, and gives up on requests in flight
+// after its grace).
 // An agent's SIGTERM is an orderly stop and loses no answer, so it is not
 // one.
 func isCrash(f history.Fault) bool {
@@ -79,7 +81,7 @@ func isCrash(f history.Fault) bool {
 	case history.FaultSigkill, history.FaultPowerCut:
 		return true
 	case history.FaultSigterm:
-		return len(f.Target) > 6 && f.Target[:6] == "relay-"
+		return strings.HasPrefix(f.Target, "relay") && !strings.Contains(f.Target, "->")
 	}
 	return false
 }
