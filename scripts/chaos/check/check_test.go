@@ -64,6 +64,13 @@ func (r *run) capture(id, d string, received float64, state string, status int, 
 	return r
 }
 
+// queued marks the last capture queued, as the agent does for what the
+// relay queued (or it held behind earlier requests).
+func (r *run) queued() *run {
+	r.h.Store[len(r.h.Store)-1].Queued = true
+	return r
+}
+
 // errorText sets the error of the last capture.
 func (r *run) errorText(e string) *run {
 	r.h.Store[len(r.h.Store)-1].Error = e
@@ -130,6 +137,14 @@ func TestCheck(t *testing.T) {
 			clean().send("d3", 1, 3, 3.1, 503, envelope("unavailable"), "5").copy("d3", 23, 1).
 				capture("p3", "d3", 22.9, "delivered", 200, ""),
 			[]string{"DeliveredAfterRefusal"}},
+		{"refused while its frame was on the way to the agent, re-sent and queued, the first copy came live",
+			newRun().send("q", 1, 0.5, 0.6, 202, queued202, "").capture("pq", "q", 0.55, "delivered", 200, "").queued().
+				send("d1", 1, 0.8, 1.5, 503, envelope("agent_offline"), "5").
+				send("d1", 2, 1.8, 1.81, 202, queued202, "").
+				copy("d1", 1.82, 1).capture("p1", "d1", 1.819, "delivered", 200, "").
+				copy("q", 3, 1).
+				copy("d1", 3.1, 2).capture("p1b", "d1", 3.09, "delivered", 200, "p1").queued(),
+			[]string{"DeliveredAfterRefusal"}},
 		{"a copy no sender sent",
 			clean().copy("d3", 3, 1),
 			[]string{"DeliveredAfterRefusal"}},
@@ -151,18 +166,18 @@ func TestCheck(t *testing.T) {
 				capture("p3", "d3", 8.005, "delivered", 200, ""),
 			[]string{"RefusedAfterDelivery"}},
 		{"reorder: a live request overtakes a queued one",
-			clean().send("d3", 1, 3, 3.01, 202, queued202, "").capture("p3", "d3", 3.005, "delivered", 200, "").
+			clean().send("d3", 1, 3, 3.01, 202, queued202, "").capture("p3", "d3", 3.005, "delivered", 200, "").queued().
 				ok("d4", 1, 4, 4.01, 4.02, 1).capture("p4", "d4", 4.005, "delivered", 200, "").
 				copy("d3", 5, 1),
 			[]string{"Order"}},
 		{"queued before live: passes",
-			clean().send("d3", 1, 3, 3.01, 202, queued202, "").capture("p3", "d3", 3.005, "delivered", 200, "").
+			clean().send("d3", 1, 3, 3.01, 202, queued202, "").capture("p3", "d3", 3.005, "delivered", 200, "").queued().
 				copy("d3", 3.5, 1).
 				ok("d4", 1, 4, 4.01, 4.02, 1).capture("p4", "d4", 4.005, "delivered", 200, ""),
 			nil},
 		{"an attempt stuck without an answer since before a queued one was accepted may arrive first",
 			clean().send("d4", 1, 2.5, 0, 0, "", "").
-				send("d3", 1, 3, 3.01, 202, queued202, "").capture("p3", "d3", 3.005, "delivered", 200, "").
+				send("d3", 1, 3, 3.01, 202, queued202, "").capture("p3", "d3", 3.005, "delivered", 200, "").queued().
 				copy("d4", 5, 1).capture("p4", "d4", 4.9, "delivered", 200, "").
 				ok("d4", 2, 4, 5.01, 5.02, 2).capture("p4b", "d4", 5.005, "delivered", 200, "p4").
 				copy("d3", 6, 1),
@@ -202,21 +217,21 @@ func TestCheck(t *testing.T) {
 		{"a queued request delivered again after the relay node was killed, no re-send: passes",
 			clean().send("d3", 1, 3, 3.01, 202, queued202, "").copy("d3", 3.5, 1).
 				fault(history.FaultSigkill, "relay-2", 3.6, 5).copy("d3", 6, 2).
-				capture("p3", "d3", 3.005, "delivered", 200, "").capture("p3b", "d3", 6, "delivered", 200, "p3"),
+				capture("p3", "d3", 3.005, "delivered", 200, "").queued().capture("p3b", "d3", 6, "delivered", 200, "p3").queued(),
 			nil},
 		{"the same after a SIGTERM of the single relay: passes",
 			clean().send("d3", 1, 3, 3.01, 202, queued202, "").copy("d3", 3.5, 1).
 				fault(history.FaultSigterm, "relay", 3.6, 5).copy("d3", 6, 2).
-				capture("p3", "d3", 3.005, "delivered", 200, "").capture("p3b", "d3", 6, "delivered", 200, "p3"),
+				capture("p3", "d3", 3.005, "delivered", 200, "").queued().capture("p3b", "d3", 6, "delivered", 200, "p3").queued(),
 			nil},
 		{"a queued request delivered twice, no crash",
 			clean().send("d3", 1, 3, 3.01, 202, queued202, "").copy("d3", 3.5, 1).copy("d3", 6, 2).
-				capture("p3", "d3", 3.005, "delivered", 200, "").capture("p3b", "d3", 6, "delivered", 200, "p3"),
+				capture("p3", "d3", 3.005, "delivered", 200, "").queued().capture("p3b", "d3", 6, "delivered", 200, "p3").queued(),
 			[]string{"ExtraCopy"}},
 		{"an agent's SIGTERM is no crash",
 			clean().send("d3", 1, 3, 3.01, 202, queued202, "").copy("d3", 3.5, 1).
 				fault(history.FaultSigterm, "agent", 3.6, 5).copy("d3", 6, 2).
-				capture("p3", "d3", 3.005, "delivered", 200, "").capture("p3b", "d3", 6, "delivered", 200, "p3"),
+				capture("p3", "d3", 3.005, "delivered", 200, "").queued().capture("p3b", "d3", 6, "delivered", 200, "p3").queued(),
 			[]string{"ExtraCopy"}},
 		{"refused by the relay before the agent, then delivered twice on the retry",
 			clean().send("d3", 1, 3, 3.01, 503, envelope("agent_offline"), "30").

@@ -157,6 +157,10 @@ func (ix *index) handlerAnswer(i int) bool {
 // or was queued (202: delivered later), or got no answer, or was still
 // waiting for its answer when the copy arrived. A send answered 2xx with
 // another copy's answer, or refused before the copy arrived, could not.
+//
+// A queued 202 brings a copy from a queued capture (the store marks what
+// the relay queued, or the agent held behind earlier requests, queued): if
+// the copy's capture (backing) was saved live, the 202 did not bring it.
 func (ix *index) couldCause(i, ci int) bool {
 	s, c := ix.h.Sends[i], ix.h.Handler[ci]
 	if s.SentAt > c.ReceivedAt {
@@ -165,10 +169,50 @@ func (ix *index) couldCause(i, ci int) bool {
 	if m, ok := ix.answered[i]; ok && m >= 0 {
 		return m == ci
 	}
-	if queuedAnswer(s) || s.Status == 0 {
-		return true
+	if queuedAnswer(s) {
+		return !ix.cameLive(ci)
 	}
-	return s.AnsweredAt >= c.ReceivedAt
+	return s.Status == 0 || s.AnsweredAt >= c.ReceivedAt
+}
+
+// notRefusedBefore reports whether send i, sent by the time copy ci
+// arrived, was not refused before it, and, if it was a queued 202, the copy
+// did not come live: a send that may be how the copy came.
+func (ix *index) notRefusedBefore(i, ci int) bool {
+	s, c := ix.h.Sends[i], ix.h.Handler[ci]
+	if s.SentAt > c.ReceivedAt || (refused(s) && s.AnsweredAt < c.ReceivedAt) {
+		return false
+	}
+	return !queuedAnswer(s) || !ix.cameLive(ci)
+}
+
+// backingSkew allows for the store's microseconds: the agent stamps a
+// capture when the request arrives, before it goes to the handler.
+const backingSkew = int64(time.Millisecond)
+
+// backing finds the capture saved for copy ci: its delivery's latest
+// capture received by the copy's arrival; -1 if none (lost, or not read).
+func (ix *index) backing(ci int) int {
+	c := ix.h.Handler[ci]
+	return ix.captureFor(c.DeliveryID, c.ReceivedAt, backingSkew)
+}
+
+// cameLive reports whether copy ci's capture was saved live, not queued.
+func (ix *index) cameLive(ci int) bool {
+	p := ix.backing(ci)
+	return p >= 0 && !ix.h.Store[p].Queued
+}
+
+// captureFor is the latest capture of d received by t (give or take
+// skew); -1 if none.
+func (ix *index) captureFor(d string, t, skew int64) int {
+	best := -1
+	for _, p := range ix.captures[d] {
+		if ix.h.Store[p].ReceivedAt <= t+skew {
+			best = p
+		}
+	}
+	return best
 }
 
 // A fault's effects outlast it: a link restored or a process continued

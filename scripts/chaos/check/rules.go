@@ -162,51 +162,65 @@ func documentedRefusal(s history.Send) bool {
 // non-2xx reaches the handler only through a later attempt. Each handler
 // copy must follow a send of its delivery, sent before the copy arrived,
 // that was answered 2xx, or got no answer (status 0: the sender could not
-// tell), or was still waiting for its answer when the copy arrived. A copy
-// whose only earlier sends were all refused before it arrived was
-// delivered after the sender was told it was not (a 503 delivered 20 s
-// later); a copy with no earlier send at all came from nowhere.
+// tell), or was still waiting for its answer when the copy arrived; a
+// queued 202 counts only for a copy whose capture was queued too (see
+// notRefusedBefore). A copy whose earlier sends were all refused before it
+// arrived was delivered after its sender was told it was not (a 503
+// delivered 20 s later; a request a relay refused while its frame was still
+// on the way to the agent); a copy with no earlier send came from nowhere.
 func ruleDeliveredAfterRefusal(ix *index) []Violation {
 	var out []Violation
 	for d, cs := range ix.copies {
 		for _, ci := range cs {
-			c := ix.h.Handler[ci]
-			if ix.explained(d, c.ReceivedAt) {
+			if ix.explained(d, ci) {
 				continue
 			}
+			c := ix.h.Handler[ci]
 			out = append(out, ix.violation(KindInvented, "DeliveredAfterRefusal", d, c.ReceivedAt,
-				"reached the handler at %s, but %s", ix.rel(c.ReceivedAt), ix.sendsBefore(d, c.ReceivedAt)))
+				"reached the handler at %s, but %s", ix.rel(c.ReceivedAt), ix.sendsBefore(d, ci)))
 		}
 	}
 	return out
 }
 
-// explained reports whether a copy of d arriving at t follows a send of d
-// that was not refused before t.
-func (ix *index) explained(d string, t int64) bool {
+// explained reports whether copy ci of d follows a send of d that may be
+// how it came.
+func (ix *index) explained(d string, ci int) bool {
 	for _, i := range ix.sends[d] {
-		s := ix.h.Sends[i]
-		if s.SentAt <= t && !(refused(s) && s.AnsweredAt < t) {
+		if ix.notRefusedBefore(i, ci) {
 			return true
 		}
 	}
 	return false
 }
 
-// sendsBefore describes the sends of d made before t, for a message.
-func (ix *index) sendsBefore(d string, t int64) string {
-	n, last := 0, -1
+// sendsBefore describes the sends of d made before copy ci, for a message:
+// "its attempts before were refused or queued: #1 503 at t+47.839s, #2 202
+// at t+48.343s (the copy came live, not from the queue)".
+func (ix *index) sendsBefore(d string, ci int) string {
+	t := ix.h.Handler[ci].ReceivedAt
+	var b strings.Builder
+	n, queued := 0, false
 	for _, i := range ix.sends[d] {
-		if ix.h.Sends[i].SentAt <= t {
-			n, last = n+1, i
+		s := ix.h.Sends[i]
+		if s.SentAt > t {
+			continue
 		}
+		if n++; n <= 4 {
+			fmt.Fprintf(&b, ", #%d %d at %s", s.Attempt, s.Status, ix.rel(s.AnsweredAt))
+		}
+		queued = queued || queuedAnswer(s)
 	}
-	if n == 0 {
+	switch {
+	case n == 0:
 		return "no sender had sent it yet"
+	case n > 4:
+		fmt.Fprintf(&b, " and %d more", n-4)
 	}
-	s := ix.h.Sends[last]
-	return fmt.Sprintf("all %d attempt(s) sent before were refused first (the last answered %d at %s)",
-		n, s.Status, ix.rel(s.AnsweredAt))
+	if queued {
+		return "its attempts before were refused or queued: " + b.String()[2:] + " (the copy came live, not from the queue)"
+	}
+	return "its attempts before were refused before it came: " + b.String()[2:]
 }
 
 // ruleRefusedAfterDelivery — no invented answer: an attempt answered
@@ -289,7 +303,7 @@ func ruleStoreOutcome(ix *index) []Violation {
 				continue // not a 2xx, or not the handler's (a queued 202)
 			}
 			s := ix.h.Sends[i]
-			p := ix.captureFor(d, s.AnsweredAt)
+			p := ix.captureFor(d, s.AnsweredAt, captureSkew)
 			if p < 0 {
 				continue // ruleNotInStore reports a delivery with none
 			}
@@ -303,18 +317,6 @@ func ruleStoreOutcome(ix *index) []Violation {
 		}
 	}
 	return out
-}
-
-// captureFor is the latest capture of d received by t (with captureSkew);
-// -1 if none.
-func (ix *index) captureFor(d string, t int64) int {
-	best := -1
-	for _, p := range ix.captures[d] {
-		if ix.h.Store[p].ReceivedAt <= t+captureSkew {
-			best = p
-		}
-	}
-	return best
 }
 
 // ruleStoreStatus — the store agrees: a capture that says delivered holds a
