@@ -53,8 +53,11 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, usage)
 		return 2
 	}
+	// The first Ctrl-C stops the run in order (children stopped, the
+	// agent's disk unmounted); from then on a second one kills at once.
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	go func() { <-ctx.Done(); cancel() }()
 	res, err := run(ctx, cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "chaos:", err)
