@@ -23,7 +23,6 @@ type proc struct {
 	mu      sync.Mutex
 	cmd     *exec.Cmd     // guarded by mu; nil before the first start
 	done    chan struct{} // guarded by mu; closed when cmd has exited
-	stopped bool          // guarded by mu; the process is frozen (SIGSTOP)
 	exit    error         // guarded by mu; cmd's exit, once done is closed
 }
 
@@ -48,7 +47,7 @@ func (p *proc) start() error {
 		return fmt.Errorf("%s: %w", p.name, err)
 	}
 	done := make(chan struct{})
-	p.cmd, p.done, p.stopped, p.exit = cmd, done, false, nil
+	p.cmd, p.done, p.exit = cmd, done, nil
 	go func() {
 		err := cmd.Wait()
 		out.Close()
@@ -85,12 +84,6 @@ func (p *proc) signal(sig syscall.Signal) {
 		return
 	}
 	p.cmd.Process.Signal(sig)
-	switch sig {
-	case syscall.SIGSTOP:
-		p.stopped = true
-	case syscall.SIGCONT, syscall.SIGKILL:
-		p.stopped = false
-	}
 }
 
 // wait waits up to d for the process to exit and reports whether it has.
