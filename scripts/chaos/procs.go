@@ -20,10 +20,10 @@ type proc struct {
 	args []string
 	logf string // path of its output, appended to across restarts
 
-	mu      sync.Mutex
-	cmd     *exec.Cmd     // guarded by mu; nil before the first start
-	done    chan struct{} // guarded by mu; closed when cmd has exited
-	exit    error         // guarded by mu; cmd's exit, once done is closed
+	mu   sync.Mutex
+	cmd  *exec.Cmd     // guarded by mu; nil before the first start
+	done chan struct{} // guarded by mu; closed when cmd has exited
+	exit error         // guarded by mu; cmd's exit, once done is closed
 }
 
 // start runs the process. Pdeathsig kills it if the chaos program dies
