@@ -103,7 +103,9 @@ func (t *topology) startNATS(ctx context.Context, n int) error {
 
 // startRelays starts n relay nodes (team: over the NATS servers, each
 // through its own proxies; single: one node on SQLite) and waits until each
-// answers its health check.
+// answers its health check. They run with calltap's defaults (the promise
+// is checked as shipped) but for the rate limit, which the bursts of one
+// tunnel would hit: a 429 is a documented answer, not a finding.
 func (t *topology) startRelays(ctx context.Context, n int) error {
 	ports, err := freePorts(n + n*len(t.natsURLs))
 	if err != nil {
@@ -113,7 +115,7 @@ func (t *topology) startRelays(ctx context.Context, n int) error {
 		name := fmt.Sprintf("relay-%d", i)
 		u := fmt.Sprintf("http://127.0.0.1:%d", ports[i])
 		args := []string{"relay", "--listen", u[len("http://"):], "--insecure-http", "--public-url", u,
-			"--data", filepath.Join(t.work, name), "--pong-wait", "2s", "--rate-limit", "0"}
+			"--data", filepath.Join(t.work, name), "--rate-limit", "0"}
 		if len(t.natsURLs) > 0 {
 			var via []string
 			for j, nu := range t.natsURLs {
