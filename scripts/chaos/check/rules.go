@@ -198,29 +198,37 @@ func (ix *index) explained(d string, ci int) bool {
 // "its attempts before were refused or queued: #1 503 at t+47.839s, #2 202
 // at t+48.343s (the copy came live, not from the queue)".
 func (ix *index) sendsBefore(d string, ci int) string {
-	t := ix.h.Handler[ci].ReceivedAt
+	list, n, queued := ix.attempts(d, ix.h.Handler[ci].ReceivedAt)
+	switch {
+	case n == 0:
+		return "no sender had sent it yet"
+	case queued:
+		return "its attempts before were refused or queued: " + list + " (the copy came live, not from the queue)"
+	}
+	return "its attempts before were refused before it came: " + list
+}
+
+// attempts lists the sends of d made by t, "#1 503 at t+1.000s, #2 200 at
+// t+2.000s", at most four; and how many, and whether one was a queued 202.
+func (ix *index) attempts(d string, t int64) (list string, n int, queued bool) {
 	var b strings.Builder
-	n, queued := 0, false
 	for _, i := range ix.sends[d] {
 		s := ix.h.Sends[i]
 		if s.SentAt > t {
 			continue
 		}
 		if n++; n <= 4 {
-			fmt.Fprintf(&b, ", #%d %d at %s", s.Attempt, s.Status, ix.rel(s.AnsweredAt))
+			if n > 1 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "#%d %d at %s", s.Attempt, s.Status, ix.rel(s.AnsweredAt))
 		}
 		queued = queued || queuedAnswer(s)
 	}
-	switch {
-	case n == 0:
-		return "no sender had sent it yet"
-	case n > 4:
+	if n > 4 {
 		fmt.Fprintf(&b, " and %d more", n-4)
 	}
-	if queued {
-		return "its attempts before were refused or queued: " + b.String()[2:] + " (the copy came live, not from the queue)"
-	}
-	return "its attempts before were refused before it came: " + b.String()[2:]
+	return b.String(), n, queued
 }
 
 // ruleRefusedAfterDelivery — no invented answer: an attempt answered
@@ -447,9 +455,10 @@ func ruleExtraCopy(ix *index) []Violation {
 			if k == 0 && ci == cs[0] || ix.crashBetween(ix.h.Handler[cs[0]].ReceivedAt-crashLead, c.ReceivedAt) {
 				continue
 			}
+			list, _, _ := ix.attempts(d, c.ReceivedAt)
 			out = append(out, ix.violation(KindOnce, "ExtraCopy", d, c.ReceivedAt,
-				"the handler got it again at %s (%d copies in all) with no re-send and no crash since the first copy at %s",
-				ix.rel(c.ReceivedAt), len(cs), ix.rel(ix.h.Handler[cs[0]].ReceivedAt)))
+				"the handler got it again at %s (%d copies in all) with no re-send of its own and no crash since the first copy at %s; attempts before: %s",
+				ix.rel(c.ReceivedAt), len(cs), ix.rel(ix.h.Handler[cs[0]].ReceivedAt), list))
 		}
 	}
 	return out
