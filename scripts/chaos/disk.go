@@ -38,8 +38,9 @@ func newAgentDisk(dir string) (*agentDisk, error) {
 // limited reports whether the disk can be filled.
 func (d *agentDisk) limited() bool { return d.mount != "" }
 
-// fill writes the ballast until the disk has no room left.
-func (d *agentDisk) fill() (int64, error) {
+// fill writes the ballast until the disk has no more than leave bytes of
+// room (none if it cannot tell).
+func (d *agentDisk) fill(leave int64) (int64, error) {
 	f, err := os.Create(d.ballast)
 	if err != nil {
 		return 0, err
@@ -48,6 +49,10 @@ func (d *agentDisk) fill() (int64, error) {
 	buf := make([]byte, 1<<20)
 	var n int64
 	for {
+		var st syscall.Statfs_t
+		if syscall.Statfs(d.mount, &st) == nil && int64(st.Bavail)*st.Bsize <= leave {
+			return n, nil
+		}
 		w, err := f.Write(buf)
 		n += int64(w)
 		if errors.Is(err, syscall.ENOSPC) {

@@ -21,7 +21,10 @@ type fault struct {
 	Hold    time.Duration // how long it lasts before it is healed
 	Kind    string        // a history.Fault* kind
 	Targets []string      // processes ("relay-1", "nats-0", "agent") or link prefixes ("agent->relay-2", "relay-0->nats")
-	Param   int64         // latency in ms (net-slow), bytes before the cut (net-drop), 1 for a black hole (net-cut)
+	Param   int64         // latency in ms (net-slow), bytes before the cut (net-drop), 1 for a black hole (net-cut), MiB left free (disk-full)
+	// Then is a second fault on the agent in the middle of a disk-full
+	// (sigkill or sigterm, then a start on the full disk), or "".
+	Then string
 }
 
 // shape is what the schedule may aim at.
@@ -72,7 +75,13 @@ func draw(rng *rand.Rand, sh shape) fault {
 		case history.FaultNetDrop:
 			f.Param = 64 + rng.Int64N(8192) // bytes a connection carries before it is cut
 		}
-	default: // disk-full, power-cut
+	case history.FaultDiskFull:
+		f.Targets = []string{"agent"}
+		f.Param = rng.Int64N(7) // a disk left with a few MiB is as likely in life as one with none
+		if rng.IntN(2) == 0 {
+			f.Then = []string{history.FaultSigkill, history.FaultSigterm}[rng.IntN(2)]
+		}
+	default: // power-cut
 		f.Targets = []string{"agent"}
 	}
 	return f
@@ -151,10 +160,7 @@ func (n *nemesis) apply(ctx context.Context, i int, f fault) {
 	} else {
 		slog.Info("nemesis: fault", "n", i, "kind", f.Kind, "target", rec.Target, "hold", f.Hold, "detail", detail)
 	}
-	select {
-	case <-ctx.Done():
-	case <-time.After(f.Hold):
-	}
+	n.hold(ctx, i, f)
 	if heal != nil {
 		if more, err := heal(); err != nil {
 			slog.Error("nemesis: could not heal", "n", i, "kind", f.Kind, "target", rec.Target, "err", err)
@@ -169,6 +175,25 @@ func (n *nemesis) apply(ctx context.Context, i int, f fault) {
 	}
 }
 
+// hold waits out f; a disk-full with a Then has the agent killed or
+// stopped in its middle third and started again on the full disk, logged
+// as a fault of its own.
+func (n *nemesis) hold(ctx context.Context, i int, f fault) {
+	wait := func(d time.Duration) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+	if f.Then == "" {
+		wait(f.Hold)
+		return
+	}
+	wait(f.Hold / 3)
+	n.apply(ctx, i, fault{Kind: f.Then, Targets: []string{"agent"}, Hold: f.Hold / 3})
+	wait(f.Hold / 3)
+}
+
 // healFunc undoes a fault and may say how it went.
 type healFunc func() (string, error)
 
@@ -179,7 +204,7 @@ func (n *nemesis) inject(f fault) (healFunc, string, error) {
 	case history.FaultNetCut, history.FaultNetSlow, history.FaultNetDrop:
 		return n.network(f)
 	case history.FaultDiskFull:
-		return n.diskFull()
+		return n.diskFull(f)
 	case history.FaultPowerCut:
 		return n.powerCut()
 	}
@@ -277,10 +302,13 @@ func (n *nemesis) network(f fault) (healFunc, string, error) {
 }
 
 // diskFull fills the agent's disk; healing gives the room back.
-func (n *nemesis) diskFull() (healFunc, string, error) {
+func (n *nemesis) diskFull(f fault) (healFunc, string, error) {
 	d := n.top.disk
-	wrote, err := d.fill()
-	detail := fmt.Sprintf("ballast of %d MiB fills the agent's %s disk", wrote>>20, agentDiskSize)
+	wrote, err := d.fill(f.Param << 20)
+	detail := fmt.Sprintf("ballast of %d MiB fills the agent's %s disk but %d MiB", wrote>>20, agentDiskSize, f.Param)
+	if f.Then != "" {
+		detail += ", and the agent gets " + f.Then + " and starts again on it"
+	}
 	return func() (string, error) { return "", d.free() }, detail, err
 }
 
