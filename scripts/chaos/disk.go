@@ -81,38 +81,51 @@ func (d *agentDisk) unmount() {
 	}
 }
 
+// tear is what a power cut did to the agent's newest intake log.
+type tear struct {
+	file      string // "" when no log holds a record
+	off, size int64  // the last record's frame
+	kind      byte   // its payload's first byte: 1 insert, 2 update
+	kept      bool   // left whole: it was synced before the power went
+}
+
 // tearLastRecord does to the agent's newest intake log what a power cut
 // does to a write the disk had not synced: the second half of the last
 // record's frame (storage/intakerecord.go: u32 length, u32 CRC-32C,
 // payload; a zero length ends the records, the file being prefilled with
-// zeros) is zeroed. It returns the file and the frame's offset and size,
-// or an empty name when no log holds a record.
-func tearLastRecord(agentData string) (file string, off, size int64, err error) {
+// zeros) is zeroed. A record synced says so (synced, given its payload) is
+// left whole, as a power cut would leave it.
+func tearLastRecord(agentData string, synced func(payload []byte) bool) (tear, error) {
 	logs, err := intakeLogs(agentData)
 	if err != nil {
-		return "", 0, 0, err
+		return tear{}, err
 	}
 	for i := len(logs) - 1; i >= 0; i-- {
 		b, err := os.ReadFile(logs[i])
 		if err != nil {
-			return "", 0, 0, err
+			return tear{}, err
 		}
 		off, size := lastFrame(b)
 		if size == 0 {
 			continue // a file prefilled for the next generation, still empty
 		}
+		payload := b[off+8 : off+size]
+		t := tear{file: logs[i], off: off, size: size, kind: payload[0], kept: synced(payload)}
+		if t.kept {
+			return t, nil
+		}
 		f, err := os.OpenFile(logs[i], os.O_WRONLY, 0)
 		if err != nil {
-			return "", 0, 0, err
+			return t, err
 		}
 		defer f.Close()
 		half := size / 2
 		if _, err := f.WriteAt(make([]byte, size-half), off+half); err != nil {
-			return "", 0, 0, err
+			return t, err
 		}
-		return logs[i], off, size, f.Sync()
+		return t, f.Sync()
 	}
-	return "", 0, 0, nil
+	return tear{}, nil
 }
 
 // intakeLogs are the agent's intake-<generation>.log files, oldest

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -130,6 +132,7 @@ func linkTarget(rng *rand.Rand, sh shape) string {
 // nemesis carries out a schedule on a topology.
 type nemesis struct {
 	top   *topology
+	acked func(deliveryID string) bool // whether a sender has been answered 2xx for it
 	log   *history.Log[history.Fault]
 	start time.Time
 }
@@ -312,15 +315,42 @@ func (n *nemesis) diskFull(f fault) (healFunc, string, error) {
 	return func() (string, error) { return "", d.free() }, detail, err
 }
 
-// powerCut kills the agent and tears its last intake record; healing
-// starts it again.
+// powerCut kills the agent and tears its last intake record, unless that
+// record was synced before the cut; healing starts it again.
 func (n *nemesis) powerCut() (healFunc, string, error) {
 	a := n.top.agent
 	a.kill()
-	file, off, size, err := tearLastRecord(n.top.disk.data)
+	// An answer the relay already had reaches its sender in moments;
+	// only then does the runner know every insert that was acknowledged.
+	time.Sleep(2 * time.Second)
+	t, err := tearLastRecord(n.top.disk.data, n.synced)
 	detail := "SIGKILL; no intake record to tear"
-	if file != "" {
-		detail = fmt.Sprintf("SIGKILL, then the last record of %s (offset %d, %d bytes) torn: its second half zeroed", file[len(n.top.disk.data)+1:], off, size)
+	if t.file != "" {
+		what := map[byte]string{1: "insert", 2: "update"}[t.kind]
+		detail = fmt.Sprintf("SIGKILL, then the last record of %s (an %s at offset %d, %d bytes) torn: its second half zeroed", filepath.Base(t.file), what, t.off, t.size)
+		if t.kept {
+			detail = fmt.Sprintf("SIGKILL; the last record of %s (an insert at offset %d) left whole: it holds a request a sender was answered 2xx for, so --sync full had synced it", filepath.Base(t.file), t.off)
+		}
 	}
 	return n.restart([]*proc{a}), detail, err
 }
+
+// synced reports whether an intake record must have reached the disk
+// before the power cut: under --sync full (the agent's default) an insert
+// is synced before its request is forwarded, so an insert naming a
+// delivery some sender was answered 2xx for was on disk. An update (the
+// handler's answer, recorded after it) is not synced on its own, so a
+// power cut may tear it.
+func (n *nemesis) synced(payload []byte) bool {
+	if len(payload) == 0 || payload[0] != 1 {
+		return false
+	}
+	for _, id := range uuidRE.FindAll(payload, -1) {
+		if n.acked(string(id)) {
+			return true
+		}
+	}
+	return false
+}
+
+var uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)

@@ -155,7 +155,7 @@ func exercise(ctx context.Context, cfg config, top *topology, h *handler, rec *r
 	stop := make(chan struct{})
 	meta.Started = time.Now().UnixNano()
 	go s.run(stop)
-	n := &nemesis{top: top, log: rec.faults, start: time.Now()}
+	n := &nemesis{top: top, acked: s.isAccepted, log: rec.faults, start: time.Now()}
 	n.run(ctx, sched)
 	select {
 	case <-ctx.Done():

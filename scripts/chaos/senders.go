@@ -206,6 +206,13 @@ func (s *senders) attempt(id string, d delivery, attempt int) int {
 // wait waits until every call started has finished its deliveries.
 func (s *senders) wait() { s.inflight.Wait() }
 
+// isAccepted reports whether a sender was answered 2xx for id.
+func (s *senders) isAccepted(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.accepted[id]
+}
+
 // acceptedIDs are the deliveries answered 2xx so far.
 func (s *senders) acceptedIDs() []string {
 	s.mu.Lock()
