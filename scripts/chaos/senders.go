@@ -48,12 +48,12 @@ func (r *registry) get(id string) (delivery, bool) {
 	return d, ok
 }
 
-// Traffic's shape: calls start every 100-600 ms, at most maxCalls at a
+// Traffic's shape: calls start every 50-300 ms, at most maxCalls at a
 // time, and a burst of 8-20 calls starts at once every 15-40 s, as when a
 // campaign starts dialling. A call's events come at the times the service's
 // generator gives them, compressed by timeScale, as are the retry delays.
 const (
-	maxCalls       = 8
+	maxCalls       = 16
 	timeScale      = 60
 	senderTimeout  = 35 * time.Second // above the relay's --forward-timeout (30 s), so its 504 can arrive
 	answerBodyKeep = 4 << 10
@@ -97,7 +97,7 @@ func (s *senders) run(stop <-chan struct{}) {
 		select {
 		case <-stop:
 			return
-		case <-time.After(s.jitter(100*time.Millisecond, 600*time.Millisecond)):
+		case <-time.After(s.jitter(50*time.Millisecond, 300*time.Millisecond)):
 		}
 		if time.Now().After(nextBurst) {
 			n := 8 + s.rng.IntN(13)
