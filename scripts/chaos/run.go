@@ -198,9 +198,17 @@ func drain(ctx context.Context, top *topology, h *handler, meta *history.Meta, d
 	top.agent.term(stopGrace)
 	caps, err := readStore(ctx, top.bin, top.disk.data, top.tunnel)
 	if err != nil {
-		// A store calltap itself cannot read is a finding, not a reason
-		// to give no verdict: the checker sees an empty store.
-		slog.Error("chaos: the agent's store cannot be read; judging the run with an empty store", "err", err)
+		// A store calltap cannot read where it lies (a full disk) is a
+		// finding; the verdict is then on a copy of it on a disk with room,
+		// and on an empty store only if that cannot be read either.
+		slog.Error("chaos: the agent's store cannot be read in place; reading a copy", "err", err)
+		cp := filepath.Join(dir, "agent-copy")
+		if err = os.CopyFS(cp, os.DirFS(top.disk.data)); err == nil {
+			caps, err = readStore(ctx, top.bin, cp, top.tunnel)
+		}
+		if err != nil {
+			slog.Error("chaos: the copy of the agent's store cannot be read either; judging the run with an empty store", "err", err)
+		}
 	}
 	meta.Drained = time.Now().UnixNano()
 	store, err := history.Create[history.Capture](dir, history.StoreFile)
