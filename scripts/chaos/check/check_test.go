@@ -145,6 +145,17 @@ func TestCheck(t *testing.T) {
 				copy("q", 3, 1).
 				copy("d1", 3.1, 2).capture("p1b", "d1", 3.09, "delivered", 200, "p1").queued(),
 			[]string{"DeliveredAfterRefusal"}},
+		{"refused as the agent's link dropped, the copy stamped a hair after the refusal: the fault excuses it",
+			clean().fault(history.FaultNetDrop, "agent->relay", 2.5, 4).
+				send("d3", 1, 3, 3.1, 503, envelope("agent_offline"), "5").copy("d3", 3.1002, 1).
+				capture("p3", "d3", 3.1, "delivered", 200, "").
+				ok("d3", 2, 4, 4.01, 4.02, 2).capture("p3b", "d3", 4.005, "delivered", 200, "p3"),
+			nil},
+		{"the same with no fault",
+			clean().send("d3", 1, 3, 3.1, 503, envelope("agent_offline"), "5").copy("d3", 3.1002, 1).
+				capture("p3", "d3", 3.1, "delivered", 200, "").
+				ok("d3", 2, 4, 4.01, 4.02, 2).capture("p3b", "d3", 4.005, "delivered", 200, "p3"),
+			[]string{"RefusedAfterDelivery"}},
 		{"a copy no sender sent",
 			clean().copy("d3", 3, 1),
 			[]string{"DeliveredAfterRefusal"}},

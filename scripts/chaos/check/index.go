@@ -172,15 +172,22 @@ func (ix *index) couldCause(i, ci int) bool {
 	if queuedAnswer(s) {
 		return !ix.cameLive(ci)
 	}
-	return s.Status == 0 || s.AnsweredAt >= c.ReceivedAt
+	return s.Status == 0 || s.AnsweredAt+stampSlack >= c.ReceivedAt
 }
+
+// stampSlack is how far apart two stamps of one moment may be: the handler
+// stamps a copy after reading its body and taking its log's lock, a sender
+// stamps an answer after reading it, and on a busy 2-core machine either
+// may wait for the scheduler. A refusal stamped less than this before a
+// copy arrived is taken as given while the copy was on its way.
+const stampSlack = int64(50 * time.Millisecond)
 
 // notRefusedBefore reports whether send i, sent by the time copy ci
 // arrived, was not refused before it, and, if it was a queued 202, the copy
 // did not come live: a send that may be how the copy came.
 func (ix *index) notRefusedBefore(i, ci int) bool {
 	s, c := ix.h.Sends[i], ix.h.Handler[ci]
-	if s.SentAt > c.ReceivedAt || (refused(s) && s.AnsweredAt < c.ReceivedAt) {
+	if s.SentAt > c.ReceivedAt || (refused(s) && s.AnsweredAt+stampSlack < c.ReceivedAt) {
 		return false
 	}
 	return !queuedAnswer(s) || !ix.cameLive(ci)

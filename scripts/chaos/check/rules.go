@@ -265,7 +265,7 @@ func (ix *index) soleCopy(d string, i int) int {
 	s := ix.h.Sends[i]
 	for _, ci := range ix.copies[d] {
 		c := ix.h.Handler[ci]
-		if c.ReceivedAt < s.SentAt || c.ReceivedAt > s.AnsweredAt {
+		if c.ReceivedAt < s.SentAt || c.ReceivedAt > s.AnsweredAt+stampSlack {
 			continue
 		}
 		other := false
@@ -500,7 +500,7 @@ func (ix *index) unmatchedCopies(d string) []int {
 // waitEnd is when a send stops being a possible cause of a new copy.
 func waitEnd(s history.Send) int64 {
 	if refused(s) {
-		return s.AnsweredAt
+		return s.AnsweredAt + stampSlack
 	}
 	return math.MaxInt64
 }
