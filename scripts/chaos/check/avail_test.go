@@ -35,7 +35,15 @@ func TestAvailability(t *testing.T) {
 	if fw.From != at(10) || fw.To != at(30) {
 		t.Errorf("window %s..%s, want the fault's start to its end + %s", r.rel(fw.From), r.rel(fw.To), RecoverySlack)
 	}
-	w := fw.Waits
+	checkWaits(t, r, fw.Waits)
+	if !res.OK() {
+		t.Errorf("availability counted as a violation:\n%s", list(res.Violations))
+	}
+}
+
+// checkWaits holds TestAvailability's expectations of the fault's waits.
+func checkWaits(t *testing.T, r *run, w Waits) {
+	t.Helper()
 	if w.Attempts != 101 || w.NoAnswer != 1 {
 		t.Errorf("attempts %d, no answer %d; want 101 and 1", w.Attempts, w.NoAnswer)
 	}
@@ -48,9 +56,6 @@ func TestAvailability(t *testing.T) {
 	}
 	if !w.OverAnswer || !w.OverNo2xx {
 		t.Errorf("over the bounds: answer %v, no 2xx %v; want both", w.OverAnswer, w.OverNo2xx)
-	}
-	if !res.OK() {
-		t.Errorf("availability counted as a violation:\n%s", list(res.Violations))
 	}
 }
 
