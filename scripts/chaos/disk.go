@@ -22,7 +22,11 @@ type agentDisk struct {
 	ballast string
 }
 
-const agentDiskSize = "64m"
+// agentDiskSize leaves room for many agent starts: each start prefills an
+// 8 MiB intake log that stays while its captures are kept, so a 64 MiB disk
+// was full for good after some seven restarts (seed 51, single, 10 min) and
+// the run measured nothing but an agent that could not start.
+const agentDiskSize = "256m"
 
 func newAgentDisk(dir string) (*agentDisk, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
