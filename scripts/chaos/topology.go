@@ -212,7 +212,7 @@ func (t *topology) restart(p *proc) error {
 		return err
 	}
 	if p.wait(3 * time.Second) {
-		return fmt.Errorf("%s exited at start (%v): %s", p.name, p.exitErr(), tail(p.logf, 3))
+		return fmt.Errorf("%s exited at start (%v): %s", p.name, p.exitErr(), cause(p.logf))
 	}
 	return nil
 }
@@ -240,6 +240,20 @@ func (t *topology) stopAll() {
 	for _, p := range t.all() {
 		p.kill()
 	}
+}
+
+// cause is why a process that just exited said it stopped: the last line
+// of its output that calltap's fatal errors start with ("calltap listen:
+// …"), else its last lines (warnings that come before, such as media
+// downloads refused, are not the cause).
+func cause(path string) string {
+	lines := strings.Split(tail(path, 20), " | ")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "calltap ") {
+			return lines[i]
+		}
+	}
+	return tail(path, 3)
 }
 
 // tail is the last n lines of a log file, on one line.
