@@ -8,7 +8,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 # PATH for most Go users), or e.g. PREFIX=/usr/local.
 PREFIX    ?= $(shell $(GO) env GOPATH)
 
-.PHONY: build install check-tools test vet lint demo demo-build bench fuzz clean
+.PHONY: build install check-tools test vet lint demo demo-build bench fuzz clean chaos
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/calltap
@@ -53,6 +53,21 @@ demo: demo-build
 demo-build:
 	@./scripts/with-status "make demo: compiling SQLite (github.com/mattn/go-sqlite3, first build only)" $(GO) build -trimpath github.com/mattn/go-sqlite3
 	@./scripts/with-status "make demo: building calltap" $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/calltap
+
+# A chaos run (scripts/chaos): the built calltap as separate processes (a
+# team relay over three NATS servers, or CHAOS_ARGS=--single for one relay),
+# traffic like the voice service's, faults from a schedule CHAOS_SEED draws
+# (0: a seed from the clock), then the checker's verdict and an HTML report
+# in bin/chaos/<mode>-<seed>/. CHAOS_BIN tests another build of calltap.
+CHAOS_MINUTES ?= 3
+CHAOS_SEED    ?= 0
+CHAOS_BIN     ?= $(BIN)
+CHAOS_ARGS    ?=
+
+chaos: build
+	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
+	$(GO) build -o bin/calltap-chaos ./scripts/chaos
+	./bin/calltap-chaos -minutes $(CHAOS_MINUTES) -seed $(CHAOS_SEED) -bin $(CHAOS_BIN) -nats-server bin/nats-server $(CHAOS_ARGS)
 
 bench: build
 	./scripts/bench

@@ -1,0 +1,340 @@
+package check
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/calltap/calltap/scripts/chaos/history"
+)
+
+// base is the synthetic runs' start, in Unix nanoseconds.
+const base = int64(1_790_000_000_000_000_000)
+
+func at(sec float64) int64 { return base + int64(sec*1e9) }
+
+// run builds a small history by hand. Times are seconds from the start.
+type run struct{ h history.History }
+
+func newRun() *run {
+	return &run{h: history.History{Meta: history.Meta{Seed: 7, Mode: history.ModeSingle, Minutes: 1,
+		Started: base, Ended: at(60), Drained: at(70),
+		Bounds: history.Bounds{AnswerMaxMS: 5000, No2xxMaxMS: 10000}}}}
+}
+
+// answer is the handler's answer body for copy n of delivery d.
+func answer(d string, n int) string { return fmt.Sprintf(`{"delivery_id":%q,"copy":%d}`, d, n) }
+
+const (
+	queued202 = `{"status":true,"message":"queued","data":{"id":"r1","queued":true,"status":"queued"},"error":null}`
+	agentLost = `{"status":false,"message":"agent lost","data":null,"error":{"code":"bad_gateway","message":"the agent saved the request but disconnected"}}`
+)
+
+func envelope(code string) string {
+	return fmt.Sprintf(`{"status":false,"message":"m","data":null,"error":{"code":%q,"message":"m"}}`, code)
+}
+
+// send records an attempt; answered 0 means none (status 0).
+func (r *run) send(d string, attempt int, sent, answered float64, status int, body, retryAfter string) *run {
+	s := history.Send{Sender: "s1", Tunnel: "t1", CallID: "c-" + d, DeliveryID: d, Event: "call.started",
+		Attempt: attempt, SentAt: at(sent), Status: status, Body: body, RetryAfter: retryAfter}
+	if answered > 0 {
+		s.AnsweredAt = at(answered)
+	}
+	r.h.Sends = append(r.h.Sends, s)
+	return r
+}
+
+// ok records an attempt answered 200 with the handler's copy n, and that copy.
+func (r *run) ok(d string, attempt int, sent, received, answered float64, n int) *run {
+	r.copy(d, received, n)
+	return r.send(d, attempt, sent, answered, 200, answer(d, n), "")
+}
+
+func (r *run) copy(d string, received float64, n int) *run {
+	r.h.Handler = append(r.h.Handler, history.Copy{ReceivedAt: at(received), Tunnel: "t1", DeliveryID: d,
+		CallID: "c-" + d, Status: 200, AnswerBody: answer(d, n)})
+	return r
+}
+
+func (r *run) capture(id, d string, received float64, state string, status int, dupOf string) *run {
+	r.h.Store = append(r.h.Store, history.Capture{CaptureID: id, Tunnel: "t1", DeliveryID: d,
+		ReceivedAt: at(received), State: state, ResponseStatus: status, DuplicateOf: dupOf})
+	return r
+}
+
+// queued marks the last capture queued, as the agent does for what the
+// relay queued (or it held behind earlier requests).
+func (r *run) queued() *run {
+	r.h.Store[len(r.h.Store)-1].Queued = true
+	return r
+}
+
+// errorText sets the error of the last capture.
+func (r *run) errorText(e string) *run {
+	r.h.Store[len(r.h.Store)-1].Error = e
+	return r
+}
+
+func (r *run) fault(kind, target string, start, end float64) *run {
+	r.h.Faults = append(r.h.Faults, history.Fault{Start: at(start), End: at(end), Kind: kind, Target: target})
+	return r
+}
+
+// clean is two deliveries of one tunnel, each answered by the handler and
+// saved.
+func clean() *run {
+	return newRun().
+		ok("d1", 1, 1, 1.01, 1.02, 1).capture("p1", "d1", 1.005, "delivered", 200, "").
+		ok("d2", 1, 2, 2.01, 2.02, 1).capture("p2", "d2", 2.005, "delivered", 200, "")
+}
+
+// TestCheck feeds the checker hand-built histories: each broken one must be
+// caught by exactly the rules listed, and each sound one (edge cases
+// included) must pass. Removing a rule fails its row.
+func TestCheck(t *testing.T) {
+	cases := []struct {
+		name string
+		h    *run
+		want []string // the rules expected to fire, sorted
+	}{
+		{"clean", clean(), nil},
+		{"lost 2xx: a queued 202 that never reached the handler",
+			clean().send("d3", 1, 3, 3.01, 202, queued202, "").capture("p3", "d3", 3.005, "failed", 0, ""),
+			[]string{"Lost2xx"}},
+		{"lost 2xx: answered 200, not in the store",
+			clean().ok("d3", 1, 3, 3.01, 3.02, 1),
+			[]string{"NotInStore"}},
+		{"invented 200: a body no handler copy gave",
+			clean().copy("d3", 3.01, 1).send("d3", 1, 3, 3.02, 200, answer("d3", 7), "").
+				capture("p3", "d3", 3.005, "delivered", 200, ""),
+			[]string{"Invented2xx"}},
+		{"invented 200: the handler never saw it",
+			clean().send("d3", 1, 3, 3.02, 200, answer("d3", 1), "").capture("p3", "d3", 3.005, "failed", 0, ""),
+			[]string{"Invented2xx", "Lost2xx"}},
+		{"invented 200: the handler's body given before the handler answered",
+			clean().copy("d3", 3.5, 1).send("d3", 1, 3, 3.02, 200, answer("d3", 1), "").
+				capture("p3", "d3", 3.005, "delivered", 200, ""),
+			[]string{"Invented2xx"}},
+		{"a bare 502: no Retry-After",
+			clean().send("d3", 1, 3, 3.1, 502, agentLost, ""),
+			[]string{"UndocumentedRefusal"}},
+		{"a 403 is not a documented refusal",
+			clean().send("d3", 1, 3, 3.1, 403, envelope("forbidden"), ""),
+			[]string{"UndocumentedRefusal"}},
+		{"a 429 without Retry-After",
+			clean().send("d3", 1, 3, 3.1, 429, envelope("rate_limited"), ""),
+			[]string{"UndocumentedRefusal"}},
+		{"documented refusals pass: 404, 413, 429 with Retry-After, 503 with Retry-After, no answer",
+			clean().send("d3", 1, 3, 3.1, 404, envelope("not_found"), "").
+				send("d4", 1, 3, 3.1, 413, envelope("payload_too_large"), "").
+				send("d5", 1, 3, 3.1, 429, envelope("rate_limited"), "1").
+				send("d6", 1, 3, 3.1, 503, envelope("agent_offline"), "30").
+				send("d7", 1, 3, 0, 0, "", ""),
+			nil},
+		{"a 503-answered request delivered 20 s later",
+			clean().send("d3", 1, 3, 3.1, 503, envelope("unavailable"), "5").copy("d3", 23, 1).
+				capture("p3", "d3", 22.9, "delivered", 200, ""),
+			[]string{"DeliveredAfterRefusal"}},
+		{"refused while its frame was on the way to the agent, re-sent and queued, the first copy came live",
+			newRun().send("q", 1, 0.5, 0.6, 202, queued202, "").capture("pq", "q", 0.55, "delivered", 200, "").queued().
+				send("d1", 1, 0.8, 1.5, 503, envelope("agent_offline"), "5").
+				send("d1", 2, 1.8, 1.81, 202, queued202, "").
+				copy("d1", 1.82, 1).capture("p1", "d1", 1.819, "delivered", 200, "").
+				copy("q", 3, 1).
+				copy("d1", 3.1, 2).capture("p1b", "d1", 3.09, "delivered", 200, "p1").queued(),
+			[]string{"DeliveredAfterRefusal"}},
+		{"refused as the agent's link dropped, the copy stamped a hair after the refusal: the fault excuses it",
+			clean().fault(history.FaultNetDrop, "agent->relay", 2.5, 4).
+				send("d3", 1, 3, 3.1, 503, envelope("agent_offline"), "5").copy("d3", 3.1002, 1).
+				capture("p3", "d3", 3.1, "delivered", 200, "").
+				ok("d3", 2, 4, 4.01, 4.02, 2).capture("p3b", "d3", 4.005, "delivered", 200, "p3"),
+			nil},
+		{"the same with no fault",
+			clean().send("d3", 1, 3, 3.1, 503, envelope("agent_offline"), "5").copy("d3", 3.1002, 1).
+				capture("p3", "d3", 3.1, "delivered", 200, "").
+				ok("d3", 2, 4, 4.01, 4.02, 2).capture("p3b", "d3", 4.005, "delivered", 200, "p3"),
+			[]string{"RefusedAfterDelivery"}},
+		{"a copy no sender sent",
+			clean().copy("d3", 3, 1),
+			[]string{"DeliveredAfterRefusal"}},
+		{"refused 502 after the handler processed it, no fault",
+			clean().copy("d3", 3.01, 1).send("d3", 1, 3, 3.2, 502, agentLost, "5").
+				ok("d3", 2, 8, 8.01, 8.02, 2).
+				capture("p3", "d3", 3.005, "failed", 0, "").capture("p3b", "d3", 8.005, "delivered", 200, "p3"),
+			[]string{"RefusedAfterDelivery"}},
+		{"refused 502 after the handler processed it, the agent's link cut: passes",
+			clean().fault(history.FaultNetCut, "agent->relay-1", 3.1, 4).
+				copy("d3", 3.01, 1).send("d3", 1, 3, 3.2, 502, agentLost, "5").
+				ok("d3", 2, 8, 8.01, 8.02, 2).
+				capture("p3", "d3", 3.005, "delivered", 200, "").capture("p3b", "d3", 8.005, "delivered", 200, "p3"),
+			nil},
+		{"a full disk does not excuse a 502 after the handler processed it",
+			clean().fault(history.FaultDiskFull, "agent", 2.5, 4).
+				copy("d3", 3.01, 1).send("d3", 1, 3, 3.2, 502, agentLost, "5").
+				ok("d3", 2, 8, 8.01, 8.02, 2).
+				capture("p3", "d3", 8.005, "delivered", 200, ""),
+			[]string{"RefusedAfterDelivery"}},
+		{"reorder: a live request overtakes a queued one",
+			clean().send("d3", 1, 3, 3.01, 202, queued202, "").capture("p3", "d3", 3.005, "delivered", 200, "").queued().
+				ok("d4", 1, 4, 4.01, 4.02, 1).capture("p4", "d4", 4.005, "delivered", 200, "").
+				copy("d3", 5, 1),
+			[]string{"Order"}},
+		{"queued before live: passes",
+			clean().send("d3", 1, 3, 3.01, 202, queued202, "").capture("p3", "d3", 3.005, "delivered", 200, "").queued().
+				copy("d3", 3.5, 1).
+				ok("d4", 1, 4, 4.01, 4.02, 1).capture("p4", "d4", 4.005, "delivered", 200, ""),
+			nil},
+		{"an attempt stuck without an answer since before a queued one was accepted may arrive first",
+			clean().send("d4", 1, 2.5, 0, 0, "", "").
+				send("d3", 1, 3, 3.01, 202, queued202, "").capture("p3", "d3", 3.005, "delivered", 200, "").queued().
+				copy("d4", 5, 1).capture("p4", "d4", 4.9, "delivered", 200, "").
+				ok("d4", 2, 4, 5.01, 5.02, 2).capture("p4b", "d4", 5.005, "delivered", 200, "p4").
+				copy("d3", 6, 1),
+			nil},
+		{"concurrent requests may reach the handler in either order",
+			newRun().copy("d2", 1.01, 1).copy("d1", 1.02, 1).
+				send("d1", 1, 1, 1.03, 200, answer("d1", 1), "").send("d2", 1, 1, 1.03, 200, answer("d2", 1), "").
+				capture("p1", "d1", 1.005, "delivered", 200, "").capture("p2", "d2", 1.005, "delivered", 200, ""),
+			nil},
+		{"the store says failed; the sender got 200",
+			newRun().ok("d1", 1, 1, 1.01, 1.02, 1).capture("p1", "d1", 1.005, "failed", 0, ""),
+			[]string{"StoreOutcome"}},
+		{"the store says the outcome is unknown: passes",
+			newRun().ok("d1", 1, 1, 1.01, 1.02, 1).capture("p1", "d1", 1.005, "interrupted", 0, ""),
+			nil},
+		{"the store says failed, interrupted: passes",
+			newRun().ok("d1", 1, 1, 1.01, 1.02, 1).capture("p1", "d1", 1.005, "failed", 0, "").errorText("interrupted: the agent stopped"),
+			nil},
+		{"the store says failed for another reason; the sender got 200",
+			newRun().ok("d1", 1, 1, 1.01, 1.02, 1).capture("p1", "d1", 1.005, "failed", 0, "").errorText("handler unreachable"),
+			[]string{"StoreOutcome"}},
+		{"the store says delivered with a status the handler never gave",
+			clean().copy("d3", 3.01, 1).send("d3", 1, 3, 0, 0, "", "").capture("p3", "d3", 3.005, "delivered", 500, ""),
+			[]string{"StoreStatus"}},
+		{"unmarked duplicate after a crash",
+			clean().fault(history.FaultSigkill, "agent", 3.05, 4).
+				copy("d3", 3.01, 1).send("d3", 1, 3, 3.2, 502, agentLost, "5").
+				ok("d3", 2, 8, 8.01, 8.02, 2).
+				capture("p3", "d3", 3.005, "interrupted", 0, "").capture("p3b", "d3", 8.005, "delivered", 200, ""),
+			[]string{"DuplicateMarked"}},
+		{"duplicate after a crash of the agent, re-sent and marked: passes",
+			clean().fault(history.FaultSigkill, "agent", 3.05, 4).
+				copy("d3", 3.01, 1).send("d3", 1, 3, 3.2, 502, agentLost, "5").
+				ok("d3", 2, 8, 8.01, 8.02, 2).
+				capture("p3", "d3", 3.005, "interrupted", 0, "").capture("p3b", "d3", 8.005, "delivered", 200, "p3"),
+			nil},
+		{"a queued request delivered again after the relay node was killed, no re-send: passes",
+			clean().send("d3", 1, 3, 3.01, 202, queued202, "").copy("d3", 3.5, 1).
+				fault(history.FaultSigkill, "relay-2", 3.6, 5).copy("d3", 6, 2).
+				capture("p3", "d3", 3.005, "delivered", 200, "").queued().capture("p3b", "d3", 6, "delivered", 200, "p3").queued(),
+			nil},
+		{"the same after a SIGTERM of the single relay: passes",
+			clean().send("d3", 1, 3, 3.01, 202, queued202, "").copy("d3", 3.5, 1).
+				fault(history.FaultSigterm, "relay", 3.6, 5).copy("d3", 6, 2).
+				capture("p3", "d3", 3.005, "delivered", 200, "").queued().capture("p3b", "d3", 6, "delivered", 200, "p3").queued(),
+			nil},
+		{"a queued request delivered twice, no crash",
+			clean().send("d3", 1, 3, 3.01, 202, queued202, "").copy("d3", 3.5, 1).copy("d3", 6, 2).
+				capture("p3", "d3", 3.005, "delivered", 200, "").queued().capture("p3b", "d3", 6, "delivered", 200, "p3").queued(),
+			[]string{"ExtraCopy"}},
+		{"an agent's SIGTERM is no crash",
+			clean().send("d3", 1, 3, 3.01, 202, queued202, "").copy("d3", 3.5, 1).
+				fault(history.FaultSigterm, "agent", 3.6, 5).copy("d3", 6, 2).
+				capture("p3", "d3", 3.005, "delivered", 200, "").queued().capture("p3b", "d3", 6, "delivered", 200, "p3").queued(),
+			[]string{"ExtraCopy"}},
+		{"refused by the relay before the agent, then delivered twice on the retry",
+			clean().send("d3", 1, 3, 3.01, 503, envelope("agent_offline"), "30").
+				copy("d3", 8.01, 1).copy("d3", 8.02, 2).send("d3", 2, 8, 8.03, 200, answer("d3", 1), "").
+				capture("p3", "d3", 8.005, "delivered", 200, "").capture("p3b", "d3", 8.006, "delivered", 200, "p3"),
+			[]string{"ExtraCopy"}},
+		{"no answer (timeout), re-sent, both copies reach the handler: passes",
+			clean().send("d3", 1, 3, 0, 0, "", "").copy("d3", 9, 1).ok("d3", 2, 8, 9.5, 9.6, 2).
+				capture("p3", "d3", 8.9, "delivered", 200, "").capture("p3b", "d3", 9.4, "delivered", 200, "p3"),
+			nil},
+		{"a capture still pending after the drain",
+			clean().send("d3", 1, 3, 0, 0, "", "").capture("p3", "d3", 3.005, "pending", 0, ""),
+			[]string{"NothingPending"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Check(&tc.h.h)
+			var got []string
+			for _, v := range r.Violations {
+				got = append(got, v.Rule)
+				if v.DeliveryID == "" || v.Message == "" || v.At == 0 || v.Kind == "" {
+					t.Errorf("incomplete violation %+v", v)
+				}
+			}
+			got = slices.Compact(slices.Sorted(slices.Values(got)))
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("rules fired %v, want %v; violations:\n%s", got, tc.want, list(r.Violations))
+			}
+			if r.OK() != (len(tc.want) == 0) {
+				t.Errorf("OK() = %v with %d violations", r.OK(), len(r.Violations))
+			}
+		})
+	}
+}
+
+func list(vs []Violation) string {
+	var b strings.Builder
+	for _, v := range vs {
+		fmt.Fprintf(&b, "  %s/%s %s: %s\n", v.Kind, v.Rule, v.DeliveryID, v.Message)
+	}
+	return b.String()
+}
+
+// TestEveryRuleHasACase: each rule in rules is named by some row of
+// TestCheck, so that no rule goes untested.
+// and the report explains each.
+func TestEveryRuleHasACase(t *testing.T) {
+	// The names TestCheck expects, kept by hand beside it.
+	tested := []string{"Lost2xx", "NotInStore", "Invented2xx", "UndocumentedRefusal", "DeliveredAfterRefusal",
+		"RefusedAfterDelivery", "StoreOutcome", "StoreStatus", "Order", "ExtraCopy", "DuplicateMarked",
+		"NothingPending"}
+	if len(tested) != len(rules) {
+		t.Fatalf("%d rules, %d tested by name: add a case to TestCheck", len(rules), len(tested))
+	}
+	if len(ruleDocs) != len(rules) {
+		t.Fatalf("%d rules, %d explained in ruleDocs", len(rules), len(ruleDocs))
+	}
+	for i, d := range ruleDocs {
+		if d.Rule != tested[i] {
+			t.Errorf("ruleDocs[%d] is %s, want %s", i, d.Rule, tested[i])
+		}
+	}
+}
+
+// TestCheckIsPure: checking twice gives the same result and leaves the
+// history as it was.
+func TestCheckIsPure(t *testing.T) {
+	r := clean().send("d3", 1, 3, 3.1, 502, agentLost, "").copy("d9", 3, 1)
+	before := fmt.Sprintf("%+v", r.h)
+	a, b := Check(&r.h), Check(&r.h)
+	if fmt.Sprintf("%+v", a) != fmt.Sprintf("%+v", b) {
+		t.Fatal("two checks of one history differ")
+	}
+	if fmt.Sprintf("%+v", r.h) != before {
+		t.Fatal("Check changed the history")
+	}
+}
+
+// TestVerdict: the one line the terminal prints.
+func TestVerdict(t *testing.T) {
+	r := newRun()
+	r.h.Meta.Seed, r.h.Meta.Mode, r.h.Meta.Minutes = 42, history.ModeTeam, 30
+	for i := range 1234 {
+		r.ok(fmt.Sprint("d", i), 1, 1, 1.01, 1.02, 1).capture(fmt.Sprint("p", i), fmt.Sprint("d", i), 1.005, "delivered", 200, "")
+	}
+	r.fault(history.FaultSigkill, "agent", 5, 6)
+	if got, want := Check(&r.h).Verdict(), "chaos: PASS — 0 violations in 1,234 requests, 1 fault (seed 42, team, 30 min)"; got != want {
+		t.Errorf("verdict %q, want %q", got, want)
+	}
+	r.send("x", 1, 3, 3.1, 302, "", "")
+	r.send("y", 1, 3, 3.1, 302, "", "")
+	if got, want := Check(&r.h).Verdict(), "chaos: FAIL — 2 violations (2 invented-answer) in 1,236 requests, 1 fault (seed 42, team, 30 min)"; got != want {
+		t.Errorf("verdict %q, want %q", got, want)
+	}
+}
