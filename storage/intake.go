@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -90,6 +91,9 @@ type logged struct {
 	deliveryID string // an insert's delivery id and capture id, for duplicate look-ups while pending
 	relayID    string // a queued insert's relay id, for redelivery look-ups while pending
 	id         string
+	// first is the delivery's first capture: id, or the one id repeats
+	// (byDeliver holds it for deliveryID while this record is pending).
+	first string
 }
 
 // intake is an agent store's log: its writer (LogCaptures), the records
@@ -396,11 +400,12 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 		written[i] = w
 		var rec []byte
 		buf, rec = appendFrame(buf, func(b []byte) []byte { return encodeInsert(b, c, w.DuplicateOf) })
+		first := cmp.Or(w.DuplicateOf, c.ID) // a repeat's first was applied already if byDeliver lacks it
 		in.pending = append(in.pending, logged{rec: rec, end: pos{in.gen, in.size + int64(len(buf))},
-			deliveryID: c.DeliveryID, relayID: queuedRelayID(c), id: c.ID})
+			deliveryID: c.DeliveryID, relayID: queuedRelayID(c), id: c.ID, first: first})
 		if c.DeliveryID != "" {
 			if _, ok := in.byDeliver[c.DeliveryID]; !ok {
-				in.byDeliver[c.DeliveryID] = c.ID
+				in.byDeliver[c.DeliveryID] = first
 			}
 			if in.ids != nil {
 				in.ids.add(c.DeliveryID)
@@ -477,7 +482,7 @@ func queuedRelayID(c *Capture) string {
 
 // forget drops the look-up entries of p. Called with mu held.
 func (in *intake) forget(p logged) {
-	if p.deliveryID != "" && in.byDeliver[p.deliveryID] == p.id {
+	if p.deliveryID != "" && in.byDeliver[p.deliveryID] == p.first {
 		delete(in.byDeliver, p.deliveryID)
 	}
 	if p.relayID != "" && in.byRelay[p.relayID] == p.id {

@@ -614,3 +614,40 @@ func TestIntakeDeliveryFilter(t *testing.T) {
 		}
 	}
 }
+
+// A delivery that comes three times, the first copy applied before the
+// second and third are logged: both repeats are duplicate_of the first,
+// not the third of the second (the look-up took the pending second for
+// the first: found by the chaos run, team seeds 21 and 41).
+func TestThirdCopyIsDuplicateOfTheFirst(t *testing.T) {
+	ctx := context.Background()
+	holdApplies(t)
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
+	first, second, third := testCapture(1, []byte(`{"n":1}`)), testCapture(2, []byte(`{"n":1}`)), testCapture(3, []byte(`{"n":1}`))
+	second.DeliveryID, third.DeliveryID = first.DeliveryID, first.DeliveryID
+	if _, err := db.LogCaptures(ctx, []*Capture{first}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.intake.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*Capture{second, third} {
+		w, err := db.LogCaptures(ctx, []*Capture{c}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w[0].DuplicateOf != first.ID {
+			t.Errorf("%s: duplicate_of %q, want the first copy %s", c.ID, w[0].DuplicateOf, first.ID)
+		}
+	}
+	// Once the repeats are applied, the look-up holds nothing of them.
+	if err := db.intake.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db.intake.mu.Lock()
+	left := len(db.intake.byDeliver)
+	db.intake.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d delivery ids still looked up in memory after every record was applied", left)
+	}
+}
