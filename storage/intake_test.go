@@ -623,6 +623,7 @@ func TestThirdCopyIsDuplicateOfTheFirst(t *testing.T) {
 	ctx := context.Background()
 	holdApplies(t)
 	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
+	t.Cleanup(func() { db.Close() }) // before holdApplies' cleanup, which applyLoop reads
 	first, second, third := testCapture(1, []byte(`{"n":1}`)), testCapture(2, []byte(`{"n":1}`)), testCapture(3, []byte(`{"n":1}`))
 	second.DeliveryID, third.DeliveryID = first.DeliveryID, first.DeliveryID
 	if _, err := db.LogCaptures(ctx, []*Capture{first}, nil); err != nil {
