@@ -119,3 +119,38 @@ func TestIntakeNextLogOnANearlyFullDisk(t *testing.T) {
 		t.Fatalf("%d captures, want the %d logged", n, len(ids))
 	}
 }
+
+// A log the agent no longer writes keeps its records, not the zeros
+// reserved after them: it lives as long as the bodies in it, and each
+// start (after a kill or an orderly stop) left 8 MiB of zeros behind, so a
+// small disk filled up after a few restarts (the chaos run's 64 MiB disk,
+// team seed 3001: the agent could start no more).
+func TestIntakeLogGivesBackItsReserve(t *testing.T) {
+	ctx := context.Background()
+	for _, stop := range []string{"kill", "orderly"} {
+		path := filepath.Join(t.TempDir(), "agent.db")
+		db, err := OpenAgent(ctx, path, WithIntake())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.LogCaptures(ctx, []*Capture{testCapture(1, []byte(`{"kept":"in the log"}`))}, nil); err != nil {
+			t.Fatal(err)
+		}
+		first := logName(db.intake.gen)
+		if stop == "kill" {
+			crash(t, db)
+		} else if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if size := intakeLogSizes(t, path)[first]; size < intakeFileMax {
+			t.Fatalf("%s: %s holds %d bytes before the restart; the test needs its reserve (%d)", stop, first, size, intakeFileMax)
+		}
+		db = openAgentAt(t, path)
+		if size, ok := intakeLogSizes(t, path)[first]; !ok || size >= 1<<10 {
+			t.Errorf("%s: after the restart %s holds %d bytes (kept: %v), want its one record's", stop, first, size, ok)
+		}
+		if got, err := db.Capture(ctx, testCapture(1, nil).ID); err != nil || string(got.Body) != `{"kept":"in the log"}` {
+			t.Errorf("%s: the capture after the restart: %v", stop, err)
+		}
+	}
+}
