@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -117,12 +116,7 @@ func attachSearchReadOnly(path string, immutable bool) func(*sqlite3.SQLiteConn)
 	if immutable {
 		uri += "&immutable=1"
 	}
-	return func(c *sqlite3.SQLiteConn) error {
-		if _, err := c.Exec(`ATTACH DATABASE ? AS search`, []driver.Value{uri}); err != nil {
-			return fmt.Errorf("storage: attach the search index %s: %w", path, err)
-		}
-		return nil
-	}
+	return attachSearchURI(path, uri)
 }
 
 // Lag is what a reader leaves out, for want of an agent to add it.

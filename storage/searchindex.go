@@ -162,6 +162,12 @@ func attachSearch(path string, ro bool) func(*sqlite3.SQLiteConn) error {
 	if ro {
 		uri += "?mode=ro"
 	}
+	return attachSearchURI(path, uri)
+}
+
+// attachSearchURI attaches the index file at path, opened by uri, as
+// "search".
+func attachSearchURI(path, uri string) func(*sqlite3.SQLiteConn) error {
 	return func(c *sqlite3.SQLiteConn) error {
 		if _, err := c.Exec(`ATTACH DATABASE ? AS search`, []driver.Value{uri}); err != nil {
 			return fmt.Errorf("storage: attach the search index %s: %w", path, err)
