@@ -27,8 +27,15 @@ type Cluster interface {
 	// unless another node has taken it meanwhile.
 	Hold(ctx context.Context, tunnelID string, require []HeaderField) (release func(), err error)
 	// Forward hands req to node and returns its answer; ErrNodeGone when
-	// no node by that name is serving.
+	// no node by that name is serving and its lease has lapsed (Leased),
+	// so that it delivers nothing live any more.
 	Forward(ctx context.Context, node, tunnelID string, req *Request) (*Answer, error)
+	// Leased reports whether this node may deliver live requests to the
+	// agents it holds. A node cut off from the others stops (its lease
+	// lapses) before any other node can take it for gone and queue its
+	// tunnels' requests: a live request delivered then would overtake
+	// them. A node without its lease queues what it takes instead.
+	Leased() bool
 	// Kick tells the node holding tunnelID, if any, that its queue grew.
 	Kick(tunnelID string)
 	// Serve receives the other nodes' forwards and kicks, and learns of
@@ -63,6 +70,10 @@ type NodeHandlers struct {
 	Kicked    func(tunnelID string)
 	TakenOver func(tunnelID string) // another node holds a tunnel this one holds
 	Revoked   func(tunnelID string) // its token was revoked, on any node
+	// Regained is called when this node's lease is back after a lapse,
+	// before Leased says so: other nodes may have queued requests for its
+	// tunnels meanwhile, and told it in kicks it did not hear.
+	Regained func()
 }
 
 // ErrQueueFull is a Store's answer to Enqueue when the tunnel's queue
@@ -91,7 +102,24 @@ type Answer struct {
 
 // serveClustered runs Cluster.Serve until ctx ends.
 func (s *Server) serveClustered(ctx context.Context) error {
-	return s.cfg.Cluster.Serve(ctx, NodeHandlers{Forward: s.serveForwarded, Kicked: s.kicked, TakenOver: s.takenOver, Revoked: s.dropTunnel})
+	return s.cfg.Cluster.Serve(ctx, NodeHandlers{Forward: s.serveForwarded, Kicked: s.kicked, TakenOver: s.takenOver, Revoked: s.dropTunnel, Regained: s.regained})
+}
+
+// regained counts again the queue of every tunnel held here, from the
+// shared queue, and wakes its drain: while this node's lease had lapsed,
+// other nodes queued its tunnels' requests, and the kicks they sent were
+// lost. Live requests wait behind what the count finds.
+func (s *Server) regained() {
+	for _, t := range s.snapshotTunnels() {
+		if !t.held() {
+			continue
+		}
+		s.recount(context.Background(), t)
+		select {
+		case t.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // remoteHolder returns the other node that holds t's agent, or "".

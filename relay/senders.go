@@ -113,12 +113,14 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 
 // deliver hands req to the agent connected here, or queues it while none
 // is, or while the queue still drains (a live request must not overtake
-// queued ones). ctx is the sender's.
+// queued ones), or while this node's lease in the cluster has lapsed
+// (other nodes may be queueing behind its back). ctx is the sender's.
 func (s *Server) deliver(w http.ResponseWriter, ctx context.Context, t *tunnel, req *Request, buf *bytes.Buffer, log reqLogger) {
 	t.mu.Lock()
 	ac := t.agent
 	live := ac != nil && t.queued == 0
 	t.mu.Unlock()
+	live = live && s.cfg.Cluster.Leased()
 	if live {
 		// The pooled buffer backs req.Body until the frame is written; the
 		// round trip returns only after that.

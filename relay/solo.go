@@ -29,6 +29,9 @@ func (soloNode) Forward(context.Context, string, string, *Request) (*Answer, err
 	return nil, errSolo
 }
 
+// Leased is always true: no other node queues for a tunnel held here.
+func (soloNode) Leased() bool { return true }
+
 // Kick does nothing: the enqueuing node is the one that drains.
 func (soloNode) Kick(string) {}
 

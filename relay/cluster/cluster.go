@@ -113,6 +113,11 @@ type Cluster struct {
 	stopWatch context.CancelFunc
 	watching  sync.WaitGroup
 	serving   serving
+
+	lease     *lease             // set by setUp
+	stopLease context.CancelFunc // set by Serve; guarded by leaseMu
+	leasing   sync.WaitGroup     // the lease's beat, started by Serve
+	leaseMu   sync.Mutex
 }
 
 var _ interface {
@@ -284,7 +289,24 @@ func (c *Cluster) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The beats of the nodes' leases (lease.go): memory is enough, a beat
+	// lost with every server only makes its node beat again; direct gets
+	// are off, so that every read is the leader's.
+	nodes, err := stream(jetstream.StreamConfig{
+		Name:              streamNodes,
+		Description:       "calltap relay: each node's newest heartbeat, its lease to deliver live",
+		Subjects:          []string{subjectAlive + "*"},
+		Storage:           jetstream.MemoryStorage,
+		Replicas:          r,
+		MaxMsgsPerSubject: 1,
+		MaxAge:            time.Minute,
+		AllowDirect:       false,
+	})
+	if err != nil {
+		return err
+	}
 	ready.done(c.log)
+	c.lease = newLease(c.link, nodes, c.node)
 	// A message carries the request head and its headers besides the
 	// body; 64 KiB is the relay's largest request head.
 	c.bodies = &bodyStore{link: c.link, stream: bodies, maxInline: max(int(c.nc.MaxPayload())-(64<<10)-1024, 0)}
@@ -443,6 +465,12 @@ func (c *Cluster) Self() string { return c.node }
 // so that what this node published (a release, a last answer) reaches
 // NATS before the connection closes.
 func (c *Cluster) Close() error {
+	c.leaseMu.Lock()
+	if c.stopLease != nil {
+		c.stopLease()
+	}
+	c.leaseMu.Unlock()
+	c.leasing.Wait()
 	c.stopWatch()
 	c.watching.Wait()
 	c.stats.stop()

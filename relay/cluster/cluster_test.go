@@ -269,9 +269,9 @@ func TestNATSServersDie(t *testing.T) {
 
 	nats.Stop(1)
 	nats.Stop(2)
-	// Every NATS server gone: the node holding the agent still serves it
-	// live; the others cannot reach it, nor store, and say so.
-	// (A request handed to n1 just as NATS went waits out its timeout: 504.)
+	// Every NATS server gone: the others cannot reach the node holding the
+	// agent, nor store, and say so. (A request handed to n1 just as NATS
+	// went waits out its timeout: 504.)
 	polltest.Until(t, 30*time.Second, func() bool {
 		resp, body := post(t, tunnelURL(nodes[0], info), `{"n":"lost?"}`)
 		if resp.StatusCode == http.StatusAccepted {
@@ -279,10 +279,25 @@ func TestNATSServersDie(t *testing.T) {
 		}
 		return resp.StatusCode == http.StatusServiceUnavailable
 	}, "n0 did not notice NATS was gone")
-	if resp, body := post(t, tunnelURL(nodes[1], info), `{"n":"local"}`); resp.StatusCode != http.StatusNoContent {
-		t.Errorf("the node holding the agent, NATS gone: %d %s, want the handler's 204", resp.StatusCode, body)
-	}
-	want = append(want, `{"n":"local"}`)
+	// The node holding the agent cannot tell this from being cut off
+	// alone, while the others queue: once its lease lapses it delivers
+	// nothing live (a live request would overtake theirs), and cannot
+	// queue either: 503 with Retry-After, as the others.
+	unanswered := map[string]bool{`{"n":"lost?"}`: true}
+	polltest.Until(t, 30*time.Second, func() bool {
+		local := fmt.Sprintf(`{"n":"local","try":%d}`, len(unanswered))
+		resp, body := post(t, tunnelURL(nodes[1], info), local)
+		switch resp.StatusCode {
+		case http.StatusNoContent: // within the lease
+			want = append(want, local)
+			return false
+		case http.StatusServiceUnavailable:
+			unanswered[local] = true
+			return resp.Header.Get("Retry-After") != ""
+		}
+		t.Fatalf("the node holding the agent, NATS gone: %d %s, want the handler's 204, then 503", resp.StatusCode, body)
+		return false
+	}, "the node holding the agent went on delivering live with NATS gone")
 	ra.stop()
 	for _, n := range nodes {
 		polltest.Until(t, 10*time.Second, func() bool {
@@ -301,7 +316,6 @@ func TestNATSServersDie(t *testing.T) {
 	// A try answered other than 202 told its sender to retry; like
 	// "lost?", it may be kept all the same, so each try is told apart.
 	var back string
-	unanswered := map[string]bool{`{"n":"lost?"}`: true}
 	polltest.Until(t, 30*time.Second, func() bool {
 		back = fmt.Sprintf(`{"n":"back","try":%d}`, len(unanswered))
 		resp, _ := post(t, tunnelURL(nodes[0], info), back)

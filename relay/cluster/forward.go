@@ -91,6 +91,11 @@ func (c *Cluster) Forward(ctx context.Context, node, tunnelID string, req *relay
 		return nil, err
 	}
 	reply, err := c.awaitAnswer(ctx, replies)
+	if errors.Is(err, relay.ErrNodeGone) {
+		// Gone only once its lease has lapsed: until then it may deliver
+		// live, and a request queued here would come behind those.
+		return nil, c.lease.gone(ctx, node)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +200,19 @@ func (c *Cluster) Serve(ctx context.Context, h relay.NodeHandlers) error {
 	c.tokenStore.mu.Lock()
 	c.revoked = h.Revoked
 	c.tokenStore.mu.Unlock()
+	// The lease outlives ctx: requests at work after it ends are still
+	// answered, until Close.
+	leaseCtx, stopLease := context.WithCancel(context.WithoutCancel(ctx))
+	c.leaseMu.Lock()
+	c.stopLease = stopLease
+	c.leaseMu.Unlock()
+	regained := h.Regained
+	if regained == nil {
+		regained = func() {}
+	}
+	first := make(chan struct{})
+	c.leasing.Go(func() { c.lease.run(leaseCtx, regained, first) })
+	<-first
 	// Forwards are answered with a context of their own: the end of ctx
 	// stops the intake, never a request at work, whose sender waits on
 	// another node.

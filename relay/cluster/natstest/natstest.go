@@ -29,6 +29,8 @@ type Cluster struct {
 	ports   []int            // client port of each, kept across restarts
 	routes  []int            // cluster port of each
 
+	noAdvertise bool // set by StartUnadvertised
+
 	// Set by StartProcesses: each server a process of its own.
 	procs  []*exec.Cmd // nil while stopped
 	stdins []io.Closer // each process's stdin, kept open: its end ends the server
@@ -37,7 +39,20 @@ type Cluster struct {
 // Start runs n servers and waits until JetStream has a leader.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, dir: t.TempDir(), servers: make([]*server.Server, n), ports: make([]int, n), routes: make([]int, n)}
+	return start(t, &Cluster{t: t, dir: t.TempDir(), servers: make([]*server.Server, n), ports: make([]int, n), routes: make([]int, n)})
+}
+
+// StartUnadvertised is Start with servers that do not tell clients of each
+// other: a client given one URL (a proxy's) stays behind it, as the chaos
+// run's nodes do, so that cutting the proxy cuts the client off.
+func StartUnadvertised(t testing.TB, n int) *Cluster {
+	t.Helper()
+	return start(t, &Cluster{t: t, dir: t.TempDir(), servers: make([]*server.Server, n), ports: make([]int, n), routes: make([]int, n), noAdvertise: true})
+}
+
+func start(t testing.TB, c *Cluster) *Cluster {
+	t.Helper()
+	n := len(c.servers)
 	// JetStream's cluster wants its routes configured from the start, so
 	// the route ports are chosen before any server starts.
 	for i := range n {
@@ -62,7 +77,7 @@ func (c *Cluster) opts(i, port, routePort int) *server.Options {
 		NoLog:      true,
 	}
 	if len(c.routes) > 1 { // one server runs JetStream on its own, as a single NATS server does
-		o.Cluster = server.ClusterOpts{Name: "calltap", Host: "127.0.0.1", Port: routePort}
+		o.Cluster = server.ClusterOpts{Name: "calltap", Host: "127.0.0.1", Port: routePort, NoAdvertise: c.noAdvertise}
 	}
 	for j, rp := range c.routes {
 		if j != i && rp > 0 {
