@@ -171,7 +171,7 @@ func (s *Server) forwardToNode(w http.ResponseWriter, r *http.Request, t *tunnel
 	case errors.Is(err, ErrAnswerLost):
 		log.Warn("forward to node", "node", node, "err", err)
 		w.Header().Set("Retry-After", "5")
-		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay node holding the agent took the request, but its answer was lost: it may have reached the local handler; retry (the agent marks a repeat as a duplicate)"))
+		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeOutcomeUnknown, "the relay node holding the agent took the request, but its answer was lost: it may have reached the local handler; retry (the agent marks a repeat as a duplicate)"))
 		return
 	case err != nil:
 		// The holding node never took it, and never will (NodeHandlers):

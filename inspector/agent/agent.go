@@ -11,7 +11,8 @@
 // retry is marked duplicate_of the first when that one was saved, and the
 // first, its answer unrecorded, answer-unknown). While it cannot save (a
 // full disk) it refuses live requests, 503 with Retry-After, before they
-// reach the handler. An orderly stop loses nothing a crash would not, and
+// reach the handler (the one in flight when a commit first fails is
+// answered 503 outcome_unknown: the handler may have had it). An orderly stop loses nothing a crash would not, and
 // on a full disk keeps the answers it could not record for the next start.
 package agent
 

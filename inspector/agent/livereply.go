@@ -79,12 +79,12 @@ func (lr *liveReply) giveUp() {
 }
 
 // response is the answer the relay gets: the handler's, once recorded, or
-// a refusal naming why it was not saved — the handler may have seen the
-// request; its sender, told it failed, sends it again, and that one is
-// saved.
+// a refusal naming why it was not saved and that the handler may have
+// seen the request (the forward is over); its sender sends it again, and
+// that one is saved.
 func (lr *liveReply) response(a *Agent) *relay.Response {
 	if lr.err != nil {
-		return refusal(lr.err)
+		return refusalAfterForward(lr.err)
 	}
 	return a.record(lr.c, 1, lr.res)
 }

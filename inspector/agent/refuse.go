@@ -17,7 +17,9 @@ import (
 // reach the handler again. So a failed commit puts the agent in save-first
 // mode (failedAt): a live request is committed before it is forwarded, and
 // refused with 503 and Retry-After, naming the cause, if the commit fails.
-// The first commit that succeeds takes requests again, with no pause; the
+// (The commit that fails first, on the fast path, is that of a request
+// forwarded already: its sender is told 503 outcome_unknown, the handler
+// may have it.) The first commit that succeeds takes requests again, with no pause; the
 // overlap of commit and handler (the fast path) comes back once commits
 // have succeeded for saveFirstLinger, so that a disk at its edge does not
 // send each retry to the handler again. The fast path pays one atomic load
@@ -80,9 +82,11 @@ const (
 )
 
 // refusal is the answer to a live request the agent could not save (err:
-// why), or, err being errStopped, did not forward: 503 with Retry-After,
-// in the service's envelope, so that the sender retries. It names the
-// cause but not the error itself, whose paths are the developer's.
+// why) before it forwarded it, or, err being errStopped, did not forward:
+// 503 with Retry-After, in the service's envelope, so that the sender
+// retries. It names the cause but not the error itself, whose paths are
+// the developer's. A request the handler may have had is answered
+// refusalAfterForward instead.
 func refusal(err error) *relay.Response {
 	code, msg := codeNotSaved, "the agent could not save the request; retry"
 	switch {
@@ -91,6 +95,25 @@ func refusal(err error) *relay.Response {
 	case errors.Is(err, errStopped):
 		code, msg = codeStopping, "the agent is stopping: the request was not forwarded; retry"
 	}
+	return refusalResponse(code, msg)
+}
+
+// refusalAfterForward is the answer to a live request the agent forwarded
+// to the handler, or may have (the fast path does not wait to know), and
+// then could not save (err: why): 503 with Retry-After, so that the sender
+// retries, but coded outcome_unknown, since the handler may have the
+// request. Its sender cannot tell more than from a connection dropped
+// without an answer, and the code says so.
+func refusalAfterForward(err error) *relay.Response {
+	cause := "the agent could not save the request"
+	if storage.IsDiskFull(err) {
+		cause += " (disk full on the agent's machine)"
+	}
+	return refusalResponse(api.CodeOutcomeUnknown, cause+" after forwarding it: it may have reached the local handler; retry")
+}
+
+// refusalResponse is a 503 with Retry-After and the envelope naming code.
+func refusalResponse(code, msg string) *relay.Response {
 	body, _ := json.Marshal(api.Envelope{Message: msg, Error: &api.Error{Code: code, Message: msg}})
 	return &relay.Response{
 		Status: http.StatusServiceUnavailable,

@@ -174,7 +174,8 @@ func (h *stampHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // While commits fail, a live request is refused with 503, Retry-After and
-// "disk full" in the service's envelope, before it reaches the handler: a
+// "disk full" (code disk_full) in the service's envelope, before it
+// reaches the handler (those forwarded as the disk filled: outcome_unknown): a
 // sender retrying each request as fast as it is refused costs the handler
 // at most two copies of it (the one in flight when the disk filled, the
 // one saved once there is room). Once there is room, the next request is
@@ -238,11 +239,23 @@ func TestFullDiskRefusesBeforeTheHandler(t *testing.T) {
 	close(stop)
 	senders.Wait()
 
+	// The requests in flight when the disk filled (one per sender at
+	// most) reached the handler before their commits failed: outcome
+	// unknown. Every later one was refused before the handler.
+	unknown := 0
 	for _, r := range refused {
-		if !strings.HasPrefix(r, `503 Retry-After "5" {"status":false,"message":"the agent could not save the request: disk full`) {
+		if strings.HasPrefix(r, `503 Retry-After "5" {"status":false,"message":"the agent could not save the request (disk full on the agent's machine) after forwarding it`) &&
+			strings.Contains(r, `"code":"outcome_unknown"`) {
+			unknown++
+			continue
+		}
+		if !strings.HasPrefix(r, `503 Retry-After "5" {"status":false,"message":"the agent could not save the request: disk full`) || !strings.Contains(r, `"code":"disk_full"`) {
 			t.Errorf("refused with %s", r)
 			break
 		}
+	}
+	if unknown > 4 {
+		t.Errorf("%d refusals said outcome unknown; only the 4 senders' requests in flight when the disk filled may", unknown)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -309,4 +322,62 @@ func TestStopOnFullDiskKeepsTheAnswers(t *testing.T) {
 		t.Errorf("capture after the restart: %s, response %d, %d attempts, headers %s, error %q; want delivered, the handler's 201",
 			c.Status, c.ResponseStatus, c.Attempts, c.ResponseHeaders, c.Error)
 	}
+}
+
+// A refusal says whether the handler may have the request: the live request
+// whose commit fails after it was forwarded (the fast path overlaps the
+// two) is answered 503 outcome_unknown, since the handler has it; the next
+// one, committed first while saves fail, is answered 503 disk_full, and
+// reaches the handler never. Alone in the tunnel (serveAlone) and with a
+// body kept apart (serveLive, through writeLoop) alike.
+func TestRefusalSaysWhetherTheHandlerMayHaveIt(t *testing.T) {
+	for name, pad := range map[string]string{"alone": "", "kept apart": strings.Repeat("x", 300<<10)} {
+		t.Run(name, func(t *testing.T) {
+			disk := &fullDisk{fillAt: 1, filled: make(chan struct{})}
+			h := &stampHandler{seen: map[string]int{}}
+			hs := httptest.NewServer(h)
+			defer hs.Close()
+			st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Agent: disk.install})
+			body := fmt.Sprintf(`{"seq":1,"pad":"%s"}`, pad)
+			seen := func() int { h.mu.Lock(); defer h.mu.Unlock(); return h.seen[body] }
+
+			if code := refusedWith(t, st.TunnelURL+"/hook", body); code != "outcome_unknown" {
+				t.Errorf("the commit failed after the forward: refused %q, want outcome_unknown", code)
+			}
+			if n := seen(); n != 1 {
+				t.Fatalf("the handler got the first try %d times, want 1", n)
+			}
+			if code := refusedWith(t, st.TunnelURL+"/hook", body); code != "disk_full" {
+				t.Errorf("saves failing, committed first: refused %q, want disk_full", code)
+			}
+			if n := seen(); n != 1 {
+				t.Errorf("the handler got the request %d times after a refusal in save-first mode, want once", n)
+			}
+			disk.free()
+			send(t, st.TunnelURL+"/hook", body)
+			if n := seen(); n != 2 {
+				t.Errorf("the handler got the request %d times once there was room, want twice", n)
+			}
+		})
+	}
+}
+
+// refusedWith posts body to url, wants a 503 with Retry-After and the
+// service's envelope, and returns its error code.
+func refusedWith(t *testing.T, url, body string) string {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var env struct {
+		Status bool
+		Error  struct{ Code string }
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || json.Unmarshal(b, &env) != nil || env.Status {
+		t.Fatalf("POST %s: %d, Retry-After %q: %.200s; want a 503 with Retry-After in the envelope", url, resp.StatusCode, resp.Header.Get("Retry-After"), b)
+	}
+	return env.Error.Code
 }

@@ -16,7 +16,8 @@ import (
 // A live request is forwarded while its capture is committed, and the relay
 // gets the handler's answer once both are done: the sender's answer means
 // the capture is saved (a capture that fails to commit turns the answer
-// into a 503 naming the cause, and the sender retries), and the handler
+// into a 503 naming the cause, coded outcome_unknown since the handler may
+// have the request, and the sender retries), and the handler
 // does not wait for the commit. So the handler may see a request whose
 // capture a crash then loses; its sender, given no answer, sends it again,
 // with the same delivery id. While commits fail, a live request is
@@ -105,10 +106,15 @@ func (a *Agent) serveAlone(c *storage.Capture, h relay.Header, s *relay.Stream) 
 			}
 		}
 		res := a.send(context.Background(), c, h, s.Limits(), commit)
-		commit() // done already, unless the request never reached the handler: saved all the same, with its failure
+		forwarded := committed // send calls commit once the request is written to the handler
+		commit()               // done already, unless the request never reached the handler: saved all the same, with its failure
 		a.live.Add(-1)
+		if saveErr != nil && forwarded {
+			s.Respond(refusalAfterForward(saveErr)) // the handler may have seen it
+			return
+		}
 		if saveErr != nil {
-			s.Respond(refusal(saveErr)) // the handler may have seen it; see serveLive
+			s.Respond(refusal(saveErr)) // never written to the handler
 			return
 		}
 		s.Respond(a.record(c, 1, res))
@@ -397,7 +403,7 @@ func (a *Agent) sendLive(ctx context.Context, t *turn) {
 	res := a.send(context.Background(), t.c, t.h, t.s.Limits(), nil)
 	<-t.saved // comes: every queued write is told its outcome
 	if t.err != nil {
-		t.s.Respond(refusal(t.err))
+		t.s.Respond(refusalAfterForward(t.err))
 		return
 	}
 	t.s.Respond(a.record(t.c, 1, res))

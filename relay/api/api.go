@@ -57,6 +57,7 @@ const (
 	CodeGatewayTimeout  = "gateway_timeout"     // 504
 	CodeQueueFull       = "queue_full"          // 503
 	CodeAgentOffline    = "agent_offline"       // 503
+	CodeOutcomeUnknown  = "outcome_unknown"     // 503: the request may have reached the local handler; its answer is not known
 	CodeHeaderRejected  = "sender_not_accepted" // 401
 	CodeUnsupportedType = "unsupported_media"   // 415
 )

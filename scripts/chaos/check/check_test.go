@@ -90,6 +90,25 @@ func clean() *run {
 		ok("d2", 1, 2, 2.01, 2.02, 1).capture("p2", "d2", 2.005, "delivered", 200, "")
 }
 
+// fullDiskAfterForward is a request the handler got while the agent's disk
+// was full, whose sender was answered 503 (body, Retry-After retryAfter)
+// once the save failed, and which its retry brought again.
+func fullDiskAfterForward(body, retryAfter string) *run {
+	return clean().fault(history.FaultDiskFull, "agent", 2.5, 4).
+		copy("d3", 3.01, 1).send("d3", 1, 3, 3.2, 503, body, retryAfter).
+		ok("d3", 2, 8, 8.01, 8.02, 2).
+		capture("p3", "d3", 8.005, "delivered", 200, "")
+}
+
+// answerLost is a request a relay node answered 503 (body) because the
+// holding node's answer was lost, and that reached the handler 139 ms
+// after the 503, then again through its retry.
+func answerLost(body string) *run {
+	return clean().send("d3", 1, 3, 3.1, 503, body, "5").copy("d3", 3.239, 1).
+		capture("p3", "d3", 3.2, "delivered", 200, "").
+		ok("d3", 2, 8, 8.01, 8.02, 2).capture("p3b", "d3", 8.005, "delivered", 200, "p3")
+}
+
 // TestCheck feeds the checker hand-built histories: each broken one must be
 // caught by exactly the rules listed, and each sound one (edge cases
 // included) must pass. Removing a rule fails its row.
@@ -176,6 +195,27 @@ func TestCheck(t *testing.T) {
 				ok("d3", 2, 8, 8.01, 8.02, 2).
 				capture("p3", "d3", 8.005, "delivered", 200, ""),
 			[]string{"RefusedAfterDelivery"}},
+		{"the agent's save failed after the forward on a full disk: 503 outcome_unknown passes",
+			fullDiskAfterForward(envelope("outcome_unknown"), "5"),
+			nil},
+		{"the same answered 503 disk_full",
+			fullDiskAfterForward(envelope("disk_full"), "5"),
+			[]string{"RefusedAfterDelivery"}},
+		{"the same answered 503 unavailable",
+			fullDiskAfterForward(envelope("unavailable"), "5"),
+			[]string{"RefusedAfterDelivery"}},
+		{"503 outcome_unknown without Retry-After is no answer a sender can act on",
+			fullDiskAfterForward(envelope("outcome_unknown"), ""),
+			[]string{"RefusedAfterDelivery", "UndocumentedRefusal"}},
+		{"a relay node lost the holder's answer, the copy reached the handler after: 503 outcome_unknown passes",
+			answerLost(envelope("outcome_unknown")),
+			nil},
+		{"the same answered 503 unavailable",
+			answerLost(envelope("unavailable")),
+			[]string{"DeliveredAfterRefusal"}},
+		{"the same answered 503 disk_full",
+			answerLost(envelope("disk_full")),
+			[]string{"DeliveredAfterRefusal"}},
 		{"reorder: a live request overtakes a queued one",
 			clean().send("d3", 1, 3, 3.01, 202, queued202, "").capture("p3", "d3", 3.005, "delivered", 200, "").queued().
 				ok("d4", 1, 4, 4.01, 4.02, 1).capture("p4", "d4", 4.005, "delivered", 200, "").

@@ -3,10 +3,12 @@ package check
 import (
 	"cmp"
 	"encoding/json"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/scripts/chaos/history"
 )
 
@@ -128,6 +130,27 @@ func is2xx(status int) bool { return status >= 200 && status < 300 }
 // refused reports whether s got an answer that is not a 2xx.
 func refused(s history.Send) bool { return s.Status != 0 && !is2xx(s.Status) }
 
+// toldFailed reports whether s's sender was told the request failed: a
+// refusal, other than one saying the outcome is unknown (unknownAnswer),
+// which tells its sender no more than no answer at all.
+func toldFailed(s history.Send) bool { return refused(s) && !unknownAnswer(s) }
+
+// unknownAnswer reports whether s is a 503 with Retry-After whose envelope's
+// error code is outcome_unknown: the agent could not save a request it had
+// forwarded, or a relay node lost the answer of one the holding node took.
+// The request may have reached the handler; the sender retries.
+func unknownAnswer(s history.Send) bool {
+	if s.Status != http.StatusServiceUnavailable || s.RetryAfter == "" {
+		return false
+	}
+	var env struct {
+		Error *struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	return json.Unmarshal([]byte(s.Body), &env) == nil && env.Error != nil && env.Error.Code == api.CodeOutcomeUnknown
+}
+
 // queuedAnswer reports whether s is the relay's 202 for a request it (or
 // the agent) keeps for later: the envelope with data.queued true.
 func queuedAnswer(s history.Send) bool {
@@ -154,9 +177,10 @@ func (ix *index) handlerAnswer(i int) bool {
 
 // couldCause reports whether send i may be how copy ci reached the handler:
 // it was sent before the copy arrived and either carries that copy's answer,
-// or was queued (202: delivered later), or got no answer, or was still
-// waiting for its answer when the copy arrived. A send answered 2xx with
-// another copy's answer, or refused before the copy arrived, could not.
+// or was queued (202: delivered later), or got no answer (or a 503
+// outcome_unknown, unknownAnswer), or was still waiting for its answer when
+// the copy arrived. A send answered 2xx with another copy's answer, or
+// refused before the copy arrived, could not.
 //
 // A queued 202 brings a copy from a queued capture (the store marks what
 // the relay queued, or the agent held behind earlier requests, queued): if
@@ -172,7 +196,7 @@ func (ix *index) couldCause(i, ci int) bool {
 	if queuedAnswer(s) {
 		return !ix.cameLive(ci)
 	}
-	return s.Status == 0 || s.AnsweredAt+stampSlack >= c.ReceivedAt
+	return !toldFailed(s) || s.AnsweredAt+stampSlack >= c.ReceivedAt
 }
 
 // stampSlack is how far apart two stamps of one moment may be: the handler
@@ -183,11 +207,12 @@ func (ix *index) couldCause(i, ci int) bool {
 const stampSlack = int64(50 * time.Millisecond)
 
 // notRefusedBefore reports whether send i, sent by the time copy ci
-// arrived, was not refused before it, and, if it was a queued 202, the copy
-// did not come live: a send that may be how the copy came.
+// arrived, was not refused before it (a 503 outcome_unknown is no refusal:
+// see toldFailed), and, if it was a queued 202, the copy did not come
+// live: a send that may be how the copy came.
 func (ix *index) notRefusedBefore(i, ci int) bool {
 	s, c := ix.h.Sends[i], ix.h.Handler[ci]
-	if s.SentAt > c.ReceivedAt || (refused(s) && s.AnsweredAt+stampSlack < c.ReceivedAt) {
+	if s.SentAt > c.ReceivedAt || (toldFailed(s) && s.AnsweredAt+stampSlack < c.ReceivedAt) {
 		return false
 	}
 	return !queuedAnswer(s) || !ix.cameLive(ci)

@@ -123,8 +123,9 @@ var documented4xx = map[int][]string{
 // handler's own answer to a copy of the delivery, or a documented 4xx (its
 // status in documented4xx and its body the error envelope with one of that
 // status's codes; a 429 with Retry-After), or a 5xx with Retry-After, so
-// that the sender knows to retry. Anything else (a 3xx, a bare 502, a 403)
-// is an answer calltap made up.
+// that the sender knows to retry (a 503 outcome_unknown too: it counts as
+// no answer elsewhere only with Retry-After, see unknownAnswer). Anything
+// else (a 3xx, a bare 502, a 403) is an answer calltap made up.
 func ruleUndocumentedRefusal(ix *index) []Violation {
 	var out []Violation
 	for i, s := range ix.h.Sends {
@@ -162,7 +163,8 @@ func documentedRefusal(s history.Send) bool {
 // non-2xx reaches the handler only through a later attempt. Each handler
 // copy must follow a send of its delivery, sent before the copy arrived,
 // that was answered 2xx, or got no answer (status 0: the sender could not
-// tell), or was still waiting for its answer when the copy arrived; a
+// tell) or a 503 outcome_unknown with Retry-After (which says as much:
+// unknownAnswer), or was still waiting for its answer when the copy arrived; a
 // queued 202 counts only for a copy whose capture was queued too (see
 // notRefusedBefore). A copy whose earlier sends were all refused before it
 // arrived was delivered after its sender was told it was not (a 503
@@ -233,7 +235,9 @@ func (ix *index) attempts(d string, t int64) (list string, n int, queued bool) {
 
 // ruleRefusedAfterDelivery — no invented answer: an attempt answered
 // non-2xx (other than by the handler itself) must not have reached the
-// handler, unless a fault of the path made that unknowable. The rule: if a
+// handler, unless a fault of the path made that unknowable or the answer
+// says so (a 503 outcome_unknown with Retry-After, unknownAnswer: the
+// sender was not told it failed, as with no answer). The rule: if a
 // copy of the delivery arrived while the attempt waited for its answer
 // (sent_at <= received_at <= answered_at), no other send of the delivery
 // could have caused that copy (see couldCause), and no fault other than a
@@ -246,7 +250,7 @@ func ruleRefusedAfterDelivery(ix *index) []Violation {
 	for _, d := range ix.order {
 		for _, i := range ix.sends[d] {
 			s := ix.h.Sends[i]
-			if !refused(s) || ix.handlerAnswer(i) || overlaps(ix.paths, s.SentAt, s.AnsweredAt) {
+			if !toldFailed(s) || ix.handlerAnswer(i) || overlaps(ix.paths, s.SentAt, s.AnsweredAt) {
 				continue
 			}
 			if ci := ix.soleCopy(d, i); ci >= 0 {
@@ -438,7 +442,8 @@ const crashLead = int64(5 * time.Second)
 // needs a cause of its own. Copies are matched to sends of the delivery,
 // one send each: first each copy whose answer a 2xx carries, to that send;
 // then, in the handler's order, each other copy to an unused send that
-// could have caused it (couldCause: a 202, no answer, or still waiting),
+// could have caused it (couldCause: a 202, no answer or a 503
+// outcome_unknown, or still waiting),
 // the one whose wait ends soonest. A later copy left without a send needs
 // a crash (isCrash) that began between the first copy (less crashLead) and
 // it. Otherwise the handler saw the request again without a crash or a
@@ -499,7 +504,7 @@ func (ix *index) unmatchedCopies(d string) []int {
 
 // waitEnd is when a send stops being a possible cause of a new copy.
 func waitEnd(s history.Send) int64 {
-	if refused(s) {
+	if toldFailed(s) {
 		return s.AnsweredAt + stampSlack
 	}
 	return math.MaxInt64
