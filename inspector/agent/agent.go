@@ -12,8 +12,9 @@
 // first, its answer unrecorded, answer-unknown). While it cannot save (a
 // full disk) it refuses live requests, 503 with Retry-After, before they
 // reach the handler (the one in flight when a commit first fails is
-// answered 503 outcome_unknown: the handler may have had it). An orderly stop loses nothing a crash would not, and
-// on a full disk keeps the answers it could not record for the next start.
+// answered 503 outcome_unknown: the handler may have had it). An orderly
+// stop loses nothing a crash would not, and on a full disk keeps the
+// answers it could not record for the next start.
 package agent
 
 import (

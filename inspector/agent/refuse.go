@@ -19,11 +19,11 @@ import (
 // refused with 503 and Retry-After, naming the cause, if the commit fails.
 // (The commit that fails first, on the fast path, is that of a request
 // forwarded already: its sender is told 503 outcome_unknown, the handler
-// may have it.) The first commit that succeeds takes requests again, with no pause; the
-// overlap of commit and handler (the fast path) comes back once commits
-// have succeeded for saveFirstLinger, so that a disk at its edge does not
-// send each retry to the handler again. The fast path pays one atomic load
-// for all this.
+// may have it.) The first commit that succeeds takes requests again, with
+// no pause; the overlap of commit and handler (the fast path) comes back
+// once commits have succeeded for saveFirstLinger, so that a disk at its
+// edge does not send each retry to the handler again. The fast path pays
+// one atomic load for all this.
 
 // saveFirstLinger is how long after the last failed commit live requests
 // are still committed before they are forwarded.

@@ -17,8 +17,8 @@ import (
 // gets the handler's answer once both are done: the sender's answer means
 // the capture is saved (a capture that fails to commit turns the answer
 // into a 503 naming the cause, coded outcome_unknown since the handler may
-// have the request, and the sender retries), and the handler
-// does not wait for the commit. So the handler may see a request whose
+// have the request, and the sender retries), and the handler does not wait
+// for the commit. So the handler may see a request whose
 // capture a crash then loses; its sender, given no answer, sends it again,
 // with the same delivery id. While commits fail, a live request is
 // committed first and refused before the handler if that fails
