@@ -137,20 +137,39 @@ func (db *AgentStore) deleteWhere(ctx context.Context, cond string, args []any, 
 	if db.index == nil {
 		return Deleted{}, false, fmt.Errorf("storage: %s databases have no captures", db.schema)
 	}
+	batch, err := db.pickDoomed(ctx, cond, args, limit)
+	if err != nil || len(batch) == 0 {
+		return Deleted{}, false, err
+	}
+	db.readDoomedText(batch)
+	db.writeGate.Lock()
+	out, media, err := db.index.deleteBatch(ctx, batch)
+	db.writeGate.Unlock()
+	if err != nil {
+		return Deleted{}, false, err
+	}
+	db.releaseFiles(out, media)
+	return deletedTotals(out, media), len(batch) == limit, nil
+}
+
+// pickDoomed reads up to limit of the oldest captures cond selects, with
+// where their bodies are and, for a body kept in the row, its text for the
+// search index.
+func (db *AgentStore) pickDoomed(ctx context.Context, cond string, args []any, limit int) ([]*doomed, error) {
 	rows, err := db.read.QueryContext(ctx, `SELECT c.seq, c.id, c.size, coalesce(length(c.response_body), 0), b.file, coalesce(b.file_offset, 0),
 		CASE WHEN b.file IS NULL AND length(b.body) <= `+maxIndexedBodyText+` THEN b.body END
 		FROM captures c LEFT JOIN capture_bodies b ON b.seq = c.seq WHERE `+cond+` ORDER BY c.seq LIMIT ?`, append(args, limit)...)
 	if err != nil {
-		return Deleted{}, false, fmt.Errorf("storage: pick captures to delete: %w", err)
+		return nil, fmt.Errorf("storage: pick captures to delete: %w", err)
 	}
+	defer rows.Close()
 	var batch []*doomed
 	for rows.Next() {
 		d := &doomed{}
 		var file sql.NullString
 		var body []byte
 		if err := rows.Scan(&d.seq, &d.id, &d.size, &d.respSize, &file, &d.offset, &body); err != nil {
-			rows.Close()
-			return Deleted{}, false, fmt.Errorf("storage: pick captures to delete: %w", err)
+			return nil, fmt.Errorf("storage: pick captures to delete: %w", err)
 		}
 		d.file = file.String
 		if indexable(body) {
@@ -158,13 +177,17 @@ func (db *AgentStore) deleteWhere(ctx context.Context, cond string, args []any, 
 		}
 		batch = append(batch, d)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return Deleted{}, false, fmt.Errorf("storage: pick captures to delete: %w", err)
+		return nil, fmt.Errorf("storage: pick captures to delete: %w", err)
 	}
-	if len(batch) == 0 {
-		return Deleted{}, false, nil
-	}
+	return batch, nil
+}
+
+// readDoomedText reads the indexable bodies of batch that are in body
+// files, so that their search entries can be removed (FTS4 needs the
+// text). It runs before the transaction, so the store's lock is not held
+// while segment files are read (see the top of the file).
+func (db *AgentStore) readDoomedText(batch []*doomed) {
 	for _, d := range batch {
 		if d.file == "" || d.size > maxIndexedBody {
 			continue
@@ -182,21 +205,18 @@ func (db *AgentStore) deleteWhere(ctx context.Context, cond string, args []any, 
 			d.text = body
 		}
 	}
-	db.writeGate.Lock()
-	out, media, err := db.index.deleteBatch(ctx, batch)
-	db.writeGate.Unlock()
-	if err != nil {
-		return Deleted{}, false, err
-	}
-	db.releaseFiles(out, media)
-	del := Deleted{Captures: len(out), Media: len(media)}
-	for _, d := range out {
+}
+
+// deletedTotals counts what a deletion removed.
+func deletedTotals(gone []*doomed, media []mediaGone) Deleted {
+	del := Deleted{Captures: len(gone), Media: len(media)}
+	for _, d := range gone {
 		del.Bytes += d.size + d.respSize
 	}
 	for _, m := range media {
 		del.Bytes += m.size
 	}
-	return del, len(batch) == limit, nil
+	return del
 }
 
 // mediaGone is a media file whose row a deletion removed.
@@ -214,13 +234,42 @@ func (ix *indexer) deleteBatch(ctx context.Context, batch []*doomed) (gone []*do
 		return nil, nil, fmt.Errorf("storage: begin deleting: %w", err)
 	}
 	defer tx.Rollback()
+	upto, err := ix.lockProgress(ctx, tx)
+	if err != nil {
+		return nil, nil, err
+	}
+	gone, err = deleteCaptureRows(ctx, tx, batch)
+	if err != nil || len(gone) == 0 {
+		return nil, nil, err
+	}
+	if err := ix.forget(ctx, tx, gone, upto); err != nil {
+		return nil, nil, err
+	}
+	if media, err = deleteDependents(ctx, tx, gone); err != nil {
+		return nil, nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, nil, ix.damage(fmt.Errorf("storage: commit deleting: %w", err))
+	}
+	return gone, media, nil
+}
+
+// lockProgress takes the search index's write lock in tx (a no-op update
+// of its progress row), as the indexer takes it, and returns the position
+// read under it (indexed_upto): the captures up to it have index entries.
+func (ix *indexer) lockProgress(ctx context.Context, tx *sql.Tx) (upto int64, err error) {
 	if _, err := tx.ExecContext(ctx, `UPDATE search.search_progress SET indexed_upto = indexed_upto WHERE id = 1`); err != nil {
-		return nil, nil, ix.damage(fmt.Errorf("storage: lock the search index: %w", err))
+		return 0, ix.damage(fmt.Errorf("storage: lock the search index: %w", err))
 	}
-	var upto int64
 	if err := tx.QueryRowContext(ctx, `SELECT indexed_upto FROM search.search_progress WHERE id = 1`).Scan(&upto); err != nil {
-		return nil, nil, ix.damage(fmt.Errorf("storage: read search progress: %w", err))
+		return 0, ix.damage(fmt.Errorf("storage: read search progress: %w", err))
 	}
+	return upto, nil
+}
+
+// deleteCaptureRows deletes batch's capture rows and returns those it
+// deleted: another process may have deleted some already.
+func deleteCaptureRows(ctx context.Context, tx *sql.Tx, batch []*doomed) (gone []*doomed, err error) {
 	bySeq := make(map[int64]*doomed, len(batch))
 	seqs := make([]int64, len(batch))
 	for i, d := range batch {
@@ -229,54 +278,59 @@ func (ix *indexer) deleteBatch(ctx context.Context, batch []*doomed) (gone []*do
 	marks, args := placeholders(seqs)
 	rows, err := tx.QueryContext(ctx, `DELETE FROM captures WHERE seq IN (`+marks+`) RETURNING seq`, args...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("storage: delete captures: %w", err)
+		return nil, fmt.Errorf("storage: delete captures: %w", err)
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var seq int64
 		if err := rows.Scan(&seq); err != nil {
-			rows.Close()
-			return nil, nil, fmt.Errorf("storage: delete captures: %w", err)
+			return nil, fmt.Errorf("storage: delete captures: %w", err)
 		}
 		gone = append(gone, bySeq[seq])
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("storage: delete captures: %w", err)
+		return nil, fmt.Errorf("storage: delete captures: %w", err)
 	}
-	if len(gone) == 0 {
-		return nil, nil, nil
-	}
-	seqs, ids := seqs[:0], make([]string, 0, len(gone))
+	return gone, nil
+}
+
+// forget removes the search entries of the captures in gone that were
+// indexed (seq up to upto, with text), through search_forget: FTS4
+// removes an entry only given its text.
+func (ix *indexer) forget(ctx context.Context, tx *sql.Tx, gone []*doomed, upto int64) error {
 	for _, d := range gone {
-		seqs, ids = append(seqs, d.seq), append(ids, d.id)
 		if d.seq > upto || d.text == nil || d.indexSkipped {
 			continue // never indexed
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO search.search_forget (docid, body) VALUES (?, ?)`, d.seq, string(d.text)); err != nil {
-			return nil, nil, ix.damage(fmt.Errorf("storage: forget a search entry: %w", err))
+			return ix.damage(fmt.Errorf("storage: forget a search entry: %w", err))
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM search.captures_fts WHERE docid = ?`, d.seq); err != nil {
-			return nil, nil, ix.damage(fmt.Errorf("storage: delete a search entry: %w", err))
+			return ix.damage(fmt.Errorf("storage: delete a search entry: %w", err))
 		}
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM search.search_forget`); err != nil {
-		return nil, nil, ix.damage(fmt.Errorf("storage: forget search entries: %w", err))
+		return ix.damage(fmt.Errorf("storage: forget search entries: %w", err))
 	}
-	marks, args = placeholders(seqs)
+	return nil
+}
+
+// deleteDependents deletes the rows that belong to the captures in gone:
+// their bodies, attempts and media, returning the media rows deleted.
+func deleteDependents(ctx context.Context, tx *sql.Tx, gone []*doomed) ([]mediaGone, error) {
+	seqs, ids := make([]int64, 0, len(gone)), make([]string, 0, len(gone))
+	for _, d := range gone {
+		seqs, ids = append(seqs, d.seq), append(ids, d.id)
+	}
+	marks, args := placeholders(seqs)
 	if _, err := tx.ExecContext(ctx, `DELETE FROM capture_bodies WHERE seq IN (`+marks+`)`, args...); err != nil {
-		return nil, nil, fmt.Errorf("storage: delete capture bodies: %w", err)
+		return nil, fmt.Errorf("storage: delete capture bodies: %w", err)
 	}
 	marks, args = placeholders(ids)
 	if _, err := tx.ExecContext(ctx, `DELETE FROM attempts WHERE capture_id IN (`+marks+`)`, args...); err != nil {
-		return nil, nil, fmt.Errorf("storage: delete attempts: %w", err)
+		return nil, fmt.Errorf("storage: delete attempts: %w", err)
 	}
-	if media, err = deleteMediaRows(ctx, tx, `capture_id IN (`+marks+`)`, args...); err != nil {
-		return nil, nil, err
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, nil, ix.damage(fmt.Errorf("storage: commit deleting: %w", err))
-	}
-	return gone, media, nil
+	return deleteMediaRows(ctx, tx, `capture_id IN (`+marks+`)`, args...)
 }
 
 func deleteMediaRows(ctx context.Context, tx *sql.Tx, cond string, args ...any) ([]mediaGone, error) {
@@ -325,7 +379,17 @@ func (db *AgentStore) deleteMediaWhere(ctx context.Context, cond string, args ..
 // logged, not returned: the rows are gone, and the bytes left are never
 // read.
 func (db *AgentStore) releaseFiles(gone []*doomed, media []mediaGone) {
-	dir := MediaDir(db.path)
+	removeMediaFiles(MediaDir(db.path), media)
+	for name := range releaseBodies(BodiesDir(db.path), gone) {
+		if err := db.removeSegmentIfUnused(name); err != nil {
+			slog.Warn("storage: remove an unused body segment", "segment", name, "err", err)
+		}
+	}
+}
+
+// removeMediaFiles removes media's files from dir; a name that could lead
+// out of dir is left alone.
+func removeMediaFiles(dir string, media []mediaGone) {
 	for _, m := range media {
 		if m.file == "" || strings.ContainsAny(m.file, `/\`) || m.file == "." || m.file == ".." {
 			continue
@@ -334,8 +398,12 @@ func (db *AgentStore) releaseFiles(gone []*doomed, media []mediaGone) {
 			slog.Warn("storage: remove a deleted media file", "file", m.file, "err", err)
 		}
 	}
-	segments := map[string]bool{}
-	bodies := BodiesDir(db.path)
+}
+
+// releaseBodies frees the spans of gone's bodies in the segments of
+// bodies (the directory), and returns the segments they were in.
+func releaseBodies(bodies string, gone []*doomed) (segments map[string]bool) {
+	segments = map[string]bool{}
 	for _, d := range gone {
 		if d.file == "" {
 			continue
@@ -355,11 +423,7 @@ func (db *AgentStore) releaseFiles(gone []*doomed, media []mediaGone) {
 			slog.Warn("storage: free a deleted body's space", "segment", d.file, "err", err)
 		}
 	}
-	for name := range segments {
-		if err := db.removeSegmentIfUnused(name); err != nil {
-			slog.Warn("storage: remove an unused body segment", "segment", name, "err", err)
-		}
-	}
+	return segments
 }
 
 // removeSegmentIfUnused removes segment name when no capture names it and

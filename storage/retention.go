@@ -42,83 +42,111 @@ func (db *AgentStore) Prune(ctx context.Context, r Retention, now time.Time) (De
 	if err := db.caughtUp(ctx); err != nil {
 		return Deleted{}, err
 	}
-	var total Deleted
-	pause := r.Pause
-	if pause <= 0 {
-		pause = 5 * time.Millisecond
+	p := &pruner{db: db, r: r, pause: r.Pause, lastUsed: -1}
+	if p.pause <= 0 {
+		p.pause = 5 * time.Millisecond
 	}
-	batch := func(cond string, args []any) (bool, error) {
-		d, more, err := db.deleteWhere(ctx, cond, args, deleteBatchMax)
-		total.add(d)
+	err := p.prune(ctx, now)
+	return p.total, err
+}
+
+// pruner is one run of Prune, owned by the goroutine that called it.
+type pruner struct {
+	db       *AgentStore
+	r        Retention
+	pause    time.Duration // between two batches
+	total    Deleted       // what was deleted so far
+	lastUsed int64         // the store's size at the last round for MaxBytes; -1 before the first
+}
+
+// prune removes what is older than MaxAge, then brings the store under
+// MaxBytes, giving the freed pages back after each.
+func (p *pruner) prune(ctx context.Context, now time.Time) error {
+	if p.r.MaxAge > 0 {
+		if err := p.pruneOlder(ctx, now.Add(-p.r.MaxAge).UnixMicro()); err != nil {
+			return err
+		}
+	}
+	if err := p.db.vacuum(ctx); err != nil {
+		return err
+	}
+	if p.r.MaxBytes <= 0 {
+		return nil
+	}
+	for round := 0; round < 8; round++ {
+		done, err := p.sizeRound(ctx)
+		if err != nil || done {
+			return err
+		}
+	}
+	return nil
+}
+
+// pruneOlder deletes the prunable captures created before cutoff
+// (microseconds), and the media files of no capture created before it.
+func (p *pruner) pruneOlder(ctx context.Context, cutoff int64) error {
+	if err := p.deleteAll(ctx, p.r.prunable()+" AND c.created_at < ?", cutoff); err != nil {
+		return err
+	}
+	d, err := p.db.deleteMediaWhere(ctx, "capture_id = '' AND created_at < ?", cutoff)
+	p.total.add(d)
+	return err
+}
+
+// sizeRound, while the store is over MaxBytes, deletes the oldest
+// prunable captures until what was deleted covers the excess, then gives
+// the pages back; the caller measures again, since the estimate counts
+// bodies, not rows. It reports whether pruning for size is done: under the
+// limit, nothing prunable left, or nothing measurable freed.
+func (p *pruner) sizeRound(ctx context.Context) (done bool, err error) {
+	used, err := p.db.DiskUsage()
+	if err != nil {
+		return true, err
+	}
+	excess := used - p.r.MaxBytes
+	if excess <= 0 {
+		return true, nil
+	}
+	// What the last round deleted did not show on disk (a WAL a reader
+	// kept from truncating, blocks the file system keeps): deleting
+	// more on that reading would empty the store. The next prune,
+	// minutes later, measures again.
+	if p.lastUsed >= 0 && used >= p.lastUsed {
+		slog.Warn("storage: a prune freed no measurable space; trying again at the next one", "used", used, "limit", p.r.MaxBytes)
+		return true, nil
+	}
+	p.lastUsed = used
+	before := p.total.Captures
+	upto, err := p.db.oldestCovering(ctx, p.r, excess)
+	if err != nil {
+		return true, err
+	}
+	if upto > 0 {
+		if err := p.deleteAll(ctx, p.r.prunable()+" AND c.seq <= ?", upto); err != nil {
+			return true, err
+		}
+	}
+	if err := p.db.vacuum(ctx); err != nil {
+		return true, err
+	}
+	return p.total.Captures == before, nil // equal: nothing prunable is left
+}
+
+// deleteAll deletes the captures matching cond a batch at a time, pausing
+// between batches so that the capture writer and the indexer get the locks.
+func (p *pruner) deleteAll(ctx context.Context, cond string, args ...any) error {
+	for {
+		d, more, err := p.db.deleteWhere(ctx, cond, args, deleteBatchMax)
+		p.total.add(d)
 		if err != nil || !more {
-			return false, err
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-time.After(pause):
-		}
-		return true, nil
-	}
-	if r.MaxAge > 0 {
-		cutoff := now.Add(-r.MaxAge).UnixMicro()
-		for more := true; more; {
-			var err error
-			if more, err = batch(r.prunable()+" AND c.created_at < ?", []any{cutoff}); err != nil {
-				return total, err
-			}
-		}
-		d, err := db.deleteMediaWhere(ctx, "capture_id = '' AND created_at < ?", cutoff)
-		total.add(d)
-		if err != nil {
-			return total, err
+			return ctx.Err()
+		case <-time.After(p.pause):
 		}
 	}
-	if err := db.vacuum(ctx); err != nil {
-		return total, err
-	}
-	if r.MaxBytes <= 0 {
-		return total, nil
-	}
-	// Over the size: delete the oldest until what was deleted covers the
-	// excess, then measure again (the estimate counts bodies, not rows).
-	var last int64 = -1
-	for round := 0; round < 8; round++ {
-		used, err := db.DiskUsage()
-		if err != nil {
-			return total, err
-		}
-		excess := used - r.MaxBytes
-		if excess <= 0 {
-			return total, nil
-		}
-		// What the last round deleted did not show on disk (a WAL a reader
-		// kept from truncating, blocks the file system keeps): deleting
-		// more on that reading would empty the store. The next prune,
-		// minutes later, measures again.
-		if last >= 0 && used >= last {
-			slog.Warn("storage: a prune freed no measurable space; trying again at the next one", "used", used, "limit", r.MaxBytes)
-			return total, nil
-		}
-		last = used
-		before := total.Captures
-		upto, err := db.oldestCovering(ctx, r, excess)
-		if err != nil {
-			return total, err
-		}
-		for more := upto > 0; more; {
-			if more, err = batch(r.prunable()+" AND c.seq <= ?", []any{upto}); err != nil {
-				return total, err
-			}
-		}
-		if err := db.vacuum(ctx); err != nil {
-			return total, err
-		}
-		if total.Captures == before {
-			return total, nil // nothing prunable is left
-		}
-	}
-	return total, nil
 }
 
 // oldestCovering is the seq up to which the prunable captures, oldest

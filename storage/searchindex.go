@@ -190,8 +190,24 @@ func (ix *indexer) prepare(ctx context.Context) error {
 			return fmt.Errorf("storage: search index: %s: %w", q, err)
 		}
 	}
+	upto, last, err := checkSearchIndex(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if err := incrementalVacuum(ctx, conn, "search"); err != nil {
+		return err
+	}
+	ix.setPosition(upto, last)
+	return nil
+}
+
+// checkSearchIndex reads the index's state and, when it is not this
+// store's current index, makes it one, empty, in one immediate
+// transaction: no other writer comes between. It returns
+// the position: indexed up to upto, of captures up to last.
+func checkSearchIndex(ctx context.Context, conn *sql.Conn) (upto, last int64, err error) {
 	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-		return fmt.Errorf("storage: search index: %w", err)
+		return 0, 0, fmt.Errorf("storage: search index: %w", err)
 	}
 	committed := false
 	defer func() {
@@ -199,58 +215,88 @@ func (ix *indexer) prepare(ctx context.Context) error {
 			conn.ExecContext(context.Background(), `ROLLBACK`)
 		}
 	}()
-	var format int64
-	var store, have string
-	var upto, last int64
-	if err := conn.QueryRowContext(ctx, `PRAGMA search.user_version`).Scan(&format); err != nil {
-		return fmt.Errorf("storage: search index: %w", err)
+	st, err := readSearchState(ctx, conn)
+	if err != nil {
+		return 0, 0, err
 	}
-	if err := conn.QueryRowContext(ctx, `SELECT uuid FROM store_identity WHERE id = 1`).Scan(&store); err != nil {
-		return fmt.Errorf("storage: store identity: %w", err)
-	}
-	// The highest seq ever given, not the newest capture's: the newest
-	// captures may have been deleted, and seqs are never reused.
-	if err := conn.QueryRowContext(ctx, qLastSeq).Scan(&last); err != nil {
-		return fmt.Errorf("storage: newest capture: %w", err)
-	}
-	if format == searchFormat {
-		err := conn.QueryRowContext(ctx, `SELECT store, indexed_upto FROM search.search_progress WHERE id = 1`).Scan(&have, &upto)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("storage: search progress: %w", err)
-		}
-	}
-	if format != searchFormat || have != store || upto > last {
+	upto = st.upto
+	if !st.current() {
 		upto = 0
-		for _, q := range []string{
-			`DROP TABLE IF EXISTS search.captures_fts`,
-			`DROP TABLE IF EXISTS search.search_progress`,
-			`DROP TABLE IF EXISTS search.search_forget`,
-			// An FTS4 table without content ("contentless") cannot delete
-			// an entry; one with external content can, reading the text to
-			// remove from its content table. search_forget is that table,
-			// empty but while a deletion puts there the bodies it removes
-			// (see deleteBatch): the text is in the store, not twice here.
-			`CREATE TABLE search.search_forget (docid INTEGER PRIMARY KEY, body TEXT)`,
-			`CREATE VIRTUAL TABLE search.captures_fts USING fts4 (content="search_forget", body, tokenize=unicode61)`,
-			`CREATE TABLE search.search_progress (id INTEGER PRIMARY KEY CHECK (id = 1), store TEXT NOT NULL, indexed_upto INTEGER NOT NULL)`,
-			fmt.Sprintf(`PRAGMA search.user_version = %d`, searchFormat),
-		} {
-			if _, err := conn.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("storage: create the search index: %w", err)
-			}
-		}
-		if _, err := conn.ExecContext(ctx, `INSERT INTO search.search_progress (id, store, indexed_upto) VALUES (1, ?, 0)`, store); err != nil {
-			return fmt.Errorf("storage: create the search index: %w", err)
+		if err := createSearchIndex(ctx, conn, st.store); err != nil {
+			return 0, 0, err
 		}
 	}
 	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
-		return fmt.Errorf("storage: search index: %w", err)
+		return 0, 0, fmt.Errorf("storage: search index: %w", err)
 	}
 	committed = true
-	if err := incrementalVacuum(ctx, conn, "search"); err != nil {
-		return err
+	return upto, st.last, nil
+}
+
+// searchState is what the index file and the store say about the index.
+type searchState struct {
+	format int64  // the index file's user_version
+	store  string // the store's identity
+	have   string // the identity of the store the index was built for
+	upto   int64  // the index's position: captures up to it are indexed
+	last   int64  // the highest seq the store ever gave
+}
+
+// current reports whether the index is this store's, in this format, and
+// no further along than the store.
+func (st searchState) current() bool {
+	return st.format == searchFormat && st.have == st.store && st.upto <= st.last
+}
+
+// readSearchState reads the index's format, identity and position, and
+// the store's identity and last seq; an index in another format has no
+// identity or position to read.
+func readSearchState(ctx context.Context, conn *sql.Conn) (st searchState, err error) {
+	if err := conn.QueryRowContext(ctx, `PRAGMA search.user_version`).Scan(&st.format); err != nil {
+		return st, fmt.Errorf("storage: search index: %w", err)
 	}
-	ix.setPosition(upto, last)
+	if err := conn.QueryRowContext(ctx, `SELECT uuid FROM store_identity WHERE id = 1`).Scan(&st.store); err != nil {
+		return st, fmt.Errorf("storage: store identity: %w", err)
+	}
+	// The highest seq ever given, not the newest capture's: the newest
+	// captures may have been deleted, and seqs are never reused.
+	if err := conn.QueryRowContext(ctx, qLastSeq).Scan(&st.last); err != nil {
+		return st, fmt.Errorf("storage: newest capture: %w", err)
+	}
+	if st.format != searchFormat {
+		return st, nil
+	}
+	err = conn.QueryRowContext(ctx, `SELECT store, indexed_upto FROM search.search_progress WHERE id = 1`).Scan(&st.have, &st.upto)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return st, fmt.Errorf("storage: search progress: %w", err)
+	}
+	return st, nil
+}
+
+// createSearchIndex drops the index's tables and creates them empty, for
+// the store whose identity is store, at position 0.
+func createSearchIndex(ctx context.Context, conn *sql.Conn, store string) error {
+	for _, q := range []string{
+		`DROP TABLE IF EXISTS search.captures_fts`,
+		`DROP TABLE IF EXISTS search.search_progress`,
+		`DROP TABLE IF EXISTS search.search_forget`,
+		// An FTS4 table without content ("contentless") cannot delete
+		// an entry; one with external content can, reading the text to
+		// remove from its content table. search_forget is that table,
+		// empty but while a deletion puts there the bodies it removes
+		// (see deleteBatch): the text is in the store, not twice here.
+		`CREATE TABLE search.search_forget (docid INTEGER PRIMARY KEY, body TEXT)`,
+		`CREATE VIRTUAL TABLE search.captures_fts USING fts4 (content="search_forget", body, tokenize=unicode61)`,
+		`CREATE TABLE search.search_progress (id INTEGER PRIMARY KEY CHECK (id = 1), store TEXT NOT NULL, indexed_upto INTEGER NOT NULL)`,
+		fmt.Sprintf(`PRAGMA search.user_version = %d`, searchFormat),
+	} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("storage: create the search index: %w", err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, `INSERT INTO search.search_progress (id, store, indexed_upto) VALUES (1, ?, 0)`, store); err != nil {
+		return fmt.Errorf("storage: create the search index: %w", err)
+	}
 	return nil
 }
 

@@ -90,122 +90,181 @@ const fetchAhead = 4
 // the payload's id, the delivery id) is skipped, so a second run imports
 // nothing. On an error it returns what was done so far with the error.
 func (a *Agent) Backfill(ctx context.Context, c *service.Client, o BackfillOptions) (BackfillResult, error) {
-	res := BackfillResult{Items: []BackfillItem{}}
 	if o.Forward && a.forwardTo == nil {
-		return res, errors.New("backfill: forwarding needs a local handler (--forward-to)")
+		return BackfillResult{Items: []BackfillItem{}}, errors.New("backfill: forwarding needs a local handler (--forward-to)")
 	}
 	if o.PublicURL == "" {
 		o.PublicURL = a.TunnelState().PublicURL
 	}
-	var p BackfillProgress
-	report := func(phase string) {
-		p.Phase = phase
-		p.Imported, p.Forwarded = res.Imported, res.Forwarded
-		if o.Progress != nil {
-			o.Progress(p)
-		}
-	}
+	b := &backfill{a: a, c: c, o: o, res: BackfillResult{Items: []BackfillItem{}}}
+	err := b.run(ctx)
+	return b.res, err
+}
 
-	f := service.Filter{CallID: o.CallID}
-	if o.Since > 0 {
-		f.Since = time.Now().Add(-o.Since)
-	}
-	list, err := c.Deliveries(ctx, f, func(sp service.Progress) {
-		p.Pages, p.Count, p.Listed = sp.Pages, sp.Count, sp.Seen
-		report("listing")
-	})
-	res.Pages, res.Listed = p.Pages, len(list)
+// backfill is one run of Backfill, owned by the goroutine that called it.
+type backfill struct {
+	a   *Agent
+	c   *service.Client
+	o   BackfillOptions
+	res BackfillResult   // what was done so far
+	p   BackfillProgress // what the last report said, less the phase
+}
+
+// run lists the log, sorts out what never came, then fetches and imports
+// it oldest first.
+func (b *backfill) run(ctx context.Context) error {
+	list, err := b.list(ctx)
 	if err != nil {
-		return res, err
+		return err
 	}
+	missing, err := b.sortOut(ctx, list)
+	if err != nil {
+		return err
+	}
+	b.report("fetching")
+	if err := b.fetchAndImport(ctx, missing); err != nil {
+		return err
+	}
+	if err := b.a.Flush(ctx); err != nil {
+		return err
+	}
+	b.report("done")
+	return nil
+}
 
+// report tells o.Progress, if set, how far the run has got.
+func (b *backfill) report(phase string) {
+	b.p.Phase = phase
+	b.p.Imported, b.p.Forwarded = b.res.Imported, b.res.Forwarded
+	if b.o.Progress != nil {
+		b.o.Progress(b.p)
+	}
+}
+
+// list reads the deliveries in the window from the service's log, newest
+// first, reporting each page.
+func (b *backfill) list(ctx context.Context) ([]service.Delivery, error) {
+	f := service.Filter{CallID: b.o.CallID}
+	if b.o.Since > 0 {
+		f.Since = time.Now().Add(-b.o.Since)
+	}
+	list, err := b.c.Deliveries(ctx, f, func(sp service.Progress) {
+		b.p.Pages, b.p.Count, b.p.Listed = sp.Pages, sp.Count, sp.Seen
+		b.report("listing")
+	})
+	b.res.Pages, b.res.Listed = b.p.Pages, len(list)
+	return list, err
+}
+
+// sortOut counts the listed deliveries the store already holds and those
+// the service has not sent yet, and returns the rest, oldest first so that
+// a call's events reach the handler in order.
+func (b *backfill) sortOut(ctx context.Context, list []service.Delivery) ([]service.Delivery, error) {
 	ids := make([]string, len(list))
 	for i, d := range list {
 		ids[i] = d.ID
 	}
-	known, err := a.store.KnownDeliveryIDs(ctx, ids)
+	known, err := b.a.store.KnownDeliveryIDs(ctx, ids)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	var missing []service.Delivery
 	for i := len(list) - 1; i >= 0; i-- { // the log is newest first
 		d := list[i]
 		switch {
 		case known[d.ID]:
-			res.Known++
+			b.res.Known++
 		case d.Status == "pending" && d.Attempts == 0:
 			// Not sent yet (or being sent right now): it will still come
 			// through the tunnel, and importing it would make it twice.
-			res.NotSent++
+			b.res.NotSent++
 		default:
 			missing = append(missing, d)
 		}
 	}
-	// Oldest first, so that a call's events reach the handler in order.
 	sort.SliceStable(missing, func(i, j int) bool { return missing[i].CreatedAt.Before(missing[j].CreatedAt.Time) })
-	res.Missing, p.Missing = len(missing), len(missing)
-	report("fetching")
+	b.res.Missing, b.p.Missing = len(missing), len(missing)
+	return missing, nil
+}
 
-	// Read a few ahead while importing in order.
+// fetchedDelivery is the answer to one GET /webhooks/{id}/.
+type fetchedDelivery struct {
+	d   *service.Delivery
+	err error
+}
+
+// fetchAndImport reads the missing deliveries' records a few ahead while
+// importing them in order.
+func (b *backfill) fetchAndImport(ctx context.Context, missing []service.Delivery) error {
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type fetched struct {
-		d   *service.Delivery
-		err error
+	results, sem := prefetch(fctx, b.c, missing)
+	for i, d := range missing {
+		var r fetchedDelivery
+		select {
+		case r = <-results[i]:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		<-sem
+		if err := b.importFetched(ctx, d, r); err != nil {
+			return err
+		}
 	}
-	results := make([]chan fetched, len(missing))
+	return nil
+}
+
+// prefetch reads the record of each of missing, in order, at most
+// fetchAhead ahead of the reader: results[i] gets the i-th, and the reader
+// takes a slot from sem for each result it takes. It stops when ctx ends.
+func prefetch(ctx context.Context, c *service.Client, missing []service.Delivery) (results []chan fetchedDelivery, sem chan struct{}) {
+	results = make([]chan fetchedDelivery, len(missing))
 	for i := range results {
-		results[i] = make(chan fetched, 1)
+		results[i] = make(chan fetchedDelivery, 1)
 	}
-	sem := make(chan struct{}, fetchAhead) // a slot per fetch not yet imported
+	sem = make(chan struct{}, fetchAhead) // a slot per fetch not yet imported
 	go func() {
 		for i, d := range missing {
 			select {
 			case sem <- struct{}{}:
-			case <-fctx.Done():
+			case <-ctx.Done():
 				return
 			}
 			go func() {
-				rec, err := c.Delivery(fctx, d.ID)
-				results[i] <- fetched{rec, err}
+				rec, err := c.Delivery(ctx, d.ID)
+				results[i] <- fetchedDelivery{rec, err}
 			}()
 		}
 	}()
-	for i, d := range missing {
-		var r fetched
-		select {
-		case r = <-results[i]:
-		case <-ctx.Done():
-			return res, ctx.Err()
-		}
-		<-sem
-		item := BackfillItem{DeliveryID: d.ID, Event: d.Event, CallID: d.CallID}
-		if !d.CreatedAt.IsZero() {
-			item.CreatedAt = *api.Time(d.CreatedAt.Time)
-		}
-		if r.err != nil {
-			if errors.Is(r.err, service.ErrNotFound) {
-				// Gone from the log since it was listed.
-				item.Error = r.err.Error()
-				res.Failed++
-				res.Items = append(res.Items, item)
-				continue
-			}
-			return res, r.err
-		}
-		res.Fetched++
-		p.Fetched = res.Fetched
-		if err := a.importDelivery(ctx, r.d, o, &item, &res); err != nil {
-			return res, err
-		}
-		res.Items = append(res.Items, item)
-		report("fetching")
+	return results, sem
+}
+
+// importFetched records one missing delivery as an item and imports its
+// fetched record, then reports. A delivery gone from the log since it was
+// listed is a failed item (not reported: nothing was fetched); any other
+// fetch error ends the run.
+func (b *backfill) importFetched(ctx context.Context, d service.Delivery, r fetchedDelivery) error {
+	item := BackfillItem{DeliveryID: d.ID, Event: d.Event, CallID: d.CallID}
+	if !d.CreatedAt.IsZero() {
+		item.CreatedAt = *api.Time(d.CreatedAt.Time)
 	}
-	if err := a.Flush(ctx); err != nil {
-		return res, err
+	if r.err != nil {
+		if !errors.Is(r.err, service.ErrNotFound) {
+			return r.err
+		}
+		item.Error = r.err.Error()
+		b.res.Failed++
+		b.res.Items = append(b.res.Items, item)
+		return nil
 	}
-	report("done")
-	return res, nil
+	b.res.Fetched++
+	b.p.Fetched = b.res.Fetched
+	if err := b.a.importDelivery(ctx, r.d, b.o, &item, &b.res); err != nil {
+		return err
+	}
+	b.res.Items = append(b.res.Items, item)
+	b.report("fetching")
+	return nil
 }
 
 // importDelivery saves one fetched delivery as a capture and forwards it

@@ -274,29 +274,44 @@ func (s *MediaSaver) fetch(ctx context.Context, f *storage.MediaFile) {
 	if s.cfg.OnUpdate != nil {
 		s.cfg.OnUpdate(row)
 	}
-	if u, err := url.Parse(row.SourceURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		row.Status, row.Error = storage.MediaFailed, "not an http(s) URL"
-		s.update(ctx, row)
-		return
-	} else if isSampleHost(u.Hostname()) {
-		// calltap trigger's links by default: there is nothing to fetch,
-		// and failing to resolve the name is no news worth a warning.
-		row.Status, row.Error = storage.MediaFailed, "a sample link: "+u.Hostname()+" is reserved for examples and serves nothing (calltap trigger --media-base-url links files that exist)"
-		s.update(ctx, row)
-		log.Debug("media: sample link not downloaded", "host", u.Hostname())
+	if s.refuseLink(ctx, row, log) {
 		return
 	}
+	s.downloadWithRetries(ctx, row, log)
+}
+
+// refuseLink fails row without a try when its link is not one to
+// download: not an http(s) URL, or a sample host. It reports whether it
+// did.
+func (s *MediaSaver) refuseLink(ctx context.Context, row *storage.MediaFile, log *slog.Logger) bool {
+	u, err := url.Parse(row.SourceURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		row.Status, row.Error = storage.MediaFailed, "not an http(s) URL"
+		s.update(ctx, row)
+		return true
+	}
+	if !isSampleHost(u.Hostname()) {
+		return false
+	}
+	// calltap trigger's links by default: there is nothing to fetch,
+	// and failing to resolve the name is no news worth a warning.
+	row.Status, row.Error = storage.MediaFailed, "a sample link: "+u.Hostname()+" is reserved for examples and serves nothing (calltap trigger --media-base-url links files that exist)"
+	s.update(ctx, row)
+	log.Debug("media: sample link not downloaded", "host", u.Hostname())
+	return true
+}
+
+// downloadWithRetries tries row's link until it is saved, fails for good,
+// the tries (1 + len(Backoff)) run out or ctx ends, recording each
+// outcome.
+func (s *MediaSaver) downloadWithRetries(ctx context.Context, row *storage.MediaFile, log *slog.Logger) {
 	for attempt := 1; ; attempt++ {
-		select {
-		case s.sem <- struct{}{}:
-		case <-ctx.Done():
+		ok, retry, err := s.attempt(ctx, row, attempt)
+		if !ok {
 			row.Status, row.Error = storage.MediaFailed, "calltap stopped before the download finished"
 			s.update(ctx, row)
 			return
 		}
-		row.Attempts = attempt
-		retry, err := s.download(ctx, row)
-		<-s.sem
 		if err == nil {
 			row.Status, row.Error, row.SavedAt = storage.MediaSaved, "", time.Now().UTC()
 			s.update(ctx, row)
@@ -311,16 +326,40 @@ func (s *MediaSaver) fetch(ctx context.Context, f *storage.MediaFile) {
 			return
 		}
 		s.update(ctx, row)
-		t := time.NewTimer(s.cfg.Backoff[attempt-1])
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx, s.cfg.Backoff[attempt-1]) {
 			row.Status = storage.MediaFailed
 			row.Error += " (calltap stopped before the next attempt)"
 			s.update(ctx, row)
 			return
 		}
+	}
+}
+
+// attempt makes download attempt number n of row, holding a slot of s.sem
+// so that at most that many downloads run at once. ok is false when ctx
+// ended before a slot was free.
+func (s *MediaSaver) attempt(ctx context.Context, row *storage.MediaFile, n int) (ok, retry bool, err error) {
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return false, false, nil
+	}
+	defer func() { <-s.sem }()
+	row.Attempts = n
+	retry, err = s.download(ctx, row)
+	return true, retry, err
+}
+
+// pause waits for d, or less if ctx ends first; it reports whether it
+// waited the whole d.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		t.Stop()
+		return false
 	}
 }
 
@@ -355,16 +394,31 @@ func (s *MediaSaver) download(ctx context.Context, f *storage.MediaFile) (retry 
 		return true, mediaError(err)
 	}
 	defer resp.Body.Close()
-	switch st := resp.StatusCode; {
+	if retry, err := statusError(resp.StatusCode, f.CallID); err != nil {
+		return retry, err
+	}
+	return s.store(f, resp)
+}
+
+// statusError is the error of an answer's status, nil for 2xx, and whether
+// it is worth another try: the voice service's own retry rule.
+func statusError(st int, callID string) (retry bool, err error) {
+	switch {
 	case st >= 200 && st < 300:
+		return false, nil
 	case callevent.Retryable(st):
 		return true, fmt.Errorf("HTTP %d", st)
 	case st == http.StatusForbidden || st == http.StatusUnauthorized || st == http.StatusGone:
-		return false, fmt.Errorf("HTTP %d: the signed link may have expired; `calltap media %s` asks the service for fresh links", st, f.CallID)
+		return false, fmt.Errorf("HTTP %d: the signed link may have expired; `calltap media %s` asks the service for fresh links", st, callID)
 	default:
 		return false, fmt.Errorf("HTTP %d", st)
 	}
+}
 
+// store writes resp's body, at most MaxBytes, to a temporary file in Dir
+// and renames it into place as f's file, so that a file under its final
+// name is always whole; then it fills in f's file fields.
+func (s *MediaSaver) store(f *storage.MediaFile, resp *http.Response) (retry bool, err error) {
 	tmp, err := os.CreateTemp(s.cfg.Dir, ".download-*")
 	if err != nil {
 		return false, err

@@ -60,68 +60,135 @@ func (a *Agent) ReplayAndWait(ctx context.Context, o ReplayOptions) (*storage.Ca
 	return c, a.Flush(ctx)
 }
 
-// prepareReplay builds and saves the replay's capture.
+// prepareReplay builds and saves the replay's capture: the original's
+// request with the options' edits, sent to the options' target or to where
+// the original would go now.
 func (a *Agent) prepareReplay(ctx context.Context, o ReplayOptions) (*storage.Capture, error) {
-	orig, err := a.store.Capture(ctx, o.ID)
-	if errors.Is(err, storage.ErrNotFound) {
-		return nil, api.NotFound("capture " + o.ID)
-	} else if err != nil {
+	orig, err := a.replayOriginal(ctx, o.ID)
+	if err != nil {
 		return nil, err
 	}
-	if o.Retry != "" && o.Retry != "service" {
-		return nil, api.Invalid(`retry must be "service" or empty`)
+	if err := checkReplayMode(o); err != nil {
+		return nil, err
 	}
-	if o.TimeScale < 0 {
-		return nil, api.Invalid("time_scale must be positive")
-	}
-	method, uri, body := orig.Method, orig.Path, orig.Body
-	if orig.Query != "" {
-		uri += "?" + orig.Query
-	}
-	var h relay.Header
-	_ = h.UnmarshalJSON([]byte(orig.RequestHeaders))
-	if o.Method != nil {
-		if *o.Method == "" || !validToken(*o.Method) {
-			return nil, api.Invalid("method %q is not an HTTP method", *o.Method)
-		}
-		method = *o.Method
-	}
-	if o.Path != nil {
-		if len(*o.Path) == 0 || (*o.Path)[0] != '/' {
-			return nil, api.Invalid("path must start with /")
-		}
-		if p, _, _ := strings.Cut(*o.Path, "?"); tunnelpath.Check(p) != nil {
-			return nil, api.Invalid("the path %v", tunnelpath.Check(p))
-		}
-		uri = *o.Path
-	}
-	if o.Headers != nil {
-		for _, f := range *o.Headers {
-			if !validToken(f.Name) {
-				return nil, api.Invalid("header name %q is not valid", f.Name)
-			}
-		}
-		h = *o.Headers
-	}
-	if o.Body != nil {
-		body = []byte(*o.Body)
+	req, err := editRequest(orig, o)
+	if err != nil {
+		return nil, err
 	}
 	if a.cfg.RewriteMedia {
-		if out, _, err := RewriteMediaLinks(ctx, a.store, body, a.TunnelState().InspectorURL); err == nil {
-			body = out
+		if out, _, err := RewriteMediaLinks(ctx, a.store, req.body, a.TunnelState().InspectorURL); err == nil {
+			req.body = out
 		}
 	}
-	c := a.newCapture(SourceReplay, method, uri, h, body)
+	c := a.newCapture(SourceReplay, req.method, req.uri, req.header, req.body)
 	c.ReplayOf = orig.ID
+	if err := replayTarget(c, orig, o, req.uri); err != nil {
+		return nil, err
+	}
+	if o.Retry == "service" {
+		c.MaxAttempts = len(callevent.RetrySchedule)
+	}
+	if err := a.save(ctx, writeOp{insert: c}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// replayOriginal reads the capture to replay; one that is not there is the
+// caller's error (404), not the store's.
+func (a *Agent) replayOriginal(ctx context.Context, id string) (*storage.Capture, error) {
+	orig, err := a.store.Capture(ctx, id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, api.NotFound("capture " + id)
+	}
+	return orig, err
+}
+
+// checkReplayMode checks how the replay is to be sent: once or on the
+// service's schedule, at a non-negative time scale.
+func checkReplayMode(o ReplayOptions) error {
+	if o.Retry != "" && o.Retry != "service" {
+		return api.Invalid(`retry must be "service" or empty`)
+	}
+	if o.TimeScale < 0 {
+		return api.Invalid("time_scale must be positive")
+	}
+	return nil
+}
+
+// replayRequest is the request a replay sends.
+type replayRequest struct {
+	method string
+	uri    string // path and query
+	header relay.Header
+	body   []byte
+}
+
+// editRequest returns orig's request with o's edits, each checked: a bad
+// edit is the caller's error (400), and nothing is saved.
+func editRequest(orig *storage.Capture, o ReplayOptions) (replayRequest, error) {
+	r := replayRequest{method: orig.Method, uri: orig.Path, body: orig.Body}
+	if orig.Query != "" {
+		r.uri += "?" + orig.Query
+	}
+	_ = r.header.UnmarshalJSON([]byte(orig.RequestHeaders))
+	if o.Method != nil {
+		if !validToken(*o.Method) {
+			return r, api.Invalid("method %q is not an HTTP method", *o.Method)
+		}
+		r.method = *o.Method
+	}
+	if o.Path != nil {
+		if err := checkReplayPath(*o.Path); err != nil {
+			return r, err
+		}
+		r.uri = *o.Path
+	}
+	if o.Headers != nil {
+		if err := checkHeaderNames(*o.Headers); err != nil {
+			return r, err
+		}
+		r.header = *o.Headers
+	}
+	if o.Body != nil {
+		r.body = []byte(*o.Body)
+	}
+	return r, nil
+}
+
+// checkReplayPath checks an edited path and query: absolute, and a path the
+// tunnel would carry.
+func checkReplayPath(uri string) error {
+	if len(uri) == 0 || uri[0] != '/' {
+		return api.Invalid("path must start with /")
+	}
+	if p, _, _ := strings.Cut(uri, "?"); tunnelpath.Check(p) != nil {
+		return api.Invalid("the path %v", tunnelpath.Check(p))
+	}
+	return nil
+}
+
+// checkHeaderNames checks that every edited header's name is an HTTP token.
+func checkHeaderNames(h relay.Header) error {
+	for _, f := range h {
+		if !validToken(f.Name) {
+			return api.Invalid("header name %q is not valid", f.Name)
+		}
+	}
+	return nil
+}
+
+// replayTarget sets where c goes: o.To when given; else the local handler
+// newCapture chose; else, with no handler configured here (calltap replay
+// from the command line), where the original went, with an edited path.
+func replayTarget(c, orig *storage.Capture, o ReplayOptions, uri string) error {
 	switch {
 	case o.To != "":
 		if _, err := ParseTarget(o.To); err != nil {
-			return nil, api.Invalid("%v", err)
+			return api.Invalid("%v", err)
 		}
 		c.Target = o.To
 	case c.Target == "" && orig.Target != "":
-		// No local handler configured here (calltap replay from the
-		// command line): send it where the original went.
 		c.Target = orig.Target
 		if o.Path != nil {
 			if u, err := ParseTarget(orig.Target); err == nil {
@@ -131,15 +198,9 @@ func (a *Agent) prepareReplay(ctx context.Context, o ReplayOptions) (*storage.Ca
 		}
 	}
 	if c.Target == "" {
-		return nil, api.Invalid("no target: give \"to\" or start the agent with --forward-to")
+		return api.Invalid("no target: give \"to\" or start the agent with --forward-to")
 	}
-	if o.Retry == "service" {
-		c.MaxAttempts = len(callevent.RetrySchedule)
-	}
-	if err := a.save(ctx, writeOp{insert: c}); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return nil
 }
 
 // deliverWithSchedule tries c on the service's schedule, scaled, until an
@@ -165,15 +226,17 @@ func (a *Agent) deliverWithSchedule(ctx context.Context, c *storage.Capture, sca
 	}
 }
 
+// tokenSeparators are the characters besides controls, space and non-ASCII
+// that an HTTP token may not hold (RFC 9110, section 5.6.2).
+const tokenSeparators = `()<>@,;:\"/[]?={}`
+
 // validToken reports whether s is an HTTP token (method or header name).
 func validToken(s string) bool {
 	if s == "" {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || c == ':' || c == '(' || c == ')' || c == '<' || c == '>' || c == '@' || c == ',' ||
-			c == ';' || c == '\\' || c == '"' || c == '/' || c == '[' || c == ']' || c == '?' || c == '=' || c == '{' || c == '}' {
+		if c := s[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(tokenSeparators, c) >= 0 {
 			return false
 		}
 	}

@@ -50,20 +50,46 @@ func (a *Agent) send(ctx context.Context, c *storage.Capture, h relay.Header, li
 	return res
 }
 
+// sendOnce is send's try, without the timing and the relay's final check.
 func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header, lim relay.Limits, sent func()) sendResult {
 	if c.Target == "" {
-		if c.Error == errOutsideBase {
-			return sendResult{err: c.Error}
-		}
-		return sendResult{err: "no local target: start the agent with --forward-to or replay with --to"}
+		return noTarget(c)
 	}
+	req, res := newHandlerRequest(ctx, c, h)
+	if req == nil {
+		return res
+	}
+	maxBody, whose := a.cfg.MaxBody, "agent"
+	if lim.MaxBody > 0 && lim.MaxBody < maxBody {
+		maxBody, whose = lim.MaxBody, "relay"
+	}
+	if req.URL.Scheme == "http" {
+		return a.sendHTTP(ctx, req, maxBody, whose, sent)
+	}
+	return a.sendHTTPS(req, maxBody, whose)
+}
+
+// noTarget is the result of a capture that has nowhere to go: its path
+// leads outside the handler's base, or no handler is configured.
+func noTarget(c *storage.Capture) sendResult {
+	if c.Error == errOutsideBase {
+		return sendResult{err: c.Error}
+	}
+	return sendResult{err: "no local target: start the agent with --forward-to or replay with --to"}
+}
+
+// newHandlerRequest builds c's request to its target, with h (nil: c's
+// stored headers) less the hop-by-hop ones; Host goes as
+// X-Forwarded-Host, since the target has its own. On failure the request
+// is nil and the result says why.
+func newHandlerRequest(ctx context.Context, c *storage.Capture, h relay.Header) (*http.Request, sendResult) {
 	req, err := http.NewRequestWithContext(ctx, c.Method, c.Target, bytes.NewReader(c.Body))
 	if err != nil {
-		return sendResult{err: err.Error()}
+		return nil, sendResult{err: err.Error()}
 	}
 	if h == nil {
 		if err := h.UnmarshalJSON([]byte(c.RequestHeaders)); err != nil {
-			return sendResult{err: "stored headers unreadable: " + err.Error()}
+			return nil, sendResult{err: "stored headers unreadable: " + err.Error()}
 		}
 	}
 	for _, f := range h {
@@ -77,20 +103,25 @@ func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header
 		req.Header.Add(f.Name, f.Value)
 	}
 	req.ContentLength = int64(len(c.Body))
-	maxBody, whose := a.cfg.MaxBody, "agent"
-	if lim.MaxBody > 0 && lim.MaxBody < maxBody {
-		maxBody, whose = lim.MaxBody, "relay"
+	return req, sendResult{}
+}
+
+// sendHTTP tries req at a plain http target through handlerClient, reading
+// at most maxBody of the answer (the limit of whose).
+func (a *Agent) sendHTTP(ctx context.Context, req *http.Request, maxBody int64, whose string, sent func()) sendResult {
+	resp, err := a.handler.doLimited(ctx, req, maxBody, sent)
+	if tl := (*bodyTooLargeError)(nil); errors.As(err, &tl) {
+		return answerTooLarge(whose, maxBody)
 	}
-	if req.URL.Scheme == "http" {
-		resp, err := a.handler.doLimited(ctx, req, maxBody, sent)
-		if tl := (*bodyTooLargeError)(nil); errors.As(err, &tl) {
-			return answerTooLarge(whose, maxBody)
-		}
-		if err != nil {
-			return sendFailed("", err)
-		}
-		return sendResult{status: resp.status, header: relay.HeaderFrom(resp.header, ""), body: resp.body}
+	if err != nil {
+		return sendFailed("", err)
 	}
+	return sendResult{status: resp.status, header: relay.HeaderFrom(resp.header, ""), body: resp.body}
+}
+
+// sendHTTPS tries req at an https target through net/http's client,
+// reading at most maxBody of the answer (the limit of whose).
+func (a *Agent) sendHTTPS(req *http.Request, maxBody int64, whose string) sendResult {
 	resp, err := a.client.Do(req)
 	if err != nil {
 		return sendFailed("", err)

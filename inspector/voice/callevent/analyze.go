@@ -2,9 +2,7 @@ package callevent
 
 import (
 	"encoding/json"
-	"fmt"
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -102,6 +100,23 @@ func AnalyzeCall(events []CallEvent, now time.Time, analysisPendingAfter time.Du
 	if analysisPendingAfter <= 0 {
 		analysisPendingAfter = DefaultAnalysisPendingAfter
 	}
+	evs := sortByOccurrence(events)
+	sum := CallSummary{Events: evs, State: StateInProgress}
+	sum.FirstAt, sum.LastAt = receivedSpan(evs)
+	v := newCallView(evs, now, analysisPendingAfter)
+	v.describe(&sum)
+	v.settle(&sum)
+	sum.Anomalies = []Anomaly{}
+	for _, check := range anomalyChecks {
+		sum.Anomalies = append(sum.Anomalies, check(v)...)
+	}
+	return sum
+}
+
+// sortByOccurrence returns a copy of events in the order they occurred:
+// by occurred_at (the arrival time when it does not parse), then by the
+// documented position of their kind, then by arrival.
+func sortByOccurrence(events []CallEvent) []CallEvent {
 	evs := append([]CallEvent(nil), events...)
 	sort.SliceStable(evs, func(i, j int) bool {
 		a, b := evs[i], evs[j]
@@ -113,37 +128,73 @@ func AnalyzeCall(events []CallEvent, now time.Time, analysisPendingAfter time.Du
 		}
 		return a.ReceivedAt.Before(b.ReceivedAt)
 	})
-	sum := CallSummary{Events: evs, State: StateInProgress}
+	return evs
+}
 
-	// Retries and replays repeat a delivery; the call's story is told by
-	// the first copy of each.
-	var uniq []CallEvent
-	var payloads []*Payload
+// receivedSpan returns when the first and the last of evs arrived,
+// duplicates included.
+func receivedSpan(evs []CallEvent) (first, last time.Time) {
+	for _, e := range evs {
+		if first.IsZero() || e.ReceivedAt.Before(first) {
+			first = e.ReceivedAt
+		}
+		if e.ReceivedAt.After(last) {
+			last = e.ReceivedAt
+		}
+	}
+	return first, last
+}
+
+// callView is a call's events as the anomaly checks read them: the first
+// copy of each delivery, in the order they occurred. It is built once by
+// AnalyzeCall and only read afterwards.
+type callView struct {
+	uniq         []CallEvent      // first copy of each delivery, in order of occurrence
+	payloads     []*Payload       // payloads[i] is uniq[i]'s body; nil when it does not decode
+	byKind       map[string][]int // event kind → indexes into uniq
+	final        int              // index into uniq of the final event; -1 while the call is in progress
+	now          time.Time        // when the analysis is made
+	pendingAfter time.Duration    // how long after call.ended a missing analysis is reported
+}
+
+// newCallView keeps the first copy of each delivery of evs (already in
+// order of occurrence). Retries and replays repeat a delivery (section 6.9);
+// the call's story is told by the first copy of each.
+func newCallView(evs []CallEvent, now time.Time, pendingAfter time.Duration) *callView {
+	v := &callView{byKind: map[string][]int{}, final: -1, now: now, pendingAfter: pendingAfter}
 	seen := map[string]bool{}
 	for _, e := range evs {
-		if sum.FirstAt.IsZero() || e.ReceivedAt.Before(sum.FirstAt) {
-			sum.FirstAt = e.ReceivedAt
-		}
-		if e.ReceivedAt.After(sum.LastAt) {
-			sum.LastAt = e.ReceivedAt
-		}
 		if e.Duplicate || (e.DeliveryID != "" && seen[e.DeliveryID]) {
 			continue
 		}
 		seen[e.DeliveryID] = true
-		uniq = append(uniq, e)
-		var p Payload
-		if json.Unmarshal(e.Body, &p) != nil {
-			payloads = append(payloads, nil)
-			continue
-		}
-		payloads = append(payloads, &p)
+		v.byKind[e.Event] = append(v.byKind[e.Event], len(v.uniq))
+		v.uniq = append(v.uniq, e)
+		v.payloads = append(v.payloads, decodePayload(e.Body))
 	}
+	// The final event is the first to occur of call.ended and call.failed.
+	for i, e := range v.uniq {
+		if e.Event == KindEnded || e.Event == KindFailed {
+			v.final = i
+			break
+		}
+	}
+	return v
+}
 
-	byKind := map[string][]int{} // kind → indexes into uniq
-	for i, e := range uniq {
-		byKind[e.Event] = append(byKind[e.Event], i)
-		p := payloads[i]
+// decodePayload returns body's payload, or nil when it is not one.
+func decodePayload(body []byte) *Payload {
+	var p Payload
+	if json.Unmarshal(body, &p) != nil {
+		return nil
+	}
+	return &p
+}
+
+// describe fills sum from the payloads: the latest call, analysis and
+// media blocks, and the call id of the first call block.
+func (v *callView) describe(sum *CallSummary) {
+	for _, p := range v.payloads {
 		if p == nil {
 			continue
 		}
@@ -160,163 +211,59 @@ func AnalyzeCall(events []CallEvent, now time.Time, analysisPendingAfter time.Du
 			sum.Media = p.Media
 		}
 	}
-	ids := func(idx []int) []string {
-		out := make([]string, len(idx))
-		for i, n := range idx {
-			out[i] = uniq[n].CaptureID
-		}
-		return out
-	}
-	add := func(code string, captures []string, format string, args ...any) {
-		if captures == nil {
-			captures = []string{}
-		}
-		sum.Anomalies = append(sum.Anomalies, Anomaly{Code: code, Message: fmt.Sprintf(format, args...), CaptureIDs: captures})
-	}
+}
 
-	ended, failed := byKind[KindEnded], byKind[KindFailed]
-	if len(ended) > 0 && len(failed) > 0 {
-		add(AnomalyEndedAndFailed, ids(append(append([]int(nil), ended...), failed...)),
-			"the call has both call.ended and call.failed; the service ends a call with exactly one of them")
-	}
-	if len(ended) > 1 {
-		add(AnomalyMultipleEnded, ids(ended), "%d different deliveries of call.ended (not retries: their ids differ)", len(ended))
-	}
-	if len(failed) > 1 {
-		add(AnomalyMultipleFailed, ids(failed), "%d different deliveries of call.failed (not retries: their ids differ)", len(failed))
-	}
-
-	// The final event is the first to occur of call.ended and call.failed.
-	final := -1
-	for i, e := range uniq {
-		if e.Event == KindEnded || e.Event == KindFailed {
-			final = i
-			break
-		}
-	}
-	if final >= 0 {
-		f := uniq[final]
-		sum.Final = f.Event
+// settle sets the call's final event, state and outcome code. The outcome
+// code of a failed call is the final event's; otherwise the latest call
+// block's, if it has one.
+func (v *callView) settle(sum *CallSummary) {
+	if v.final >= 0 {
+		sum.Final = v.uniq[v.final].Event
 		sum.State = StateEnded
-		if f.Event == KindFailed {
+		if sum.Final == KindFailed {
 			sum.State = StateFailed
-			if p := payloads[final]; p != nil && p.Call != nil && p.Call.OutcomeCode != nil {
-				sum.OutcomeCode = *p.Call.OutcomeCode
-			}
-		}
-		var after []int
-		for i := final + 1; i < len(uniq); i++ {
-			switch uniq[i].Event {
-			case KindStarted, KindConnected:
-				after = append(after, i)
-			case KindRecordingAvailable, KindAnalysisCompleted:
-				// They follow call.ended, but a call that never
-				// connected has nothing to record or analyse.
-				if f.Event == KindFailed {
-					after = append(after, i)
-				}
-			}
-		}
-		if len(after) > 0 {
-			add(AnomalyAfterFinal, ids(after), "%s occurred after the final %s", kindList(uniq, after), f.Event)
+			sum.OutcomeCode = outcomeCode(v.payloads[v.final])
 		}
 	}
 	if sum.OutcomeCode == "" && sum.Call != nil && sum.Call.OutcomeCode != nil {
 		sum.OutcomeCode = *sum.Call.OutcomeCode
 	}
+}
 
-	// Analysis before the end of the call: the service allows it (the
-	// end's delivery may be retried), but a handler that expects the call
-	// to be closed first will trip over it.
-	analyses := byKind[KindAnalysisCompleted]
-	if len(ended) > 0 && len(analyses) > 0 {
-		e := uniq[ended[0]]
-		var early []int
-		for _, i := range analyses {
-			a := uniq[i]
-			if a.ReceivedAt.Before(e.ReceivedAt) || (!a.OccurredAt.IsZero() && !e.OccurredAt.IsZero() && a.OccurredAt.Before(e.OccurredAt)) {
-				early = append(early, i)
-			}
-		}
-		if len(early) > 0 {
-			add(AnomalyOutOfOrder, append(ids(early), e.CaptureID),
-				"call.analysis_completed came before call.ended (allowed by the service; handle the two in either order)")
-		}
+// outcomeCode returns p's call block's outcome_code, or "".
+func outcomeCode(p *Payload) string {
+	if p == nil || p.Call == nil || p.Call.OutcomeCode == nil {
+		return ""
 	}
-	// Any other event that arrived after one that occurred later: a retry
-	// of a failed delivery, or a tunnel that was down.
-	for i, e := range uniq {
-		if e.ReceivedAt.IsZero() {
-			continue
-		}
-		var overtook []int
-		for j := i + 1; j < len(uniq); j++ {
-			l := uniq[j]
-			if l.ReceivedAt.IsZero() || !l.ReceivedAt.Before(e.ReceivedAt) {
-				continue
-			}
-			if e.Event == KindEnded && l.Event == KindAnalysisCompleted {
-				continue // reported above
-			}
-			overtook = append(overtook, j)
-		}
-		if len(overtook) > 0 {
-			add(AnomalyOutOfOrder, append([]string{e.CaptureID}, ids(overtook)...),
-				"%s arrived after %s, which occurred later", displayKind(e.Event), kindList(uniq, overtook))
-		}
-	}
+	return *p.Call.OutcomeCode
+}
 
-	pendingSince := func(idx int) time.Time {
-		e := uniq[idx]
-		if !e.ReceivedAt.IsZero() {
-			return e.ReceivedAt
-		}
-		return e.OccurredAt
-	}
-	overdue := false
-	if len(ended) > 0 {
-		since := pendingSince(ended[0])
-		overdue = !since.IsZero() && now.Sub(since) > analysisPendingAfter
-		if overdue && len(analyses) == 0 {
-			add(AnomalyAnalysisPending, ids(ended[:1]),
-				"call.ended %s ago and no call.analysis_completed yet (analysis may take minutes; shown after %s)",
-				now.Sub(since).Round(time.Second), analysisPendingAfter)
+// ids returns the capture ids of the events at idx in uniq.
+func (v *callView) ids(idx ...[]int) []string {
+	out := []string{}
+	for _, list := range idx {
+		for _, n := range list {
+			out = append(out, v.uniq[n].CaptureID)
 		}
 	}
+	return out
+}
 
-	var missing []string
-	want := func(kind string) {
-		if len(byKind[kind]) == 0 {
-			missing = append(missing, kind)
-		}
+// endedOverdue reports since when the call has been ended (the first
+// call.ended's arrival, or its occurred_at when the arrival is unknown), and
+// whether that is longer ago than pendingAfter: by then the events that
+// follow call.ended should have come.
+func (v *callView) endedOverdue() (since time.Time, overdue bool) {
+	ended := v.byKind[KindEnded]
+	if len(ended) == 0 {
+		return time.Time{}, false
 	}
-	switch {
-	case len(ended) > 0:
-		want(KindStarted)
-		want(KindConnected)
-		if overdue {
-			want(KindRecordingAvailable)
-		}
-	case len(failed) > 0:
-		want(KindStarted)
-	case len(byKind[KindConnected]) > 0 || len(byKind[KindRecordingAvailable]) > 0 || len(analyses) > 0:
-		want(KindStarted)
-		if len(byKind[KindRecordingAvailable]) > 0 || len(analyses) > 0 {
-			want(KindConnected)
-			want(KindEnded)
-		}
+	e := v.uniq[ended[0]]
+	since = e.ReceivedAt
+	if since.IsZero() {
+		since = e.OccurredAt
 	}
-	if len(missing) > 0 {
-		var at []string
-		if final >= 0 {
-			at = []string{uniq[final].CaptureID}
-		}
-		add(AnomalyMissingEvents, at, "never received %s, which a call subscribed to all six events gets", strings.Join(missing, ", "))
-	}
-	if sum.Anomalies == nil {
-		sum.Anomalies = []Anomaly{}
-	}
-	return sum
+	return since, !since.IsZero() && v.now.Sub(since) > v.pendingAfter
 }
 
 // HasAnomaly reports whether the summary has an anomaly with this code.
@@ -327,19 +274,4 @@ func (s CallSummary) HasAnomaly(code string) bool {
 		}
 	}
 	return false
-}
-
-func displayKind(k string) string {
-	if k == "" {
-		return "an event without a kind"
-	}
-	return k
-}
-
-func kindList(evs []CallEvent, idx []int) string {
-	names := make([]string, len(idx))
-	for i, n := range idx {
-		names[i] = displayKind(evs[n].Event)
-	}
-	return strings.Join(names, ", ")
 }

@@ -223,3 +223,59 @@ func TestAnalyzeToleratesJunk(t *testing.T) {
 		t.Errorf("empty: %+v", s)
 	}
 }
+
+// TestAnalyzeEachAnomalyCode gives one call per anomaly code, each with
+// exactly the anomalies it should have, and checks that every code in
+// AnomalyCodes has its case.
+func TestAnalyzeEachAnomalyCode(t *testing.T) {
+	evs := completed(t)
+	failedCall := callEvents(t, CallSpec{Start: t0, Flow: FlowFailed}.Events())
+	again := func(e CallEvent, id string) CallEvent {
+		e.CaptureID, e.DeliveryID = "cap-"+id, id
+		return e
+	}
+	lateConnected := again(evs[1], "late")
+	lateConnected.OccurredAt = evs[2].OccurredAt.Add(5 * time.Second)
+	lateConnected.ReceivedAt = lateConnected.OccurredAt
+	endedRetried := append([]CallEvent(nil), evs...)
+	endedRetried[2].ReceivedAt = evs[4].ReceivedAt.Add(30 * time.Second)
+	cases := []struct {
+		code   string
+		events []CallEvent
+		now    time.Time
+		want   []string
+	}{
+		{AnomalyEndedAndFailed, append(evs[:3:3], again(failedCall[1], "f")), t0.Add(time.Minute),
+			[]string{AnomalyEndedAndFailed}},
+		{AnomalyMultipleEnded, append(evs[:5:5], again(evs[2], "e2")), t0.Add(time.Hour),
+			[]string{AnomalyMultipleEnded}},
+		{AnomalyMultipleFailed, append(failedCall[:2:2], again(failedCall[1], "f2")), t0.Add(time.Hour),
+			[]string{AnomalyMultipleFailed}},
+		{AnomalyAfterFinal, append(evs[:5:5], lateConnected), t0.Add(time.Hour),
+			[]string{AnomalyAfterFinal}},
+		{AnomalyOutOfOrder, endedRetried, t0.Add(time.Hour),
+			[]string{AnomalyOutOfOrder, AnomalyOutOfOrder}},
+		{AnomalyAnalysisPending, evs[:4], evs[2].ReceivedAt.Add(time.Hour),
+			[]string{AnomalyAnalysisPending}},
+		{AnomalyMissingEvents, []CallEvent{evs[0], evs[2]}, evs[2].ReceivedAt.Add(time.Minute),
+			[]string{AnomalyMissingEvents}},
+	}
+	covered := map[string]bool{}
+	for _, c := range cases {
+		s := AnalyzeCall(c.events, c.now, 0)
+		if got := codes(s); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: anomalies %v, want %v (%+v)", c.code, got, c.want, s.Anomalies)
+		}
+		for _, a := range s.Anomalies {
+			if a.Message == "" || a.CaptureIDs == nil {
+				t.Errorf("%s: anomaly without message or captures: %+v", c.code, a)
+			}
+		}
+		covered[c.code] = true
+	}
+	for _, code := range AnomalyCodes {
+		if !covered[code] {
+			t.Errorf("no case for anomaly code %s", code)
+		}
+	}
+}

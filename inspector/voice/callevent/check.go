@@ -376,51 +376,94 @@ func (c *checker) call(call map[string]any, event string) {
 	c.nullableStr(call, p, "disposition")
 	c.phone(call, p, "from_number", SevError, true)
 	c.phone(call, p, "to_number", SevError, true)
-
-	started, hasStarted := c.timestamp(call, p, "started_at", false, false)
-	answered, hasAnswered := c.timestamp(call, p, "answered_at", true, false)
-	ended, hasEnded := c.timestamp(call, p, "ended_at", true, false)
-	if hasStarted && hasAnswered && answered.Before(started) {
-		c.add(CodeOrder, SevError, "call.answered_at", "call.answered_at (%s) is before call.started_at (%s)", FormatTime(answered), FormatTime(started))
-	}
-	if hasAnswered && hasEnded && ended.Before(answered) {
-		c.add(CodeOrder, SevError, "call.ended_at", "call.ended_at (%s) is before call.answered_at (%s)", FormatTime(ended), FormatTime(answered))
-	} else if hasStarted && hasEnded && ended.Before(started) {
-		c.add(CodeOrder, SevError, "call.ended_at", "call.ended_at (%s) is before call.started_at (%s)", FormatTime(ended), FormatTime(started))
-	}
-	dur, hasDur := c.integer(call, p, "duration_seconds", true)
-	if hasDur && hasAnswered && hasEnded {
-		want := ended.Sub(answered).Seconds()
-		if math.Abs(float64(dur)-want) > 1 {
-			c.add(CodeDuration, SevError, "call.duration_seconds", "call.duration_seconds is %d but ended_at − answered_at is %.3f s (more than a second apart)", dur, want)
-		}
-	}
+	t := c.callTimes(call)
+	hasDur := c.callDuration(call, t)
 	if n, ok := c.integer(call, p, "attempt_number", false); ok && n < 1 {
 		c.add(CodeWrongType, SevWarning, "call.attempt_number", "call.attempt_number is %d; attempts are counted from 1", n)
 	}
 	c.uuid(call, p, "campaign_id", SevWarning, true)
-	if a, ok := c.object(call, p, "agent", SevWarning, true); ok {
-		c.uuid(a, "call.agent", "id", SevWarning, true)
-		c.str(a, "call.agent", "name", SevWarning, true)
-		c.unknown(a, "call.agent", agentFields)
-	}
-	if ct, ok := c.object(call, p, "contact", SevWarning, true); ok {
-		const cp = "call.contact"
-		c.uuid(ct, cp, "id", SevWarning, true)
-		c.str(ct, cp, "name", SevWarning, true)
-		if v, ok := ct["phone"]; ok && v != "" && v != nil {
-			c.phone(ct, cp, "phone", SevWarning, false)
-		}
-		c.str(ct, cp, "email", SevWarning, true)
-		c.object(ct, cp, "custom_fields", SevWarning, true)
-		c.unknown(ct, cp, contactFields)
-	}
+	c.callAgent(call)
+	c.callContact(call)
 	c.object(call, p, "variables", SevWarning, true)
 	c.unknown(call, p, callFields)
+	c.callFitsEvent(event, hasOutcomeCode && outcomeCode != "", t.hasAnswered, t.hasEnded, hasDur)
+}
 
+// callTimes are a call block's timestamps, each with whether it is set and
+// readable.
+type callTimes struct {
+	started, answered, ended          time.Time
+	hasStarted, hasAnswered, hasEnded bool
+}
+
+// callTimes checks and reads the call block's timestamps, and checks that
+// they are in order: started, answered, ended.
+func (c *checker) callTimes(call map[string]any) callTimes {
+	const p = "call"
+	var t callTimes
+	t.started, t.hasStarted = c.timestamp(call, p, "started_at", false, false)
+	t.answered, t.hasAnswered = c.timestamp(call, p, "answered_at", true, false)
+	t.ended, t.hasEnded = c.timestamp(call, p, "ended_at", true, false)
+	if t.hasStarted && t.hasAnswered && t.answered.Before(t.started) {
+		c.add(CodeOrder, SevError, "call.answered_at", "call.answered_at (%s) is before call.started_at (%s)", FormatTime(t.answered), FormatTime(t.started))
+	}
+	if t.hasAnswered && t.hasEnded && t.ended.Before(t.answered) {
+		c.add(CodeOrder, SevError, "call.ended_at", "call.ended_at (%s) is before call.answered_at (%s)", FormatTime(t.ended), FormatTime(t.answered))
+	} else if t.hasStarted && t.hasEnded && t.ended.Before(t.started) {
+		c.add(CodeOrder, SevError, "call.ended_at", "call.ended_at (%s) is before call.started_at (%s)", FormatTime(t.ended), FormatTime(t.started))
+	}
+	return t
+}
+
+// callDuration checks duration_seconds against ended_at − answered_at, to
+// the second, and reports whether it is set.
+func (c *checker) callDuration(call map[string]any, t callTimes) bool {
+	dur, hasDur := c.integer(call, "call", "duration_seconds", true)
+	if hasDur && t.hasAnswered && t.hasEnded {
+		want := t.ended.Sub(t.answered).Seconds()
+		if math.Abs(float64(dur)-want) > 1 {
+			c.add(CodeDuration, SevError, "call.duration_seconds", "call.duration_seconds is %d but ended_at − answered_at is %.3f s (more than a second apart)", dur, want)
+		}
+	}
+	return hasDur
+}
+
+// callAgent checks the call block's agent object.
+func (c *checker) callAgent(call map[string]any) {
+	const ap = "call.agent"
+	if a, ok := c.object(call, "call", "agent", SevWarning, true); ok {
+		c.uuid(a, ap, "id", SevWarning, true)
+		c.str(a, ap, "name", SevWarning, true)
+		c.unknown(a, ap, agentFields)
+	}
+}
+
+// callContact checks the call block's contact object; its phone is checked
+// only when set.
+func (c *checker) callContact(call map[string]any) {
+	const cp = "call.contact"
+	ct, ok := c.object(call, "call", "contact", SevWarning, true)
+	if !ok {
+		return
+	}
+	c.uuid(ct, cp, "id", SevWarning, true)
+	c.str(ct, cp, "name", SevWarning, true)
+	if v, ok := ct["phone"]; ok && v != "" && v != nil {
+		c.phone(ct, cp, "phone", SevWarning, false)
+	}
+	c.str(ct, cp, "email", SevWarning, true)
+	c.object(ct, cp, "custom_fields", SevWarning, true)
+	c.unknown(ct, cp, contactFields)
+}
+
+// callFitsEvent checks that the call block says what its event says
+// (documentation section 3): a failed call has an outcome code and was
+// never answered; a connected one was answered; an ended one has its end
+// and final duration.
+func (c *checker) callFitsEvent(event string, hasOutcomeCode, hasAnswered, hasEnded, hasDur bool) {
 	switch event {
 	case KindFailed:
-		if !hasOutcomeCode || outcomeCode == "" {
+		if !hasOutcomeCode {
 			c.add(CodeOutcomeMissing, SevError, "call.outcome_code", "call.failed must set call.outcome_code to say why the call never connected (busy, no answer, dispatch error)")
 		}
 		if hasAnswered {

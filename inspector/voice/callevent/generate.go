@@ -55,6 +55,28 @@ const (
 
 // withDefaults fills the zero fields of s.
 func (s CallSpec) withDefaults() CallSpec {
+	s.defaultParties()
+	s.defaultContact()
+	s.defaultTiming()
+	if s.Start.IsZero() {
+		// A call that has just ended: its last event occurs now, so
+		// nothing sent at once is stamped as occurring after it was sent.
+		s.Start = time.Now().Add(-s.span())
+	}
+	s.Start = s.Start.UTC().Truncate(time.Microsecond)
+	if s.MediaBaseURL == "" {
+		s.MediaBaseURL = DefaultMediaBaseURL
+	}
+	s.MediaBaseURL = strings.TrimRight(s.MediaBaseURL, "/")
+	if s.ExpiresIn == 0 {
+		s.ExpiresIn = DefaultExpiresIn
+	}
+	return s
+}
+
+// defaultParties fills the call's ids, numbers, agent and variables. The
+// number called is the contact's phone when only that is given.
+func (s *CallSpec) defaultParties() {
 	if s.CallID == "" {
 		s.CallID = uuid.NewString()
 	}
@@ -76,6 +98,13 @@ func (s CallSpec) withDefaults() CallSpec {
 	if s.Agent.Name == "" {
 		s.Agent.Name = "Ava"
 	}
+	if s.Variables == nil {
+		s.Variables = map[string]any{"lead_id": "L-1001"}
+	}
+}
+
+// defaultContact fills the contact; its phone is the number called.
+func (s *CallSpec) defaultContact() {
 	if s.Contact.ID == "" {
 		s.Contact.ID = uuid.NewString()
 	}
@@ -91,9 +120,11 @@ func (s CallSpec) withDefaults() CallSpec {
 	if s.Contact.CustomFields == nil {
 		s.Contact.CustomFields = map[string]any{"city": "Austin", "plan": "trial"}
 	}
-	if s.Variables == nil {
-		s.Variables = map[string]any{"lead_id": "L-1001"}
-	}
+}
+
+// defaultTiming fills the flow, the failure's outcome code and the delays
+// between the call's events.
+func (s *CallSpec) defaultTiming() {
 	if s.Flow == "" {
 		s.Flow = FlowCompleted
 	}
@@ -101,13 +132,7 @@ func (s CallSpec) withDefaults() CallSpec {
 		s.OutcomeCode = "busy"
 	}
 	if s.RingFor == 0 {
-		s.RingFor = DefaultRingFor
-		if s.OutcomeCode == "no_answer" {
-			s.RingFor = 30 * time.Second
-		}
-		if s.OutcomeCode == "dispatch_error" {
-			s.RingFor = 400 * time.Millisecond
-		}
+		s.RingFor = ringFor(s.OutcomeCode)
 	}
 	if s.TalkFor == 0 {
 		s.TalkFor = DefaultTalkFor
@@ -118,20 +143,18 @@ func (s CallSpec) withDefaults() CallSpec {
 	if s.AnalysisAfter == 0 {
 		s.AnalysisAfter = DefaultAnalysisAfter
 	}
-	if s.Start.IsZero() {
-		// A call that has just ended: its last event occurs now, so
-		// nothing sent at once is stamped as occurring after it was sent.
-		s.Start = time.Now().Add(-s.span())
+}
+
+// ringFor is how long a call rings before it connects or fails with
+// outcomeCode: a no-answer rings out, a dispatch error barely starts.
+func ringFor(outcomeCode string) time.Duration {
+	switch outcomeCode {
+	case "no_answer":
+		return 30 * time.Second
+	case "dispatch_error":
+		return 400 * time.Millisecond
 	}
-	s.Start = s.Start.UTC().Truncate(time.Microsecond)
-	if s.MediaBaseURL == "" {
-		s.MediaBaseURL = DefaultMediaBaseURL
-	}
-	s.MediaBaseURL = strings.TrimRight(s.MediaBaseURL, "/")
-	if s.ExpiresIn == 0 {
-		s.ExpiresIn = DefaultExpiresIn
-	}
-	return s
+	return DefaultRingFor
 }
 
 // span is how long after Start the call's last event occurs.
@@ -267,51 +290,77 @@ func SetPath(payload map[string]any, path string, value string) error {
 	if path == "" {
 		return fmt.Errorf("empty path")
 	}
-	var v any = value
-	dec := json.NewDecoder(strings.NewReader(value))
-	dec.UseNumber()
-	var parsed any
-	if err := dec.Decode(&parsed); err == nil && !dec.More() && strings.TrimSpace(value) != "" {
-		v = parsed
-	}
+	v := pathValue(value)
 	segs := strings.Split(path, ".")
 	var cur any = payload
 	for i, seg := range segs {
 		if seg == "" {
 			return fmt.Errorf("path %q has an empty segment", path)
 		}
-		last := i == len(segs)-1
-		where := strings.Join(segs[:i], ".")
-		switch c := cur.(type) {
-		case map[string]any:
-			if last {
-				c[seg] = v
-				return nil
-			}
-			next, ok := c[seg]
-			if !ok || next == nil {
-				next = map[string]any{}
-				c[seg] = next
-			}
-			cur = next
-		case []any:
-			n, err := strconv.Atoi(seg)
-			if err != nil || n < 0 || n >= len(c) {
-				return fmt.Errorf("path %q: %s is an array of %d; %q is not an index in it", path, where, len(c), seg)
-			}
-			if last {
-				c[n] = v
-				return nil
-			}
-			if c[n] == nil {
-				c[n] = map[string]any{}
-			}
-			cur = c[n]
-		default:
-			return fmt.Errorf("path %q: %s is a %s, not an object", path, where, jsonType(c))
+		next, problem := setStep(cur, seg, i == len(segs)-1, v)
+		if problem != "" {
+			return fmt.Errorf("path %q: %s %s", path, strings.Join(segs[:i], "."), problem)
 		}
+		cur = next
 	}
 	return nil
+}
+
+// pathValue is value as SetPath sets it: its JSON when it is one JSON
+// value (numbers as json.Number), else the string itself.
+func pathValue(value string) any {
+	dec := json.NewDecoder(strings.NewReader(value))
+	dec.UseNumber()
+	var parsed any
+	if err := dec.Decode(&parsed); err == nil && !dec.More() && strings.TrimSpace(value) != "" {
+		return parsed
+	}
+	return value
+}
+
+// setStep takes one segment of a SetPath path in cur: it sets v there when
+// the segment is the last, else returns the member to go on in, creating
+// an object where there is none. problem says, after the path so far, why
+// the segment cannot be taken.
+func setStep(cur any, seg string, last bool, v any) (next any, problem string) {
+	switch c := cur.(type) {
+	case map[string]any:
+		return setInObject(c, seg, last, v), ""
+	case []any:
+		return setInArray(c, seg, last, v)
+	default:
+		return nil, fmt.Sprintf("is a %s, not an object", jsonType(c))
+	}
+}
+
+// setInObject is setStep in an object.
+func setInObject(obj map[string]any, key string, last bool, v any) (next any) {
+	if last {
+		obj[key] = v
+		return nil
+	}
+	next, ok := obj[key]
+	if !ok || next == nil {
+		next = map[string]any{}
+		obj[key] = next
+	}
+	return next
+}
+
+// setInArray is setStep in an array: the segment must index a member.
+func setInArray(arr []any, seg string, last bool, v any) (next any, problem string) {
+	n, err := strconv.Atoi(seg)
+	if err != nil || n < 0 || n >= len(arr) {
+		return nil, fmt.Sprintf("is an array of %d; %q is not an index in it", len(arr), seg)
+	}
+	if last {
+		arr[n] = v
+		return nil, ""
+	}
+	if arr[n] == nil {
+		arr[n] = map[string]any{}
+	}
+	return arr[n], ""
 }
 
 // ToMap turns a payload into a decoded JSON object (numbers as json.Number)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -32,51 +33,58 @@ func ParseTime(s string) (time.Time, error) {
 	if m == nil {
 		return time.Time{}, errors.New("not an ISO 8601 date-time")
 	}
-	num := func(i int) int { n, _ := strconv.Atoi(m[i]); return n }
-	year, month, day, hour, minute := num(1), num(2), num(3), num(4), num(5)
-	sec := 0
-	if m[6] != "" {
-		sec = num(6)
-	}
-	nsec := 0
-	if f := m[7]; f != "" {
-		if len(f) > 9 {
-			f = f[:9]
-		}
-		nsec, _ = strconv.Atoi(f)
-		for i := len(f); i < 9; i++ {
-			nsec *= 10
-		}
-	}
-	if month < 1 || month > 12 || day < 1 || day > daysIn(year, month) || hour > 23 || minute > 59 || sec > 60 {
+	num := func(i int) int { n, _ := strconv.Atoi(m[i]); return n } // "" (no seconds) is 0
+	year, month, day, hour, minute, sec := num(1), num(2), num(3), num(4), num(5), num(6)
+	if !validDateTime(year, month, day, hour, minute, sec) {
 		return time.Time{}, errors.New("date or time out of range")
 	}
-	loc := time.UTC
-	var err error
-	switch z := m[8]; {
-	case z == "":
-		err = ErrNoOffset
-	case z == "Z" || z == "z":
-	default:
-		h, _ := strconv.Atoi(z[1:3])
-		mins := 0
-		if rest := z[3:]; rest != "" {
-			if rest[0] == ':' {
-				rest = rest[1:]
-			}
-			mins, _ = strconv.Atoi(rest)
-		}
-		if h > 23 || mins > 59 {
-			return time.Time{}, errors.New("offset out of range")
-		}
-		off := h*3600 + mins*60
-		if z[0] == '-' {
-			off = -off
-		}
-		loc = time.FixedZone("", off)
+	loc, err := zone(m[8])
+	if loc == nil {
+		return time.Time{}, err
 	}
 	// A leap second is folded into the next second, as time.Date does.
-	return time.Date(year, time.Month(month), day, hour, minute, sec, nsec, loc), err
+	return time.Date(year, time.Month(month), day, hour, minute, sec, fraction(m[7]), loc), err
+}
+
+// fraction is the nanoseconds of a fraction of a second's digits (beyond
+// nine, cut off).
+func fraction(f string) int {
+	if len(f) > 9 {
+		f = f[:9]
+	}
+	nsec, _ := strconv.Atoi(f)
+	for i := len(f); i < 9; i++ {
+		nsec *= 10
+	}
+	return nsec
+}
+
+// validDateTime reports whether the fields name a real date and time; a
+// leap second (60) is allowed.
+func validDateTime(year, month, day, hour, minute, sec int) bool {
+	return month >= 1 && month <= 12 && day >= 1 && day <= daysIn(year, month) && hour <= 23 && minute <= 59 && sec <= 60
+}
+
+// zone is the location of a timestamp's zone: UTC for Z, a fixed offset
+// for ±hh:mm, ±hhmm or ±hh, and UTC with ErrNoOffset for none. An offset
+// out of range is a nil location and an error.
+func zone(z string) (*time.Location, error) {
+	switch z {
+	case "":
+		return time.UTC, ErrNoOffset
+	case "Z", "z":
+		return time.UTC, nil
+	}
+	h, _ := strconv.Atoi(z[1:3])
+	mins, _ := strconv.Atoi(strings.TrimPrefix(z[3:], ":")) // "" (±hh) is 0
+	if h > 23 || mins > 59 {
+		return nil, errors.New("offset out of range")
+	}
+	off := h*3600 + mins*60
+	if z[0] == '-' {
+		off = -off
+	}
+	return time.FixedZone("", off), nil
 }
 
 func daysIn(year, month int) int {
