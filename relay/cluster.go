@@ -81,6 +81,12 @@ type NodeHandlers struct {
 // exactly, across nodes).
 var ErrQueueFull = errors.New("the tunnel's queue is full")
 
+// ErrMaybeStored is a Store's answer to Enqueue when it could not confirm
+// the request was stored, and it may be all the same (an ack lost, or a
+// publish a frozen server stores when it wakes). The request may yet be
+// delivered: its sender is told the outcome is unknown.
+var ErrMaybeStored = errors.New("relay: the store did not confirm the request, which may be kept all the same")
+
 // ErrNodeGone is Cluster.Forward's error when the holding node is not
 // serving: it died, or is restarting.
 var ErrNodeGone = errors.New("relay: the node holding the agent is gone")

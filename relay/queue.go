@@ -55,6 +55,12 @@ func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, 
 		}
 		log.Error("enqueue", "err", err)
 		w.Header().Set("Retry-After", "30")
+		if errors.Is(err, ErrMaybeStored) {
+			// Retracted in the background, but a drain may read it
+			// first: the sender's retry is then a duplicate.
+			s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeOutcomeUnknown, "the relay could not confirm that it stored the request: it may still be delivered; retry (the agent marks a repeat as a duplicate)"))
+			return
+		}
 		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the request could not be stored; retry later"))
 		return
 	}

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -119,4 +120,39 @@ func (l *ledger) firstCopies() []string {
 		}
 	}
 	return out
+}
+
+// A node whose publish to the queue goes unacknowledged (its only link to
+// NATS a black hole) cannot tell whether the request was stored: the
+// sender is answered 503 outcome_unknown with Retry-After, not "could not
+// be stored". In the chaos run (team seed 3301) such requests were stored
+// when NATS came back, and a drain delivered them before their retraction,
+// besides the retries their senders had been told to make.
+func TestUnconfirmedQueueingSaysOutcomeUnknown(t *testing.T) {
+	nats := natstest.StartUnadvertised(t, 3)
+	urls := strings.Split(nats.URLs(), ",")
+	proxies := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	link := toxiproxy.NewProxy(proxies, "q->nats-0", listen, strings.TrimPrefix(urls[0], "nats://"))
+	if err := link.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(link.Stop)
+	q, _ := startNodeOver(t, "q", "nats://"+listen)
+	info := token(t, q, "alice") // no agent: every request is queued
+	for _, dir := range []string{"downstream", "upstream"} {
+		toxic := fmt.Sprintf(`{"name":"cut-%s","type":"timeout","stream":%q,"attributes":{"timeout":0}}`, dir, dir)
+		if _, err := link.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, body := post(t, q.URL+"/t/"+info.TunnelID, `{"n":1}`)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, `"code":"outcome_unknown"`) {
+		t.Fatalf("a request queued through a black hole: %d Retry-After %q %s, want 503 outcome_unknown with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
 }

@@ -112,10 +112,11 @@ func (c *queue) Enqueue(ctx context.Context, r *relaystate.QueuedRequest) error 
 		if !errors.As(err, &apiErr) {
 			// The message may be stored, its ack lost, or be stored later
 			// still: a NATS server that froze holding the publish stores
-			// it when it wakes. Its sender is told to retry, so it must
-			// never be delivered.
+			// it when it wakes. It is retracted, so that it is not
+			// delivered besides its sender's retry; but a drain may read
+			// it first, so the sender is told the outcome is unknown.
 			c.retract(subjectQueue+r.TunnelID, r.ID, chunks)
-			return err
+			return fmt.Errorf("%w: %w", relay.ErrMaybeStored, err)
 		}
 		c.bodies.delete(context.WithoutCancel(ctx), chunks)
 		if strings.Contains(apiErr.Description, "maximum messages per subject") {
