@@ -172,7 +172,9 @@ func (s *Server) forwardToNode(w http.ResponseWriter, r *http.Request, t *tunnel
 	case r.Context().Err() != nil:
 		return
 	case errors.Is(err, context.DeadlineExceeded):
-		s.fail(w, api.Errorf(http.StatusGatewayTimeout, api.CodeGatewayTimeout, "the relay node holding the agent did not answer within %s", s.cfg.ForwardTimeout+5*time.Second))
+		// It may have taken the request, and be at it still.
+		w.Header().Set("Retry-After", "5")
+		s.fail(w, api.Errorf(http.StatusGatewayTimeout, api.CodeOutcomeUnknown, "the relay node holding the agent did not answer within %s: the request may have reached the local handler; retry (the agent marks a repeat as a duplicate)", s.cfg.ForwardTimeout+5*time.Second))
 		return
 	case errors.Is(err, ErrAnswerLost):
 		log.Warn("forward to node", "node", node, "err", err)

@@ -92,24 +92,10 @@ func (c *queue) Enqueue(ctx context.Context, r *relaystate.QueuedRequest) error 
 	// again once the client has reached another server, when its own died
 	// under the publish. The message id keeps a publish whose ack was lost
 	// from being stored twice.
-	var ack *jetstream.PubAck
-	var err error
-	for try := 1; ; try++ {
-		pctx, cancel := context.WithTimeout(ctx, c.timeout)
-		ack, err = c.js.PublishMsg(pctx, m, jetstream.WithRetryAttempts(10), jetstream.WithRetryWait(200*time.Millisecond))
-		cancel()
-		var apiErr *jetstream.APIError
-		if err == nil || errors.As(err, &apiErr) || try == publishTries || ctx.Err() != nil {
-			break
-		}
-		c.log.Debug("publish again", "tunnel", r.TunnelID, "id", r.ID, "err", err)
-		if c.connected(ctx) != nil {
-			break
-		}
-	}
+	ack, unsure, err := c.publish(ctx, m, r)
 	if err != nil {
 		var apiErr *jetstream.APIError
-		if !errors.As(err, &apiErr) {
+		if unsure || !errors.As(err, &apiErr) {
 			// The message may be stored, its ack lost, or be stored later
 			// still: a NATS server that froze holding the publish stores
 			// it when it wakes. It is retracted, so that it is not
@@ -127,6 +113,36 @@ func (c *queue) Enqueue(ctx context.Context, r *relaystate.QueuedRequest) error 
 	r.Seq = int64(ack.Sequence)
 	return nil
 }
+
+// publish stores m, publishing again while the connection fails under it
+// (publishTries at most). unsure is set when a try ended with no word on
+// whether JetStream stored it, or when JetStream said a message of that id
+// was still in process: then an API error on a later try does not mean the
+// request was not stored (chaos run, team seed 3301: a publish timed out
+// as NATS lost its quorum, the next was refused "duplicate message id is
+// in process", its sender was told "not stored", and the first was stored
+// and delivered when the quorum came back).
+func (c *queue) publish(ctx context.Context, m *nats.Msg, r *relaystate.QueuedRequest) (ack *jetstream.PubAck, unsure bool, err error) {
+	for try := 1; ; try++ {
+		pctx, cancel := context.WithTimeout(ctx, c.timeout)
+		ack, err = c.js.PublishMsg(pctx, m, jetstream.WithRetryAttempts(10), jetstream.WithRetryWait(200*time.Millisecond))
+		cancel()
+		var apiErr *jetstream.APIError
+		isAPI := errors.As(err, &apiErr)
+		unsure = unsure || (err != nil && !isAPI) || (isAPI && apiErr.ErrorCode == errCodeInProcess)
+		if err == nil || isAPI || try == publishTries || ctx.Err() != nil {
+			return ack, unsure, err
+		}
+		c.log.Debug("publish again", "tunnel", r.TunnelID, "id", r.ID, "err", err)
+		if c.connected(ctx) != nil {
+			return ack, unsure, err
+		}
+	}
+}
+
+// errCodeInProcess is JetStream's answer to a publish whose message id is
+// that of one it is still storing.
+const errCodeInProcess jetstream.ErrorCode = 10158
 
 // retract makes sure the request id, which Enqueue failed to store, is
 // never delivered: in the background, as soon as NATS answers, it stores a

@@ -109,6 +109,28 @@ func answerLost(body string) *run {
 		ok("d3", 2, 8, 8.01, 8.02, 2).capture("p3b", "d3", 8.005, "delivered", 200, "p3")
 }
 
+// nodeSilent is a request whose sender's node waited out its forward
+// timeout while the holding node had it, answered 504 (body), and whose
+// copy reached the handler after, then again through the retry.
+func nodeSilent(body string) *run {
+	return clean().send("d3", 1, 3, 38, 504, body, "5").copy("d3", 38.1, 1).
+		capture("p3", "d3", 38.05, "delivered", 200, "").
+		ok("d3", 2, 40, 40.01, 40.02, 2).capture("p3b", "d3", 40.005, "delivered", 200, "p3")
+}
+
+// unconfirmedQueueing is a request whose first attempt a relay node could
+// not confirm queueing (503, body) though it was stored; a request queued
+// after it (d3), and its retry, queued too: the drain delivers the first
+// attempt first, then d3, then the retry, marked a duplicate.
+func unconfirmedQueueing(body string) *run {
+	return clean().send("d4", 1, 1, 3, 503, body, "30").
+		send("d3", 1, 3.5, 3.6, 202, queued202, "").
+		send("d4", 2, 4, 4.1, 202, queued202, "").
+		copy("d4", 5, 1).capture("p4", "d4", 4.99, "delivered", 200, "").queued().
+		copy("d3", 5.1, 1).capture("p3", "d3", 5.09, "delivered", 200, "").queued().
+		copy("d4", 5.2, 2).capture("p4b", "d4", 5.19, "delivered", 200, "p4").queued()
+}
+
 // TestCheck feeds the checker hand-built histories: each broken one must be
 // caught by exactly the rules listed, and each sound one (edge cases
 // included) must pass. Removing a rule fails its row.
@@ -216,6 +238,18 @@ func TestCheck(t *testing.T) {
 		{"the same answered 503 disk_full",
 			answerLost(envelope("disk_full")),
 			[]string{"DeliveredAfterRefusal"}},
+		{"a node silent past the forward timeout, the copy reached the handler after: 504 outcome_unknown passes",
+			nodeSilent(envelope("outcome_unknown")),
+			nil},
+		{"the same answered 504 gateway_timeout",
+			nodeSilent(envelope("gateway_timeout")),
+			[]string{"DeliveredAfterRefusal"}},
+		{"a queueing the relay could not confirm, stored all the same and drained first: 503 outcome_unknown passes",
+			unconfirmedQueueing(envelope("outcome_unknown")),
+			nil},
+		{"the same answered 503 unavailable",
+			unconfirmedQueueing(envelope("unavailable")),
+			[]string{"ExtraCopy", "Order"}},
 		{"reorder: a live request overtakes a queued one",
 			clean().send("d3", 1, 3, 3.01, 202, queued202, "").capture("p3", "d3", 3.005, "delivered", 200, "").queued().
 				ok("d4", 1, 4, 4.01, 4.02, 1).capture("p4", "d4", 4.005, "delivered", 200, "").

@@ -140,7 +140,7 @@ func toldFailed(s history.Send) bool { return refused(s) && !unknownAnswer(s) }
 // forwarded, or a relay node lost the answer of one the holding node took.
 // The request may have reached the handler; the sender retries.
 func unknownAnswer(s history.Send) bool {
-	if s.Status != http.StatusServiceUnavailable || s.RetryAfter == "" {
+	if (s.Status != http.StatusServiceUnavailable && s.Status != http.StatusGatewayTimeout) || s.RetryAfter == "" {
 		return false
 	}
 	var env struct {
