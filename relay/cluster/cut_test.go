@@ -29,19 +29,7 @@ import (
 func TestHolderCutFromNATSKeepsTheOrder(t *testing.T) {
 	nats := natstest.StartUnadvertised(t, 3)
 	urls := strings.Split(nats.URLs(), ",")
-	proxies := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := ln.Addr().String()
-	ln.Close()
-	link := toxiproxy.NewProxy(proxies, "holder->nats-0", listen, strings.TrimPrefix(urls[0], "nats://"))
-	if err := link.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(link.Stop)
-	holder, _ := startNodeOver(t, "holder", "nats://"+listen)
+	holder, link := startNodeBehindProxy(t, "holder", urls[0])
 	other, _ := startNodeOver(t, "other", urls[1])
 	info := token(t, holder, "alice")
 	l := newLedger()
@@ -131,19 +119,7 @@ func (l *ledger) firstCopies() []string {
 func TestUnconfirmedQueueingSaysOutcomeUnknown(t *testing.T) {
 	nats := natstest.StartUnadvertised(t, 3)
 	urls := strings.Split(nats.URLs(), ",")
-	proxies := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := ln.Addr().String()
-	ln.Close()
-	link := toxiproxy.NewProxy(proxies, "q->nats-0", listen, strings.TrimPrefix(urls[0], "nats://"))
-	if err := link.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(link.Stop)
-	q, _ := startNodeOver(t, "q", "nats://"+listen)
+	q, link := startNodeBehindProxy(t, "q", urls[0])
 	info := token(t, q, "alice") // no agent: every request is queued
 	for _, dir := range []string{"downstream", "upstream"} {
 		toxic := fmt.Sprintf(`{"name":"cut-%s","type":"timeout","stream":%q,"attributes":{"timeout":0}}`, dir, dir)
@@ -155,4 +131,24 @@ func TestUnconfirmedQueueingSaysOutcomeUnknown(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, `"code":"outcome_unknown"`) {
 		t.Fatalf("a request queued through a black hole: %d Retry-After %q %s, want 503 outcome_unknown with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
+}
+
+// startNodeBehindProxy runs a relay node whose only link to NATS, the
+// server at natsURL, goes through a toxiproxy proxy the test can cut.
+func startNodeBehindProxy(t *testing.T, name, natsURL string) (*node, *toxiproxy.Proxy) {
+	t.Helper()
+	proxies := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	link := toxiproxy.NewProxy(proxies, name+"->nats", listen, strings.TrimPrefix(natsURL, "nats://"))
+	if err := link.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(link.Stop)
+	n, _ := startNodeOver(t, name, "nats://"+listen)
+	return n, link
 }
