@@ -117,13 +117,8 @@ func (s *Server) serveClustered(ctx context.Context) error {
 // lost. Live requests wait behind what the count finds.
 func (s *Server) regained() {
 	for _, t := range s.snapshotTunnels() {
-		if !t.held() {
-			continue
-		}
-		s.recount(context.Background(), t)
-		select {
-		case t.kick <- struct{}{}:
-		default:
+		if t.held() {
+			s.recountAndWake(t)
 		}
 	}
 }
@@ -249,6 +244,12 @@ func (s *Server) kicked(tunnelID string) {
 		// drains it); elsewhere the count would never come down again.
 		return
 	}
+	s.recountAndWake(t)
+}
+
+// recountAndWake counts t's queue again from the shared queue, so that
+// live requests wait behind what other nodes queued, and wakes its drain.
+func (s *Server) recountAndWake(t *tunnel) {
 	s.recount(context.Background(), t)
 	select {
 	case t.kick <- struct{}{}:

@@ -284,8 +284,10 @@ func TestNATSServersDie(t *testing.T) {
 	// nothing live (a live request would overtake theirs), and cannot
 	// queue either: 503 with Retry-After, as the others.
 	unanswered := map[string]bool{`{"n":"lost?"}`: true}
+	tries := 0
 	polltest.Until(t, 30*time.Second, func() bool {
-		local := fmt.Sprintf(`{"n":"local","try":%d}`, len(unanswered))
+		tries++ // each try a body of its own: the handler's copies are told apart by it
+		local := fmt.Sprintf(`{"n":"local","try":%d}`, tries)
 		resp, body := post(t, tunnelURL(nodes[1], info), local)
 		switch resp.StatusCode {
 		case http.StatusNoContent: // within the lease

@@ -206,12 +206,8 @@ func (c *Cluster) Serve(ctx context.Context, h relay.NodeHandlers) error {
 	c.leaseMu.Lock()
 	c.stopLease = stopLease
 	c.leaseMu.Unlock()
-	regained := h.Regained
-	if regained == nil {
-		regained = func() {}
-	}
 	first := make(chan struct{})
-	c.leasing.Go(func() { c.lease.run(leaseCtx, regained, first) })
+	c.leasing.Go(func() { c.lease.run(leaseCtx, h.Regained, first) })
 	<-first
 	// Forwards are answered with a context of their own: the end of ctx
 	// stops the intake, never a request at work, whose sender waits on

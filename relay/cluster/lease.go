@@ -83,9 +83,6 @@ func (l *lease) now() time.Duration { return time.Since(l.base) }
 
 // Leased implements relay.Cluster.
 func (c *Cluster) Leased() bool {
-	if c.lease == nil {
-		return false
-	}
 	u := c.lease.until.Load()
 	return u != 0 && c.lease.now() < time.Duration(u)
 }
