@@ -35,14 +35,16 @@ package relay
 // (encoding/binary's Uvarint) unless stated; a "string" is a varint length
 // followed by that many bytes; "headers" is a varint count followed by that
 // many (name string, value string) pairs in the order they arrived, so
-// repeated headers and their order survive.
+// repeated headers and their order survive. storage/varfield reads and
+// writes these fields.
 //
 //	hello    = 0x01 json(Hello)
 //	request  = 0x02 stream flags arrivedAt(µs) id:string method:string uri:string headers body...
+//	           flags: bit 0 set for a request from the offline queue
 //	ack      = 0x03 stream
-//	response = 0x04 stream status result error:string headers body...
-//	           result: 0 ok, 1 unreachable, 2 timeout, 3 queued (Result);
-//	           status, headers and body mean something only with 0
+//	response = 0x04 stream status result:byte error:string headers body...
+//	           result (Result): 0 ok, 1 unreachable, 2 timeout, 3 too large,
+//	           4 queued; status, headers and body mean something only with 0
 //	notice   = 0x05 json(Notice)
 //	goaway   = 0x06 reason:byte message:string
 //	leave    = 0x07
