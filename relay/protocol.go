@@ -35,14 +35,16 @@ package relay
 // (encoding/binary's Uvarint) unless stated; a "string" is a varint length
 // followed by that many bytes; "headers" is a varint count followed by that
 // many (name string, value string) pairs in the order they arrived, so
-// repeated headers and their order survive.
+// repeated headers and their order survive. storage/varfield reads and
+// writes these fields.
 //
 //	hello    = 0x01 json(Hello)
 //	request  = 0x02 stream flags arrivedAt(µs) id:string method:string uri:string headers body...
+//	           flags: bit 0 set for a request from the offline queue
 //	ack      = 0x03 stream
-//	response = 0x04 stream status result error:string headers body...
-//	           result: 0 ok, 1 unreachable, 2 timeout, 3 queued (Result);
-//	           status, headers and body mean something only with 0
+//	response = 0x04 stream status result:byte error:string headers body...
+//	           result (Result): 0 ok, 1 unreachable, 2 timeout, 3 too large,
+//	           4 queued; status, headers and body mean something only with 0
 //	notice   = 0x05 json(Notice)
 //	goaway   = 0x06 reason:byte message:string
 //	leave    = 0x07
@@ -79,6 +81,8 @@ import (
 	"io"
 	"net/http"
 	"unicode/utf8"
+
+	"github.com/calltap/calltap/storage/varfield"
 )
 
 // Subprotocol is the websocket subprotocol; its suffix is the protocol
@@ -313,16 +317,11 @@ var errFrameTooLarge = errors.New("relay: frame exceeds the maximum size")
 // errMalformed is returned for any frame that does not parse.
 var errMalformed = errors.New("relay: malformed frame")
 
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
 func appendHeader(b []byte, h Header) []byte {
 	b = binary.AppendUvarint(b, uint64(len(h)))
 	for _, f := range h {
-		b = appendString(b, f.Name)
-		b = appendString(b, f.Value)
+		b = varfield.AppendString(b, f.Name)
+		b = varfield.AppendString(b, f.Value)
 	}
 	return b
 }
@@ -337,9 +336,9 @@ func appendRequestHead(b []byte, r *Request) []byte {
 	}
 	b = binary.AppendUvarint(b, flags)
 	b = binary.AppendUvarint(b, uint64(r.ArrivedAt))
-	b = appendString(b, r.ID)
-	b = appendString(b, r.Method)
-	b = appendString(b, r.URI)
+	b = varfield.AppendString(b, r.ID)
+	b = varfield.AppendString(b, r.Method)
+	b = varfield.AppendString(b, r.URI)
 	return appendHeader(b, r.Header)
 }
 
@@ -349,25 +348,15 @@ func appendResponseHead(b []byte, r *Response) []byte {
 	b = binary.AppendUvarint(b, r.Stream)
 	b = binary.AppendUvarint(b, uint64(r.Status))
 	b = append(b, byte(r.Result))
-	b = appendString(b, r.Error)
+	b = varfield.AppendString(b, r.Error)
 	return appendHeader(b, r.Header)
 }
 
 // responseHeadLen is len(appendResponseHead(nil, r)), without encoding it.
 func responseHeadLen(r *Response) int {
-	n := 1 + uvarintLen(r.Stream) + uvarintLen(uint64(r.Status)) + 1 + stringLen(r.Error) + uvarintLen(uint64(len(r.Header)))
+	n := 1 + varfield.UvarintLen(r.Stream) + varfield.UvarintLen(uint64(r.Status)) + 1 + varfield.StringLen(r.Error) + varfield.UvarintLen(uint64(len(r.Header)))
 	for _, f := range r.Header {
-		n += stringLen(f.Name) + stringLen(f.Value)
-	}
-	return n
-}
-
-func stringLen(s string) int { return uvarintLen(uint64(len(s))) + len(s) }
-
-func uvarintLen(x uint64) int {
-	n := 1
-	for ; x >= 0x80; x >>= 7 {
-		n++
+		n += varfield.StringLen(f.Name) + varfield.StringLen(f.Value)
 	}
 	return n
 }
@@ -379,7 +368,7 @@ func appendAck(b []byte, stream uint64) []byte {
 
 func appendGoAway(b []byte, g GoAway) []byte {
 	b = append(b, frameGoAway, byte(g.Reason))
-	return appendString(b, g.Message)
+	return varfield.AppendString(b, g.Message)
 }
 
 func appendJSON(b []byte, typ byte, v any) []byte {
@@ -390,63 +379,26 @@ func appendJSON(b []byte, typ byte, v any) []byte {
 	return append(append(b, typ), j...)
 }
 
-// decoder reads the fields of one frame; the first error sticks.
-type decoder struct {
-	b   []byte
-	err error
-}
+// decoder reads the fields of one frame (varfield's layout); the first
+// error, errMalformed, sticks.
+type decoder struct{ varfield.Decoder }
 
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errMalformed
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) byte() byte {
-	if d.err != nil || len(d.b) == 0 {
-		d.err = errMalformed
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *decoder) string() string {
-	n := d.uvarint()
-	if d.err != nil {
-		return ""
-	}
-	if n > uint64(len(d.b)) {
-		d.err = errMalformed
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
-}
+func newDecoder(b []byte) decoder { return decoder{varfield.NewDecoder(b, errMalformed)} }
 
 func (d *decoder) header() Header {
-	n := d.uvarint()
-	if d.err != nil {
+	n := d.Uvarint()
+	if d.Err() != nil {
 		return nil
 	}
 	// Each field takes at least two bytes, which bounds a hostile count.
-	if n > uint64(len(d.b))/2 {
-		d.err = errMalformed
+	if n > uint64(len(d.Rest()))/2 {
+		d.Fail()
 		return nil
 	}
 	h := make(Header, 0, n)
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		name := d.string()
-		value := d.string()
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		name := d.String()
+		value := d.String()
 		h = append(h, HeaderField{name, value})
 	}
 	return h
@@ -455,43 +407,43 @@ func (d *decoder) header() Header {
 // decodeRequest parses a request frame (type byte included). Body aliases
 // b: the caller must not reuse b while the request is alive.
 func decodeRequest(b []byte) (*Request, error) {
-	d := decoder{b: b}
-	if d.byte() != frameRequest {
+	d := newDecoder(b)
+	if d.Byte() != frameRequest {
 		return nil, errMalformed
 	}
 	r := &Request{}
-	r.Stream = d.uvarint()
-	flags := d.uvarint()
+	r.Stream = d.Uvarint()
+	flags := d.Uvarint()
 	r.Queued = flags&requestFlagQueued != 0
-	r.ArrivedAt = int64(d.uvarint())
-	r.ID = d.string()
-	r.Method = d.string()
-	r.URI = d.string()
+	r.ArrivedAt = int64(d.Uvarint())
+	r.ID = d.String()
+	r.Method = d.String()
+	r.URI = d.String()
 	r.Header = d.header()
-	if d.err != nil {
-		return nil, d.err
+	if d.Err() != nil {
+		return nil, d.Err()
 	}
 	if r.Method == "" || len(r.URI) == 0 || r.URI[0] != '/' {
 		return nil, errMalformed
 	}
-	r.Body = d.b
+	r.Body = d.Rest()
 	return r, nil
 }
 
 // decodeResponse parses a response frame. Body aliases b.
 func decodeResponse(b []byte) (*Response, error) {
-	d := decoder{b: b}
-	if d.byte() != frameResponse {
+	d := newDecoder(b)
+	if d.Byte() != frameResponse {
 		return nil, errMalformed
 	}
 	r := &Response{}
-	r.Stream = d.uvarint()
-	status := d.uvarint()
-	r.Result = Result(d.byte())
-	r.Error = d.string()
+	r.Stream = d.Uvarint()
+	status := d.Uvarint()
+	r.Result = Result(d.Byte())
+	r.Error = d.String()
 	r.Header = d.header()
-	if d.err != nil {
-		return nil, d.err
+	if d.Err() != nil {
+		return nil, d.Err()
 	}
 	if r.Result == ResultOK && (status < 100 || status > 999) {
 		return nil, errMalformed
@@ -500,29 +452,29 @@ func decodeResponse(b []byte) (*Response, error) {
 		return nil, errMalformed
 	}
 	r.Status = int(status)
-	r.Body = d.b
+	r.Body = d.Rest()
 	return r, nil
 }
 
 func decodeAck(b []byte) (uint64, error) {
-	d := decoder{b: b}
-	if d.byte() != frameAck {
+	d := newDecoder(b)
+	if d.Byte() != frameAck {
 		return 0, errMalformed
 	}
-	s := d.uvarint()
-	if d.err != nil || len(d.b) != 0 {
+	s := d.Uvarint()
+	if d.Err() != nil || len(d.Rest()) != 0 {
 		return 0, errMalformed
 	}
 	return s, nil
 }
 
 func decodeGoAway(b []byte) (GoAway, error) {
-	d := decoder{b: b}
-	if d.byte() != frameGoAway {
+	d := newDecoder(b)
+	if d.Byte() != frameGoAway {
 		return GoAway{}, errMalformed
 	}
-	g := GoAway{Reason: GoAwayReason(d.byte()), Message: d.string()}
-	return g, d.err
+	g := GoAway{Reason: GoAwayReason(d.Byte()), Message: d.String()}
+	return g, d.Err()
 }
 
 func decodeJSON(b []byte, typ byte, v any) error {

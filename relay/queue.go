@@ -303,7 +303,7 @@ func (s *Server) recount(ctx context.Context, t *tunnel) {
 }
 
 func decodeHeaderBytes(b []byte) (Header, error) {
-	d := decoder{b: b}
+	d := newDecoder(b)
 	h := d.header()
-	return h, d.err
+	return h, d.Err()
 }

@@ -112,12 +112,13 @@ type intake struct {
 	pending   []logged   // appended, not yet applied, in order
 	byDeliver map[string]string
 	byRelay   map[string]string
-	ids       *idFilter // the store's delivery ids (idfilter.go); nil until built
-	sqlChecks int       // duplicate checks that read SQLite, for tests
+	ids       *idFilter     // the store's delivery ids (idfilter.go); nil until built
+	committed deliveryIndex // what SQLite holds: db (openIntake); read when ids may hold an id
 	closed    bool
 	preparing bool          // a goroutine prefills generation gen+1's file, to hand it over on nextFile
 	nextFile  chan prepared // capacity 1
-	// writeAt writes to f; tests replace it to make the disk fail.
+	// writeAt puts frames in f: (*os.File).WriteAt (openIntake); a test's
+	// stops halfway, as a disk that fills up does.
 	writeAt func(f *os.File, b []byte, off int64) (int, error)
 
 	npending atomic.Int64 // len(pending), read without mu
@@ -161,7 +162,7 @@ func openIntake(ctx context.Context, db *AgentStore, own bool) (*intake, error) 
 		byDeliver: map[string]string{}, byRelay: map[string]string{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), nextFile: make(chan prepared, 1),
 		filterDone: make(chan struct{}),
-		writeAt:    (*os.File).WriteAt}
+		committed:  db, writeAt: (*os.File).WriteAt}
 	if err := in.recover(ctx, own); err != nil {
 		lock.Close()
 		return nil, err
@@ -366,9 +367,21 @@ func (in *intake) lookupDelivery(ctx context.Context, d string) (string, error) 
 	if in.ids != nil && !in.ids.mayHave(d) {
 		return "", nil // never seen
 	}
-	in.sqlChecks++
+	return in.committed.firstOfDelivery(ctx, d)
+}
+
+// deliveryIndex finds the first capture of a delivery id among those
+// committed to SQLite. The store is one; the tests of the delivery-id
+// filter count its reads through another.
+type deliveryIndex interface {
+	firstOfDelivery(ctx context.Context, deliveryID string) (string, error)
+}
+
+// firstOfDelivery returns the first committed capture with delivery id d,
+// or "" if none has it.
+func (db *AgentStore) firstOfDelivery(ctx context.Context, d string) (string, error) {
 	var id string
-	err := in.db.read.QueryRowContext(ctx, `SELECT id FROM captures WHERE delivery_id = ? ORDER BY seq LIMIT 1`, d).Scan(&id)
+	err := db.read.QueryRowContext(ctx, `SELECT id FROM captures WHERE delivery_id = ? ORDER BY seq LIMIT 1`, d).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil
 	}

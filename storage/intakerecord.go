@@ -5,6 +5,8 @@ import (
 	"errors"
 	"hash/crc32"
 	"time"
+
+	"github.com/calltap/calltap/storage/varfield"
 )
 
 // The intake log's records (intake.go): a frame's layout, and a
@@ -45,20 +47,14 @@ func batchSize(inserts, updates []*Capture) int {
 	return n
 }
 
-// recEncoder writes a record's fields: strings and bytes length-prefixed,
-// numbers as varints.
+// recEncoder writes a record's fields in varfield's layout: strings and
+// bytes length-prefixed, numbers as varints.
 type recEncoder struct{ b []byte }
 
-func (e *recEncoder) str(s string) {
-	e.b = binary.AppendUvarint(e.b, uint64(len(s)))
-	e.b = append(e.b, s...)
-}
-func (e *recEncoder) bytes(p []byte) {
-	e.b = binary.AppendUvarint(e.b, uint64(len(p)))
-	e.b = append(e.b, p...)
-}
-func (e *recEncoder) int(n int64) { e.b = binary.AppendVarint(e.b, n) }
-func (e *recEncoder) bool(v bool) { e.b = append(e.b, boolByte(v)) }
+func (e *recEncoder) str(s string)   { e.b = varfield.AppendString(e.b, s) }
+func (e *recEncoder) bytes(p []byte) { e.b = varfield.AppendBytes(e.b, p) }
+func (e *recEncoder) int(n int64)    { e.b = binary.AppendVarint(e.b, n) }
+func (e *recEncoder) bool(v bool)    { e.b = append(e.b, boolByte(v)) }
 func (e *recEncoder) time(t time.Time) {
 	if t.IsZero() {
 		e.int(0)
@@ -136,61 +132,16 @@ func encodeUpdate(b []byte, c *Capture) []byte {
 	return e.b
 }
 
-// recDecoder reads what recEncoder wrote; the first error sticks.
-type recDecoder struct {
-	b   []byte
-	err error
-}
+// recDecoder reads what recEncoder wrote; the first error, errRecord,
+// sticks.
+type recDecoder struct{ varfield.Decoder }
 
 var errRecord = errors.New("malformed record")
 
-func (d *recDecoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errRecord
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *recDecoder) bytes() []byte {
-	n := d.uvarint()
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.err = errRecord
-		return nil
-	}
-	p := d.b[:n:n]
-	d.b = d.b[n:]
-	return p
-}
-
-func (d *recDecoder) str() string { return string(d.bytes()) }
-
-// int reads what binary.AppendVarint wrote: a zigzag-encoded uvarint.
-func (d *recDecoder) int() int64 {
-	u := d.uvarint()
-	return int64(u>>1) ^ -int64(u&1)
-}
-
-func (d *recDecoder) bool() bool {
-	if d.err != nil || len(d.b) == 0 {
-		d.err = errRecord
-		return false
-	}
-	v := d.b[0] == 1
-	d.b = d.b[1:]
-	return v
-}
+func (d *recDecoder) bool() bool { return d.Byte() == 1 }
 
 func (d *recDecoder) time() time.Time {
-	us := d.int()
+	us := d.Varint()
 	if us == 0 {
 		return time.Time{}
 	}
@@ -203,65 +154,65 @@ func decodeRecord(rec []byte) (kind byte, c *Capture, bodyAt int, err error) {
 	if len(rec) == 0 {
 		return 0, nil, 0, errRecord
 	}
-	d := recDecoder{b: rec[1:]}
+	d := recDecoder{varfield.NewDecoder(rec[1:], errRecord)}
 	c = &Capture{}
 	switch rec[0] {
 	case recInsert:
-		c.ID = d.str()
-		c.RelayID = d.str()
-		c.Source = d.str()
+		c.ID = d.String()
+		c.RelayID = d.String()
+		c.Source = d.String()
 		c.CreatedAt = d.time()
 		c.ArrivedAt = d.time()
 		c.Queued = d.bool()
-		c.Method = d.str()
-		c.Path = d.str()
-		c.Query = d.str()
-		c.RequestHeaders = d.str()
-		c.Size = int(d.int())
-		c.bodyFile = d.str()
-		c.bodyOffset = d.int()
+		c.Method = d.String()
+		c.Path = d.String()
+		c.Query = d.String()
+		c.RequestHeaders = d.String()
+		c.Size = int(d.Varint())
+		c.bodyFile = d.String()
+		c.bodyOffset = d.Varint()
 		if c.bodyFile == "" {
-			c.Body = d.bytes()
-			bodyAt = len(rec) - len(d.b) - len(c.Body)
+			c.Body = d.Bytes()
+			bodyAt = len(rec) - len(d.Rest()) - len(c.Body)
 		}
-		c.Target = d.str()
-		c.Event = d.str()
-		c.CallID = d.str()
-		c.DeliveryID = d.str()
-		c.OccurredAt = d.str()
-		c.DuplicateOf = d.str()
-		c.ReplayOf = d.str()
-		c.Status = d.str()
-		c.MaxAttempts = int(d.int())
+		c.Target = d.String()
+		c.Event = d.String()
+		c.CallID = d.String()
+		c.DeliveryID = d.String()
+		c.OccurredAt = d.String()
+		c.DuplicateOf = d.String()
+		c.ReplayOf = d.String()
+		c.Status = d.String()
+		c.MaxAttempts = int(d.Varint())
 	case recUpdate:
-		c.ID = d.str()
-		c.Status = d.str()
-		c.ResponseStatus = int(d.int())
-		c.ResponseHeaders = d.str()
+		c.ID = d.String()
+		c.Status = d.String()
+		c.ResponseStatus = int(d.Varint())
+		c.ResponseHeaders = d.String()
 		hasBody := d.bool()
-		body := d.bytes()
+		body := d.Bytes()
 		if hasBody {
 			c.ResponseBody = body
 		}
-		c.Error = d.str()
-		c.Duration = time.Duration(d.int())
+		c.Error = d.String()
+		c.Duration = time.Duration(d.Varint())
 		c.DeliveredAt = d.time()
-		c.Attempts = int(d.int())
-		c.MaxAttempts = int(d.int())
-		c.Target = d.str()
+		c.Attempts = int(d.Varint())
+		c.MaxAttempts = int(d.Varint())
+		c.Target = d.String()
 		c.Queued = d.bool()
 		c.ArrivedAt = d.time()
 		if d.bool() {
-			c.LastAttempt = &Attempt{N: int(d.int()), At: d.time(), ResponseStatus: int(d.int()), Error: d.str(), Duration: time.Duration(d.int())}
+			c.LastAttempt = &Attempt{N: int(d.Varint()), At: d.time(), ResponseStatus: int(d.Varint()), Error: d.String(), Duration: time.Duration(d.Varint())}
 		}
 	default:
 		return 0, nil, 0, errRecord
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.err = errRecord
+	if d.Err() == nil && len(d.Rest()) != 0 {
+		d.Fail()
 	}
-	if d.err != nil {
-		return 0, nil, 0, d.err
+	if d.Err() != nil {
+		return 0, nil, 0, d.Err()
 	}
 	return rec[0], c, bodyAt, nil
 }

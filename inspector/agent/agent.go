@@ -68,11 +68,13 @@ type Config struct {
 	// AnalysisPendingAfter is how long after call.ended a call without
 	// call.analysis_completed is flagged; 0 means 15 minutes.
 	AnalysisPendingAfter time.Duration
+}
 
-	// writeCaptures replaces Store.LogCaptures in writeLoop; nil uses it.
-	// Only tests set it (export_test.go), to make commits fail the way a
-	// full disk does without needing one.
-	writeCaptures func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error)
+// captureWriter commits captures and the answers recorded on them. The
+// store is the agent's; a test's fails a commit as a full disk does
+// (export_test.go).
+type captureWriter interface {
+	LogCaptures(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error)
 }
 
 // Event is what the agent tells whoever shows its work as it happens (the
@@ -88,6 +90,7 @@ type Event struct {
 type Agent struct {
 	cfg       Config
 	store     *storage.AgentStore
+	captures  captureWriter  // commits captures (writeLoop, commitAlone): store; set before Run, then read-only
 	forwardTo *url.URL       // nil when no local handler is configured
 	client    *http.Client   // https targets
 	handler   *handlerClient // http targets: the local handler, usually
@@ -165,12 +168,10 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.AnalysisPendingAfter <= 0 {
 		cfg.AnalysisPendingAfter = callevent.DefaultAnalysisPendingAfter
 	}
-	if cfg.writeCaptures == nil {
-		cfg.writeCaptures = cfg.Store.LogCaptures
-	}
 	a := &Agent{
 		cfg:        cfg,
 		store:      cfg.Store,
+		captures:   cfg.Store,
 		log:        cfg.Logger,
 		ops:        make(chan writeOp, 1024),
 		answers:    newResponses(),

@@ -6,8 +6,22 @@ import (
 	"github.com/calltap/calltap/storage"
 )
 
-// SetWriteCaptures makes the agent built from c commit its captures through
-// f, which may fail a commit the way a full disk does.
-func SetWriteCaptures(c *Config, f func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error)) {
-	c.writeCaptures = f
+// WriteCapturesFunc commits captures in a test's way: it may fail a
+// commit the way a full disk does.
+type WriteCapturesFunc func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error)
+
+// LogCaptures calls f.
+func (f WriteCapturesFunc) LogCaptures(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+	return f(ctx, inserts, updates)
+}
+
+// NewWritingThrough is New, the agent committing its captures through f
+// instead of cfg.Store (for inspectortest.Options.NewAgent).
+func NewWritingThrough(cfg Config, f WriteCapturesFunc) (*Agent, error) {
+	a, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a.captures = f
+	return a, nil
 }

@@ -36,9 +36,9 @@ func TestLoneRequestReachesHandlerBeforeItsCommit(t *testing.T) {
 	}))
 	defer hs.Close()
 	var waitedOut atomic.Int32
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Agent: func(c *agent.Config) {
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
-		agent.SetWriteCaptures(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
 			for range inserts {
 				select {
 				case <-reached:
@@ -163,9 +163,9 @@ func TestCrowdAnswersAfterCommitEitherWay(t *testing.T) {
 		}
 	}))
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Agent: func(c *agent.Config) {
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
-		agent.SetWriteCaptures(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
 			for _, c := range inserts {
 				var v struct{ N int }
 				json.Unmarshal(c.Body, &v)
@@ -238,9 +238,9 @@ func TestAnswerOfFailedCommitIsRecordedLater(t *testing.T) {
 	}))
 	defer hs.Close()
 	full.Store(true)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Agent: func(c *agent.Config) {
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
-		agent.SetWriteCaptures(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
 			if full.Load() && len(updates) > 0 {
 				refused.Add(1)
 				return nil, fmt.Errorf("storage: append: %w", syscall.ENOSPC)

@@ -41,10 +41,10 @@ func (d *fullDisk) refused() (commits, updates int) {
 	return d.failed, d.updates
 }
 
-// install routes the agent's commits through d.
-func (d *fullDisk) install(c *agent.Config) {
+// newAgent builds an agent whose commits go through d.
+func (d *fullDisk) newAgent(c agent.Config) (*agent.Agent, error) {
 	store := c.Store
-	agent.SetWriteCaptures(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+	return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
 		d.mu.Lock()
 		for _, c := range inserts {
 			var b struct{ Seq int }
@@ -86,7 +86,7 @@ func TestQueuedRequestsRecoverFromFailedSaves(t *testing.T) {
 		h.ServeHTTP(w, r)
 	}))
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Agent: disk.install})
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: disk.newAgent})
 	st.StopAgent()
 	const queued = 200
 	for i := 0; i < queued; i++ {
@@ -185,7 +185,7 @@ func TestFullDiskRefusesBeforeTheHandler(t *testing.T) {
 	h := &stampHandler{seen: map[string]int{}}
 	hs := httptest.NewServer(h)
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Agent: disk.install,
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: disk.newAgent,
 		Relay: func(c *relay.Config) { c.NoRateLimit = true }})
 	var (
 		mu      sync.Mutex
@@ -287,9 +287,9 @@ func TestStopOnFullDiskKeepsTheAnswers(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	}))
 	defer hs.Close()
-	st = inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Agent: func(c *agent.Config) {
+	st = inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
-		agent.SetWriteCaptures(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
 			if full.Load() {
 				return nil, fmt.Errorf("storage: append: %w", syscall.ENOSPC)
 			}
@@ -337,7 +337,7 @@ func TestRefusalSaysWhetherTheHandlerMayHaveIt(t *testing.T) {
 			h := &stampHandler{seen: map[string]int{}}
 			hs := httptest.NewServer(h)
 			defer hs.Close()
-			st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Agent: disk.install})
+			st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: disk.newAgent})
 			body := fmt.Sprintf(`{"seq":1,"pad":"%s"}`, pad)
 			seen := func() int { h.mu.Lock(); defer h.mu.Unlock(); return h.seen[body] }
 

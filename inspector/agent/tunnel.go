@@ -134,7 +134,7 @@ func (a *Agent) commitAlone(c *storage.Capture) error {
 	a.commitMu.Lock()
 	defer a.commitMu.Unlock()
 	answers := a.answers.take()
-	written, err := a.cfg.writeCaptures(context.Background(), []*storage.Capture{c}, answers)
+	written, err := a.captures.LogCaptures(context.Background(), []*storage.Capture{c}, answers)
 	if err != nil {
 		a.answers.giveBack(answers)
 		a.saveFailed(err)

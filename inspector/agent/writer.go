@@ -99,7 +99,7 @@ func (a *Agent) writeLoop(ctx context.Context) {
 			}
 		}
 		updates = append(updates, answers...)
-		written, err := a.cfg.writeCaptures(context.WithoutCancel(ctx), inserts, updates)
+		written, err := a.captures.LogCaptures(context.WithoutCancel(ctx), inserts, updates)
 		if err != nil {
 			a.answers.giveBack(answers)
 			for _, op := range batch {

@@ -28,6 +28,7 @@ type Options struct {
 	Dir       string              // data directory; default t.TempDir()
 	Relay     func(*relay.Config) // adjust the relay's config
 	Agent     func(*agent.Config)
+	NewAgent  func(agent.Config) (*agent.Agent, error) // builds the agent; default agent.New
 	Client    func(*relay.ClientConfig)
 	Assets    http.Handler // the UI, for browser tests
 	Routes    []func(*http.ServeMux)
@@ -167,7 +168,11 @@ func (s *Stack) StartAgent() {
 	if s.opts.Agent != nil {
 		s.opts.Agent(&acfg)
 	}
-	a, err := agent.New(acfg)
+	newAgent := agent.New
+	if s.opts.NewAgent != nil {
+		newAgent = s.opts.NewAgent
+	}
+	a, err := newAgent(acfg)
 	if err != nil {
 		s.t.Fatal(err)
 	}
