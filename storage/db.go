@@ -1,9 +1,9 @@
-// Package storage is calltap's SQLite layer: it and the packages under it
-// (storage/relaydb, storage/servicedb) are the only ones that import the
-// driver (mattn/go-sqlite3). This package holds the core every database
-// shares — opening, ordered migrations, driver rules, damage reports,
-// Close — and the agent's database: captures, attempts, media, the search
-// index, large bodies and the intake log (AgentStore, OpenAgent).
+// Package storage is calltap's SQLite layer: the only package that imports
+// the driver (mattn/go-sqlite3); the packages under it (storage/relaydb,
+// storage/servicedb) reach SQLite through it. It holds the core every
+// database shares — opening, ordered migrations, driver rules, damage
+// reports, Close — and the agent's database: captures, attempts, media, the
+// search index, large bodies and the intake log (AgentStore, OpenAgent).
 //
 // The relay's database (storage/relaydb) and the emulated voice service's
 // (storage/servicedb) are packages of their own, opened with Open: each
