@@ -30,6 +30,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/relaydb"
 	"github.com/letsencrypt/challtestsrv"
 	pebbleca "github.com/letsencrypt/pebble/v2/ca"
 	pebbledb "github.com/letsencrypt/pebble/v2/db"
@@ -400,7 +401,7 @@ func TestACMERelayEndToEnd(t *testing.T) {
 
 	// The relay, as `calltap relay --domain relay.calltap.test --listen 127.0.0.1:PORT` runs it.
 	dir := t.TempDir()
-	relayDB, err := storage.OpenRelay(ctx, filepath.Join(dir, "relay.db"))
+	relayDB, err := relaydb.Open(ctx, filepath.Join(dir, "relay.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

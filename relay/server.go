@@ -203,7 +203,7 @@ type tunnel struct {
 }
 
 // Store is what a relay keeps: tokens (only their hashes) and the offline
-// queue. *storage.RelayStore keeps them in one SQLite file for a single
+// queue. storage/relaydb keeps them in one SQLite file for a single
 // node; relay/cluster keeps them in NATS JetStream for several.
 type Store interface {
 	Authenticate(ctx context.Context, token string) (*relaystate.Token, error)

@@ -25,7 +25,7 @@ type TokenInfo struct {
 const settingPublicURL = "public_url"
 
 // TokenStore is where tokens are minted, listed and revoked, and where the
-// relay's settings live: its SQLite file (*storage.RelayStore) or its
+// relay's settings live: its SQLite file (storage/relaydb) or its
 // cluster (relay/cluster).
 type TokenStore interface {
 	CreateToken(ctx context.Context, name, token, tunnelID string) (*relaystate.Token, error)

@@ -166,7 +166,7 @@ func TestMigrateBodiesApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.SetMaxOpenConns(1)
-	old := &AgentStore{core: &core{path: path, schema: SchemaAgent, write: w}}
+	old := &AgentStore{core: &core{path: path, schema: SchemaAgent, migrations: agentMigrations, write: w}}
 	if err := old.migrateThrough(ctx, "0005_contentless_fts.sql"); err != nil {
 		t.Fatal(err)
 	}

@@ -117,7 +117,7 @@ func TestOpenAcceptsNewStore(t *testing.T) {
 	if err := os.WriteFile(relayPath, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rdb, err := OpenRelay(ctx, relayPath)
+	rdb, err := openOther(ctx, relayPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestOpenExplainsNotADatabase(t *testing.T) {
 	if err := os.WriteFile(path, bytes.Repeat([]byte("not a database "), 1000), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	db, err := OpenRelay(context.Background(), path)
+	db, err := openOther(context.Background(), path)
 	if err == nil {
 		db.Close()
 		t.Fatal("opened a file that is not a database")
@@ -263,7 +263,7 @@ func TestOpenTellsCreatedFromEmptied(t *testing.T) {
 			if err := os.WriteFile(path+tc.companion, tc.content, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			db, err := OpenRelay(ctx, path)
+			db, err := openOther(ctx, path)
 			if err == nil {
 				db.Close()
 			}
@@ -283,7 +283,7 @@ func TestConcurrentOpensOfNewStore(t *testing.T) {
 		errs := make(chan error, 2)
 		for range 2 {
 			go func() {
-				db, err := OpenRelay(ctx, path)
+				db, err := openOther(ctx, path)
 				if err == nil {
 					err = db.Close()
 				}

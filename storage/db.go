@@ -1,14 +1,15 @@
 // Package storage is calltap's SQLite layer: the only package that imports
-// the driver (mattn/go-sqlite3). It owns the schemas of the three databases
-// calltap keeps — the agent's captures, the relay's tokens and offline queue,
-// and the emulated voice service's state — as embedded, ordered migrations,
-// and the queries over them.
+// the driver (mattn/go-sqlite3); the packages under it (storage/relaydb,
+// storage/servicedb) reach SQLite through it. It holds the core every
+// database shares — opening, ordered migrations, driver rules, damage
+// reports, Close — and the agent's database: captures, attempts, media, the
+// search index, large bodies and the intake log (AgentStore, OpenAgent).
 //
-// Each database has a type of its own, opened by its own function:
-// AgentStore (OpenAgent), RelayStore (OpenRelay) and ServiceStore
-// (OpenService). They share one unexported core (opening, migrations,
-// driver rules, Close) and nothing else: their method sets are disjoint, so
-// a relay query on the agent's store does not compile.
+// The relay's database (storage/relaydb) and the emulated voice service's
+// (storage/servicedb) are packages of their own, opened with Open: each
+// embeds its migrations, and runs its queries on the *DB that Open returns.
+// Their method sets are disjoint from the agent's: a relay query on the
+// agent's store does not compile.
 //
 // Every database is opened in WAL mode with two pools: one connection for
 // writes (SQLite allows one writer; a single connection avoids SQLITE_BUSY
@@ -38,18 +39,26 @@ import (
 	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
-//go:embed migrations
-var migrations embed.FS
+//go:embed migrations/agent/*.sql
+var agentMigrationFiles embed.FS
 
-// Schema names one of the databases calltap keeps; it selects the folder of
-// migrations under migrations/.
+// agentMigrations are the agent's migrations, at the root.
+var agentMigrations = func() fs.FS {
+	sub, err := fs.Sub(agentMigrationFiles, "migrations/agent")
+	if err != nil {
+		panic(err) // a constant, valid path: fs.Sub cannot refuse it
+	}
+	return sub
+}()
+
+// Schema names one of the databases calltap keeps, in errors and in
+// what the core does for it: the agent's (SchemaAgent) has parts of its own
+// (search index, body files), which every other schema goes without.
 type Schema string
 
-const (
-	SchemaAgent   Schema = "agent"   // captures, attempts, media: calltap listen / dev
-	SchemaRelay   Schema = "relay"   // tokens, settings, offline queue: calltap relay
-	SchemaService Schema = "service" // the voice service emulator: calltap mock-service
-)
+// SchemaAgent is the agent's database: captures, attempts, media (calltap
+// listen / dev).
+const SchemaAgent Schema = "agent"
 
 // busyTimeout is how long a statement waits for another connection's lock.
 const busyTimeout = 10 * time.Second
@@ -62,11 +71,12 @@ var ErrNotFound = relaystate.ErrNotFound
 // writer, checkpointer, search index, body segments) stay nil for the
 // other schemas.
 type core struct {
-	path   string
-	schema Schema
-	sync   SyncMode
-	write  *sql.DB // one connection: every write goes through it
-	read   *sql.DB // read-only pool
+	path       string
+	schema     Schema
+	migrations fs.FS // the schema's .sql files, at the root
+	sync       SyncMode
+	write      *sql.DB // one connection: every write goes through it
+	read       *sql.DB // read-only pool
 
 	rawMu sync.Mutex
 	raw   *rawConn // the capture writer's driver connection; see writer.go
@@ -134,20 +144,9 @@ type AgentStore struct {
 	reader *reader // set by OpenAgentReader: a read-only store (reader.go)
 }
 
-// RelayStore is the relay's database: tokens, settings and the offline
-// queue (calltap relay, and dev's local relay).
-type RelayStore struct {
-	*core
-	enqueues groupCommit[*QueuedRequest]
-}
-
-// ServiceStore is the voice service emulator's database (calltap
-// mock-service).
-type ServiceStore struct{ *core }
-
 // OpenAgent opens (creating if needed) the agent's database at path.
 func OpenAgent(ctx context.Context, path string, opts ...Option) (*AgentStore, error) {
-	c, err := open(ctx, path, SchemaAgent, opts...)
+	c, err := open(ctx, path, SchemaAgent, agentMigrations, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -181,32 +180,52 @@ func (db *AgentStore) Close() error {
 	return errors.Join(err, db.core.Close())
 }
 
-// OpenRelay opens (creating if needed) the relay's database at path.
-func OpenRelay(ctx context.Context, path string, opts ...Option) (*RelayStore, error) {
-	c, err := open(ctx, path, SchemaRelay, opts...)
+// DB is an open database of a schema that a package of its own keeps
+// (storage/relaydb, storage/servicedb): that package embeds it in its
+// store, and runs its queries on Writer and Reader. Path, SyncMode and
+// Close are the core's.
+type DB struct{ *core }
+
+// Open opens (creating if needed) the database at path, of schema, and
+// applies the migrations of it not yet applied: the .sql files at the root
+// of migrations, in file-name order, each once and in its own transaction
+// (a file beginning with the line "-- calltap: outside a transaction" runs
+// outside one, statement by statement, and must be safe to repeat). Every
+// rule of the core holds: the files are private (0600), an emptied file is
+// refused, a damaged one is a *DamagedError. The agent's database has
+// parts of its own and opens with OpenAgent.
+func Open(ctx context.Context, path string, schema Schema, migrations fs.FS, opts ...Option) (*DB, error) {
+	if schema == SchemaAgent {
+		return nil, fmt.Errorf("storage: the %s database opens with OpenAgent", schema)
+	}
+	c, err := open(ctx, path, schema, migrations, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &RelayStore{core: c}, nil
+	return &DB{c}, nil
 }
 
-// OpenService opens (creating if needed) the emulator's database at path.
-func OpenService(ctx context.Context, path string, opts ...Option) (*ServiceStore, error) {
-	c, err := open(ctx, path, SchemaService, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &ServiceStore{c}, nil
-}
+// Writer is the database's one write connection: every write goes through
+// it, so writes never meet SQLITE_BUSY between our own goroutines.
+func (db *DB) Writer() *sql.DB { return db.write }
+
+// Reader is the read-only pool, which WAL lets run beside the writer.
+func (db *DB) Reader() *sql.DB { return db.read }
+
+// Explain turns a corruption error of a query on db's own file into a
+// *DamagedError that names the file and says how to recover what it
+// holds; other errors are left as they are. Use it as defer
+// db.Explain(&err).
+func (db *DB) Explain(errp *error) { db.explain(errp) }
 
 // open opens (creating if needed) the database at path and applies any
-// migrations of schema not yet applied. The parent directory is created.
+// of schema's migrations not yet applied. The parent directory is created.
 //
 // An existing file of zero bytes is refused when files of the store it
 // held are beside it (see checkEmpty); a file SQLite finds damaged is
 // reported as a *DamagedError. An agent store's search index that SQLite
 // cannot read is deleted and rebuilt.
-func open(ctx context.Context, path string, schema Schema, opts ...Option) (*core, error) {
+func open(ctx context.Context, path string, schema Schema, migrations fs.FS, opts ...Option) (*core, error) {
 	memstatusOnce.Do(disableMemstatus)
 	o := options{sync: SyncFull}
 	for _, opt := range opts {
@@ -240,7 +259,7 @@ func open(ctx context.Context, path string, schema Schema, opts ...Option) (*cor
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
-	db := &core{path: path, schema: schema, sync: o.sync, write: w}
+	db := &core{path: path, schema: schema, migrations: migrations, sync: o.sync, write: w}
 	fail := func(err error) (*core, error) {
 		db.Close()
 		db.explain(&err)
@@ -350,10 +369,9 @@ func (db *core) migrateThrough(ctx context.Context, last string) error {
 	if _, err := db.write.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
 		return fmt.Errorf("storage: migrations table: %w", err)
 	}
-	dir := "migrations/" + string(db.schema)
-	entries, err := fs.ReadDir(migrations, dir)
+	entries, err := fs.ReadDir(db.migrations, ".")
 	if err != nil {
-		return fmt.Errorf("storage: unknown schema %q", db.schema)
+		return fmt.Errorf("storage: the %s schema's migrations: %w", db.schema, err)
 	}
 	names := make([]string, 0, len(entries))
 	for _, e := range entries {
@@ -366,7 +384,7 @@ func (db *core) migrateThrough(ctx context.Context, last string) error {
 		if last != "" && name > last {
 			break
 		}
-		if err := db.migrateOne(ctx, dir, name); err != nil {
+		if err := db.migrateOne(ctx, name); err != nil {
 			return err
 		}
 	}
@@ -378,13 +396,13 @@ func (db *core) migrateThrough(ctx context.Context, last string) error {
 // way runs again whole at the next open, so it must be safe to repeat.
 const outsideTx = "-- calltap: outside a transaction\n"
 
-func (db *core) migrateOne(ctx context.Context, dir, name string) error {
-	body, err := fs.ReadFile(migrations, dir+"/"+name)
+func (db *core) migrateOne(ctx context.Context, name string) error {
+	body, err := fs.ReadFile(db.migrations, name)
 	if err != nil {
 		return err
 	}
 	if strings.HasPrefix(string(body), outsideTx) {
-		return db.migrateOutsideTx(ctx, dir, name, string(body))
+		return db.migrateOutsideTx(ctx, name, string(body))
 	}
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
@@ -406,7 +424,7 @@ func (db *core) migrateOne(ctx context.Context, dir, name string) error {
 	return tx.Commit()
 }
 
-func (db *core) migrateOutsideTx(ctx context.Context, dir, name, body string) error {
+func (db *core) migrateOutsideTx(ctx context.Context, name, body string) error {
 	var n int
 	if err := db.write.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE name = ?`, name).Scan(&n); err != nil {
 		return err

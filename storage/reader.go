@@ -97,7 +97,7 @@ func openReadOnly(ctx context.Context, path string, immutable bool) (*core, erro
 	rdb := sql.OpenDB(connector{drv: drv, dsn: "file:" + path + "?" + q.Encode()})
 	rdb.SetMaxOpenConns(4)
 	rdb.SetMaxIdleConns(4)
-	c := &core{path: path, schema: SchemaAgent, sync: SyncFull, read: rdb, write: rdb,
+	c := &core{path: path, schema: SchemaAgent, migrations: agentMigrations, sync: SyncFull, read: rdb, write: rdb,
 		bodies: newBodyStore(BodiesDir(path), false)}
 	var n int64 // a first read, which opens the file (an older store may lack intake_state)
 	if err := rdb.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
@@ -289,7 +289,7 @@ func probeLock(path string) bool {
 // pendingMigrations counts the migrations of the store's schema that it
 // has not recorded.
 func (db *core) pendingMigrations(ctx context.Context) (int, error) {
-	entries, err := fs.ReadDir(migrations, "migrations/"+string(db.schema))
+	entries, err := fs.ReadDir(db.migrations, ".")
 	if err != nil {
 		return 0, err
 	}

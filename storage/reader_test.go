@@ -82,7 +82,7 @@ func TestReaderSaysWhatItLeavesOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	sdb.SetMaxOpenConns(1)
-	o := &AgentStore{core: &core{path: old, schema: SchemaAgent, write: sdb}}
+	o := &AgentStore{core: &core{path: old, schema: SchemaAgent, migrations: agentMigrations, write: sdb}}
 	if err := o.migrateThrough(ctx, "0005_contentless_fts.sql"); err != nil {
 		t.Fatal(err)
 	}

@@ -23,12 +23,12 @@ func synchronous(t *testing.T, db *core) int {
 // connection), and only at checkpoints with SyncNormal; for every schema.
 func TestSyncModeOfWriter(t *testing.T) {
 	ctx := context.Background()
-	for _, schema := range []Schema{SchemaAgent, SchemaRelay} {
+	for _, schema := range []Schema{SchemaAgent, otherSchema} {
 		for _, tc := range []struct {
 			opts []Option
 			want int
 		}{{nil, 2}, {[]Option{WithSync(SyncFull)}, 2}, {[]Option{WithSync(SyncNormal)}, 1}} {
-			db, err := open(ctx, filepath.Join(t.TempDir(), string(schema)+".db"), schema, tc.opts...)
+			db, err := open(ctx, filepath.Join(t.TempDir(), string(schema)+".db"), schema, migrationsOf(schema), tc.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}

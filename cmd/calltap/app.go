@@ -15,6 +15,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/relaydb"
 	"github.com/calltap/calltap/web"
 )
 
@@ -120,7 +121,7 @@ type devRelay struct {
 	listen, publicURL string
 	flags             relayFlags
 
-	db  *storage.RelayStore
+	db  *relaydb.Store
 	ln  net.Listener
 	srv *relay.Server
 }

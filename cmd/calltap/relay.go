@@ -22,6 +22,7 @@ import (
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/cluster"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/relaydb"
 )
 
 // relayFlags are the public server's settings, shared by relay and dev.
@@ -98,8 +99,8 @@ func flagGiven(fs *flagSet, name string) bool {
 // manager usually waits after SIGTERM before it kills.
 const defaultStopGrace = 20 * time.Second
 
-func relayDB(ctx context.Context, dataDir string, opts ...storage.Option) (*storage.RelayStore, error) {
-	return storage.OpenRelay(ctx, filepath.Join(dataDir, "relay.db"), opts...)
+func relayDB(ctx context.Context, dataDir string, opts ...storage.Option) (*relaydb.Store, error) {
+	return relaydb.Open(ctx, filepath.Join(dataDir, "relay.db"), opts...)
 }
 
 // natsFlags make a relay node of a cluster whose state is in NATS JetStream.
@@ -406,7 +407,7 @@ func cmdRelayToken(ctx context.Context, args []string, stdio Stdio) int {
 		}
 		tw.Flush()
 	case "revoke":
-		if err := db.RevokeToken(ctx, fs.args[0]); errors.Is(err, storage.ErrNotFound) {
+		if err := db.RevokeToken(ctx, fs.args[0]); errors.Is(err, relaydb.ErrNotFound) {
 			return fail(stdio, name, fmt.Errorf("no active token named %q", fs.args[0]))
 		} else if err != nil {
 			return fail(stdio, name, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/relaydb"
 )
 
 // Options shape a Stack.
@@ -43,7 +44,7 @@ type Stack struct {
 	opts Options
 	Dir  string
 
-	RelayDB   *storage.RelayStore
+	RelayDB   *relaydb.Store
 	Relay     *relay.Server
 	RelayAddr string // host:port, stable across RestartRelay
 	RelayURL  string
@@ -75,7 +76,7 @@ func Start(t testing.TB, opts Options) *Stack {
 	}
 	s := &Stack{t: t, opts: opts, Dir: opts.Dir}
 	ctx := context.Background()
-	db, err := storage.OpenRelay(ctx, filepath.Join(opts.Dir, "relay.db"))
+	db, err := relaydb.Open(ctx, filepath.Join(opts.Dir, "relay.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/calltap/calltap/relay/cluster"
 	"github.com/calltap/calltap/relay/cluster/natstest"
 	"github.com/calltap/calltap/relay/polltest"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/relaystate"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -358,7 +358,7 @@ func TestQueueLimitAcrossNodes(t *testing.T) {
 		}
 	}
 	// The stream refuses it itself, whatever a node counted.
-	err := nodes[2].c.Enqueue(context.Background(), &storage.QueuedRequest{ID: "over", TunnelID: info.TunnelID, Method: "POST", URI: "/"})
+	err := nodes[2].c.Enqueue(context.Background(), &relaystate.QueuedRequest{ID: "over", TunnelID: info.TunnelID, Method: "POST", URI: "/"})
 	if !errors.Is(err, relay.ErrQueueFull) {
 		t.Errorf("a fifth request stored straight into the stream: %v, want ErrQueueFull", err)
 	}

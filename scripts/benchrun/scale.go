@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/relaydb"
 )
 
 // The relay-scale part runs the relay in this process, so its goroutines
@@ -56,7 +56,7 @@ func cmdScale(ctx context.Context, args []string) error {
 	}
 	defer os.RemoveAll(dir)
 
-	db, err := storage.OpenRelay(ctx, filepath.Join(dir, "relay.db"))
+	db, err := relaydb.Open(ctx, filepath.Join(dir, "relay.db"))
 	if err != nil {
 		return err
 	}

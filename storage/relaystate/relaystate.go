@@ -1,7 +1,7 @@
 // Package relaystate is what a relay keeps, as plain types: tokens and the
 // requests queued for agents that are away. It imports no database driver,
 // so that the NATS cluster (relay/cluster) and the relay's SQLite store
-// (storage) share these types without the cluster linking SQLite.
+// (storage/relaydb) share these types without the cluster linking SQLite.
 package relaystate
 
 import (

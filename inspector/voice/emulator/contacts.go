@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/servicedb"
 )
 
 // ContactItem is a contact record. The documentation does not show its
@@ -44,7 +44,7 @@ func (s *Server) contacts(w http.ResponseWriter, r *http.Request, search bool) {
 		s.fail(w, r, err)
 		return
 	}
-	var filters []storage.ContactFilter
+	var filters []servicedb.ContactFilter
 	if search {
 		names := make([]string, 0, len(q))
 		for name := range q {
@@ -62,7 +62,7 @@ func (s *Server) contacts(w http.ResponseWriter, r *http.Request, search bool) {
 			filters = append(filters, f)
 		}
 	}
-	rows, count, err := s.db.ListContacts(r.Context(), filters, storage.Page{Limit: limit, Offset: offset})
+	rows, count, err := s.db.ListContacts(r.Context(), filters, servicedb.Page{Limit: limit, Offset: offset})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -79,9 +79,9 @@ func (s *Server) contacts(w http.ResponseWriter, r *http.Request, search bool) {
 // contact's own fields first, then the organisation's custom fields in use.
 // A name that is neither is refused, so that a typo does not pass for an
 // empty result.
-func (s *Server) contactFilter(r *http.Request, name string, values []string) (storage.ContactFilter, error) {
-	f := storage.ContactFilter{Field: name, Values: values}
-	for _, c := range storage.ContactColumns {
+func (s *Server) contactFilter(r *http.Request, name string, values []string) (servicedb.ContactFilter, error) {
+	f := servicedb.ContactFilter{Field: name, Values: values}
+	for _, c := range servicedb.ContactColumns {
 		if c == name {
 			return f, nil
 		}
@@ -94,7 +94,7 @@ func (s *Server) contactFilter(r *http.Request, name string, values []string) (s
 		return f, err
 	}
 	if !inUse {
-		return f, api.Invalid("%q is not a contact field (%s) nor a custom field in use", name, strings.Join(storage.ContactColumns, ", "))
+		return f, api.Invalid("%q is not a contact field (%s) nor a custom field in use", name, strings.Join(servicedb.ContactColumns, ", "))
 	}
 	f.Custom = true
 	return f, nil

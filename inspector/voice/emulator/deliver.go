@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/servicedb"
 )
 
 // Delivery status values. The documentation shows only pending.
@@ -88,7 +88,7 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // attempt makes one attempt at d and records it.
-func (s *Server) attempt(ctx context.Context, d *storage.ServiceDelivery) {
+func (s *Server) attempt(ctx context.Context, d *servicedb.Delivery) {
 	try := d.Attempts + 1
 	started := s.now()
 	status, body, errText := s.post(ctx, d)
@@ -99,8 +99,8 @@ func (s *Server) attempt(ctx context.Context, d *storage.ServiceDelivery) {
 		return
 	}
 	finished := s.now()
-	a := &storage.ServiceAttempt{Try: try, At: started, ResponseStatus: status, ResponseBody: body, Error: errText, Duration: finished.Sub(started)}
-	o := storage.AttemptOutcome{Status: StatusFailed}
+	a := &servicedb.Attempt{Try: try, At: started, ResponseStatus: status, ResponseBody: body, Error: errText, Duration: finished.Sub(started)}
+	o := servicedb.AttemptOutcome{Status: StatusFailed}
 	switch {
 	case status >= 200 && status < 300:
 		o.Status, o.DeliveredAt = StatusDelivered, finished
@@ -131,7 +131,7 @@ func (s *Server) attempt(ctx context.Context, d *storage.ServiceDelivery) {
 // post sends d's payload. It returns the response status (0 when none came)
 // with up to maxResponseBody bytes of the body, and the error text of a
 // failed attempt.
-func (s *Server) post(ctx context.Context, d *storage.ServiceDelivery) (status int, body []byte, errText string) {
+func (s *Server) post(ctx context.Context, d *servicedb.Delivery) (status int, body []byte, errText string) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Payload))
 	if err != nil {
 		return 0, nil, "build request: " + err.Error()

@@ -15,7 +15,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/servicedb"
 )
 
 // Scenarios a dispatch can ask the emulator to play.
@@ -293,24 +293,24 @@ func validHeaderName(name string) bool {
 // custom fields are merged), else the first contact with the number
 // called, else a new one. Missing names and emails are made up, so that the
 // payloads and the contacts collection agree.
-func (s *Server) dispatchContact(r *http.Request, req *dispatchRequest) (*storage.ServiceContact, error) {
+func (s *Server) dispatchContact(r *http.Request, req *dispatchRequest) (*servicedb.Contact, error) {
 	ctx := r.Context()
 	c := req.Contact
 	if c == nil {
 		found, err := s.db.ContactByPhone(ctx, req.ToNumber)
 		if err == nil {
 			return found, nil
-		} else if !errors.Is(err, storage.ErrNotFound) {
+		} else if !errors.Is(err, servicedb.ErrNotFound) {
 			return nil, err
 		}
 		c = &contactInput{}
 	}
-	sc := &storage.ServiceContact{ID: c.ID, CreatedAt: s.now(), CustomFields: "{}"}
+	sc := &servicedb.Contact{ID: c.ID, CreatedAt: s.now(), CustomFields: "{}"}
 	if sc.ID == "" {
 		sc.ID = uuid.NewString()
 	} else if stored, err := s.db.ContactByID(ctx, sc.ID); err == nil {
 		sc = stored
-	} else if !errors.Is(err, storage.ErrNotFound) {
+	} else if !errors.Is(err, servicedb.ErrNotFound) {
 		return nil, err
 	}
 	for _, f := range []struct {
@@ -351,7 +351,7 @@ func (s *Server) dispatchContact(r *http.Request, req *dispatchRequest) (*storag
 // So that no event claims to have occurred after the moment it is sent,
 // a call under a scale below 1 is back-dated by (1 − scale) × its length:
 // the last event occurs exactly when it is sent, the others a little before.
-func (s *Server) planCall(req *dispatchRequest, p *dispatchPlan, contact *storage.ServiceContact, base string) (*storage.ServiceCall, []*storage.ServiceDelivery, error) {
+func (s *Server) planCall(req *dispatchRequest, p *dispatchPlan, contact *servicedb.Contact, base string) (*servicedb.Call, []*servicedb.Delivery, error) {
 	now := s.now().Truncate(time.Microsecond)
 	spec := callevent.CallSpec{
 		CallID:     uuid.NewString(),
@@ -380,7 +380,7 @@ func (s *Server) planCall(req *dispatchRequest, p *dispatchPlan, contact *storag
 		spec.RingFor, spec.TalkFor = sec(t.RingSeconds), sec(t.TalkSeconds)
 		spec.RecordingAfter, spec.AnalysisAfter = sec(t.RecordingAfterSeconds), sec(t.AnalysisAfterSeconds)
 	}
-	call := &storage.ServiceCall{
+	call := &servicedb.Call{
 		ID: spec.CallID, Scenario: req.Scenario, FromNumber: req.FromNumber, ToNumber: req.ToNumber, ContactID: contact.ID,
 		ContactName: contact.Name, WebhookURL: req.EventWebhookURL, DispatchedAt: now,
 	}
@@ -390,7 +390,7 @@ func (s *Server) planCall(req *dispatchRequest, p *dispatchPlan, contact *storag
 	}
 	call.AgentName = events[0].payload.Call.Agent.Name
 	call.FromNumber = events[0].payload.Call.FromNumber
-	var deliveries []*storage.ServiceDelivery
+	var deliveries []*servicedb.Delivery
 	for _, e := range events {
 		if e.payload.Event == callevent.KindRecordingAvailable {
 			call.RecordingAt = e.at
@@ -452,7 +452,7 @@ func (s *Server) generate(spec callevent.CallSpec, sendFrom time.Time, scale flo
 
 // newDelivery is the delivery of one event: its id is the payload's, and
 // it is due when the event is sent.
-func newDelivery(callID string, e timedEvent, target string, headers [][2]string) (*storage.ServiceDelivery, error) {
+func newDelivery(callID string, e timedEvent, target string, headers [][2]string) (*servicedb.Delivery, error) {
 	body, err := json.Marshal(e.payload)
 	if err != nil {
 		return nil, fmt.Errorf("emulator: encode payload: %w", err)
@@ -464,7 +464,7 @@ func newDelivery(callID string, e timedEvent, target string, headers [][2]string
 	if err != nil {
 		return nil, err
 	}
-	return &storage.ServiceDelivery{
+	return &servicedb.Delivery{
 		ID: e.payload.ID, CallID: callID, Event: e.payload.Event, URL: target, Headers: string(h), Payload: body,
 		Status: StatusPending, MaxAttempts: callevent.MaxAttempts, NextAt: e.at, CreatedAt: e.at,
 	}, nil

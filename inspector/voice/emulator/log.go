@@ -9,7 +9,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/servicedb"
 )
 
 // DeliveryItem is a row of GET /webhooks/ (whose fields the documentation
@@ -58,7 +58,7 @@ type ReplayResult struct {
 	Queued bool   `json:"queued"`
 }
 
-func itemOf(d *storage.ServiceDelivery) DeliveryItem {
+func itemOf(d *servicedb.Delivery) DeliveryItem {
 	it := DeliveryItem{
 		ID: d.ID, Event: d.Event, URL: d.URL, Status: d.Status, Attempts: d.Attempts, MaxAttempts: d.MaxAttempts,
 		Error: d.Error, CallID: d.CallID, CreatedAt: api.Time(d.CreatedAt), DeliveredAt: api.Time(d.DeliveredAt),
@@ -80,7 +80,7 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	f := storage.DeliveryFilter{CallID: q.Get("call_id"), Event: q.Get("event"), Status: q.Get("status")}
+	f := servicedb.DeliveryFilter{CallID: q.Get("call_id"), Event: q.Get("event"), Status: q.Get("status")}
 	if f.CallID != "" {
 		if _, err := uuid.Parse(f.CallID); err != nil {
 			api.WriteError(w, api.Invalid("call_id must be a UUID; got %q", f.CallID))
@@ -97,7 +97,7 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, api.Invalid("status must be %s, %s or %s", StatusPending, StatusDelivered, StatusFailed))
 		return
 	}
-	rows, count, err := s.db.ListDeliveries(r.Context(), f, s.now(), storage.Page{Limit: limit, Offset: offset})
+	rows, count, err := s.db.ListDeliveries(r.Context(), f, s.now(), servicedb.Page{Limit: limit, Offset: offset})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -111,7 +111,7 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getDelivery(w http.ResponseWriter, r *http.Request) {
 	d, attempts, err := s.db.DeliveryByID(r.Context(), r.PathValue("id"), s.now())
-	if errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, servicedb.ErrNotFound) {
 		api.WriteError(w, api.NotFound("delivery "+r.PathValue("id")))
 		return
 	} else if err != nil {
@@ -144,7 +144,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, err := s.db.ReplayDelivery(r.Context(), req.ID, s.now())
-	if errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, servicedb.ErrNotFound) {
 		api.WriteError(w, api.NotFound("delivery "+req.ID))
 		return
 	} else if err != nil {

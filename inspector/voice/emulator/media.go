@@ -17,7 +17,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/servicedb"
 )
 
 // mediaPrefix is where the emulator serves the files its signed links name.
@@ -69,7 +69,7 @@ func (s *Server) sign(callID, file string, expires int64) string {
 func (s *Server) callMedia(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	call, err := s.db.CallByID(r.Context(), id)
-	if errors.Is(err, storage.ErrNotFound) {
+	if errors.Is(err, servicedb.ErrNotFound) {
 		api.WriteError(w, api.NotFound("call log "+id))
 		return
 	} else if err != nil {
@@ -107,7 +107,7 @@ func (s *Server) mediaFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	call, err := s.db.CallByID(r.Context(), callID)
-	if errors.Is(err, storage.ErrNotFound) || err == nil && call.RecordingAt.IsZero() {
+	if errors.Is(err, servicedb.ErrNotFound) || err == nil && call.RecordingAt.IsZero() {
 		api.WriteError(w, api.NotFound("media of call "+callID))
 		return
 	} else if err != nil {
@@ -128,7 +128,7 @@ func (s *Server) mediaFile(w http.ResponseWriter, r *http.Request) {
 }
 
 // transcript is the plain-text transcript of a completed call.
-func transcript(c *storage.ServiceCall) string {
+func transcript(c *servicedb.Call) string {
 	agent, contact := c.AgentName, c.ContactName
 	if agent == "" {
 		agent = "Agent"

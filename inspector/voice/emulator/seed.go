@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/servicedb"
 )
 
 // SeedWebhookURL is where seeded past calls say they delivered. The .invalid
@@ -56,21 +56,21 @@ func (s *Server) seed(ctx context.Context, n int) error {
 		base = "http://127.0.0.1"
 	}
 
-	contacts := make([]*storage.ServiceContact, n)
+	contacts := make([]*servicedb.Contact, n)
 	for i := range contacts {
 		name := randomName(rng)
 		cf, _ := json.Marshal(map[string]any{
 			"city": cities[rng.IntN(len(cities))], "plan": plans[rng.IntN(len(plans))], "lead_source": sources[rng.IntN(len(sources))],
 		})
-		contacts[i] = &storage.ServiceContact{
+		contacts[i] = &servicedb.Contact{
 			ID: uuid.NewString(), Name: name, Phone: fmt.Sprintf("+1415%07d", 5550000+i), Email: emailOf(name),
 			CustomFields: string(cf), CreatedAt: start.Add(time.Duration(i) * 10 * time.Minute),
 		}
 	}
 
-	calls := make([]*storage.ServiceCall, n)
-	deliveries := make([][]*storage.ServiceDelivery, n)
-	attempts := map[string][]*storage.ServiceAttempt{}
+	calls := make([]*servicedb.Call, n)
+	deliveries := make([][]*servicedb.Delivery, n)
+	attempts := map[string][]*servicedb.Attempt{}
 	for i := range calls {
 		c := contacts[i]
 		scenario, flow, outcome := ScenarioCompleted, callevent.FlowCompleted, ""
@@ -93,7 +93,7 @@ func (s *Server) seed(ctx context.Context, n int) error {
 		if err != nil {
 			return err
 		}
-		call := &storage.ServiceCall{
+		call := &servicedb.Call{
 			ID: spec.CallID, Scenario: scenario, FromNumber: events[0].payload.Call.FromNumber, ToNumber: c.Phone,
 			ContactID: c.ID, ContactName: c.Name, AgentName: events[0].payload.Call.Agent.Name,
 			WebhookURL: SeedWebhookURL, DispatchedAt: dispatched,
@@ -107,23 +107,23 @@ func (s *Server) seed(ctx context.Context, n int) error {
 				return err
 			}
 			d.NextAt = time.Time{}
-			ok := func(at time.Time, try int) *storage.ServiceAttempt {
-				return &storage.ServiceAttempt{Try: try, At: at, ResponseStatus: 200, ResponseBody: []byte(`{"ok":true}`), Duration: 42 * time.Millisecond}
+			ok := func(at time.Time, try int) *servicedb.Attempt {
+				return &servicedb.Attempt{Try: try, At: at, ResponseStatus: 200, ResponseBody: []byte(`{"ok":true}`), Duration: 42 * time.Millisecond}
 			}
 			switch {
 			case i%9 == 4 && e.payload.Event == callevent.KindAnalysisCompleted:
 				retry := e.at.Add(callevent.RetrySchedule[1])
-				attempts[d.ID] = []*storage.ServiceAttempt{
+				attempts[d.ID] = []*servicedb.Attempt{
 					{Try: 1, At: e.at, ResponseStatus: 503, ResponseBody: []byte("upstream unavailable"), Error: "HTTP 503", Duration: 120 * time.Millisecond},
 					ok(retry, 2),
 				}
 				d.Status, d.Attempts, d.DeliveredAt = StatusDelivered, 2, retry.Add(42*time.Millisecond)
 			case i%13 == 7 && (e.payload.Event == callevent.KindEnded || e.payload.Event == callevent.KindFailed):
-				a := &storage.ServiceAttempt{Try: 1, At: e.at, ResponseStatus: 404, ResponseBody: []byte("not found"), Error: "HTTP 404: not retried", Duration: 8 * time.Millisecond}
-				attempts[d.ID] = []*storage.ServiceAttempt{a}
+				a := &servicedb.Attempt{Try: 1, At: e.at, ResponseStatus: 404, ResponseBody: []byte("not found"), Error: "HTTP 404: not retried", Duration: 8 * time.Millisecond}
+				attempts[d.ID] = []*servicedb.Attempt{a}
 				d.Status, d.Attempts = StatusFailed, 1
 			default:
-				attempts[d.ID] = []*storage.ServiceAttempt{ok(e.at, 1)}
+				attempts[d.ID] = []*servicedb.Attempt{ok(e.at, 1)}
 				d.Status, d.Attempts, d.DeliveredAt = StatusDelivered, 1, e.at.Add(42*time.Millisecond)
 			}
 			last := attempts[d.ID][len(attempts[d.ID])-1]

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/servicedb"
 )
 
 // Prefix is where the API lives, the documentation's {base_url} path.
@@ -24,7 +24,7 @@ const Prefix = "/api/v1/ext"
 // Server is the emulated voice service: its API and its delivery scheduler.
 type Server struct {
 	cfg    Config
-	db     *storage.ServiceStore
+	db     *servicedb.Store
 	mux    *http.ServeMux
 	client *http.Client
 	keys   []hashedKey
@@ -51,7 +51,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("emulator: no data directory")
 	}
 	ctx := context.Background()
-	db, err := storage.OpenService(ctx, filepath.Join(cfg.DataDir, "service.db"))
+	db, err := servicedb.Open(ctx, filepath.Join(cfg.DataDir, "service.db"))
 	if err != nil {
 		return nil, err
 	}

@@ -1,21 +1,54 @@
-package storage
+// Package servicedb is the emulated voice service's SQLite database
+// (calltap mock-service): contacts, calls, webhook deliveries and their
+// attempts. Delivery policy (what is retried, and when) belongs to package
+// emulator; these queries only keep its state. The schema is its
+// migrations folder, embedded; the core (opening, migrations) is package
+// storage's.
+package servicedb
 
 import (
 	"context"
 	"database/sql"
+	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"time"
+
+	"github.com/calltap/calltap/storage"
 )
 
-// This file holds the queries of the emulated voice service (SchemaService):
-// contacts, calls, webhook deliveries and their attempts. Delivery policy
-// (what is retried, and when) belongs to package emulator; these queries
-// only keep its state.
+// Schema names the emulated service's database.
+const Schema storage.Schema = "service"
 
-// ServiceContact is one contact of the emulated organisation.
-type ServiceContact struct {
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Store is the voice service emulator's database.
+type Store struct{ *storage.DB }
+
+// Open opens (creating if needed) the emulator's database at path.
+func Open(ctx context.Context, path string, opts ...storage.Option) (*Store, error) {
+	migrations, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	db, err := storage.Open(ctx, path, Schema, migrations, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db}, nil
+}
+
+// ErrNotFound is returned when a looked-up row does not exist.
+var ErrNotFound = storage.ErrNotFound
+
+// Page is the paging request every collection query takes (storage.Page).
+type Page = storage.Page
+
+// Contact is one contact of the emulated organisation.
+type Contact struct {
 	Seq          int64
 	ID           string
 	Name         string
@@ -25,8 +58,8 @@ type ServiceContact struct {
 	CreatedAt    time.Time
 }
 
-// ServiceCall is a call the emulator placed.
-type ServiceCall struct {
+// Call is a call the emulator placed.
+type Call struct {
 	ID           string
 	Scenario     string
 	FromNumber   string
@@ -39,8 +72,8 @@ type ServiceCall struct {
 	RecordingAt  time.Time // zero: the call has no recording
 }
 
-// ServiceDelivery is one webhook delivery: one event of one call to one URL.
-type ServiceDelivery struct {
+// Delivery is one webhook delivery: one event of one call to one URL.
+type Delivery struct {
 	Seq            int64
 	ID             string
 	CallID         string
@@ -60,8 +93,8 @@ type ServiceDelivery struct {
 	DeliveredAt    time.Time
 }
 
-// ServiceAttempt is one try at a delivery.
-type ServiceAttempt struct {
+// Attempt is one try at a delivery.
+type Attempt struct {
 	N              int // over the delivery's life; set by FinishAttempt
 	Round          int
 	Try            int // within the round
@@ -76,8 +109,8 @@ type ServiceAttempt struct {
 
 // InitServiceSetting stores value under key unless a value is there
 // already, and returns the value kept.
-func (db *ServiceStore) InitServiceSetting(ctx context.Context, key, value string) (string, error) {
-	tx, err := db.write.BeginTx(ctx, nil)
+func (db *Store) InitServiceSetting(ctx context.Context, key, value string) (string, error) {
+	tx, err := db.Writer().BeginTx(ctx, nil)
 	if err != nil {
 		return "", err
 	}
@@ -115,7 +148,7 @@ func isContactColumn(name string) bool {
 	return false
 }
 
-func upsertContact(ctx context.Context, tx *sql.Tx, c *ServiceContact) error {
+func upsertContact(ctx context.Context, tx *sql.Tx, c *Contact) error {
 	if c.CustomFields == "" {
 		c.CustomFields = "{}"
 	}
@@ -140,8 +173,8 @@ func upsertContact(ctx context.Context, tx *sql.Tx, c *ServiceContact) error {
 }
 
 // ContactByID returns a contact, or ErrNotFound.
-func (db *ServiceStore) ContactByID(ctx context.Context, id string) (*ServiceContact, error) {
-	row := db.read.QueryRowContext(ctx, `SELECT seq, id, name, phone, email, custom_fields, created_at FROM contacts WHERE id = ?`, id)
+func (db *Store) ContactByID(ctx context.Context, id string) (*Contact, error) {
+	row := db.Reader().QueryRowContext(ctx, `SELECT seq, id, name, phone, email, custom_fields, created_at FROM contacts WHERE id = ?`, id)
 	c, err := scanContact(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
@@ -150,8 +183,8 @@ func (db *ServiceStore) ContactByID(ctx context.Context, id string) (*ServiceCon
 }
 
 // ContactByPhone returns the oldest contact with phone, or ErrNotFound.
-func (db *ServiceStore) ContactByPhone(ctx context.Context, phone string) (*ServiceContact, error) {
-	row := db.read.QueryRowContext(ctx, `SELECT seq, id, name, phone, email, custom_fields, created_at FROM contacts WHERE phone = ? ORDER BY seq LIMIT 1`, phone)
+func (db *Store) ContactByPhone(ctx context.Context, phone string) (*Contact, error) {
+	row := db.Reader().QueryRowContext(ctx, `SELECT seq, id, name, phone, email, custom_fields, created_at FROM contacts WHERE phone = ? ORDER BY seq LIMIT 1`, phone)
 	c, err := scanContact(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
@@ -160,15 +193,15 @@ func (db *ServiceStore) ContactByPhone(ctx context.Context, phone string) (*Serv
 }
 
 // CustomFieldInUse reports whether any contact has the custom field name.
-func (db *ServiceStore) CustomFieldInUse(ctx context.Context, name string) (bool, error) {
+func (db *Store) CustomFieldInUse(ctx context.Context, name string) (bool, error) {
 	var n int
-	err := db.read.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM contacts, json_each(contacts.custom_fields) WHERE json_each.key = ?)`, name).Scan(&n)
+	err := db.Reader().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM contacts, json_each(contacts.custom_fields) WHERE json_each.key = ?)`, name).Scan(&n)
 	return n == 1, err
 }
 
 // ListContacts returns a page of contacts matching every filter, newest
 // first, and the number of matching rows ignoring the page.
-func (db *ServiceStore) ListContacts(ctx context.Context, filters []ContactFilter, p Page) ([]*ServiceContact, int, error) {
+func (db *Store) ListContacts(ctx context.Context, filters []ContactFilter, p Page) ([]*Contact, int, error) {
 	var where []string
 	var args []any
 	for _, f := range filters {
@@ -196,16 +229,16 @@ func (db *ServiceStore) ListContacts(ctx context.Context, filters []ContactFilte
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
 	var count int
-	if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM contacts`+cond, args...).Scan(&count); err != nil {
+	if err := db.Reader().QueryRowContext(ctx, `SELECT count(*) FROM contacts`+cond, args...).Scan(&count); err != nil {
 		return nil, 0, err
 	}
-	rows, err := db.read.QueryContext(ctx, `SELECT seq, id, name, phone, email, custom_fields, created_at FROM contacts`+cond+
+	rows, err := db.Reader().QueryContext(ctx, `SELECT seq, id, name, phone, email, custom_fields, created_at FROM contacts`+cond+
 		` ORDER BY seq DESC LIMIT ? OFFSET ?`, append(args, p.Limit, p.Offset)...)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer rows.Close()
-	var out []*ServiceContact
+	var out []*Contact
 	for rows.Next() {
 		c, err := scanContact(rows)
 		if err != nil {
@@ -217,16 +250,16 @@ func (db *ServiceStore) ListContacts(ctx context.Context, filters []ContactFilte
 }
 
 // CountContacts is the number of contacts.
-func (db *ServiceStore) CountContacts(ctx context.Context) (int, error) {
+func (db *Store) CountContacts(ctx context.Context) (int, error) {
 	var n int
-	err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM contacts`).Scan(&n)
+	err := db.Reader().QueryRowContext(ctx, `SELECT count(*) FROM contacts`).Scan(&n)
 	return n, err
 }
 
 type scanner interface{ Scan(...any) error }
 
-func scanContact(s scanner) (*ServiceContact, error) {
-	var c ServiceContact
+func scanContact(s scanner) (*Contact, error) {
+	var c Contact
 	var created int64
 	if err := s.Scan(&c.Seq, &c.ID, &c.Name, &c.Phone, &c.Email, &c.CustomFields, &created); err != nil {
 		return nil, err
@@ -239,8 +272,8 @@ func scanContact(s scanner) (*ServiceContact, error) {
 
 // CreateCall saves a call, its contact (upserted, when given) and the
 // deliveries of its events in one transaction.
-func (db *ServiceStore) CreateCall(ctx context.Context, call *ServiceCall, contact *ServiceContact, deliveries []*ServiceDelivery, attempts map[string][]*ServiceAttempt) error {
-	tx, err := db.write.BeginTx(ctx, nil)
+func (db *Store) CreateCall(ctx context.Context, call *Call, contact *Contact, deliveries []*Delivery, attempts map[string][]*Attempt) error {
+	tx, err := db.Writer().BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -253,8 +286,8 @@ func (db *ServiceStore) CreateCall(ctx context.Context, call *ServiceCall, conta
 
 // SeedService saves many contacts and calls in one transaction (--seed).
 // calls[i] goes with deliveries[i]; attempts are keyed by delivery id.
-func (db *ServiceStore) SeedService(ctx context.Context, contacts []*ServiceContact, calls []*ServiceCall, deliveries [][]*ServiceDelivery, attempts map[string][]*ServiceAttempt) error {
-	tx, err := db.write.BeginTx(ctx, nil)
+func (db *Store) SeedService(ctx context.Context, contacts []*Contact, calls []*Call, deliveries [][]*Delivery, attempts map[string][]*Attempt) error {
+	tx, err := db.Writer().BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -272,7 +305,7 @@ func (db *ServiceStore) SeedService(ctx context.Context, contacts []*ServiceCont
 	return tx.Commit()
 }
 
-func createCall(ctx context.Context, tx *sql.Tx, call *ServiceCall, contact *ServiceContact, deliveries []*ServiceDelivery, attempts map[string][]*ServiceAttempt) error {
+func createCall(ctx context.Context, tx *sql.Tx, call *Call, contact *Contact, deliveries []*Delivery, attempts map[string][]*Attempt) error {
 	if contact != nil {
 		if err := upsertContact(ctx, tx, contact); err != nil {
 			return err
@@ -281,15 +314,15 @@ func createCall(ctx context.Context, tx *sql.Tx, call *ServiceCall, contact *Ser
 	_, err := tx.ExecContext(ctx, `INSERT INTO calls (id, scenario, from_number, to_number, contact_id, contact_name, agent_name, webhook_url, dispatched_at, recording_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		call.ID, call.Scenario, call.FromNumber, call.ToNumber, call.ContactID, call.ContactName, call.AgentName, call.WebhookURL,
-		call.DispatchedAt.UnixMicro(), micros(call.RecordingAt))
+		call.DispatchedAt.UnixMicro(), storage.Micros(call.RecordingAt))
 	if err != nil {
 		return fmt.Errorf("storage: save call: %w", err)
 	}
 	for _, d := range deliveries {
 		res, err := tx.ExecContext(ctx, `INSERT INTO deliveries (id, call_id, event, url, headers, payload, status, attempts, max_attempts, round, next_at,
 			response_status, response_body, error, created_at, delivered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			d.ID, d.CallID, d.Event, d.URL, d.Headers, d.Payload, d.Status, d.Attempts, d.MaxAttempts, d.Round, micros(d.NextAt),
-			nullInt(d.ResponseStatus), d.ResponseBody, d.Error, d.CreatedAt.UnixMicro(), micros(d.DeliveredAt))
+			d.ID, d.CallID, d.Event, d.URL, d.Headers, d.Payload, d.Status, d.Attempts, d.MaxAttempts, d.Round, storage.Micros(d.NextAt),
+			nullInt(d.ResponseStatus), d.ResponseBody, d.Error, d.CreatedAt.UnixMicro(), storage.Micros(d.DeliveredAt))
 		if err != nil {
 			return fmt.Errorf("storage: save delivery: %w", err)
 		}
@@ -305,11 +338,11 @@ func createCall(ctx context.Context, tx *sql.Tx, call *ServiceCall, contact *Ser
 }
 
 // CallByID returns a call, or ErrNotFound.
-func (db *ServiceStore) CallByID(ctx context.Context, id string) (*ServiceCall, error) {
-	var c ServiceCall
+func (db *Store) CallByID(ctx context.Context, id string) (*Call, error) {
+	var c Call
 	var dispatched int64
 	var rec sql.NullInt64
-	err := db.read.QueryRowContext(ctx, `SELECT id, scenario, from_number, to_number, contact_id, contact_name, agent_name, webhook_url, dispatched_at, recording_at
+	err := db.Reader().QueryRowContext(ctx, `SELECT id, scenario, from_number, to_number, contact_id, contact_name, agent_name, webhook_url, dispatched_at, recording_at
 		FROM calls WHERE id = ?`, id).Scan(&c.ID, &c.Scenario, &c.FromNumber, &c.ToNumber, &c.ContactID, &c.ContactName, &c.AgentName, &c.WebhookURL, &dispatched, &rec)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
@@ -317,7 +350,7 @@ func (db *ServiceStore) CallByID(ctx context.Context, id string) (*ServiceCall, 
 		return nil, err
 	}
 	c.DispatchedAt = time.UnixMicro(dispatched).UTC()
-	c.RecordingAt = fromMicros(rec)
+	c.RecordingAt = storage.FromMicros(rec)
 	return &c, nil
 }
 
@@ -333,8 +366,8 @@ type DeliveryFilter struct {
 const deliveryColumns = `seq, id, call_id, event, url, headers, payload, status, attempts, max_attempts, round, next_at,
 	response_status, response_body, error, created_at, delivered_at`
 
-func scanDelivery(s scanner) (*ServiceDelivery, error) {
-	var d ServiceDelivery
+func scanDelivery(s scanner) (*Delivery, error) {
+	var d Delivery
 	var next, delivered sql.NullInt64
 	var rs sql.NullInt64
 	var created int64
@@ -342,16 +375,16 @@ func scanDelivery(s scanner) (*ServiceDelivery, error) {
 		&rs, &d.ResponseBody, &d.Error, &created, &delivered); err != nil {
 		return nil, err
 	}
-	d.NextAt = fromMicros(next)
+	d.NextAt = storage.FromMicros(next)
 	d.ResponseStatus = int(rs.Int64)
 	d.CreatedAt = time.UnixMicro(created).UTC()
-	d.DeliveredAt = fromMicros(delivered)
+	d.DeliveredAt = storage.FromMicros(delivered)
 	return &d, nil
 }
 
 // ListDeliveries returns a page of the delivery log as of now (rows due
 // later are not there yet), newest first, and the number of rows matching.
-func (db *ServiceStore) ListDeliveries(ctx context.Context, f DeliveryFilter, now time.Time, p Page) ([]*ServiceDelivery, int, error) {
+func (db *Store) ListDeliveries(ctx context.Context, f DeliveryFilter, now time.Time, p Page) ([]*Delivery, int, error) {
 	cond := ` WHERE created_at <= ?`
 	args := []any{now.UnixMicro()}
 	if f.CallID != "" {
@@ -367,16 +400,16 @@ func (db *ServiceStore) ListDeliveries(ctx context.Context, f DeliveryFilter, no
 		args = append(args, f.Status)
 	}
 	var count int
-	if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM deliveries`+cond, args...).Scan(&count); err != nil {
+	if err := db.Reader().QueryRowContext(ctx, `SELECT count(*) FROM deliveries`+cond, args...).Scan(&count); err != nil {
 		return nil, 0, err
 	}
-	rows, err := db.read.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries`+cond+` ORDER BY created_at DESC, seq DESC LIMIT ? OFFSET ?`,
+	rows, err := db.Reader().QueryContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries`+cond+` ORDER BY created_at DESC, seq DESC LIMIT ? OFFSET ?`,
 		append(args, p.Limit, p.Offset)...)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer rows.Close()
-	var out []*ServiceDelivery
+	var out []*Delivery
 	for rows.Next() {
 		d, err := scanDelivery(rows)
 		if err != nil {
@@ -390,21 +423,21 @@ func (db *ServiceStore) ListDeliveries(ctx context.Context, f DeliveryFilter, no
 // DeliveryByID returns a delivery that exists as of now with all its
 // attempts, or ErrNotFound. The two are read apart: an attempt finishing in
 // between shows in the log one step ahead of the row.
-func (db *ServiceStore) DeliveryByID(ctx context.Context, id string, now time.Time) (*ServiceDelivery, []*ServiceAttempt, error) {
-	d, err := scanDelivery(db.read.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries WHERE id = ? AND created_at <= ?`, id, now.UnixMicro()))
+func (db *Store) DeliveryByID(ctx context.Context, id string, now time.Time) (*Delivery, []*Attempt, error) {
+	d, err := scanDelivery(db.Reader().QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries WHERE id = ? AND created_at <= ?`, id, now.UnixMicro()))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil, ErrNotFound
 	} else if err != nil {
 		return nil, nil, err
 	}
-	rows, err := db.read.QueryContext(ctx, `SELECT n, round, try, at, response_status, response_body, error, duration_us FROM delivery_attempts WHERE delivery_id = ? ORDER BY n`, id)
+	rows, err := db.Reader().QueryContext(ctx, `SELECT n, round, try, at, response_status, response_body, error, duration_us FROM delivery_attempts WHERE delivery_id = ? ORDER BY n`, id)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer rows.Close()
-	var out []*ServiceAttempt
+	var out []*Attempt
 	for rows.Next() {
-		var a ServiceAttempt
+		var a Attempt
 		var at, dur int64
 		var rs sql.NullInt64
 		if err := rows.Scan(&a.N, &a.Round, &a.Try, &at, &rs, &a.ResponseBody, &a.Error, &dur); err != nil {
@@ -420,8 +453,8 @@ func (db *ServiceStore) DeliveryByID(ctx context.Context, id string, now time.Ti
 
 // ReplayDelivery gives a delivery that exists as of now a fresh budget of
 // attempts, the first due at now, and returns it.
-func (db *ServiceStore) ReplayDelivery(ctx context.Context, id string, now time.Time) (*ServiceDelivery, error) {
-	tx, err := db.write.BeginTx(ctx, nil)
+func (db *Store) ReplayDelivery(ctx context.Context, id string, now time.Time) (*Delivery, error) {
+	tx, err := db.Writer().BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -443,10 +476,10 @@ func (db *ServiceStore) ReplayDelivery(ctx context.Context, id string, now time.
 
 // ResetInflight releases every delivery marked in flight: at start-up none
 // is, whatever a crash left behind. Their next_at is kept, so they are due.
-func (db *ServiceStore) ResetInflight(ctx context.Context) error {
-	_, err := db.write.ExecContext(ctx, `UPDATE deliveries SET inflight = 0, next_at = coalesce(next_at, created_at) WHERE inflight = 1 AND status = 'pending'`)
+func (db *Store) ResetInflight(ctx context.Context) error {
+	_, err := db.Writer().ExecContext(ctx, `UPDATE deliveries SET inflight = 0, next_at = coalesce(next_at, created_at) WHERE inflight = 1 AND status = 'pending'`)
 	if err == nil {
-		_, err = db.write.ExecContext(ctx, `UPDATE deliveries SET inflight = 0 WHERE inflight = 1`)
+		_, err = db.Writer().ExecContext(ctx, `UPDATE deliveries SET inflight = 0 WHERE inflight = 1`)
 	}
 	return err
 }
@@ -455,8 +488,8 @@ func (db *ServiceStore) ResetInflight(ctx context.Context) error {
 // deliveries due by now, at most one per call and none of a call that has an
 // attempt in flight already, earliest due first: a call's events are tried
 // one at a time, in the order they are due.
-func (db *ServiceStore) ClaimDueDeliveries(ctx context.Context, now time.Time, limit int) ([]*ServiceDelivery, error) {
-	tx, err := db.write.BeginTx(ctx, nil)
+func (db *Store) ClaimDueDeliveries(ctx context.Context, now time.Time, limit int) ([]*Delivery, error) {
+	tx, err := db.Writer().BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -468,7 +501,7 @@ func (db *ServiceStore) ClaimDueDeliveries(ctx context.Context, now time.Time, l
 	if err != nil {
 		return nil, err
 	}
-	var out []*ServiceDelivery
+	var out []*Delivery
 	seen := map[string]bool{}
 	for rows.Next() {
 		d, err := scanDelivery(rows)
@@ -497,21 +530,21 @@ func (db *ServiceStore) ClaimDueDeliveries(ctx context.Context, now time.Time, l
 // NextDeliveryDue is the earliest next_at of a pending delivery that could
 // be claimed (not in flight, nor of a call in flight); ok is false when
 // there is none.
-func (db *ServiceStore) NextDeliveryDue(ctx context.Context) (at time.Time, ok bool, err error) {
+func (db *Store) NextDeliveryDue(ctx context.Context) (at time.Time, ok bool, err error) {
 	var n sql.NullInt64
-	err = db.write.QueryRowContext(ctx, `SELECT min(next_at) FROM deliveries
+	err = db.Writer().QueryRowContext(ctx, `SELECT min(next_at) FROM deliveries
 		WHERE status = 'pending' AND inflight = 0 AND next_at IS NOT NULL
 		  AND call_id NOT IN (SELECT call_id FROM deliveries WHERE inflight = 1)`).Scan(&n)
 	if err != nil || !n.Valid {
 		return time.Time{}, false, err
 	}
-	return fromMicros(n), true, nil
+	return storage.FromMicros(n), true, nil
 }
 
 // ReleaseDelivery takes a delivery out of flight without recording an
 // attempt (the emulator stopped mid-attempt); it stays due.
-func (db *ServiceStore) ReleaseDelivery(ctx context.Context, id string) error {
-	_, err := db.write.ExecContext(ctx, `UPDATE deliveries SET inflight = 0 WHERE id = ?`, id)
+func (db *Store) ReleaseDelivery(ctx context.Context, id string) error {
+	_, err := db.Writer().ExecContext(ctx, `UPDATE deliveries SET inflight = 0 WHERE id = ?`, id)
 	return err
 }
 
@@ -525,8 +558,8 @@ type AttemptOutcome struct {
 // FinishAttempt records attempt a of delivery id, made in round, and takes
 // the delivery out of flight. When a replay started a new round meanwhile,
 // the attempt is logged but the delivery keeps the new round's state.
-func (db *ServiceStore) FinishAttempt(ctx context.Context, id string, round int, a *ServiceAttempt, o AttemptOutcome) error {
-	tx, err := db.write.BeginTx(ctx, nil)
+func (db *Store) FinishAttempt(ctx context.Context, id string, round int, a *Attempt, o AttemptOutcome) error {
+	tx, err := db.Writer().BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -543,14 +576,14 @@ func (db *ServiceStore) FinishAttempt(ctx context.Context, id string, round int,
 	}
 	_, err = tx.ExecContext(ctx, `UPDATE deliveries SET attempts = attempts + 1, status = ?, next_at = ?, response_status = ?, response_body = ?, error = ?,
 		delivered_at = coalesce(?, delivered_at) WHERE id = ? AND round = ?`,
-		o.Status, micros(o.NextAt), nullInt(a.ResponseStatus), a.ResponseBody, a.Error, micros(o.DeliveredAt), id, round)
+		o.Status, storage.Micros(o.NextAt), nullInt(a.ResponseStatus), a.ResponseBody, a.Error, storage.Micros(o.DeliveredAt), id, round)
 	if err != nil {
 		return err
 	}
 	return tx.Commit()
 }
 
-func insertServiceAttempt(ctx context.Context, tx *sql.Tx, id string, a *ServiceAttempt) error {
+func insertServiceAttempt(ctx context.Context, tx *sql.Tx, id string, a *Attempt) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO delivery_attempts (delivery_id, n, round, try, at, response_status, response_body, error, duration_us)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		id, a.N, a.Round, a.Try, a.At.UnixMicro(), nullInt(a.ResponseStatus), a.ResponseBody, a.Error, a.Duration.Microseconds())

@@ -1,4 +1,4 @@
-package storage
+package relaydb
 
 import (
 	"context"
@@ -67,7 +67,7 @@ func TestGroupCommitSharesCommits(t *testing.T) {
 // of their places.
 func TestConcurrentEnqueues(t *testing.T) {
 	ctx := context.Background()
-	db, err := OpenRelay(ctx, filepath.Join(t.TempDir(), "relay.db"))
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "relay.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,17 +1,51 @@
-package storage
+// Package relaydb is the relay's SQLite database: developers' tokens, the
+// relay's settings and the offline queue of requests held for agents that
+// are away (calltap relay, and dev's local relay). Its records are
+// relaystate's plain types; the schema is its migrations folder, embedded,
+// and the core (opening, migrations, damage reports) is package storage's.
+// A team relay keeps the same state in NATS instead (relay/cluster).
+package relaydb
 
 import (
 	"context"
 	"crypto/subtle"
 	"database/sql"
+	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/relaystate"
 )
+
+// Schema names the relay's database.
+const Schema storage.Schema = "relay"
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Store is the relay's database: tokens, settings and the offline queue.
+type Store struct {
+	*storage.DB
+	enqueues groupCommit[*QueuedRequest]
+}
+
+// Open opens (creating if needed) the relay's database at path.
+func Open(ctx context.Context, path string, opts ...storage.Option) (*Store, error) {
+	migrations, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	db, err := storage.Open(ctx, path, Schema, migrations, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{DB: db}, nil
+}
 
 // The relay's records are relaystate's, which the NATS cluster shares
 // without linking SQLite.
@@ -25,10 +59,10 @@ type (
 func HashToken(token string) []byte { return relaystate.HashToken(token) }
 
 // CreateToken stores a new token for name, bound to tunnelID.
-func (db *RelayStore) CreateToken(ctx context.Context, name, token, tunnelID string) (_ *Token, err error) {
-	defer db.explain(&err)
+func (db *Store) CreateToken(ctx context.Context, name, token, tunnelID string) (_ *Token, err error) {
+	defer db.Explain(&err)
 	now := time.Now().UTC()
-	_, err = db.write.ExecContext(ctx, `INSERT INTO tokens (name, token_hash, tunnel_id, created_at) VALUES (?, ?, ?, ?)`,
+	_, err = db.Writer().ExecContext(ctx, `INSERT INTO tokens (name, token_hash, tunnel_id, created_at) VALUES (?, ?, ?, ?)`,
 		name, HashToken(token), tunnelID, now.UnixMicro())
 	if err != nil {
 		if strings.Contains(err.Error(), "UNIQUE") {
@@ -42,9 +76,12 @@ func (db *RelayStore) CreateToken(ctx context.Context, name, token, tunnelID str
 // ErrConflict is returned when a row with the same key exists.
 var ErrConflict = relaystate.ErrConflict
 
+// ErrNotFound is returned when a looked-up row does not exist.
+var ErrNotFound = relaystate.ErrNotFound
+
 // Authenticate returns the live token whose hash matches token.
-func (db *RelayStore) Authenticate(ctx context.Context, token string) (_ *Token, err error) {
-	defer db.explain(&err)
+func (db *Store) Authenticate(ctx context.Context, token string) (_ *Token, err error) {
+	defer db.Explain(&err)
 	want := HashToken(token)
 	var (
 		t       Token
@@ -52,7 +89,7 @@ func (db *RelayStore) Authenticate(ctx context.Context, token string) (_ *Token,
 		created int64
 		revoked sql.NullInt64
 	)
-	err = db.read.QueryRowContext(ctx, `SELECT name, token_hash, tunnel_id, created_at, revoked_at FROM tokens WHERE token_hash = ?`, want).
+	err = db.Reader().QueryRowContext(ctx, `SELECT name, token_hash, tunnel_id, created_at, revoked_at FROM tokens WHERE token_hash = ?`, want).
 		Scan(&t.Name, &hash, &t.TunnelID, &created, &revoked)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
@@ -68,8 +105,8 @@ func (db *RelayStore) Authenticate(ctx context.Context, token string) (_ *Token,
 }
 
 // TokenByName returns one token, revoked or not.
-func (db *RelayStore) TokenByName(ctx context.Context, name string) (_ *Token, err error) {
-	defer db.explain(&err)
+func (db *Store) TokenByName(ctx context.Context, name string) (_ *Token, err error) {
+	defer db.Explain(&err)
 	ts, err := db.listTokens(ctx, `WHERE name = ?`, name)
 	if err != nil {
 		return nil, err
@@ -81,13 +118,13 @@ func (db *RelayStore) TokenByName(ctx context.Context, name string) (_ *Token, e
 }
 
 // Tokens lists every token, oldest first.
-func (db *RelayStore) Tokens(ctx context.Context) (_ []*Token, err error) {
-	defer db.explain(&err)
+func (db *Store) Tokens(ctx context.Context) (_ []*Token, err error) {
+	defer db.Explain(&err)
 	return db.listTokens(ctx, "")
 }
 
-func (db *core) listTokens(ctx context.Context, where string, args ...any) ([]*Token, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT name, tunnel_id, created_at, revoked_at FROM tokens `+where+` ORDER BY created_at`, args...)
+func (db *Store) listTokens(ctx context.Context, where string, args ...any) ([]*Token, error) {
+	rows, err := db.Reader().QueryContext(ctx, `SELECT name, tunnel_id, created_at, revoked_at FROM tokens `+where+` ORDER BY created_at`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -113,9 +150,9 @@ func (db *core) listTokens(ctx context.Context, where string, args ...any) ([]*T
 }
 
 // RevokeToken marks name's token revoked. Its tunnel id stays reserved.
-func (db *RelayStore) RevokeToken(ctx context.Context, name string) (err error) {
-	defer db.explain(&err)
-	res, err := db.write.ExecContext(ctx, `UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL`, time.Now().UnixMicro(), name)
+func (db *Store) RevokeToken(ctx context.Context, name string) (err error) {
+	defer db.Explain(&err)
+	res, err := db.Writer().ExecContext(ctx, `UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL`, time.Now().UnixMicro(), name)
 	if err != nil {
 		return err
 	}
@@ -126,17 +163,17 @@ func (db *RelayStore) RevokeToken(ctx context.Context, name string) (err error) 
 }
 
 // TunnelLive reports whether tunnelID belongs to a token that is not revoked.
-func (db *RelayStore) TunnelLive(ctx context.Context, tunnelID string) (_ bool, err error) {
-	defer db.explain(&err)
+func (db *Store) TunnelLive(ctx context.Context, tunnelID string) (_ bool, err error) {
+	defer db.Explain(&err)
 	var n int
-	err = db.read.QueryRowContext(ctx, `SELECT count(*) FROM tokens WHERE tunnel_id = ? AND revoked_at IS NULL`, tunnelID).Scan(&n)
+	err = db.Reader().QueryRowContext(ctx, `SELECT count(*) FROM tokens WHERE tunnel_id = ? AND revoked_at IS NULL`, tunnelID).Scan(&n)
 	return n > 0, err
 }
 
 // RevokedTunnels returns the tunnel ids of every revoked token.
-func (db *RelayStore) RevokedTunnels(ctx context.Context) (_ map[string]bool, err error) {
-	defer db.explain(&err)
-	rows, err := db.read.QueryContext(ctx, `SELECT tunnel_id FROM tokens WHERE revoked_at IS NOT NULL`)
+func (db *Store) RevokedTunnels(ctx context.Context) (_ map[string]bool, err error) {
+	defer db.Explain(&err)
+	rows, err := db.Reader().QueryContext(ctx, `SELECT tunnel_id FROM tokens WHERE revoked_at IS NOT NULL`)
 	if err != nil {
 		return nil, err
 	}
@@ -153,10 +190,10 @@ func (db *RelayStore) RevokedTunnels(ctx context.Context) (_ map[string]bool, er
 }
 
 // Setting returns a relay setting, or "" when unset.
-func (db *RelayStore) Setting(ctx context.Context, key string) (_ string, err error) {
-	defer db.explain(&err)
+func (db *Store) Setting(ctx context.Context, key string) (_ string, err error) {
+	defer db.Explain(&err)
 	var v string
-	err = db.read.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, key).Scan(&v)
+	err = db.Reader().QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, key).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil
 	}
@@ -164,9 +201,9 @@ func (db *RelayStore) Setting(ctx context.Context, key string) (_ string, err er
 }
 
 // SetSetting stores a relay setting.
-func (db *RelayStore) SetSetting(ctx context.Context, key, value string) (err error) {
-	defer db.explain(&err)
-	_, err = db.write.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
+func (db *Store) SetSetting(ctx context.Context, key, value string) (err error) {
+	defer db.Explain(&err)
+	_, err = db.Writer().ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
 	return err
 }
 
@@ -175,13 +212,13 @@ func (db *RelayStore) SetSetting(ctx context.Context, key, value string) (err er
 // commit synced (SyncFull), a burst of senders pays for one sync, not one
 // each. A failed commit fails every request in it, none of which has been
 // acknowledged to its sender.
-func (db *RelayStore) Enqueue(ctx context.Context, r *QueuedRequest) (err error) {
-	defer db.explain(&err)
+func (db *Store) Enqueue(ctx context.Context, r *QueuedRequest) (err error) {
+	defer db.Explain(&err)
 	return db.enqueues.do(r, func(batch []*QueuedRequest) error { return db.enqueue(context.WithoutCancel(ctx), batch) })
 }
 
-func (db *RelayStore) enqueue(ctx context.Context, batch []*QueuedRequest) error {
-	tx, err := db.write.BeginTx(ctx, nil)
+func (db *Store) enqueue(ctx context.Context, batch []*QueuedRequest) error {
+	tx, err := db.Writer().BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -226,7 +263,7 @@ type groupItem[T any] struct {
 }
 
 // errLead tells a waiting caller that it leads now.
-var errLead = errors.New("storage: lead the next commit")
+var errLead = errors.New("relaydb: lead the next commit")
 
 func (g *groupCommit[T]) do(v T, commit func([]T) error) error {
 	it := groupItem[T]{v: v, done: make(chan error, 1)}
@@ -262,9 +299,9 @@ func (g *groupCommit[T]) do(v T, commit func([]T) error) error {
 }
 
 // QueuedAfter returns up to limit requests of tunnelID with seq > after, in order.
-func (db *RelayStore) QueuedAfter(ctx context.Context, tunnelID string, after int64, limit int) (_ []*QueuedRequest, err error) {
-	defer db.explain(&err)
-	rows, err := db.read.QueryContext(ctx, `SELECT seq, id, arrived_at, method, uri, headers, body FROM queue WHERE tunnel_id = ? AND seq > ? ORDER BY seq LIMIT ?`, tunnelID, after, limit)
+func (db *Store) QueuedAfter(ctx context.Context, tunnelID string, after int64, limit int) (_ []*QueuedRequest, err error) {
+	defer db.Explain(&err)
+	rows, err := db.Reader().QueryContext(ctx, `SELECT seq, id, arrived_at, method, uri, headers, body FROM queue WHERE tunnel_id = ? AND seq > ? ORDER BY seq LIMIT ?`, tunnelID, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -281,12 +318,12 @@ func (db *RelayStore) QueuedAfter(ctx context.Context, tunnelID string, after in
 }
 
 // Dequeue removes delivered requests by seq.
-func (db *RelayStore) Dequeue(ctx context.Context, seqs ...int64) (err error) {
-	defer db.explain(&err)
+func (db *Store) Dequeue(ctx context.Context, seqs ...int64) (err error) {
+	defer db.Explain(&err)
 	if len(seqs) == 0 {
 		return nil
 	}
-	tx, err := db.write.BeginTx(ctx, nil)
+	tx, err := db.Writer().BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -305,9 +342,9 @@ func (db *RelayStore) Dequeue(ctx context.Context, seqs ...int64) (err error) {
 }
 
 // QueueStatsByTunnel sizes every tunnel's queue.
-func (db *RelayStore) QueueStatsByTunnel(ctx context.Context) (_ map[string]QueueStats, err error) {
-	defer db.explain(&err)
-	rows, err := db.read.QueryContext(ctx, `SELECT tunnel_id, count(*), coalesce(sum(size), 0) FROM queue GROUP BY tunnel_id`)
+func (db *Store) QueueStatsByTunnel(ctx context.Context) (_ map[string]QueueStats, err error) {
+	defer db.Explain(&err)
+	rows, err := db.Reader().QueryContext(ctx, `SELECT tunnel_id, count(*), coalesce(sum(size), 0) FROM queue GROUP BY tunnel_id`)
 	if err != nil {
 		return nil, err
 	}
@@ -326,9 +363,9 @@ func (db *RelayStore) QueueStatsByTunnel(ctx context.Context) (_ map[string]Queu
 
 // ExpireQueued drops queued requests that arrived before cutoff and returns
 // how many went, per tunnel.
-func (db *RelayStore) ExpireQueued(ctx context.Context, cutoff time.Time) (_ int64, err error) {
-	defer db.explain(&err)
-	res, err := db.write.ExecContext(ctx, `DELETE FROM queue WHERE arrived_at < ?`, cutoff.UnixMicro())
+func (db *Store) ExpireQueued(ctx context.Context, cutoff time.Time) (_ int64, err error) {
+	defer db.Explain(&err)
+	res, err := db.Writer().ExecContext(ctx, `DELETE FROM queue WHERE arrived_at < ?`, cutoff.UnixMicro())
 	if err != nil {
 		return 0, err
 	}
@@ -336,9 +373,9 @@ func (db *RelayStore) ExpireQueued(ctx context.Context, cutoff time.Time) (_ int
 }
 
 // TunnelQueueStats sizes one tunnel's queue.
-func (db *RelayStore) TunnelQueueStats(ctx context.Context, tunnelID string) (_ QueueStats, err error) {
-	defer db.explain(&err)
+func (db *Store) TunnelQueueStats(ctx context.Context, tunnelID string) (_ QueueStats, err error) {
+	defer db.Explain(&err)
 	var s QueueStats
-	err = db.read.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM queue WHERE tunnel_id = ?`, tunnelID).Scan(&s.Count, &s.Bytes)
+	err = db.Reader().QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM queue WHERE tunnel_id = ?`, tunnelID).Scan(&s.Count, &s.Bytes)
 	return s, err
 }
