@@ -125,3 +125,16 @@ func readStrings(b []byte) []string {
 	}
 	return out
 }
+
+// A length-prefixed field may end the input exactly: its length equal to
+// what is left is not too long.
+func TestFieldEndsInput(t *testing.T) {
+	d := NewDecoder(AppendBytes(nil, []byte("abc")), errBad)
+	if got := d.Bytes(); string(got) != "abc" || d.Err() != nil || len(d.Rest()) != 0 {
+		t.Errorf("Bytes at the end = %q, err %v, rest %q; want abc, nil, empty", got, d.Err(), d.Rest())
+	}
+	d = NewDecoder(AppendString(nil, "abc"), errBad)
+	if got := d.String(); got != "abc" || d.Err() != nil || len(d.Rest()) != 0 {
+		t.Errorf("String at the end = %q, err %v, rest %q; want abc, nil, empty", got, d.Err(), d.Rest())
+	}
+}
