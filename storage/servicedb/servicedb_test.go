@@ -253,9 +253,10 @@ func TestSeedService(t *testing.T) {
 	if _, err := db.CallByID(ctx, "c"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("call c of the failed seed: err = %v, want ErrNotFound", err)
 	}
-	dupAttempt := map[string][]*Attempt{"e1": {{Try: 1, At: t0}}}
+	// An attempt made after the seed is numbered after the seeded ones.
+	seeded := map[string][]*Attempt{"e1": {{Try: 1, At: t0}}}
 	err = db.SeedService(ctx, nil, []*Call{{ID: "e", DispatchedAt: t0}, {ID: "f", DispatchedAt: t0}},
-		[][]*Delivery{{delivery("e1", "e", t0)}, {delivery("e1x", "f", t0)}}, dupAttempt)
+		[][]*Delivery{{delivery("e1", "e", t0)}, {delivery("f1", "f", t0)}}, seeded)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +399,7 @@ func TestClaimLimitOne(t *testing.T) {
 	if err != nil || ids(got, deliveryID) != "a1" {
 		t.Fatalf("claim of one: %s, %v; want a1", ids(got, deliveryID), err)
 	}
-	// Nothing due at t0-1µs.
+	// Nothing is due a microsecond before the first due time.
 	if err := db.ReleaseDelivery(ctx, "a1"); err != nil {
 		t.Fatal(err)
 	}
