@@ -137,6 +137,7 @@ func TestListContacts(t *testing.T) {
 		{"all", nil, Page{Limit: 10}, "c4,c3,c2,c1,c0", 5},
 		{"paged", nil, Page{Limit: 2, Offset: 1}, "c3,c2", 5},
 		{"empty filter ignored", []ContactFilter{{Field: "name"}}, Page{Limit: 10}, "c4,c3,c2,c1,c0", 5},
+		{"filter after an empty one", []ContactFilter{{Field: "email"}, {Field: "name", Values: []string{"N1"}}}, Page{Limit: 10}, "c3,c1", 2},
 		{"column", []ContactFilter{{Field: "name", Values: []string{"n1"}}}, Page{Limit: 10}, "c3,c1", 2},
 		{"column, two values", []ContactFilter{{Field: "phone", Values: []string{"+0", "+3"}}}, Page{Limit: 10}, "c3,c0", 2},
 		{"custom", []ContactFilter{{Field: "city", Custom: true, Values: []string{"OSLO"}}}, Page{Limit: 10}, "c4,c2,c0", 3},
