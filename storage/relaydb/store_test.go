@@ -20,39 +20,72 @@ func open(t *testing.T) *Store {
 	return db
 }
 
-// A token authenticates until it is revoked; its name and its tunnel stay
-// taken after that; a second token of the same name is refused.
-func TestTokenLife(t *testing.T) {
-	ctx, db := context.Background(), open(t)
-	before := time.Now().UTC()
-	tok, err := db.CreateToken(ctx, "ada", "secret-a", "tun-a")
+func wantErr(t *testing.T, what string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Errorf("%s: err = %v, want %v", what, err, target)
+	}
+}
+
+// describe is what a test compares of a token: all but its times.
+func describe(tok *Token, err error) string {
 	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("%s on %s, revoked %v", tok.Name, tok.TunnelID, tok.RevokedAt != nil)
+}
+
+// createTokens makes ada (tun-a) and bob (tun-b).
+func createTokens(t *testing.T, db *Store) {
+	t.Helper()
+	for _, name := range []string{"ada", "bob"} {
+		if _, err := db.CreateToken(context.Background(), name, "secret-"+name, "tun-"+name[:1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A token is created live, at the time of its creation; a second token of
+// the same name, or on the same tunnel, is a conflict; another failure is
+// not called one.
+func TestCreateToken(t *testing.T) {
+	ctx, db := context.Background(), open(t)
+	before := time.Now().UTC().Truncate(time.Microsecond)
+	tok, err := db.CreateToken(ctx, "ada", "secret-ada", "tun-a")
+	if got := describe(tok, err); got != "ada on tun-a, revoked false" {
+		t.Fatalf("CreateToken = %s", got)
+	}
+	if tok.CreatedAt.Before(before) {
+		t.Errorf("created %v, before the test began (%v)", tok.CreatedAt, before)
+	}
+	_, err = db.CreateToken(ctx, "ada", "other", "tun-c")
+	wantErr(t, "a second token named ada", err, ErrConflict)
+	if err == nil || !strings.Contains(err.Error(), `"ada"`) {
+		t.Errorf("the conflict %v does not name the token", err)
+	}
+	_, err = db.CreateToken(ctx, "ada2", "other", "tun-a")
+	wantErr(t, "a second token on tun-a", err, ErrConflict)
+
+	if _, err := db.Writer().ExecContext(ctx, `CREATE TRIGGER no_carol BEFORE INSERT ON tokens WHEN NEW.name = 'carol'
+		BEGIN SELECT RAISE(ABORT, 'carol is barred'); END`); err != nil {
 		t.Fatal(err)
 	}
-	if tok.Name != "ada" || tok.TunnelID != "tun-a" || tok.CreatedAt.Before(before.Truncate(time.Microsecond)) || tok.RevokedAt != nil {
-		t.Errorf("CreateToken = %+v", tok)
-	}
-	if _, err := db.CreateToken(ctx, "bob", "secret-b", "tun-b"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.CreateToken(ctx, "ada", "other", "tun-c"); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), `"ada"`) {
-		t.Errorf("a second token named ada: err = %v, want ErrConflict naming it", err)
-	}
-	// An insert that fails for another reason is not called a conflict.
-	if _, err := db.Writer().ExecContext(ctx, `CREATE TRIGGER no_carol BEFORE INSERT ON tokens WHEN NEW.name = 'carol' BEGIN SELECT RAISE(ABORT, 'carol is barred'); END`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.CreateToken(ctx, "carol", "secret-c", "tun-c"); err == nil || errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "carol is barred") {
+	_, err = db.CreateToken(ctx, "carol", "secret-c", "tun-c")
+	if err == nil || errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "carol is barred") {
 		t.Errorf("an insert failing otherwise: err = %v, want the database's error, not ErrConflict", err)
 	}
+}
 
-	got, err := db.Authenticate(ctx, "secret-a")
-	if err != nil || got.Name != "ada" || got.TunnelID != "tun-a" || !got.CreatedAt.Equal(tok.CreatedAt.Truncate(time.Microsecond)) {
-		t.Errorf("Authenticate(secret-a) = %+v, %v", got, err)
+// A token authenticates, and keeps its tunnel live, until it is revoked;
+// it is revoked once.
+func TestRevokeToken(t *testing.T) {
+	ctx, db := context.Background(), open(t)
+	createTokens(t, db)
+	if got := describe(db.Authenticate(ctx, "secret-ada")); got != "ada on tun-a, revoked false" {
+		t.Errorf("Authenticate(secret-ada) = %s", got)
 	}
-	if _, err := db.Authenticate(ctx, "wrong"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Authenticate(wrong) err = %v, want ErrNotFound", err)
-	}
+	_, err := db.Authenticate(ctx, "wrong")
+	wantErr(t, "Authenticate(wrong)", err, ErrNotFound)
 	if live, err := db.TunnelLive(ctx, "tun-a"); !live || err != nil {
 		t.Errorf("TunnelLive(tun-a) = %v, %v; want true", live, err)
 	}
@@ -63,39 +96,45 @@ func TestTokenLife(t *testing.T) {
 	if err := db.RevokeToken(ctx, "ada"); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RevokeToken(ctx, "ada"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("revoking twice: err = %v, want ErrNotFound", err)
-	}
-	if err := db.RevokeToken(ctx, "nobody"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("revoking an unknown token: err = %v, want ErrNotFound", err)
-	}
-	if _, err := db.Authenticate(ctx, "secret-a"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Authenticate(revoked) err = %v, want ErrNotFound", err)
-	}
+	wantErr(t, "revoking twice", db.RevokeToken(ctx, "ada"), ErrNotFound)
+	wantErr(t, "revoking an unknown token", db.RevokeToken(ctx, "nobody"), ErrNotFound)
+	_, err = db.Authenticate(ctx, "secret-ada")
+	wantErr(t, "Authenticate(revoked)", err, ErrNotFound)
 	if live, err := db.TunnelLive(ctx, "tun-a"); live || err != nil {
 		t.Errorf("TunnelLive(revoked) = %v, %v; want false", live, err)
-	}
-	if _, err := db.CreateToken(ctx, "ada2", "secret-a2", "tun-a"); !errors.Is(err, ErrConflict) {
-		t.Errorf("reusing a revoked token's tunnel: err = %v, want ErrConflict", err)
 	}
 	revoked, err := db.RevokedTunnels(ctx)
 	if err != nil || fmt.Sprint(revoked) != "map[tun-a:true]" {
 		t.Errorf("RevokedTunnels = %v, %v; want tun-a only", revoked, err)
 	}
+}
 
+// Tokens are listed oldest first, revoked or not, with the time of their
+// revocation.
+func TestTokenLookups(t *testing.T) {
+	ctx, db := context.Background(), open(t)
+	createTokens(t, db)
+	if err := db.RevokeToken(ctx, "ada"); err != nil {
+		t.Fatal(err)
+	}
 	a, err := db.TokenByName(ctx, "ada")
-	if err != nil || a.RevokedAt == nil || a.RevokedAt.Before(a.CreatedAt) || a.TunnelID != "tun-a" {
-		t.Errorf("TokenByName(ada) = %+v, %v; want it revoked", a, err)
+	if got := describe(a, err); got != "ada on tun-a, revoked true" {
+		t.Fatalf("TokenByName(ada) = %s", got)
 	}
-	if b, err := db.TokenByName(ctx, "bob"); err != nil || b.RevokedAt != nil || b.TunnelID != "tun-b" {
-		t.Errorf("TokenByName(bob) = %+v, %v; want it live", b, err)
+	if a.RevokedAt.Before(a.CreatedAt) {
+		t.Errorf("ada revoked at %v, before its creation at %v", a.RevokedAt, a.CreatedAt)
 	}
-	if _, err := db.TokenByName(ctx, "nobody"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("TokenByName(unknown) err = %v, want ErrNotFound", err)
+	if got := describe(db.TokenByName(ctx, "bob")); got != "bob on tun-b, revoked false" {
+		t.Errorf("TokenByName(bob) = %s", got)
 	}
+	_, err = db.TokenByName(ctx, "nobody")
+	wantErr(t, "TokenByName(unknown)", err, ErrNotFound)
 	all, err := db.Tokens(ctx)
-	if err != nil || len(all) != 2 || all[0].Name != "ada" || all[1].Name != "bob" {
-		t.Errorf("Tokens = %v, %v; want ada, bob", all, err)
+	if err != nil || len(all) != 2 {
+		t.Fatalf("Tokens = %v, %v; want two", all, err)
+	}
+	if got := describe(all[0], nil) + "; " + describe(all[1], nil); got != "ada on tun-a, revoked true; bob on tun-b, revoked false" {
+		t.Errorf("Tokens = %s", got)
 	}
 }
 
@@ -129,23 +168,35 @@ func TestSettings(t *testing.T) {
 	}
 }
 
-// The queue gives each tunnel's requests back in order, from a place on,
-// sizes each tunnel's queue, and forgets what is dequeued or expired.
-func TestQueue(t *testing.T) {
-	ctx, db := context.Background(), open(t)
-	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// enqueueFour queues r0..r3, r1 on t2 and the others on t1; ri arrives at
+// t0+i s, its URI is i bytes longer than "/hook" and its body is 10*i
+// bytes.
+func enqueueFour(t *testing.T, db *Store) []*QueuedRequest {
+	t.Helper()
 	var reqs []*QueuedRequest
 	for i, tun := range []string{"t1", "t2", "t1", "t1"} {
 		r := &QueuedRequest{
 			ID: fmt.Sprintf("r%d", i), TunnelID: tun, ArrivedAt: t0.Add(time.Duration(i) * time.Second).UnixMicro(),
 			Method: "POST", URI: "/hook" + strings.Repeat("x", i), Headers: []byte("hh"), Body: []byte(strings.Repeat("b", 10*i)),
 		}
-		if err := db.Enqueue(ctx, r); err != nil {
+		if err := db.Enqueue(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}
 		reqs = append(reqs, r)
 	}
-	// A request with an id already queued is refused, and gets no place.
+	return reqs
+}
+
+// size is what the queue counts of enqueueFour's ri: body, headers and URI.
+func size(i int) int64 { return int64(10*i + 2 + 5 + i) }
+
+// The queue gives each tunnel's requests back whole, in order, from a
+// place on; a request whose id is queued already is refused.
+func TestQueuedAfter(t *testing.T) {
+	ctx, db := context.Background(), open(t)
+	reqs := enqueueFour(t, db)
 	dup := &QueuedRequest{ID: "r0", TunnelID: "t1", Method: "GET", URI: "/", Headers: []byte{}, Body: []byte{}}
 	if err := db.Enqueue(ctx, dup); err == nil || dup.Seq != 0 {
 		t.Errorf("enqueueing a known id: err %v, seq %d; want an error and no place", err, dup.Seq)
@@ -162,8 +213,12 @@ func TestQueue(t *testing.T) {
 	if got, _ := db.QueuedAfter(ctx, "t1", reqs[0].Seq, 1); len(got) != 1 || got[0].ID != "r2" {
 		t.Errorf("QueuedAfter(t1, r0's place, 1) = %v, want r2", got)
 	}
-	// size = body + headers + URI
-	size := func(i int) int64 { return int64(10*i + 2 + 5 + i) }
+}
+
+// Each tunnel's queue is sized; what is dequeued or expired is forgotten.
+func TestQueueStatsDequeueExpire(t *testing.T) {
+	ctx, db := context.Background(), open(t)
+	reqs := enqueueFour(t, db)
 	stats, err := db.QueueStatsByTunnel(ctx)
 	want := map[string]QueueStats{"t1": {Count: 3, Bytes: size(0) + size(2) + size(3)}, "t2": {Count: 1, Bytes: size(1)}}
 	if err != nil || fmt.Sprint(stats) != fmt.Sprint(want) {
@@ -186,11 +241,11 @@ func TestQueue(t *testing.T) {
 		t.Errorf("after dequeueing r0 and r2: %v, want r3", got)
 	}
 	// Expiry drops what arrived strictly before the cutoff: r1 (t0+1s), not r3 (t0+3s).
-	n, err := db.ExpireQueued(ctx, t0.Add(3*time.Second))
-	if err != nil || n != 1 {
+	if n, err := db.ExpireQueued(ctx, t0.Add(3*time.Second)); err != nil || n != 1 {
 		t.Errorf("ExpireQueued = %d, %v; want 1", n, err)
 	}
-	if stats, _ := db.QueueStatsByTunnel(ctx); fmt.Sprint(stats) != fmt.Sprint(map[string]QueueStats{"t1": {Count: 1, Bytes: size(3)}}) {
-		t.Errorf("after expiry: %v, want t1 with r3 only", stats)
+	left := map[string]QueueStats{"t1": {Count: 1, Bytes: size(3)}}
+	if stats, _ := db.QueueStatsByTunnel(ctx); fmt.Sprint(stats) != fmt.Sprint(left) {
+		t.Errorf("after expiry: %v, want %v", stats, left)
 	}
 }
