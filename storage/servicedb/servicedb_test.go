@@ -37,10 +37,17 @@ func TestInitServiceSetting(t *testing.T) {
 	}
 }
 
+// wantErr reports err unless it is target.
+func wantErr(t *testing.T, what string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Errorf("%s: err = %v, want %v", what, err, target)
+	}
+}
+
 // A contact saved again keeps what the new copy leaves empty and merges
-// its custom fields; lookups by id and phone find it, and miss with
-// ErrNotFound.
-func TestContactUpsertAndLookups(t *testing.T) {
+// its custom fields.
+func TestContactUpsert(t *testing.T) {
 	ctx, db := context.Background(), open(t)
 	c := &Contact{ID: "c1", Name: "Ada", Phone: "+100", Email: "ada@example.com", CreatedAt: t0}
 	if err := db.SeedService(ctx, []*Contact{c}, nil, nil, nil); err != nil {
@@ -50,11 +57,8 @@ func TestContactUpsertAndLookups(t *testing.T) {
 		t.Errorf("saved contact %+v: want a seq, custom fields {} and its creation time", c)
 	}
 	again := &Contact{ID: "c1", Email: "ada@new.example", CustomFields: `{"tier":"gold"}`, CreatedAt: t0.Add(time.Hour)}
-	if err := db.SeedService(ctx, []*Contact{again}, nil, nil, nil); err != nil {
-		t.Fatal(err)
-	}
 	third := &Contact{ID: "c1", CustomFields: `{"city":"Oslo"}`}
-	if err := db.SeedService(ctx, []*Contact{third}, nil, nil, nil); err != nil {
+	if err := db.SeedService(ctx, []*Contact{again, third}, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	want := Contact{Seq: c.Seq, ID: "c1", Name: "Ada", Phone: "+100", Email: "ada@new.example", CustomFields: `{"tier":"gold","city":"Oslo"}`, CreatedAt: t0}
@@ -65,19 +69,27 @@ func TestContactUpsertAndLookups(t *testing.T) {
 	if err != nil || *got != want {
 		t.Errorf("ContactByID = %+v, %v; want %+v", got, err, want)
 	}
-	// A second contact with the same phone, made later: by phone, the oldest wins.
-	if err := db.SeedService(ctx, []*Contact{{ID: "c2", Phone: "+100", CreatedAt: t0}}, nil, nil, nil); err != nil {
+}
+
+// Lookups by id and by phone (the oldest contact with it) find a contact,
+// and miss with ErrNotFound; a custom field is in use when a contact has
+// it.
+func TestContactLookups(t *testing.T) {
+	ctx, db := context.Background(), open(t)
+	cs := []*Contact{
+		{ID: "c1", Phone: "+100", CustomFields: `{"tier":"gold"}`, CreatedAt: t0},
+		{ID: "c2", Phone: "+100", CustomFields: `{"city":"Oslo"}`, CreatedAt: t0},
+	}
+	if err := db.SeedService(ctx, cs, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := db.ContactByPhone(ctx, "+100"); err != nil || got.ID != "c1" {
 		t.Errorf("ContactByPhone = %+v, %v; want c1", got, err)
 	}
-	if _, err := db.ContactByID(ctx, "nobody"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("ContactByID(unknown) err = %v, want ErrNotFound", err)
-	}
-	if _, err := db.ContactByPhone(ctx, "+999"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("ContactByPhone(unknown) err = %v, want ErrNotFound", err)
-	}
+	_, err := db.ContactByID(ctx, "nobody")
+	wantErr(t, "ContactByID(unknown)", err, ErrNotFound)
+	_, err = db.ContactByPhone(ctx, "+999")
+	wantErr(t, "ContactByPhone(unknown)", err, ErrNotFound)
 	for name, want := range map[string]bool{"tier": true, "city": true, "plan": false} {
 		if got, err := db.CustomFieldInUse(ctx, name); err != nil || got != want {
 			t.Errorf("CustomFieldInUse(%q) = %v, %v; want %v", name, got, err, want)
@@ -160,6 +172,29 @@ func TestListContacts(t *testing.T) {
 	}
 }
 
+// describeDelivery is what a test compares of a delivery: its state,
+// times as offsets from t0.
+func describeDelivery(d *Delivery) string {
+	at := func(x time.Time) string {
+		if x.IsZero() {
+			return "-"
+		}
+		return x.Sub(t0).String()
+	}
+	return fmt.Sprintf("%s %s %d/%d round %d next %s response %d %q delivered %s", d.ID, d.Status, d.Attempts, d.MaxAttempts, d.Round,
+		at(d.NextAt), d.ResponseStatus, d.ResponseBody, at(d.DeliveredAt))
+}
+
+// describeAttempts is what a test compares of an attempt log.
+func describeAttempts(as []*Attempt) string {
+	var s []string
+	for _, a := range as {
+		s = append(s, fmt.Sprintf("%d: round %d try %d at %v response %d %q error %q took %v",
+			a.N, a.Round, a.Try, a.At.Sub(t0), a.ResponseStatus, a.ResponseBody, a.Error, a.Duration))
+	}
+	return strings.Join(s, "; ")
+}
+
 // A call is saved with its contact, its deliveries and their attempts;
 // reading it back gives what was saved.
 func TestCreateCall(t *testing.T) {
@@ -168,10 +203,7 @@ func TestCreateCall(t *testing.T) {
 		ID: "call1", Scenario: "completed", FromNumber: "+1", ToNumber: "+2", ContactID: "c1", ContactName: "Ada",
 		AgentName: "Bob", WebhookURL: "http://hook", DispatchedAt: t0, RecordingAt: t0.Add(time.Minute),
 	}
-	ds := []*Delivery{
-		delivery("d1", "call1", t0),
-		delivery("d2", "call1", t0.Add(time.Second)),
-	}
+	ds := []*Delivery{delivery("d1", "call1", t0), delivery("d2", "call1", t0.Add(time.Second))}
 	attempts := map[string][]*Attempt{"d1": {
 		{Round: 0, Try: 1, At: t0, ResponseStatus: 500, ResponseBody: []byte("no"), Duration: 1500 * time.Microsecond},
 		{Round: 0, Try: 2, At: t0.Add(time.Second), Error: "refused", Duration: time.Millisecond},
@@ -182,11 +214,7 @@ func TestCreateCall(t *testing.T) {
 	if ds[0].Seq == 0 || ds[1].Seq != ds[0].Seq+1 {
 		t.Errorf("delivery seqs %d, %d: want consecutive places", ds[0].Seq, ds[1].Seq)
 	}
-	if a := attempts["d1"]; a[0].N != 1 || a[1].N != 2 {
-		t.Errorf("attempt numbers %d, %d; want 1, 2", a[0].N, a[1].N)
-	}
-	got, err := db.CallByID(ctx, "call1")
-	if err != nil || *got != *call {
+	if got, err := db.CallByID(ctx, "call1"); err != nil || *got != *call {
 		t.Errorf("CallByID = %+v, %v; want %+v", got, err, call)
 	}
 	if _, err := db.ContactByID(ctx, "c1"); err != nil {
@@ -196,20 +224,20 @@ func TestCreateCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Seq != ds[0].Seq || d.Status != "pending" || d.MaxAttempts != 5 || string(d.Payload) != `{"id":"d1"}` || !d.NextAt.Equal(t0) ||
-		d.ResponseStatus != 0 || !d.DeliveredAt.IsZero() || d.Headers != "[]" {
-		t.Errorf("delivery d1 read back as %+v", d)
+	if got, want := describeDelivery(d), `d1 pending 0/5 round 0 next 0s response 0 "" delivered -`; got != want || d.Seq != ds[0].Seq ||
+		string(d.Payload) != `{"id":"d1"}` || d.Headers != "[]" {
+		t.Errorf("delivery d1 read back as %s (%+v), want %s", got, d, want)
 	}
-	if len(as) != 2 {
-		t.Fatalf("%d attempts, want 2", len(as))
+	want := `1: round 0 try 1 at 0s response 500 "no" error "" took 1.5ms; 2: round 0 try 2 at 1s response 0 "" error "refused" took 1ms`
+	if got := describeAttempts(as); got != want || describeAttempts(attempts["d1"]) != want {
+		t.Errorf("attempts read back as %s, numbered %s; want %s", got, describeAttempts(attempts["d1"]), want)
 	}
-	if a := as[0]; a.N != 1 || a.Try != 1 || a.ResponseStatus != 500 || string(a.ResponseBody) != "no" || a.Duration != 1500*time.Microsecond || !a.At.Equal(t0) {
-		t.Errorf("first attempt read back as %+v", a)
-	}
-	if a := as[1]; a.N != 2 || a.Try != 2 || a.ResponseStatus != 0 || a.Error != "refused" || a.Duration != time.Millisecond {
-		t.Errorf("second attempt read back as %+v", a)
-	}
-	// A call without a recording, and one that is not there.
+}
+
+// A call without a recording reads back with none; a call id saved twice
+// fails whole, and its new delivery is not kept.
+func TestCreateCallAgain(t *testing.T) {
+	ctx, db := context.Background(), open(t)
 	failed := &Call{ID: "call2", Scenario: "failed:busy", FromNumber: "+1", ToNumber: "+3", DispatchedAt: t0}
 	if err := db.CreateCall(ctx, failed, nil, nil, nil); err != nil {
 		t.Fatal(err)
@@ -217,16 +245,13 @@ func TestCreateCall(t *testing.T) {
 	if got, err := db.CallByID(ctx, "call2"); err != nil || !got.RecordingAt.IsZero() || *got != *failed {
 		t.Errorf("CallByID(call2) = %+v, %v; want %+v", got, err, failed)
 	}
-	if _, err := db.CallByID(ctx, "call3"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("CallByID(unknown) err = %v, want ErrNotFound", err)
-	}
-	// The same call id again fails whole: its new delivery is not kept.
+	_, err := db.CallByID(ctx, "call3")
+	wantErr(t, "CallByID(unknown)", err, ErrNotFound)
 	if err := db.CreateCall(ctx, failed, nil, []*Delivery{delivery("d9", "call2", t0)}, nil); err == nil {
 		t.Error("a second call with the same id was saved")
 	}
-	if _, _, err := db.DeliveryByID(ctx, "d9", t0); !errors.Is(err, ErrNotFound) {
-		t.Errorf("the refused call's delivery: err = %v, want ErrNotFound", err)
-	}
+	_, _, err = db.DeliveryByID(ctx, "d9", t0)
+	wantErr(t, "the refused call's delivery", err, ErrNotFound)
 }
 
 // SeedService saves calls with their own deliveries; a failure anywhere
@@ -348,13 +373,36 @@ func seedDue(t *testing.T, db *Store, calls map[string][]time.Duration) {
 	}
 }
 
+// claim claims up to limit deliveries due by at and returns their ids.
+func claim(t *testing.T, db *Store, at time.Time, limit int) string {
+	t.Helper()
+	got, err := db.ClaimDueDeliveries(context.Background(), at, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids(got, deliveryID)
+}
+
+// nextDue is NextDeliveryDue as an offset from t0, or "none".
+func nextDue(t *testing.T, db *Store) string {
+	t.Helper()
+	at, ok, err := db.NextDeliveryDue(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		return "none"
+	}
+	return at.Sub(t0).String()
+}
+
 // A claim takes at most limit deliveries due by now, one per call and none
 // of a call in flight, earliest due first; NextDeliveryDue is the earliest
 // that could be claimed.
 func TestClaimDueDeliveries(t *testing.T) {
-	ctx, db := context.Background(), open(t)
-	if _, ok, err := db.NextDeliveryDue(ctx); ok || err != nil {
-		t.Errorf("NextDeliveryDue on an empty log: ok %v, %v", ok, err)
+	db := open(t)
+	if got := nextDue(t, db); got != "none" {
+		t.Errorf("NextDeliveryDue on an empty log = %s, want none", got)
 	}
 	seedDue(t, db, map[string][]time.Duration{
 		"a": {0, 1 * time.Second, 2 * time.Second},
@@ -362,31 +410,27 @@ func TestClaimDueDeliveries(t *testing.T) {
 		"c": {4 * time.Second},
 		"d": {time.Hour},
 	})
-	at, ok, err := db.NextDeliveryDue(ctx)
-	if err != nil || !ok || !at.Equal(t0) {
-		t.Errorf("NextDeliveryDue = %v, %v, %v; want t0", at, ok, err)
+	for _, step := range []struct {
+		at      time.Duration
+		limit   int
+		claimed string
+		next    string // NextDeliveryDue after the claim
+	}{
+		{4 * time.Second, 2, "a1,b1", "4s"}, // a and b in flight: c is next
+		{time.Hour, 5, "c1,d1", "none"},     // every call in flight
+	} {
+		if got := claim(t, db, t0.Add(step.at), step.limit); got != step.claimed {
+			t.Fatalf("claim of %d at %v: %s, want %s", step.limit, step.at, got, step.claimed)
+		}
+		if got := nextDue(t, db); got != step.next {
+			t.Errorf("after claiming %s: next due %s, want %s", step.claimed, got, step.next)
+		}
 	}
-	got, err := db.ClaimDueDeliveries(ctx, t0.Add(4*time.Second), 2)
-	if err != nil || ids(got, deliveryID) != "a1,b1" {
-		t.Fatalf("first claim: %s, %v; want a1,b1", ids(got, deliveryID), err)
-	}
-	// a and b are in flight: only c is left due, and later d.
-	if at, ok, err := db.NextDeliveryDue(ctx); err != nil || !ok || !at.Equal(t0.Add(4*time.Second)) {
-		t.Errorf("NextDeliveryDue with a and b in flight = %v, %v, %v; want t0+4s", at.Sub(t0), ok, err)
-	}
-	got, err = db.ClaimDueDeliveries(ctx, t0.Add(time.Hour), 5)
-	if err != nil || ids(got, deliveryID) != "c1,d1" {
-		t.Fatalf("second claim: %s, %v; want c1,d1", ids(got, deliveryID), err)
-	}
-	if _, ok, err := db.NextDeliveryDue(ctx); ok || err != nil {
-		t.Errorf("NextDeliveryDue with every call in flight: ok %v, %v", ok, err)
-	}
-	if err := db.ReleaseDelivery(ctx, "a1"); err != nil {
+	if err := db.ReleaseDelivery(context.Background(), "a1"); err != nil {
 		t.Fatal(err)
 	}
-	got, err = db.ClaimDueDeliveries(ctx, t0.Add(time.Hour), 5)
-	if err != nil || ids(got, deliveryID) != "a1" {
-		t.Fatalf("claim after releasing a1: %s, %v; want a1 again", ids(got, deliveryID), err)
+	if got := claim(t, db, t0.Add(time.Hour), 5); got != "a1" {
+		t.Fatalf("claim after releasing a1: %s, want a1 again", got)
 	}
 }
 
@@ -440,76 +484,78 @@ func TestResetInflight(t *testing.T) {
 	}
 }
 
+// finish is FinishAttempt that fails the test on an error.
+func finish(t *testing.T, db *Store, round int, a *Attempt, o AttemptOutcome) {
+	t.Helper()
+	if err := db.FinishAttempt(context.Background(), "a1", round, a, o); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// a1 is delivery a1 as of t0+1h.
+func a1(t *testing.T, db *Store) (string, string) {
+	t.Helper()
+	d, as, err := db.DeliveryByID(context.Background(), "a1", t0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return describeDelivery(d), describeAttempts(as)
+}
+
 // An attempt updates its round's delivery and is logged; an attempt of an
-// older round is logged but leaves the replayed delivery as it is.
+// older round is logged but leaves the replayed delivery as it is, and
+// takes it out of flight.
 func TestFinishAttemptAndReplay(t *testing.T) {
 	ctx, db := context.Background(), open(t)
 	seedDue(t, db, map[string][]time.Duration{"a": {0}})
-	if _, err := db.ClaimDueDeliveries(ctx, t0, 1); err != nil {
-		t.Fatal(err)
-	}
-	retry := t0.Add(time.Minute)
-	a1 := &Attempt{Try: 1, At: t0, ResponseStatus: 503, ResponseBody: []byte("busy"), Duration: 2 * time.Millisecond}
-	if err := db.FinishAttempt(ctx, "a1", 0, a1, AttemptOutcome{Status: "pending", NextAt: retry}); err != nil {
-		t.Fatal(err)
-	}
-	d, _, err := db.DeliveryByID(ctx, "a1", t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a1.N != 1 || d.Attempts != 1 || d.Status != "pending" || !d.NextAt.Equal(retry) || d.ResponseStatus != 503 || string(d.ResponseBody) != "busy" {
-		t.Errorf("after a failed attempt (N %d): %+v", a1.N, d)
+	claim(t, db, t0, 1)
+	finish(t, db, 0, &Attempt{Try: 1, At: t0, ResponseStatus: 503, ResponseBody: []byte("busy"), Duration: 2 * time.Millisecond},
+		AttemptOutcome{Status: "pending", NextAt: t0.Add(time.Minute)})
+	if d, _ := a1(t, db); d != `a1 pending 1/5 round 0 next 1m0s response 503 "busy" delivered -` {
+		t.Errorf("after a failed attempt: %s", d)
 	}
 	// Claimed again, then replayed before the attempt ends.
-	if got, _ := db.ClaimDueDeliveries(ctx, retry, 1); len(got) != 1 {
-		t.Fatalf("claim at the retry time: %d claimed", len(got))
+	if got := claim(t, db, t0.Add(time.Minute), 1); got != "a1" {
+		t.Fatalf("claim at the retry time: %s, want a1", got)
 	}
-	replayAt := retry.Add(time.Second)
-	r, err := db.ReplayDelivery(ctx, "a1", replayAt)
+	r, err := db.ReplayDelivery(ctx, "a1", t0.Add(61*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Round != 1 || r.Attempts != 0 || r.Status != "pending" || !r.NextAt.Equal(replayAt) {
-		t.Errorf("replayed delivery %+v: want round 1, no attempts, pending, due at the replay", r)
+	replayed := `a1 pending 0/5 round 1 next 1m1s response 503 "busy" delivered -`
+	if got := describeDelivery(r); got != replayed {
+		t.Errorf("ReplayDelivery = %s, want %s", got, replayed)
 	}
-	delivered := retry.Add(2 * time.Second)
-	late := &Attempt{Try: 2, At: retry, ResponseStatus: 200, Duration: time.Millisecond}
-	if err := db.FinishAttempt(ctx, "a1", 0, late, AttemptOutcome{Status: "delivered", DeliveredAt: delivered}); err != nil {
-		t.Fatal(err)
+	late := &Attempt{Try: 2, At: t0.Add(time.Minute), ResponseStatus: 200, Duration: time.Millisecond}
+	finish(t, db, 0, late, AttemptOutcome{Status: "delivered", DeliveredAt: t0.Add(62 * time.Second)})
+	d, as := a1(t, db)
+	if d != replayed {
+		t.Errorf("the old round's attempt changed the replayed delivery: %s, want %s", d, replayed)
 	}
-	d, as, err := db.DeliveryByID(ctx, "a1", replayAt)
-	if err != nil {
-		t.Fatal(err)
+	if want := `2: round 0 try 2 at 1m0s response 200 "" error "" took 1ms`; !strings.HasSuffix(as, "; "+want) {
+		t.Errorf("attempt log %s: want the late attempt logged last as %s", as, want)
 	}
-	if d.Round != 1 || d.Attempts != 0 || d.Status != "pending" || !d.NextAt.Equal(replayAt) || !d.DeliveredAt.IsZero() {
-		t.Errorf("the old round's attempt changed the replayed delivery: %+v", d)
+	if got := claim(t, db, t0.Add(61*time.Second), 1); got != "a1" {
+		t.Fatalf("claim in the new round: %s, want a1", got)
 	}
-	if len(as) != 2 || as[1].N != 2 || as[1].Round != 0 || as[1].ResponseStatus != 200 {
-		t.Errorf("attempt log %v: want the late attempt logged as n 2 of round 0", as)
-	}
-	// The late attempt took the delivery out of flight: the new round is claimable.
-	if got, _ := db.ClaimDueDeliveries(ctx, replayAt, 1); ids(got, deliveryID) != "a1" {
-		t.Fatalf("claim in the new round: %s, want a1", ids(got, deliveryID))
-	}
-	ok := &Attempt{Try: 1, At: replayAt, ResponseStatus: 204}
-	if err := db.FinishAttempt(ctx, "a1", 1, ok, AttemptOutcome{Status: "delivered", DeliveredAt: delivered}); err != nil {
-		t.Fatal(err)
-	}
-	d, _, _ = db.DeliveryByID(ctx, "a1", replayAt)
-	if ok.N != 3 || d.Status != "delivered" || d.Attempts != 1 || !d.NextAt.IsZero() || !d.DeliveredAt.Equal(delivered) || d.ResponseStatus != 204 {
-		t.Errorf("after the new round's success (N %d): %+v", ok.N, d)
+	ok := &Attempt{Try: 1, At: t0.Add(61 * time.Second), ResponseStatus: 204}
+	finish(t, db, 1, ok, AttemptOutcome{Status: "delivered", DeliveredAt: t0.Add(62 * time.Second)})
+	if d, _ := a1(t, db); ok.N != 3 || d != `a1 delivered 1/5 round 1 next - response 204 "" delivered 1m2s` {
+		t.Errorf("after the new round's success (N %d): %s", ok.N, d)
 	}
 	// A later attempt without a delivery time keeps the first one.
-	if err := db.FinishAttempt(ctx, "a1", 1, &Attempt{Try: 2, At: replayAt}, AttemptOutcome{Status: "delivered"}); err != nil {
-		t.Fatal(err)
+	finish(t, db, 1, &Attempt{Try: 2, At: t0.Add(63 * time.Second)}, AttemptOutcome{Status: "delivered"})
+	if d, _ := a1(t, db); d != `a1 delivered 2/5 round 1 next - response 0 "" delivered 1m2s` {
+		t.Errorf("after an attempt with no time nor response: %s", d)
 	}
-	if d, _, _ = db.DeliveryByID(ctx, "a1", replayAt); !d.DeliveredAt.Equal(delivered) || d.ResponseStatus != 0 {
-		t.Errorf("delivered_at %v, response %d after an attempt with no time nor response; want %v, 0", d.DeliveredAt, d.ResponseStatus, delivered)
-	}
-	if _, err := db.ReplayDelivery(ctx, "nope", replayAt); !errors.Is(err, ErrNotFound) {
-		t.Errorf("ReplayDelivery(unknown) err = %v, want ErrNotFound", err)
-	}
-	if _, err := db.ReplayDelivery(ctx, "a1", t0.Add(-time.Microsecond)); !errors.Is(err, ErrNotFound) {
-		t.Errorf("ReplayDelivery before the delivery exists: err = %v, want ErrNotFound", err)
-	}
+}
+
+// A replay of a delivery that is not there, or not yet, is ErrNotFound.
+func TestReplayUnknown(t *testing.T) {
+	ctx, db := context.Background(), open(t)
+	seedDue(t, db, map[string][]time.Duration{"a": {0}})
+	_, err := db.ReplayDelivery(ctx, "nope", t0)
+	wantErr(t, "ReplayDelivery(unknown)", err, ErrNotFound)
+	_, err = db.ReplayDelivery(ctx, "a1", t0.Add(-time.Microsecond))
+	wantErr(t, "ReplayDelivery before the delivery exists", err, ErrNotFound)
 }
