@@ -2,8 +2,6 @@ package storage
 
 import (
 	"context"
-	"errors"
-	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,14 +21,6 @@ var otherMigrations = fstest.MapFS{
 // openOther opens a database of otherSchema at path.
 func openOther(ctx context.Context, path string, opts ...Option) (*DB, error) {
 	return Open(ctx, path, otherSchema, otherMigrations, opts...)
-}
-
-// migrationsOf is the migrations of schema: the agent's or otherSchema's.
-func migrationsOf(schema Schema) fs.FS {
-	if schema == SchemaAgent {
-		return agentMigrations
-	}
-	return otherMigrations
 }
 
 // Open applies the caller's migrations in file-name order, each once: a
@@ -87,14 +77,10 @@ func TestOpenAppliesCallersMigrations(t *testing.T) {
 	}
 }
 
-// The agent's database has parts of its own: Open refuses its schema.
-func TestOpenRefusesAgentSchema(t *testing.T) {
-	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "agent.db"), SchemaAgent, agentMigrations)
-	if err == nil {
-		db.Close()
-		t.Fatal("Open opened the agent's database")
-	}
-	if errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "OpenAgent") {
-		t.Errorf("error %v: want it to name OpenAgent", err)
+// SQLite took the option that keeps the writer and the indexer off a
+// shared mutex (sqliteconfig.go): it was set before SQLite initialised.
+func TestSQLiteMemstatusOff(t *testing.T) {
+	if memstatusOff != 0 {
+		t.Fatalf("sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0) = %d, want SQLITE_OK", memstatusOff)
 	}
 }

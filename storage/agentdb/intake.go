@@ -1,0 +1,611 @@
+package agentdb
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"github.com/calltap/calltap/storage"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The intake log is the agent store's answer path. A request's capture is
+// durable once LogCaptures has appended it to the log and synced the log:
+// one write and one fdatasync for a whole batch, where a SQLite commit
+// writes a WAL frame per page it touches (the row, five indexes, the body
+// table: some thirty writes a request) and takes file locks around it. The
+// SQLite rows, and everything built from them (the search index, call
+// analysis, listings), are applied from the log later, off the answer
+// path, in large batches (applyLoop): a batch of applied records is one
+// SQLite commit at synchronous=NORMAL, however many requests it holds. A
+// log file is deleted only after the WAL holding the commits that applied
+// it is synced.
+//
+// Order and exactly once: records are applied in the order they were
+// appended, and the position after the last applied record (generation,
+// offset) is written in the same SQLite transaction as the rows it applied
+// (intake_state). A crash between the log's sync and the apply leaves
+// records past that position: the next open applies them, and only them.
+// A record torn by the crash (its frame's length or checksum does not
+// hold) was never synced, so nobody was told it was saved: the log is cut
+// there, and the cut logged. Damage with a whole record after it is not a
+// tear, and the open stops (recover).
+//
+// Readers see every record appended before their call: each read and each
+// direct write of an AgentStore applies what is pending first (caughtUp),
+// so the inspector's list, the agent's own read of a queued body, a delete
+// or a prune always act on everything already answered.
+//
+// One process owns the log at a time (an exclusive lock on the folder's
+// lock file): the agent, opened WithIntake. Any other process opening the
+// store applies a log no live owner holds (an agent that was killed) and
+// writes to SQLite directly; while an agent owns the log, another process
+// opening the store waits until the agent has applied every record the log
+// held when it opened (ownerCaughtUp, reader.go), so it too sees every
+// request already answered.
+//
+// Files: <store>-intake/<generation>.log, records appended to the newest.
+// A file past intakeFileMax takes no new record; once every record of a
+// generation is applied and a newer one has records applied, it is deleted.
+// Each record is framed:
+//
+//	u32 length of the payload (little endian)
+//	u32 CRC-32C of the payload
+//	payload: kind (1 insert, 2 update), then the capture's fields in a
+//	fixed order (encodeInsert, encodeUpdate)
+
+const (
+	intakeFileMax = 8 << 20 // a log file past this takes no new record
+	applyBatch    = 512     // records applied in one SQLite transaction, at most
+	maxRecord     = 1 << 30 // a frame claiming more is damage
+)
+
+// applyDelay is how long the first pending record waits, at most, to be
+// applied (readers in this process never wait for it: they apply what is
+// pending first); a variable for tests.
+var applyDelay = 50 * time.Millisecond
+
+// intakePrefix starts the name of every intake log file. The files live
+// among the body segments (BodiesDir): a request's body stays where the
+// log wrote it, and the store names its file and offset (capture_bodies),
+// as it does for a body in a segment. A log file is deleted once it is
+// applied and no capture names it any more (retention, deletes).
+const intakePrefix = "intake-"
+
+// pos is a place in the log: a file's generation and an offset in it.
+type pos struct {
+	gen int64
+	off int64
+}
+
+// logged is one appended record waiting to be applied.
+type logged struct {
+	rec        []byte // the payload
+	end        pos    // just past its frame
+	deliveryID string // an insert's delivery id and capture id, for duplicate look-ups while pending
+	relayID    string // a queued insert's relay id, for redelivery look-ups while pending
+	id         string
+	// first is the delivery's first capture: id, or the one id repeats
+	// (byDeliver holds it for deliveryID while this record is pending).
+	first string
+}
+
+// intake is an agent store's log: its writer (LogCaptures), the records
+// not yet applied, and the goroutine that applies them.
+type intake struct {
+	db   *AgentStore
+	dir  string
+	sync bool     // storage.SyncFull: a batch with inserts is fdatasynced before LogCaptures returns
+	lock *os.File // the folder's lock file, held exclusively while open
+
+	mu        sync.Mutex // guards the fields below it; held by LogCaptures for a whole append
+	f         *os.File   // the file appended to
+	gen       int64      // its generation
+	size      int64      // its length: where the next frame goes
+	reserved  int64      // bytes of zeros it was given ahead of the appends (reserve); 0 if none
+	unsynced  bool       // records were appended to it since its last sync (rotate syncs them)
+	pending   []logged   // appended, not yet applied, in order
+	byDeliver map[string]string
+	byRelay   map[string]string
+	ids       *idFilter     // the store's delivery ids (idfilter.go); nil until built
+	committed deliveryIndex // what SQLite holds: db (openIntake); read when ids may hold an id
+	closed    bool
+	preparing bool          // a goroutine prefills generation gen+1's file, to hand it over on nextFile
+	nextFile  chan prepared // capacity 1
+	// writeAt puts frames in f: (*os.File).WriteAt (openIntake); a test's
+	// stops halfway, as a disk that fills up does.
+	writeAt func(f *os.File, b []byte, off int64) (int, error)
+
+	npending atomic.Int64 // len(pending), read without mu
+
+	applyMu sync.Mutex // held while applying: by applyLoop, or a reader catching up
+	applied pos        // guarded by applyMu: the position recorded in intake_state
+	failed  error      // guarded by applyMu: the last apply's error, nil once one succeeds
+
+	filterDone chan struct{} // closed once buildIDFilter returns
+	wake       chan struct{} // pokes applyLoop: a record was appended
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+// openIntake takes the log folder of db if no live process holds it,
+// applies what a previous owner left there, and, if own, keeps it and
+// starts a new file to append to. It returns nil (and applies nothing)
+// when another process owns the log.
+func openIntake(ctx context.Context, db *AgentStore, own bool) (*intake, error) {
+	dir := BodiesDir(db.path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("storage: intake folder: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, intakePrefix+"lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("storage: intake lock: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			// A live agent owns it: what it has answered is read once
+			// it has applied it (reader.go).
+			if own {
+				return nil, nil
+			}
+			return nil, db.ownerCaughtUp(ctx)
+		}
+		return nil, fmt.Errorf("storage: intake lock: %w", err)
+	}
+	in := &intake{db: db, dir: dir, sync: db.sync == storage.SyncFull, lock: lock,
+		byDeliver: map[string]string{}, byRelay: map[string]string{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), nextFile: make(chan prepared, 1),
+		filterDone: make(chan struct{}),
+		committed:  db, writeAt: (*os.File).WriteAt}
+	if err := in.recover(ctx, own); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	if !own {
+		lock.Close()
+		return nil, nil
+	}
+	go in.applyLoop()
+	go in.buildIDFilter()
+	return in, nil
+}
+
+// LogCaptures saves inserts and updates for the agent's answer path: when
+// it returns without error, they are durable (under SyncFull) and will be
+// in the store, in this order, before any read that starts after it. A
+// store opened without WithIntake, or whose log another process owns,
+// writes them with WriteCaptures.
+//
+// Written's Seq is 0: the store numbers a capture when it applies it.
+func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Capture) (_ []Written, err error) {
+	in := db.intake
+	if in == nil {
+		return db.WriteCaptures(ctx, inserts, updates)
+	}
+	defer db.explain(&err)
+	written := make([]Written, len(inserts))
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed {
+		return nil, errors.New("storage: the store is closed")
+	}
+	if in.size >= intakeFileMax/2 {
+		in.prepareNext()
+	}
+	if in.size >= intakeFileMax*7/8 { // past the prefilled zeros would change the size at each sync
+		if err := in.rotate(); err != nil {
+			return nil, err
+		}
+	}
+	// Large bodies first: each in its segment, synced once, before any
+	// record names it.
+	apart := false
+	for _, c := range inserts {
+		if !KeptApart(len(c.Body)) {
+			continue
+		}
+		apart = true
+		if c.bodyFile == "" {
+			name, off, err := db.bodies.append(c.Body)
+			if err != nil {
+				return nil, err
+			}
+			c.bodyFile, c.bodyOffset = name, off
+		}
+	}
+	if apart && in.sync {
+		if err := db.bodies.syncWritten(); err != nil {
+			if errors.Is(err, errSegmentSync) {
+				// Written again, to a new segment, should the caller try again.
+				for _, c := range inserts {
+					if KeptApart(len(c.Body)) {
+						c.bodyFile, c.bodyOffset = "", 0
+					}
+				}
+			}
+			return nil, err
+		}
+	}
+	start := len(in.pending)
+	// rollback drops the records of this call from pending: they were
+	// not written, or not synced.
+	rollback := func() {
+		for _, p := range in.pending[start:] {
+			in.forget(p)
+		}
+		in.pending = in.pending[:start]
+	}
+	// One buffer for the call's frames; each pending record is a slice of
+	// it, kept until applied (no copy per record).
+	buf := make([]byte, 0, batchSize(inserts, updates))
+	for i, c := range inserts {
+		w := Written{ID: c.ID, DuplicateOf: c.DuplicateOf}
+		if c.RelayID != "" && c.Queued {
+			id, err := in.lookupRelay(ctx, c.RelayID)
+			if err != nil {
+				rollback()
+				return nil, err
+			}
+			if id != "" {
+				w.ID, w.Redelivered = id, true
+				written[i] = w
+				continue
+			}
+		}
+		if c.DeliveryID != "" && w.DuplicateOf == "" {
+			if w.DuplicateOf, err = in.lookupDelivery(ctx, c.DeliveryID); err != nil {
+				rollback()
+				return nil, err
+			}
+		}
+		written[i] = w
+		var rec []byte
+		buf, rec = appendFrame(buf, func(b []byte) []byte { return encodeInsert(b, c, w.DuplicateOf) })
+		first := cmp.Or(w.DuplicateOf, c.ID) // a repeat's first was applied already if byDeliver lacks it
+		in.pending = append(in.pending, logged{rec: rec, end: pos{in.gen, in.size + int64(len(buf))},
+			deliveryID: c.DeliveryID, relayID: queuedRelayID(c), id: c.ID, first: first})
+		if c.DeliveryID != "" {
+			if _, ok := in.byDeliver[c.DeliveryID]; !ok {
+				in.byDeliver[c.DeliveryID] = first
+			}
+			if in.ids != nil {
+				in.ids.add(c.DeliveryID)
+			}
+		}
+		if r := queuedRelayID(c); r != "" {
+			in.byRelay[r] = c.ID
+		}
+	}
+	for _, c := range updates {
+		var rec []byte
+		buf, rec = appendFrame(buf, func(b []byte) []byte { return encodeUpdate(b, c) })
+		in.pending = append(in.pending, logged{rec: rec, end: pos{in.gen, in.size + int64(len(buf))}})
+	}
+	if len(buf) == 0 {
+		return written, nil
+	}
+	fail := func(err error) ([]Written, error) {
+		rollback()
+		// Nothing past the last good frame stays. Should that fail
+		// too, the next append starts a new file.
+		if in.unwrite(int64(len(buf))) != nil {
+			in.size = intakeFileMax
+		}
+		return nil, err
+	}
+	if _, err := in.writeAt(in.f, buf, in.size); err != nil {
+		return fail(fmt.Errorf("storage: append to the intake log: %w", err))
+	}
+	if in.sync && len(inserts) > 0 {
+		if err := syscall.Fdatasync(int(in.f.Fd())); err != nil {
+			// After a failed sync the file's pages are in a state no
+			// later sync reports truly: the next append starts a new file.
+			written, err := fail(fmt.Errorf("storage: sync the intake log: %w", err))
+			in.size, in.unsynced = intakeFileMax, false
+			return written, err
+		}
+	}
+	in.size += int64(len(buf))
+	in.unsynced = len(inserts) == 0 // a batch of updates alone is not synced
+	if db.index != nil && len(inserts) > 0 {
+		db.index.touch()
+	}
+	in.npending.Store(int64(len(in.pending)))
+	select {
+	case in.wake <- struct{}{}:
+	default:
+	}
+	return written, nil
+}
+
+// unwrite takes back n bytes written at size: zeros again where the file
+// had them reserved, cut off past that (which needs no room on a full
+// disk). Called with mu held.
+func (in *intake) unwrite(n int64) error {
+	if end := min(in.size+n, in.reserved); end > in.size {
+		if _, err := in.f.WriteAt(make([]byte, end-in.size), in.size); err != nil {
+			return err
+		}
+	}
+	if in.size+n > in.reserved {
+		return in.f.Truncate(max(in.size, in.reserved))
+	}
+	return nil
+}
+
+// queuedRelayID is the relay id a redelivery of c would be found by.
+func queuedRelayID(c *Capture) string {
+	if c.Queued {
+		return c.RelayID
+	}
+	return ""
+}
+
+// forget drops the look-up entries of p. Called with mu held.
+func (in *intake) forget(p logged) {
+	if p.deliveryID != "" && in.byDeliver[p.deliveryID] == p.first {
+		delete(in.byDeliver, p.deliveryID)
+	}
+	if p.relayID != "" && in.byRelay[p.relayID] == p.id {
+		delete(in.byRelay, p.relayID)
+	}
+}
+
+// lookupDelivery returns the first capture with delivery id d: pending,
+// or in the store. A record leaves pending only after its commit, so it is
+// always in one or the other. Called with mu held.
+func (in *intake) lookupDelivery(ctx context.Context, d string) (string, error) {
+	if id, ok := in.byDeliver[d]; ok {
+		return id, nil
+	}
+	if in.ids != nil && !in.ids.mayHave(d) {
+		return "", nil // never seen
+	}
+	return in.committed.firstOfDelivery(ctx, d)
+}
+
+// deliveryIndex finds the first capture of a delivery id among those
+// committed to SQLite. The store is one; the tests of the delivery-id
+// filter count its reads through another.
+type deliveryIndex interface {
+	firstOfDelivery(ctx context.Context, deliveryID string) (string, error)
+}
+
+// firstOfDelivery returns the first committed capture with delivery id d,
+// or "" if none has it.
+func (db *AgentStore) firstOfDelivery(ctx context.Context, d string) (string, error) {
+	var id string
+	err := db.read.QueryRowContext(ctx, `SELECT id FROM captures WHERE delivery_id = ? ORDER BY seq LIMIT 1`, d).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("storage: look up delivery id: %w", err)
+	}
+	return id, nil
+}
+
+// lookupRelay returns the queued capture with relay id r. Called with mu
+// held.
+func (in *intake) lookupRelay(ctx context.Context, r string) (string, error) {
+	if id, ok := in.byRelay[r]; ok {
+		return id, nil
+	}
+	var id string
+	err := in.db.read.QueryRowContext(ctx, qSelRelayID, r).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("storage: look up relay id: %w", err)
+	}
+	return id, nil
+}
+
+const qSelRelayID = `SELECT id FROM captures WHERE relay_id = ? AND queued = 1`
+
+// applyLoop applies pending records: applyDelay after the first of a
+// quiet spell, or at once when applyBatch are waiting.
+func (in *intake) applyLoop() {
+	defer close(in.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-in.wake:
+		case <-in.stop:
+			return
+		}
+		if in.npending.Load() < applyBatch {
+			timer.Reset(applyDelay)
+			select {
+			case <-timer.C:
+			case <-in.stop:
+				timer.Stop()
+				return
+			}
+		}
+		if err := in.catchUp(context.Background()); err != nil {
+			// Tried again after a pause; readers meanwhile get the error.
+			timer.Reset(time.Second)
+			select {
+			case <-timer.C:
+			case <-in.stop:
+				return
+			}
+			select {
+			case in.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// catchUp applies every record appended before it was called.
+func (in *intake) catchUp(ctx context.Context) error {
+	if in.npending.Load() == 0 {
+		return nil
+	}
+	in.applyMu.Lock()
+	defer in.applyMu.Unlock()
+	in.mu.Lock()
+	target := len(in.pending)
+	in.mu.Unlock()
+	for target > 0 {
+		in.mu.Lock()
+		n := min(target, applyBatch, len(in.pending))
+		batch := append([]logged(nil), in.pending[:n]...)
+		in.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		if err := in.apply(ctx, batch); err != nil {
+			in.failed = err
+			return err
+		}
+		in.failed = nil
+		in.mu.Lock()
+		for _, p := range in.pending[:n] {
+			in.forget(p)
+		}
+		in.pending = append(in.pending[:0], in.pending[n:]...)
+		in.npending.Store(int64(len(in.pending)))
+		in.mu.Unlock()
+		target -= n
+	}
+	return nil
+}
+
+// apply writes batch to SQLite in one transaction with the position after
+// its last record, and deletes log files it has moved past. Called with
+// applyMu held (or from recover, before anyone else can).
+func (in *intake) apply(ctx context.Context, batch []logged) error {
+	db := in.db
+	if db.index != nil {
+		if err := db.index.waitRoom(ctx, len(batch)); err != nil {
+			return err
+		}
+	}
+	var last int64
+	end := batch[len(batch)-1].end
+	// Not synced: the log holds these records, synced, until a
+	// checkpoint has made this commit durable (below).
+	err := db.writeRawDurable(ctx, false, func(w *rawConn) error {
+		for _, p := range batch {
+			kind, c, bodyAt, err := decodeRecord(p.rec)
+			if err != nil {
+				return fmt.Errorf("storage: intake record before %d in log %d: %w", p.end.off, p.end.gen, err)
+			}
+			switch kind {
+			case recInsert:
+				if len(c.Body) > 0 {
+					// The body stays in the log, where the store finds it.
+					c.bodyFile, c.bodyOffset = logName(p.end.gen), p.end.off-int64(len(p.rec))+int64(bodyAt)
+					c.Size, c.Body = len(c.Body), nil
+				}
+				// Its duplicate was looked up when it was logged, and a
+				// redelivery was never logged.
+				wr, err := w.insert(c, Written{ID: c.ID, DuplicateOf: c.DuplicateOf})
+				if err != nil {
+					return err
+				}
+				last = max(last, wr.Seq)
+			case recUpdate:
+				if err := w.updateCapture(c); err != nil {
+					return err
+				}
+			}
+		}
+		return w.setApplied(end)
+	})
+	if err != nil {
+		return err
+	}
+	old := in.applied
+	in.applied = end
+	if old.gen < end.gen {
+		var gens []int64
+		for g := old.gen; g < end.gen; g++ {
+			gens = append(gens, g)
+		}
+		if err := in.dropApplied(gens); err != nil {
+			return err
+		}
+	}
+	if db.index != nil && last > 0 {
+		db.index.saved(last)
+	}
+	return nil
+}
+
+// dropApplied deletes the applied logs of gens that no capture names, once
+// the commits that applied them are on disk (a commit at
+// synchronous=NORMAL is not until the WAL is synced).
+func (in *intake) dropApplied(gens []int64) error {
+	if len(gens) == 0 {
+		return nil
+	}
+	if err := in.db.syncWAL(); err != nil {
+		return err
+	}
+	for _, g := range gens {
+		if err := in.db.removeSegmentIfUnused(logName(g)); err != nil {
+			return fmt.Errorf("storage: remove an applied intake log: %w", err)
+		}
+	}
+	return nil
+}
+
+// setApplied records p as the intake position, in the transaction of the
+// records it follows.
+func (w *rawConn) setApplied(p pos) error {
+	if _, err := w.exec(`UPDATE intake_state SET applied_gen = ?, applied_end = ?`, p.gen, p.off); err != nil {
+		return fmt.Errorf("storage: record the intake position: %w", err)
+	}
+	return nil
+}
+
+// close stops applyLoop, applies what is pending, and closes the files.
+func (in *intake) close() error {
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		return nil
+	}
+	in.closed = true
+	in.mu.Unlock()
+	close(in.stop)
+	<-in.done
+	<-in.filterDone
+	err := in.catchUp(context.Background())
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.preparing {
+		// Made ahead and never used: an empty log, which the next open
+		// finds empty and deletes.
+		if p := <-in.nextFile; p.f != nil {
+			p.f.Close()
+		}
+		in.preparing = false
+	}
+	if in.f != nil {
+		err = errors.Join(err, in.f.Close())
+	}
+	return errors.Join(err, in.lock.Close())
+}
+
+// caughtUp applies, before a read or a direct write, every record logged
+// before it.
+func (db *AgentStore) caughtUp(ctx context.Context) error {
+	if db.intake == nil {
+		return nil
+	}
+	return db.intake.catchUp(ctx)
+}
