@@ -14,6 +14,7 @@ import (
 	"database/sql"
 	"embed"
 	"errors"
+	"github.com/calltap/calltap/storage/intake"
 	"io/fs"
 	"log/slog"
 	"sync"
@@ -76,12 +77,12 @@ type AgentStore struct {
 	// keep a deletion waiting past busyTimeout; the gate queues them.
 	writeGate sync.Mutex
 
-	ckpt   *checkpointer // WAL checkpoints off the commit path; nil when read-only
-	index  *indexer      // the full-text index, a file of its own; nil when read-only
-	bodies *bodyStore    // large request bodies (bodyfile.go)
+	ckpt   *checkpointer  // WAL checkpoints off the commit path; nil when read-only
+	index  *indexer       // the full-text index, a file of its own; nil when read-only
+	bodies *intake.Bodies // large request bodies (storage/intake)
 
-	intake *intake // nil unless opened WithIntake (and no other process holds the log)
-	reader *reader // set by OpenAgentReader: a read-only store (reader.go)
+	intake *intakeLog // nil unless opened WithIntake (and no other process holds the log)
+	reader *reader    // set by OpenAgentReader: a read-only store (reader.go)
 
 	closeOnce sync.Once
 	closeErr  error // set by closeOnce
@@ -90,7 +91,7 @@ type AgentStore struct {
 // newStore is the AgentStore on the core sdb, its parts not yet open.
 func newStore(sdb *storage.DB, sync storage.SyncMode) *AgentStore {
 	return &AgentStore{sdb: sdb, path: sdb.Path(), sync: sync, write: sdb.Writer(), read: sdb.Reader(),
-		bodies: newBodyStore(BodiesDir(sdb.Path()), sync == storage.SyncFull)}
+		bodies: intake.NewBodies(BodiesDir(sdb.Path()), sync == storage.SyncFull)}
 }
 
 // OpenAgent opens (creating if needed) the agent's database at path, its
@@ -181,7 +182,7 @@ func (db *AgentStore) closeParts() error {
 	db.rawMu.Unlock()
 	errs = append(errs, db.sdb.Close())
 	if db.bodies != nil {
-		errs = append(errs, db.bodies.close())
+		errs = append(errs, db.bodies.Close())
 	}
 	if db.index != nil {
 		errs = append(errs, db.index.removeIfDamaged(db.path))

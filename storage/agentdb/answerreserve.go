@@ -6,7 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
+	"github.com/calltap/calltap/storage/intake"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -80,7 +80,7 @@ func (db *AgentStore) SpillAnswers(caps []*Capture) (int, error) {
 	var buf []byte
 	n := 0
 	for _, c := range caps {
-		next, _ := appendFrame(buf, func(b []byte) []byte { return encodeUpdate(b, c) })
+		next, _ := intake.AppendFrame(buf, func(b []byte) []byte { return encodeUpdate(b, c) })
 		if len(next)+8 > answerReserveSize { // and room for the zero frame that ends them
 			break
 		}
@@ -160,7 +160,7 @@ func reservedAnswers(data []byte) [][]byte {
 			break
 		}
 		payload := data[off+8 : off+8+n]
-		if crc32.Checksum(payload, castagnoli) != sum {
+		if intake.Checksum(payload) != sum {
 			break
 		}
 		recs = append(recs, payload)

@@ -9,6 +9,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"github.com/calltap/calltap/storage/intake"
 	"time"
 	"unicode/utf8"
 )
@@ -73,7 +74,7 @@ func (db *AgentStore) WriteCaptures(ctx context.Context, inserts, updates []*Cap
 		}
 		return nil
 	})
-	if errors.Is(err, errSegmentSync) {
+	if errors.Is(err, intake.ErrSegmentSync) {
 		// The bodies staged in the segment that failed are written again
 		// to a new one, should the caller try again.
 		for _, c := range inserts {
@@ -164,9 +165,9 @@ func (w *rawConn) insert(c *Capture, out Written) (Written, error) {
 	if len(c.Body) == 0 && c.bodyFile != "" {
 		// From the intake log: the body is in its segment already.
 		size, stored, file, offset = int64(c.Size), []byte{}, c.bodyFile, c.bodyOffset
-	} else if KeptApart(len(body)) && w.bodies != nil {
+	} else if intake.KeptApart(len(body)) && w.bodies != nil {
 		if c.bodyFile == "" { // not staged
-			name, off, err := w.bodies.append(body)
+			name, off, err := w.bodies.Append(body)
 			if err != nil {
 				return out, err
 			}

@@ -58,3 +58,9 @@ func migrateThrough(t *testing.T, w *sql.DB, last string) {
 		}
 	}
 }
+
+// logSize is where the next frame goes in the intake log appended to.
+func logSize(db *AgentStore) int64 {
+	_, off := db.intake.log.End()
+	return off
+}

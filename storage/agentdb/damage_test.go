@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,7 +31,7 @@ func savedStore(t *testing.T, dir string, n int) string {
 		body := fmt.Sprintf(`{"city":"Denver","lead_id":"L-%d","notes":%q}`, i, strings.Repeat("lorem ipsum dolor sit amet ", 70))
 		batch = append(batch, testCapture(i, []byte(body)))
 	}
-	batch[0].Body = bytes.Repeat([]byte("Denver "), fileBodyMin/7+1)
+	batch[0].Body = bytes.Repeat([]byte("Denver "), intake.BodyMin/7+1)
 	if _, err := db.WriteCaptures(ctx, batch, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/calltap/calltap/storage/intake"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -409,17 +410,17 @@ func releaseBodies(bodies string, gone []*doomed) (segments map[string]bool) {
 			continue
 		}
 		segments[d.file] = true
-		if strings.HasPrefix(d.file, intakePrefix) {
+		if strings.HasPrefix(d.file, intake.Prefix) {
 			// Bodies in an intake log are not aligned to blocks: a
 			// hole would take its neighbours' bytes too. The log goes
 			// whole once no capture names it.
 			continue
 		}
-		path, err := segmentPath(bodies, d.file)
+		path, err := intake.SegmentPath(bodies, d.file)
 		if err != nil {
 			continue
 		}
-		if err := releaseSpan(path, d.offset, d.size); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := intake.ReleaseSpan(path, d.offset, d.size); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			slog.Warn("storage: free a deleted body's space", "segment", d.file, "err", err)
 		}
 	}
@@ -433,11 +434,11 @@ func (db *AgentStore) removeSegmentIfUnused(name string) error {
 	if err := db.read.QueryRow(`SELECT count(*) FROM (SELECT 1 FROM capture_bodies WHERE file = ? LIMIT 1)`, name).Scan(&n); err != nil || n > 0 {
 		return err
 	}
-	path, err := segmentPath(BodiesDir(db.path), name)
+	path, err := intake.SegmentPath(BodiesDir(db.path), name)
 	if err != nil {
 		return err
 	}
-	_, err = removeUnheld(path)
+	_, err = intake.RemoveUnheld(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,7 +57,7 @@ func TestDeleteCapturesRemovesEverything(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
 	db := openAgentAt(t, path)
-	large := []byte(`{"note":"zebrafile ` + strings.Repeat("x", fileBodyMin) + `"}`)
+	large := []byte(`{"note":"zebrafile ` + strings.Repeat("x", intake.BodyMin) + `"}`)
 	gone := []*Capture{testCapture(1, []byte(`{"city":"aardvark"}`)), testCapture(2, large), testCapture(3, binaryBody)}
 	stay := testCapture(4, []byte(`{"city":"aardvark buffalo"}`))
 	saveCaptures(t, db, append(gone, stay)...)
@@ -111,8 +112,8 @@ func TestDeleteCapturesRemovesEverything(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the held segment was removed: %v", err)
 	}
-	if allocated(fi) >= int64(fileBodyMin) {
-		t.Fatalf("the deleted body's span still takes %d bytes", allocated(fi))
+	if intake.Allocated(fi) >= int64(intake.BodyMin) {
+		t.Fatalf("the deleted body's span still takes %d bytes", intake.Allocated(fi))
 	}
 	// Seqs are not reused: the next capture is indexed and searchable.
 	next := testCapture(5, []byte(`{"city":"aardvark"}`))
@@ -246,7 +247,7 @@ func TestPruneToMaxBytes(t *testing.T) {
 	db := openAgentDB(t)
 	var cs []*Capture
 	for i := 0; i < 40; i++ {
-		cs = append(cs, testCapture(i, bytes.Repeat([]byte{byte('a' + i%26)}, fileBodyMin)))
+		cs = append(cs, testCapture(i, bytes.Repeat([]byte{byte('a' + i%26)}, intake.BodyMin)))
 	}
 	saveCaptures(t, db, cs...)
 	// The index is part of the store: measure once it holds the bodies.
@@ -266,7 +267,7 @@ func TestPruneToMaxBytes(t *testing.T) {
 		filepath.WalkDir(filepath.Dir(db.path), func(p string, d os.DirEntry, err error) error {
 			if err == nil && d.Type().IsRegular() {
 				fi, _ := d.Info()
-				files = append(files, fmt.Sprintf("%s %d", p, allocated(fi)))
+				files = append(files, fmt.Sprintf("%s %d", p, intake.Allocated(fi)))
 			}
 			return nil
 		})

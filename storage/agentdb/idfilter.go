@@ -50,7 +50,7 @@ func (f *idFilter) mayHave(s string) bool {
 // SQLite. The ids saved while it reads are added under mu, which
 // LogCaptures holds: those committed since the big read, and those still
 // pending (a record leaves pending only once committed).
-func (in *intake) buildIDFilter() {
+func (in *intakeLog) buildIDFilter() {
 	defer close(in.filterDone)
 	ctx := context.Background()
 	f := newIDFilter()
@@ -75,7 +75,7 @@ func (in *intake) buildIDFilter() {
 	in.ids = f
 }
 
-func (in *intake) addDeliveryIDs(ctx context.Context, f *idFilter, cond string, upto int64) error {
+func (in *intakeLog) addDeliveryIDs(ctx context.Context, f *idFilter, cond string, upto int64) error {
 	rows, err := in.db.read.QueryContext(ctx, `SELECT delivery_id FROM captures WHERE `+cond+` AND delivery_id IS NOT NULL`, upto)
 	if err != nil {
 		return err
@@ -93,7 +93,7 @@ func (in *intake) addDeliveryIDs(ctx context.Context, f *idFilter, cond string, 
 
 // noteSaved adds the delivery ids of captures written straight to SQLite
 // (WriteCaptures: imports, replays of this process) to the filter.
-func (in *intake) noteSaved(cs []*Capture) {
+func (in *intakeLog) noteSaved(cs []*Capture) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.ids == nil {

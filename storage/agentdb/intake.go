@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"path/filepath"
 	"sync"
@@ -50,38 +51,34 @@ import (
 // held when it opened (ownerCaughtUp, reader.go), so it too sees every
 // request already answered.
 //
-// Files: <store>-intake/<generation>.log, records appended to the newest.
-// A file past intakeFileMax takes no new record; once every record of a
-// generation is applied and a newer one has records applied, it is deleted.
-// Each record is framed:
-//
-//	u32 length of the payload (little endian)
-//	u32 CRC-32C of the payload
-//	payload: kind (1 insert, 2 update), then the capture's fields in a
-//	fixed order (encodeInsert, encodeUpdate)
+// The log's files, their frames and what is synced when are
+// storage/intake's (its package comment); each record's payload is a
+// capture's insert or update (intakerecord.go).
 
-const (
-	intakeFileMax = 8 << 20 // a log file past this takes no new record
-	applyBatch    = 512     // records applied in one SQLite transaction, at most
-	maxRecord     = 1 << 30 // a frame claiming more is damage
-)
+// applyBatch is the most records applied in one SQLite transaction.
+const applyBatch = 512
 
 // applyDelay is how long the first pending record waits, at most, to be
 // applied (readers in this process never wait for it: they apply what is
 // pending first); a variable for tests.
 var applyDelay = 50 * time.Millisecond
 
-// intakePrefix starts the name of every intake log file. The files live
-// among the body segments (BodiesDir): a request's body stays where the
-// log wrote it, and the store names its file and offset (capture_bodies),
-// as it does for a body in a segment. A log file is deleted once it is
-// applied and no capture names it any more (retention, deletes).
-const intakePrefix = "intake-"
+// The log files live among the body segments (BodiesDir): a request's
+// body stays where the log wrote it, and the store names its file and
+// offset (capture_bodies), as it does for a body in a segment. A log file
+// is deleted once it is applied and no capture names it any more
+// (retention, deletes).
 
 // pos is a place in the log: a file's generation and an offset in it.
 type pos struct {
 	gen int64
 	off int64
+}
+
+// endAfter is the position just past n bytes appended to l now.
+func endAfter(l *intake.Log, n int) pos {
+	gen, off := l.End()
+	return pos{gen, off + int64(n)}
 }
 
 // logged is one appended record waiting to be applied.
@@ -96,31 +93,22 @@ type logged struct {
 	first string
 }
 
-// intake is an agent store's log: its writer (LogCaptures), the records
+// intakeLog is an agent store's log: its writer (LogCaptures), the records
 // not yet applied, and the goroutine that applies them.
-type intake struct {
+type intakeLog struct {
 	db   *AgentStore
 	dir  string
 	sync bool     // storage.SyncFull: a batch with inserts is fdatasynced before LogCaptures returns
 	lock *os.File // the folder's lock file, held exclusively while open
 
-	mu        sync.Mutex // guards the fields below it; held by LogCaptures for a whole append
-	f         *os.File   // the file appended to
-	gen       int64      // its generation
-	size      int64      // its length: where the next frame goes
-	reserved  int64      // bytes of zeros it was given ahead of the appends (reserve); 0 if none
-	unsynced  bool       // records were appended to it since its last sync (rotate syncs them)
-	pending   []logged   // appended, not yet applied, in order
+	mu        sync.Mutex  // guards the fields below it; held by LogCaptures for a whole append
+	log       *intake.Log // the file appended to
+	pending   []logged    // appended, not yet applied, in order
 	byDeliver map[string]string
 	byRelay   map[string]string
 	ids       *idFilter     // the store's delivery ids (idfilter.go); nil until built
 	committed deliveryIndex // what SQLite holds: db (openIntake); read when ids may hold an id
 	closed    bool
-	preparing bool          // a goroutine prefills generation gen+1's file, to hand it over on nextFile
-	nextFile  chan prepared // capacity 1
-	// writeAt puts frames in f: (*os.File).WriteAt (openIntake); a test's
-	// stops halfway, as a disk that fills up does.
-	writeAt func(f *os.File, b []byte, off int64) (int, error)
 
 	npending atomic.Int64 // len(pending), read without mu
 
@@ -138,12 +126,12 @@ type intake struct {
 // applies what a previous owner left there, and, if own, keeps it and
 // starts a new file to append to. It returns nil (and applies nothing)
 // when another process owns the log.
-func openIntake(ctx context.Context, db *AgentStore, own bool) (*intake, error) {
+func openIntake(ctx context.Context, db *AgentStore, own bool) (*intakeLog, error) {
 	dir := BodiesDir(db.path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("storage: intake folder: %w", err)
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, intakePrefix+"lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := os.OpenFile(filepath.Join(dir, intake.LockName), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("storage: intake lock: %w", err)
 	}
@@ -159,11 +147,12 @@ func openIntake(ctx context.Context, db *AgentStore, own bool) (*intake, error) 
 		}
 		return nil, fmt.Errorf("storage: intake lock: %w", err)
 	}
-	in := &intake{db: db, dir: dir, sync: db.sync == storage.SyncFull, lock: lock,
+	in := &intakeLog{db: db, dir: dir, sync: db.sync == storage.SyncFull, lock: lock,
 		byDeliver: map[string]string{}, byRelay: map[string]string{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), nextFile: make(chan prepared, 1),
+		log:  intake.NewLog(dir, db.sync == storage.SyncFull, db.bodies.SyncDir),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		filterDone: make(chan struct{}),
-		committed:  db, writeAt: (*os.File).WriteAt}
+		committed:  db}
 	if err := in.recover(ctx, own); err != nil {
 		lock.Close()
 		return nil, err
@@ -196,24 +185,19 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 	if in.closed {
 		return nil, errors.New("storage: the store is closed")
 	}
-	if in.size >= intakeFileMax/2 {
-		in.prepareNext()
-	}
-	if in.size >= intakeFileMax*7/8 { // past the prefilled zeros would change the size at each sync
-		if err := in.rotate(); err != nil {
-			return nil, err
-		}
+	if err := in.log.MakeRoom(); err != nil {
+		return nil, err
 	}
 	// Large bodies first: each in its segment, synced once, before any
 	// record names it.
 	apart := false
 	for _, c := range inserts {
-		if !KeptApart(len(c.Body)) {
+		if !intake.KeptApart(len(c.Body)) {
 			continue
 		}
 		apart = true
 		if c.bodyFile == "" {
-			name, off, err := db.bodies.append(c.Body)
+			name, off, err := db.bodies.Append(c.Body)
 			if err != nil {
 				return nil, err
 			}
@@ -221,11 +205,11 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 		}
 	}
 	if apart && in.sync {
-		if err := db.bodies.syncWritten(); err != nil {
-			if errors.Is(err, errSegmentSync) {
+		if err := db.bodies.SyncWritten(); err != nil {
+			if errors.Is(err, intake.ErrSegmentSync) {
 				// Written again, to a new segment, should the caller try again.
 				for _, c := range inserts {
-					if KeptApart(len(c.Body)) {
+					if intake.KeptApart(len(c.Body)) {
 						c.bodyFile, c.bodyOffset = "", 0
 					}
 				}
@@ -267,9 +251,9 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 		}
 		written[i] = w
 		var rec []byte
-		buf, rec = appendFrame(buf, func(b []byte) []byte { return encodeInsert(b, c, w.DuplicateOf) })
+		buf, rec = intake.AppendFrame(buf, func(b []byte) []byte { return encodeInsert(b, c, w.DuplicateOf) })
 		first := cmp.Or(w.DuplicateOf, c.ID) // a repeat's first was applied already if byDeliver lacks it
-		in.pending = append(in.pending, logged{rec: rec, end: pos{in.gen, in.size + int64(len(buf))},
+		in.pending = append(in.pending, logged{rec: rec, end: endAfter(in.log, len(buf)),
 			deliveryID: c.DeliveryID, relayID: queuedRelayID(c), id: c.ID, first: first})
 		if c.DeliveryID != "" {
 			if _, ok := in.byDeliver[c.DeliveryID]; !ok {
@@ -285,35 +269,18 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 	}
 	for _, c := range updates {
 		var rec []byte
-		buf, rec = appendFrame(buf, func(b []byte) []byte { return encodeUpdate(b, c) })
-		in.pending = append(in.pending, logged{rec: rec, end: pos{in.gen, in.size + int64(len(buf))}})
+		buf, rec = intake.AppendFrame(buf, func(b []byte) []byte { return encodeUpdate(b, c) })
+		in.pending = append(in.pending, logged{rec: rec, end: endAfter(in.log, len(buf))})
 	}
 	if len(buf) == 0 {
 		return written, nil
 	}
-	fail := func(err error) ([]Written, error) {
-		rollback()
-		// Nothing past the last good frame stays. Should that fail
-		// too, the next append starts a new file.
-		if in.unwrite(int64(len(buf))) != nil {
-			in.size = intakeFileMax
-		}
+	// A batch of updates alone is not synced: Rotate syncs it before a
+	// newer file takes records.
+	if err := in.log.Append(buf, len(inserts) > 0); err != nil {
+		rollback() // nothing past the last good frame stays (Append)
 		return nil, err
 	}
-	if _, err := in.writeAt(in.f, buf, in.size); err != nil {
-		return fail(fmt.Errorf("storage: append to the intake log: %w", err))
-	}
-	if in.sync && len(inserts) > 0 {
-		if err := syscall.Fdatasync(int(in.f.Fd())); err != nil {
-			// After a failed sync the file's pages are in a state no
-			// later sync reports truly: the next append starts a new file.
-			written, err := fail(fmt.Errorf("storage: sync the intake log: %w", err))
-			in.size, in.unsynced = intakeFileMax, false
-			return written, err
-		}
-	}
-	in.size += int64(len(buf))
-	in.unsynced = len(inserts) == 0 // a batch of updates alone is not synced
 	if db.index != nil && len(inserts) > 0 {
 		db.index.touch()
 	}
@@ -325,21 +292,6 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 	return written, nil
 }
 
-// unwrite takes back n bytes written at size: zeros again where the file
-// had them reserved, cut off past that (which needs no room on a full
-// disk). Called with mu held.
-func (in *intake) unwrite(n int64) error {
-	if end := min(in.size+n, in.reserved); end > in.size {
-		if _, err := in.f.WriteAt(make([]byte, end-in.size), in.size); err != nil {
-			return err
-		}
-	}
-	if in.size+n > in.reserved {
-		return in.f.Truncate(max(in.size, in.reserved))
-	}
-	return nil
-}
-
 // queuedRelayID is the relay id a redelivery of c would be found by.
 func queuedRelayID(c *Capture) string {
 	if c.Queued {
@@ -349,7 +301,7 @@ func queuedRelayID(c *Capture) string {
 }
 
 // forget drops the look-up entries of p. Called with mu held.
-func (in *intake) forget(p logged) {
+func (in *intakeLog) forget(p logged) {
 	if p.deliveryID != "" && in.byDeliver[p.deliveryID] == p.first {
 		delete(in.byDeliver, p.deliveryID)
 	}
@@ -361,7 +313,7 @@ func (in *intake) forget(p logged) {
 // lookupDelivery returns the first capture with delivery id d: pending,
 // or in the store. A record leaves pending only after its commit, so it is
 // always in one or the other. Called with mu held.
-func (in *intake) lookupDelivery(ctx context.Context, d string) (string, error) {
+func (in *intakeLog) lookupDelivery(ctx context.Context, d string) (string, error) {
 	if id, ok := in.byDeliver[d]; ok {
 		return id, nil
 	}
@@ -394,7 +346,7 @@ func (db *AgentStore) firstOfDelivery(ctx context.Context, d string) (string, er
 
 // lookupRelay returns the queued capture with relay id r. Called with mu
 // held.
-func (in *intake) lookupRelay(ctx context.Context, r string) (string, error) {
+func (in *intakeLog) lookupRelay(ctx context.Context, r string) (string, error) {
 	if id, ok := in.byRelay[r]; ok {
 		return id, nil
 	}
@@ -413,7 +365,7 @@ const qSelRelayID = `SELECT id FROM captures WHERE relay_id = ? AND queued = 1`
 
 // applyLoop applies pending records: applyDelay after the first of a
 // quiet spell, or at once when applyBatch are waiting.
-func (in *intake) applyLoop() {
+func (in *intakeLog) applyLoop() {
 	defer close(in.done)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -449,7 +401,7 @@ func (in *intake) applyLoop() {
 }
 
 // catchUp applies every record appended before it was called.
-func (in *intake) catchUp(ctx context.Context) error {
+func (in *intakeLog) catchUp(ctx context.Context) error {
 	if in.npending.Load() == 0 {
 		return nil
 	}
@@ -486,7 +438,7 @@ func (in *intake) catchUp(ctx context.Context) error {
 // apply writes batch to SQLite in one transaction with the position after
 // its last record, and deletes log files it has moved past. Called with
 // applyMu held (or from recover, before anyone else can).
-func (in *intake) apply(ctx context.Context, batch []logged) error {
+func (in *intakeLog) apply(ctx context.Context, batch []logged) error {
 	db := in.db
 	if db.index != nil {
 		if err := db.index.waitRoom(ctx, len(batch)); err != nil {
@@ -507,7 +459,7 @@ func (in *intake) apply(ctx context.Context, batch []logged) error {
 			case recInsert:
 				if len(c.Body) > 0 {
 					// The body stays in the log, where the store finds it.
-					c.bodyFile, c.bodyOffset = logName(p.end.gen), p.end.off-int64(len(p.rec))+int64(bodyAt)
+					c.bodyFile, c.bodyOffset = intake.Name(p.end.gen), p.end.off-int64(len(p.rec))+int64(bodyAt)
 					c.Size, c.Body = len(c.Body), nil
 				}
 				// Its duplicate was looked up when it was logged, and a
@@ -548,7 +500,7 @@ func (in *intake) apply(ctx context.Context, batch []logged) error {
 // dropApplied deletes the applied logs of gens that no capture names, once
 // the commits that applied them are on disk (a commit at
 // synchronous=NORMAL is not until the WAL is synced).
-func (in *intake) dropApplied(gens []int64) error {
+func (in *intakeLog) dropApplied(gens []int64) error {
 	if len(gens) == 0 {
 		return nil
 	}
@@ -556,7 +508,7 @@ func (in *intake) dropApplied(gens []int64) error {
 		return err
 	}
 	for _, g := range gens {
-		if err := in.db.removeSegmentIfUnused(logName(g)); err != nil {
+		if err := in.db.removeSegmentIfUnused(intake.Name(g)); err != nil {
 			return fmt.Errorf("storage: remove an applied intake log: %w", err)
 		}
 	}
@@ -573,7 +525,7 @@ func (w *rawConn) setApplied(p pos) error {
 }
 
 // close stops applyLoop, applies what is pending, and closes the files.
-func (in *intake) close() error {
+func (in *intakeLog) close() error {
 	in.mu.Lock()
 	if in.closed {
 		in.mu.Unlock()
@@ -587,18 +539,7 @@ func (in *intake) close() error {
 	err := in.catchUp(context.Background())
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.preparing {
-		// Made ahead and never used: an empty log, which the next open
-		// finds empty and deletes.
-		if p := <-in.nextFile; p.f != nil {
-			p.f.Close()
-		}
-		in.preparing = false
-	}
-	if in.f != nil {
-		err = errors.Join(err, in.f.Close())
-	}
-	return errors.Join(err, in.lock.Close())
+	return errors.Join(err, in.log.Close(), in.lock.Close())
 }
 
 // caughtUp applies, before a read or a direct write, every record logged

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,7 +42,7 @@ func crash(t testing.TB, db *AgentStore) {
 	in.mu.Unlock()
 	close(in.stop)
 	<-in.done
-	in.f.Close()
+	in.log.Close()
 	in.lock.Close()
 	db.intake = nil
 	if err := db.closeStore(); err != nil {
@@ -64,7 +65,7 @@ func TestIntakeRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
 	db := openIntakeDB(t, path)
-	large := bytes.Repeat([]byte("0123456789abcdef"), (fileBodyMin+4096)/16)
+	large := bytes.Repeat([]byte("0123456789abcdef"), (intake.BodyMin+4096)/16)
 	a := testCapture(1, []byte(`{"city":"Denver"}`))
 	b := testCapture(2, binaryBody)
 	c := testCapture(3, large)
@@ -158,7 +159,8 @@ func TestIntakeTornRecordIsCut(t *testing.T) {
 		}
 		ids = append(ids, c.ID)
 	}
-	logFile, end := db.intake.path(db.intake.gen), db.intake.size
+	logFile := db.intake.log.Path(db.intake.log.Gen())
+	_, end := db.intake.log.End()
 	crash(t, db)
 	// The next frame, torn: its header says 400 bytes, 10 made it.
 	f, err := os.OpenFile(logFile, os.O_WRONLY, 0)
@@ -206,7 +208,7 @@ func TestIntakeTornRecordIsCut(t *testing.T) {
 	if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
 		t.Fatal(err)
 	}
-	current := db.intake.path(db.intake.gen)
+	current := db.intake.log.Path(db.intake.log.Gen())
 	if _, err := db.DeleteCaptures(ctx, c.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -225,9 +227,9 @@ func TestIntakeDamageBeforeNewerLogIsReported(t *testing.T) {
 	if _, err := db.LogCaptures(ctx, []*Capture{testCapture(1, []byte(`{}`))}, nil); err != nil {
 		t.Fatal(err)
 	}
-	first := db.intake.path(db.intake.gen)
+	first := db.intake.log.Path(db.intake.log.Gen())
 	db.intake.mu.Lock()
-	err := db.intake.startFile(db.intake.gen + 1)
+	err := db.intake.log.Start(db.intake.log.Gen() + 1)
 	db.intake.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
@@ -258,14 +260,14 @@ func TestIntakeFailedWriteLeavesNothing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.db")
 	db := openIntakeDB(t, path)
 	full := true
-	db.intake.writeAt = func(f *os.File, b []byte, off int64) (int, error) {
+	db.intake.log.SetWriteAt(func(f *os.File, b []byte, off int64) (int, error) {
 		if full {
 			// Half the frames reach the file before the disk is full.
 			n, _ := f.WriteAt(b[:len(b)/2], off)
 			return n, syscall.ENOSPC
 		}
 		return f.WriteAt(b, off)
-	}
+	})
 	a, b := testCapture(1, []byte(`{"a":1}`)), testCapture(2, []byte(`{"b":2}`))
 	if _, err := db.LogCaptures(ctx, []*Capture{a, b}, nil); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("a full disk: %v", err)
@@ -426,8 +428,7 @@ func unapplied(t *testing.T, path string) int64 {
 	if err := db.QueryRow(`SELECT applied_gen, applied_end FROM intake_state`).Scan(&gen, &off); err != nil {
 		t.Fatal(err)
 	}
-	in := &intake{dir: BodiesDir(path)}
-	gens, err := in.files()
+	gens, err := intake.Files(BodiesDir(path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,12 +441,12 @@ func unapplied(t *testing.T, path string) int64 {
 		if g == gen {
 			start = off
 		}
-		s, err := readLog(in.path(g), g, start)
+		s, err := intake.ReadLog(filepath.Join(BodiesDir(path), intake.Name(g)), start)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, r := range s.recs {
-			total += int64(len(r.rec)) + 8
+		for _, r := range s.Records {
+			total += int64(len(r.Payload)) + 8
 		}
 	}
 	return total
@@ -474,7 +475,7 @@ func TestIntakeRotates(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if g := db.intake.gen; g < 3 {
+	if g := db.intake.log.Gen(); g < 3 {
 		t.Fatalf("the log is at generation %d after 16 MB, want a third file", g)
 	}
 	check := func(when string) {
@@ -496,12 +497,12 @@ func TestIntakeRotates(t *testing.T) {
 	db = openIntakeDB(t, path)
 	defer db.Close()
 	check("reopened")
-	before, _ := filepath.Glob(filepath.Join(BodiesDir(path), intakePrefix+"*.log"))
+	before, _ := filepath.Glob(filepath.Join(BodiesDir(path), intake.Prefix+"*.log"))
 	if _, err := db.DeleteCaptures(ctx, ids...); err != nil {
 		t.Fatal(err)
 	}
-	after, _ := filepath.Glob(filepath.Join(BodiesDir(path), intakePrefix+"*.log"))
-	if len(before) < 3 || len(after) != 1 || after[0] != db.intake.path(db.intake.gen) {
+	after, _ := filepath.Glob(filepath.Join(BodiesDir(path), intake.Prefix+"*.log"))
+	if len(before) < 3 || len(after) != 1 || after[0] != db.intake.log.Path(db.intake.log.Gen()) {
 		t.Fatalf("logs before the delete %v, after %v: want only the one appended to left", before, after)
 	}
 }
@@ -515,7 +516,7 @@ func TestIntakeRecordCodec(t *testing.T) {
 			DeliveredAt: capT0, Queued: true, ArrivedAt: capT0.Add(-time.Hour),
 			LastAttempt: &Attempt{N: 2, At: capT0, ResponseStatus: 204, Duration: 1500 * time.Microsecond}},
 	} {
-		_, rec := appendFrame(nil, func(b []byte) []byte { return encodeUpdate(b, u) })
+		_, rec := intake.AppendFrame(nil, func(b []byte) []byte { return encodeUpdate(b, u) })
 		kind, got, _, err := decodeRecord(rec)
 		if err != nil || kind != recUpdate {
 			t.Fatalf("%s: kind %d, %v", u.ID, kind, err)
@@ -541,10 +542,10 @@ func TestIntakeSyncsLargeBodiesFirst(t *testing.T) {
 	ctx := context.Background()
 	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
 	defer db.Close()
-	big := bytes.Repeat([]byte("y"), fileBodyMin)
+	big := bytes.Repeat([]byte("y"), intake.BodyMin)
 	a, b := testCapture(1, big), testCapture(2, big)
 	var sizes []int64
-	db.bodies.sync = func(f *os.File) error {
+	db.bodies.SyncFile = func(f *os.File) error {
 		fi, err := f.Stat()
 		if err != nil {
 			return err
@@ -552,8 +553,8 @@ func TestIntakeSyncsLargeBodiesFirst(t *testing.T) {
 		if fi.Mode().IsRegular() { // not the folder, synced for a new segment's name
 			sizes = append(sizes, fi.Size())
 		}
-		if db.intake.size != 0 {
-			t.Errorf("the segment was synced after the log took records (%d bytes)", db.intake.size)
+		if logSize(db) != 0 {
+			t.Errorf("the segment was synced after the log took records (%d bytes)", logSize(db))
 		}
 		return f.Sync()
 	}
@@ -588,7 +589,7 @@ func (r *readCounter) firstOfDelivery(ctx context.Context, d string) (string, er
 func (r *readCounter) count() int64 { return r.n.Load() }
 
 // countReads makes in count its duplicate checks that read SQLite.
-func countReads(in *intake) *readCounter {
+func countReads(in *intakeLog) *readCounter {
 	r := &readCounter{deliveryIndex: in.committed}
 	in.mu.Lock()
 	in.committed = r

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/calltap/calltap/storage/intake"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -53,13 +54,13 @@ func logThree(t *testing.T, db *AgentStore) (ids []string, file string, starts [
 	t.Helper()
 	for i := range 3 {
 		c := testCapture(i+1, []byte(fmt.Sprintf(`{"n":%d,"pad":"%s"}`, i, strings.Repeat("p", 300))))
-		starts = append(starts, db.intake.size)
+		starts = append(starts, logSize(db))
 		if _, err := db.LogCaptures(context.Background(), []*Capture{c}, nil); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, c.ID)
 	}
-	return ids, db.intake.path(db.intake.gen), starts, db.intake.size
+	return ids, db.intake.log.Path(db.intake.log.Gen()), starts, logSize(db)
 }
 
 // zero writes n zero bytes at off in the file at path.
@@ -99,7 +100,7 @@ func TestIntakeTornTailIsCutWhateverFollows(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "agent.db")
 			db := openIntakeDB(t, path)
 			ids, file, starts, end := logThree(t, db)
-			next := db.intake.path(db.intake.gen + 1)
+			next := db.intake.log.Path(db.intake.log.Gen() + 1)
 			crash(t, db)
 			switch newer {
 			case "empty":
@@ -107,7 +108,7 @@ func TestIntakeTornTailIsCutWhateverFollows(t *testing.T) {
 					t.Fatal(err)
 				}
 			case "zeros":
-				if err := os.WriteFile(next, make([]byte, intakeFileMax), 0o600); err != nil {
+				if err := os.WriteFile(next, make([]byte, intake.FileMax), 0o600); err != nil {
 					t.Fatal(err)
 				}
 			}

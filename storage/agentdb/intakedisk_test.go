@@ -3,6 +3,7 @@ package agentdb
 import (
 	"context"
 	"fmt"
+	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +15,7 @@ import (
 // intakeLogSizes is the size of each intake log file of the store at path.
 func intakeLogSizes(t *testing.T, path string) map[string]int64 {
 	t.Helper()
-	names, err := filepath.Glob(filepath.Join(BodiesDir(path), intakePrefix+"*.log"))
+	names, err := filepath.Glob(filepath.Join(BodiesDir(path), intake.Prefix+"*.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,19 +55,19 @@ func TestIntakeStartsOnANearlyFullDisk(t *testing.T) {
 	// The disk full: the append is refused and taken back, in the same
 	// file (not a new file per refusal); with room again, the next is
 	// saved there.
-	gen, size := db.intake.gen, db.intake.size
+	gen, size := db.intake.log.Gen(), logSize(db)
 	free := disktest.Fill(t, dir, 0)
 	big := []byte(fmt.Sprintf(`{"pad":"%s"}`, strings.Repeat("b", 64<<10)))
 	if _, err := db.LogCaptures(ctx, []*Capture{testCapture(2, big)}, nil); err == nil || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("an append to a full disk: %v, want it refused for want of space", err)
 	}
-	if fi, err := db.intake.f.Stat(); err != nil || fi.Size() != size || db.intake.gen != gen {
-		t.Fatalf("after the refused append: log %d of %v bytes (%v), want log %d of %d", db.intake.gen, fi.Size(), err, gen, size)
+	if fi, err := os.Stat(db.intake.log.Path(gen)); err != nil || fi.Size() != size || db.intake.log.Gen() != gen {
+		t.Fatalf("after the refused append: log %d of %v bytes (%v), want log %d of %d", db.intake.log.Gen(), fi.Size(), err, gen, size)
 	}
 	free()
 	c3 := testCapture(3, big)
-	if _, err := db.LogCaptures(ctx, []*Capture{c3}, nil); err != nil || db.intake.gen != gen {
-		t.Fatalf("with room again: %v, in log %d (want %d)", err, db.intake.gen, gen)
+	if _, err := db.LogCaptures(ctx, []*Capture{c3}, nil); err != nil || db.intake.log.Gen() != gen {
+		t.Fatalf("with room again: %v, in log %d (want %d)", err, db.intake.log.Gen(), gen)
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
@@ -94,20 +95,20 @@ func TestIntakeNextLogOnANearlyFullDisk(t *testing.T) {
 	path := filepath.Join(dir, "agent.db")
 	db := openIntakeDB(t, path)
 	if false {
-		t.Fatalf("the first log reserved %d bytes on an empty disk, want %d", db.intake.reserved, intakeFileMax)
+		t.Fatalf("the first log reserved %d bytes on an empty disk, want %d", db.intake.log.Reserved(), intake.FileMax)
 	}
 	free := disktest.Fill(t, dir, 6<<20)
-	first := db.intake.gen
+	first := db.intake.log.Gen()
 	var ids []string
-	for n := 0; db.intake.gen == first || n%100 != 0; n++ {
+	for n := 0; db.intake.log.Gen() == first || n%100 != 0; n++ {
 		c := testCapture(n, []byte(fmt.Sprintf(`{"n":%d,"pad":"%s"}`, n, strings.Repeat("f", 4000))))
 		if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
-			t.Fatalf("record %d (%d bytes into log %d), 6 MiB free at first: %v", n, db.intake.size, db.intake.gen, err)
+			t.Fatalf("record %d (%d bytes into log %d), 6 MiB free at first: %v", n, logSize(db), db.intake.log.Gen(), err)
 		}
 		ids = append(ids, c.ID)
 	}
 	if left := disktest.Free(t, dir); left < 5<<20 {
-		t.Fatalf("%d bytes free after moving to log %d with 6 MiB free: the next log took the room", left, db.intake.gen)
+		t.Fatalf("%d bytes free after moving to log %d with 6 MiB free: the next log took the room", left, db.intake.log.Gen())
 	}
 	free()
 	if err := db.Close(); err != nil {
@@ -136,14 +137,14 @@ func TestIntakeLogGivesBackItsReserve(t *testing.T) {
 		if _, err := db.LogCaptures(ctx, []*Capture{testCapture(1, []byte(`{"kept":"in the log"}`))}, nil); err != nil {
 			t.Fatal(err)
 		}
-		first := logName(db.intake.gen)
+		first := intake.Name(db.intake.log.Gen())
 		if stop == "kill" {
 			crash(t, db)
 		} else if err := db.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if size := intakeLogSizes(t, path)[first]; size < intakeFileMax {
-			t.Fatalf("%s: %s holds %d bytes before the restart; the test needs its reserve (%d)", stop, first, size, intakeFileMax)
+		if size := intakeLogSizes(t, path)[first]; size < intake.FileMax {
+			t.Fatalf("%s: %s holds %d bytes before the restart; the test needs its reserve (%d)", stop, first, size, intake.FileMax)
 		}
 		db = openAgentAt(t, path)
 		if size, ok := intakeLogSizes(t, path)[first]; !ok || size >= 1<<10 {

@@ -3,14 +3,27 @@ package agentdb
 import (
 	"encoding/binary"
 	"errors"
-	"hash/crc32"
+	"github.com/calltap/calltap/storage/intake"
 	"time"
 
 	"github.com/calltap/calltap/storage/varfield"
 )
 
-// The intake log's records (intake.go): a frame's layout, and a
-// capture's fields in it.
+// The intake log's payloads (the frames are storage/intake's): a byte
+// for the kind, then a capture's fields in a fixed order, in varfield's
+// layout (strings and bytes length-prefixed, numbers as varints, times
+// as unix µs with 0 for none, booleans as a byte):
+//
+//	insert (1): id, relay id, source, created at, arrived at, queued,
+//	  method, path, query, request headers, body size, body file, body
+//	  offset, then the body itself when no file holds it, target, event,
+//	  call id, delivery id, occurred at, duplicate of, replay of, status,
+//	  max attempts (encodeInsert)
+//	update (2): id, status, response status, response headers, has a
+//	  response body, response body, error, duration, delivered at,
+//	  attempts, max attempts, target, queued, arrived at, has an
+//	  attempt, then the attempt's n, at, response status, error and
+//	  duration (encodeUpdate)
 
 // Kinds of record.
 const (
@@ -18,26 +31,12 @@ const (
 	recUpdate byte = 2
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// appendFrame appends to b a frame whose payload encode appends, and
-// returns b and the payload (a slice of b).
-func appendFrame(b []byte, encode func([]byte) []byte) (_, payload []byte) {
-	at := len(b)
-	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0)
-	b = encode(b)
-	payload = b[at+8:]
-	binary.LittleEndian.PutUint32(b[at:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(b[at+4:], crc32.Checksum(payload, castagnoli))
-	return b, payload
-}
-
 // batchSize is about the bytes of the frames of inserts and updates.
 func batchSize(inserts, updates []*Capture) int {
 	n := 0
 	for _, c := range inserts {
 		n += 512 + len(c.RequestHeaders) + len(c.Path) + len(c.Query)
-		if !KeptApart(len(c.Body)) {
+		if !intake.KeptApart(len(c.Body)) {
 			n += len(c.Body)
 		}
 	}

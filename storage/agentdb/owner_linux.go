@@ -3,6 +3,7 @@ package agentdb
 import (
 	"bufio"
 	"fmt"
+	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +15,7 @@ import (
 // trying the lock: a reader holding it even for a moment could make an
 // agent starting at that moment think another agent owns the log.
 func intakeOwned(dir string) bool {
-	path := filepath.Join(dir, intakePrefix+"lock")
+	path := filepath.Join(dir, intake.LockName)
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
 		return false // no lock file: no agent ever owned this store's log

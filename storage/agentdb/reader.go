@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/intake"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -58,7 +59,7 @@ func OpenAgentReader(ctx context.Context, path string) (*AgentStore, error) {
 		return nil, err
 	}
 	db := newStore(sdb, storage.SyncFull)
-	db.bodies = newBodyStore(BodiesDir(path), false)
+	db.bodies = intake.NewBodies(BodiesDir(path), false)
 	db.reader = &reader{owned: intakeOwned(BodiesDir(path))}
 	if db.reader.migrations, err = sdb.PendingMigrations(ctx); err != nil {
 		db.Close()
@@ -163,8 +164,8 @@ func (db *AgentStore) logEnd(ctx context.Context) (end pos, records []logged, er
 	if err != nil {
 		return pos{}, nil, err
 	}
-	in := &intake{dir: BodiesDir(db.path)}
-	gens, err := in.files()
+	dir := BodiesDir(db.path)
+	gens, err := intake.Files(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return applied, nil, nil
 	} else if err != nil {
@@ -181,13 +182,13 @@ func (db *AgentStore) logEnd(ctx context.Context) (end pos, records []logged, er
 		}
 		// Damage past the last whole record is a write in progress (the
 		// agent's) or a torn tail its next start cuts: not ours to judge.
-		scan, err := readLog(in.path(g), g, start)
+		scan, err := intake.ReadLog(filepath.Join(dir, intake.Name(g)), start)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // applied and deleted meanwhile
 		} else if err != nil {
 			return pos{}, nil, err
 		}
-		if recs := scan.recs; len(recs) > 0 {
+		if recs := loggedOf(g, scan.Records); len(recs) > 0 {
 			end, records = recs[len(recs)-1].end, append(records, recs...)
 		}
 	}

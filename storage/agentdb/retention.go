@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/calltap/calltap/storage/intake"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -308,7 +309,7 @@ func fileUsage(path string) (int64, error) {
 	} else if err != nil {
 		return 0, fmt.Errorf("storage: disk usage: %w", err)
 	}
-	return allocated(fi), nil
+	return intake.Allocated(fi), nil
 }
 
 // RunRetention prunes now and then every interval, until ctx ends. A

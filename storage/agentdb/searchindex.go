@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/intake"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -485,8 +486,8 @@ func (ix *indexer) indexBodies(tx *sql.Tx, upto, last int64, max int) (int64, er
 		return upto, fmt.Errorf("storage: read bodies to index: %w", err)
 	}
 	defer rows.Close()
-	var bodies segmentReader // consecutive bodies mostly share a file (the intake log's)
-	defer bodies.close()
+	var bodies intake.SegmentReader // consecutive bodies mostly share a file (the intake log's)
+	defer bodies.Close()
 	read := 0
 	for rows.Next() {
 		var seq, size int64
@@ -497,7 +498,7 @@ func (ix *indexer) indexBodies(tx *sql.Tx, upto, last int64, max int) (int64, er
 			return upto, fmt.Errorf("storage: read bodies to index: %w", err)
 		}
 		if file.Valid && size <= maxIndexedBody {
-			b, err := bodies.read(ix.bodies, file.String, offset.Int64, size)
+			b, err := bodies.Read(ix.bodies, file.String, offset.Int64, size)
 			if err != nil {
 				return upto, err
 			}

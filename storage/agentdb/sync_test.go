@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"path/filepath"
 	"sync"
@@ -66,7 +67,7 @@ func TestSyncModeOfWriter(t *testing.T) {
 func watchSyncs(t *testing.T, db *AgentStore, id string) (synced func() map[string]bool) {
 	mu := sync.Mutex{}
 	seen := map[string]bool{}
-	db.bodies.sync = func(f *os.File) error {
+	db.bodies.SyncFile = func(f *os.File) error {
 		var n int
 		if err := db.read.QueryRow(`SELECT count(*) FROM captures WHERE id = ?`, id).Scan(&n); err != nil {
 			t.Error(err)
@@ -90,7 +91,7 @@ func watchSyncs(t *testing.T, db *AgentStore, id string) (synced func() map[stri
 // staged or written by the writer; with SyncNormal they are not.
 func TestSegmentsSyncedBeforeCommit(t *testing.T) {
 	ctx := context.Background()
-	big := bytes.Repeat([]byte("x"), fileBodyMin)
+	big := bytes.Repeat([]byte("x"), intake.BodyMin)
 	for _, staged := range []bool{false, true} {
 		db := openAgentAt(t, filepath.Join(t.TempDir(), "agent.db"))
 		c := testCapture(1, big)

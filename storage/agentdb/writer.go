@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/intake"
 	"io"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
@@ -27,7 +28,7 @@ type rawConn struct {
 	conn   *sqlite3.SQLiteConn
 	stmts  map[string]driver.Stmt
 	args   []driver.NamedValue // reused between statements
-	bodies *bodyStore          // where large bodies go
+	bodies *intake.Bodies      // where large bodies go
 }
 
 // writerPragmas are set on the write connection of an agent database when
@@ -195,7 +196,7 @@ func (db *AgentStore) writeRawDurable(ctx context.Context, durable bool, fn func
 		}
 		if w.bodies != nil {
 			// The bodies this transaction names are durable before it is.
-			if err := w.bodies.syncWritten(); err != nil {
+			if err := w.bodies.SyncWritten(); err != nil {
 				return errors.Join(err, w.rollback())
 			}
 		}

@@ -1,4 +1,4 @@
-package agentdb
+package intake
 
 import (
 	"crypto/rand"
@@ -15,9 +15,17 @@ import (
 	"unsafe"
 )
 
-// Request bodies of fileBodyMin bytes or more are kept out of the database,
-// appended to segment files in a folder beside the store (BodiesDir);
-// capture_bodies keeps an empty body, the segment's name and the offset.
+// Request bodies of BodyMin bytes or more are kept out of the database,
+// appended to segment files in a folder beside the store (agentdb.BodiesDir,
+// which the intake log shares); capture_bodies keeps an empty body, the
+// segment's name and the offset.
+//
+// On disk: a segment is <folder>/<name>, the name made by newSegmentName
+// (<unix ns, 16 hex digits>-<6 random bytes in hex>.seg: a listing is in
+// the order they were started, and two processes never share one). Each body starts
+// at an offset that is a multiple of directAlign (4096) and is padded with
+// zeros to the next one; nothing else is in the file, so a body is found
+// only by its segment, offset and size, as the database records them.
 //
 // In the database, a 1 MiB body is 256 page writes into the WAL, then the
 // checkpoint's copy of each page into the database: two buffered writes of
@@ -29,11 +37,11 @@ import (
 // the page cache (~0.25 ms a MiB there). Segments, not a file per body:
 // creating a file cost as much as writing 1 MiB into it.
 //
-// A store (a DB) appends to a segment of its own (another process on the
+// A store's Bodies appends to a segment of its own (another process on the
 // same store has its own), each body at an offset aligned for O_DIRECT,
 // and starts a new segment past segmentMax. Appends run side by side: each
 // reserves its span under a lock and writes it unlocked, so the agent
-// writes large bodies from the goroutines that received them (StageBody)
+// writes large bodies from the goroutines that received them (agentdb's StageBody)
 // rather than one at a time in its writer, each waiting for the device.
 // A body is written before the transaction that records it commits, so a
 // committed capture always has its body; a crash in between, or a failed
@@ -44,27 +52,22 @@ import (
 // takes the bytes past the page cache, not past the device's own cache,
 // nor does it make the file's new size durable. Each append marks its
 // segment written; the writer syncs every segment written since its last
-// commit once, just before the next (syncWritten), so a batch of bodies
+// commit once, just before the next (SyncWritten), so a batch of bodies
 // costs one sync per segment, as a batch of captures costs one of the WAL.
 // A new segment's name is made durable by syncing the folder when it is
 // created. Under SyncNormal segments are not synced, as the WAL is not:
 // an application crash loses neither, a power cut may.
 
 const (
-	fileBodyMin = 256 << 10 // bodies this large or larger go to segments
-	segmentMax  = 1 << 30   // a segment takes no new body past this size
+	// BodyMin is the size from which a body goes to a segment.
+	BodyMin    = 256 << 10
+	segmentMax = 1 << 30 // a segment takes no new body past this size
 )
 
-// BodiesDir is the folder of large request bodies of the agent store at
-// path: agent-bodies for agent.db.
-func BodiesDir(path string) string {
-	return strings.TrimSuffix(path, ".db") + "-bodies"
-}
-
-// segmentPath is the file of segment name in the folder dir. Names are
+// SegmentPath is the file of segment name in the folder dir. Names are
 // made here (newSegmentName); one read from the database that could leave
 // the folder is refused.
-func segmentPath(dir, name string) (string, error) {
+func SegmentPath(dir, name string) (string, error) {
 	if name == "" || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
 		return "", fmt.Errorf("storage: %q cannot name a body segment", name)
 	}
@@ -82,15 +85,15 @@ func newSegmentName() string {
 
 // KeptApart reports whether a body of n bytes is kept in a segment rather
 // than in the database.
-func KeptApart(n int) bool { return n >= fileBodyMin }
+func KeptApart(n int) bool { return n >= BodyMin }
 
-// bodyStore is where a store's large bodies are appended.
-type bodyStore struct {
-	dir    string               // BodiesDir
-	synced bool                 // storage.SyncFull: segments are synced before a commit names their bodies
-	sync   func(*os.File) error // syncs a file; (*os.File).Sync, which tests watch
+// Bodies is where a store's large bodies are appended.
+type Bodies struct {
+	dir      string               // the folder (agentdb.BodiesDir)
+	synced   bool                 // storage.SyncFull: segments are synced before a commit names their bodies
+	SyncFile func(*os.File) error // syncs a file; (*os.File).Sync, which tests watch
 
-	syncMu sync.Mutex // held by syncWritten: a second call waits for the first's syncs
+	syncMu sync.Mutex // held by SyncWritten: a second call waits for the first's syncs
 
 	mu       sync.Mutex
 	name     string            // guarded by mu: the segment appended to; "" before the first
@@ -98,22 +101,22 @@ type bodyStore struct {
 	size     int64             // guarded by mu: its next free offset, a multiple of directAlign
 	files    []*os.File        // guarded by mu: every segment opened, closed by close (appends to a full one may still be running)
 	buffered bool              // guarded by mu: O_DIRECT refused a write here; segments are plain files from then on
-	written  map[*os.File]bool // guarded by mu: segments appended to since the last syncWritten (when synced)
+	written  map[*os.File]bool // guarded by mu: segments appended to since the last SyncWritten (when synced)
 }
 
-// newBodyStore is the body store in folder dir, synced before commits if
+// NewBodies is the body store in folder dir, synced before commits if
 // synced.
-func newBodyStore(dir string, synced bool) *bodyStore {
-	return &bodyStore{dir: dir, synced: synced, sync: (*os.File).Sync, written: map[*os.File]bool{}}
+func NewBodies(dir string, synced bool) *Bodies {
+	return &Bodies{dir: dir, synced: synced, SyncFile: (*os.File).Sync, written: map[*os.File]bool{}}
 }
 
-// errSegmentSync marks a failed sync of segments: what was written to them
+// ErrSegmentSync marks a failed sync of segments: what was written to them
 // may not be on the device, and a later sync may not say so again.
-var errSegmentSync = errors.New("storage: sync body segments")
+var ErrSegmentSync = errors.New("storage: sync body segments")
 
-// syncWritten syncs every segment appended to since it last ran. A
+// SyncWritten syncs every segment appended to since it last ran. A
 // segment it cannot sync is written to no more.
-func (bs *bodyStore) syncWritten() error {
+func (bs *Bodies) SyncWritten() error {
 	if !bs.synced {
 		return nil
 	}
@@ -127,31 +130,31 @@ func (bs *bodyStore) syncWritten() error {
 	clear(bs.written)
 	bs.mu.Unlock()
 	for _, f := range files {
-		if err := bs.sync(f); err != nil {
+		if err := bs.SyncFile(f); err != nil {
 			bs.mu.Lock()
 			if bs.f == f {
 				bs.f = nil // the next append starts a new segment
 			}
 			bs.mu.Unlock()
-			return fmt.Errorf("%w: %s: %w", errSegmentSync, filepath.Base(f.Name()), err)
+			return fmt.Errorf("%w: %s: %w", ErrSegmentSync, filepath.Base(f.Name()), err)
 		}
 	}
 	return nil
 }
 
-// syncDir makes the names of the segments in the folder durable.
-func (bs *bodyStore) syncDir() error {
+// SyncDir makes the names of the segments in the folder durable.
+func (bs *Bodies) SyncDir() error {
 	d, err := os.Open(bs.dir)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	return bs.sync(d)
+	return bs.SyncFile(d)
 }
 
 // reserve returns a span of n bytes (a multiple of directAlign) in the
 // current segment, starting a new one if this one is full.
-func (bs *bodyStore) reserve(n int64) (name string, f *os.File, off int64, err error) {
+func (bs *Bodies) reserve(n int64) (name string, f *os.File, off int64, err error) {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
 	if bs.f == nil || (bs.size > 0 && bs.size+n > segmentMax) {
@@ -165,7 +168,7 @@ func (bs *bodyStore) reserve(n int64) (name string, f *os.File, off int64, err e
 }
 
 // startSegment opens a new segment to append to. Guarded by mu.
-func (bs *bodyStore) startSegment() error {
+func (bs *Bodies) startSegment() error {
 	if err := os.MkdirAll(bs.dir, 0o700); err != nil {
 		return fmt.Errorf("storage: body folder: %w", err)
 	}
@@ -175,11 +178,11 @@ func (bs *bodyStore) startSegment() error {
 		return fmt.Errorf("storage: start a body segment: %w", err)
 	}
 	bs.files = append(bs.files, f)
-	if err := holdSegment(f); err != nil {
+	if err := HoldSegment(f); err != nil {
 		return fmt.Errorf("storage: hold a body segment: %w", err)
 	}
 	if bs.synced {
-		if err := bs.syncDir(); err != nil {
+		if err := bs.SyncDir(); err != nil {
 			return fmt.Errorf("storage: sync the body folder: %w", err)
 		}
 	}
@@ -187,8 +190,8 @@ func (bs *bodyStore) startSegment() error {
 	return nil
 }
 
-// append writes body to a segment and returns which and where.
-func (bs *bodyStore) append(body []byte) (string, int64, error) {
+// Append writes body to a segment and returns which and where.
+func (bs *Bodies) Append(body []byte) (string, int64, error) {
 	for retried := false; ; retried = true {
 		name, f, off, err := bs.reserve(int64((len(body) + directAlign - 1) &^ (directAlign - 1)))
 		if err != nil {
@@ -217,7 +220,7 @@ func (bs *bodyStore) append(body []byte) (string, int64, error) {
 	}
 }
 
-func (bs *bodyStore) close() error {
+func (bs *Bodies) Close() error {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
 	var errs []error
@@ -226,21 +229,6 @@ func (bs *bodyStore) close() error {
 	}
 	bs.files, bs.f, bs.name = nil, nil, ""
 	return errors.Join(errs...)
-}
-
-// StageBody writes c's body to a segment now, if it is kept apart, from
-// the caller's goroutine; WriteCaptures then only records where it is.
-// WriteCaptures writes an unstaged body itself.
-func (db *AgentStore) StageBody(c *Capture) error {
-	if db.bodies == nil || !KeptApart(len(c.Body)) || c.bodyFile != "" {
-		return nil
-	}
-	name, off, err := db.bodies.append(c.Body)
-	if err != nil {
-		return err
-	}
-	c.bodyFile, c.bodyOffset = name, off
-	return nil
 }
 
 // writeAligned writes body at offset off of f (a multiple of directAlign),
@@ -263,24 +251,24 @@ func writeAligned(f *os.File, off int64, body []byte) (int64, error) {
 	return written, nil
 }
 
-// readBody reads the size bytes at offset in segment name of the folder dir.
-func readBody(dir, name string, offset, size int64) ([]byte, error) {
-	var r segmentReader
-	defer r.close()
-	return r.read(dir, name, offset, size)
+// ReadBody reads the size bytes at offset in segment name of the folder dir.
+func ReadBody(dir, name string, offset, size int64) ([]byte, error) {
+	var r SegmentReader
+	defer r.Close()
+	return r.Read(dir, name, offset, size)
 }
 
-// segmentReader reads bodies from segments, keeping the last file open:
+// SegmentReader reads bodies from segments, keeping the last file open:
 // for a run of reads, most from one file, one open instead of one each.
-type segmentReader struct {
+type SegmentReader struct {
 	name string
 	f    *os.File
 }
 
-func (r *segmentReader) read(dir, name string, offset, size int64) ([]byte, error) {
+func (r *SegmentReader) Read(dir, name string, offset, size int64) ([]byte, error) {
 	if r.f == nil || r.name != name {
-		r.close()
-		path, err := segmentPath(dir, name)
+		r.Close()
+		path, err := SegmentPath(dir, name)
 		if err != nil {
 			return nil, err
 		}
@@ -296,16 +284,11 @@ func (r *segmentReader) read(dir, name string, offset, size int64) ([]byte, erro
 	return body, nil
 }
 
-func (r *segmentReader) close() {
+func (r *SegmentReader) Close() {
 	if r.f != nil {
 		r.f.Close()
 		r.f, r.name = nil, ""
 	}
-}
-
-// readFileBody reads a body kept in a segment of this store.
-func (db *AgentStore) readFileBody(name string, offset, size int64) ([]byte, error) {
-	return readBody(BodiesDir(db.path), name, offset, size)
 }
 
 // directChunk is the size of the aligned buffers O_DIRECT writes go

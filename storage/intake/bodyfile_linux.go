@@ -1,4 +1,4 @@
-package agentdb
+package intake
 
 import (
 	"errors"
@@ -22,17 +22,17 @@ func openSegment(path string, direct bool) (*os.File, error) {
 	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 }
 
-// holdSegment marks f, a segment this process appends to, as in use for as
+// HoldSegment marks f, a segment this process appends to, as in use for as
 // long as it is open: a shared lock, which a deletion in any process (or
 // this one, through another descriptor) sees and then leaves the file be.
-func holdSegment(f *os.File) error {
+func HoldSegment(f *os.File) error {
 	return syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
 }
 
-// removeUnheld deletes the segment at path unless a process holds it
-// (holdSegment): no body will be appended to it any more, so once no
+// RemoveUnheld deletes the segment at path unless a process holds it
+// (HoldSegment): no body will be appended to it any more, so once no
 // capture names it, nothing ever reads it again. It reports whether it did.
-func removeUnheld(path string) (bool, error) {
+func RemoveUnheld(path string) (bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return false, err
@@ -54,11 +54,11 @@ const (
 	fallocPunchHole = 0x02
 )
 
-// releaseSpan gives the blocks of n bytes at off in the segment at path
+// ReleaseSpan gives the blocks of n bytes at off in the segment at path
 // back to the file system (a hole: the file keeps its size, reads of the
 // span return zeros). A file system that cannot punch holes keeps them
 // until the whole segment is removed.
-func releaseSpan(path string, off, n int64) error {
+func ReleaseSpan(path string, off, n int64) error {
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		return err
@@ -72,9 +72,9 @@ func releaseSpan(path string, off, n int64) error {
 	return err
 }
 
-// allocated is the bytes fi's blocks take on disk: less than its size
+// Allocated is the bytes fi's blocks take on disk: less than its size
 // where deleted bodies left holes.
-func allocated(fi os.FileInfo) int64 {
+func Allocated(fi os.FileInfo) int64 {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return st.Blocks * 512
 	}

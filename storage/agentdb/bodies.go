@@ -1,0 +1,38 @@
+package agentdb
+
+import (
+	"strings"
+
+	"github.com/calltap/calltap/storage/intake"
+)
+
+// BodiesDir is the folder of large request bodies of the agent store at
+// path: agent-bodies for agent.db.
+func BodiesDir(path string) string {
+	return strings.TrimSuffix(path, ".db") + "-bodies"
+}
+
+// StageBody writes c's body to a segment now, if it is kept apart, from
+// the caller's goroutine; WriteCaptures then only records where it is.
+// WriteCaptures writes an unstaged body itself.
+func (db *AgentStore) StageBody(c *Capture) error {
+	if db.bodies == nil || !intake.KeptApart(len(c.Body)) || c.bodyFile != "" {
+		return nil
+	}
+	name, off, err := db.bodies.Append(c.Body)
+	if err != nil {
+		return err
+	}
+	c.bodyFile, c.bodyOffset = name, off
+	return nil
+}
+
+// readFileBody reads a body kept in a segment of this store.
+func (db *AgentStore) readFileBody(name string, offset, size int64) ([]byte, error) {
+	return intake.ReadBody(BodiesDir(db.path), name, offset, size)
+}
+
+// KeptApart reports whether a request body of n bytes is kept out of the
+// database, in a body segment (intake.KeptApart): the agent stages those
+// (StageBody).
+func KeptApart(n int) bool { return intake.KeptApart(n) }
