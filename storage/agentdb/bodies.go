@@ -14,18 +14,9 @@ func BodiesDir(path string) string {
 
 // StageBody writes c's body to a segment now, if it is kept apart, from
 // the caller's goroutine; WriteCaptures then only records where it is.
-// WriteCaptures writes an unstaged body itself.
-func (db *AgentStore) StageBody(c *Capture) error {
-	if db.bodies == nil || !intake.KeptApart(len(c.Body)) || c.bodyFile != "" {
-		return nil
-	}
-	name, off, err := db.bodies.Append(c.Body)
-	if err != nil {
-		return err
-	}
-	c.bodyFile, c.bodyOffset = name, off
-	return nil
-}
+// WriteCaptures and LogCaptures write an unstaged body themselves (the
+// insert step's stageBody).
+func (db *AgentStore) StageBody(c *Capture) error { return stageBody(db.bodies, c) }
 
 // readFileBody reads a body kept in a segment of this store.
 func (db *AgentStore) readFileBody(name string, offset, size int64) ([]byte, error) {

@@ -49,37 +49,14 @@ func (db *AgentStore) WriteCaptures(ctx context.Context, inserts, updates []*Cap
 			return nil, err
 		}
 	}
-	var last int64
 	written := make([]Written, len(inserts))
-	err = db.writeRaw(ctx, func(w *rawConn) error {
-		for i, c := range inserts {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			var err error
-			if written[i], err = w.insertCapture(c); err != nil {
-				return err
-			}
-			if !written[i].Redelivered {
-				last = max(last, written[i].Seq)
-			}
-		}
-		for _, c := range updates {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if err := w.updateCapture(c); err != nil {
-				return err
-			}
-		}
-		return nil
+	var last int64
+	err = db.writeRaw(ctx, func(w *rawConn) (err error) {
+		last, err = w.writeBatch(ctx, inserts, updates, written)
+		return err
 	})
 	if errors.Is(err, intake.ErrSegmentSync) {
-		// The bodies staged in the segment that failed are written again
-		// to a new one, should the caller try again.
-		for _, c := range inserts {
-			c.bodyFile, c.bodyOffset = "", 0
-		}
+		unstage(inserts)
 	}
 	if err != nil {
 		return nil, err
@@ -93,11 +70,35 @@ func (db *AgentStore) WriteCaptures(ctx context.Context, inserts, updates []*Cap
 	return written, nil
 }
 
+// writeBatch inserts and updates in w's transaction, filling written, and
+// returns the last seq it inserted (0 if none). ctx is checked between
+// statements.
+func (w *rawConn) writeBatch(ctx context.Context, inserts, updates []*Capture, written []Written) (last int64, err error) {
+	for i, c := range inserts {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if written[i], err = w.insertCapture(c); err != nil {
+			return 0, err
+		}
+		if !written[i].Redelivered {
+			last = max(last, written[i].Seq)
+		}
+	}
+	for _, c := range updates {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if err := w.updateCapture(c); err != nil {
+			return 0, err
+		}
+	}
+	return last, nil
+}
+
 // The writer's statements, prepared once on the write connection.
 const (
-	qSelRelay = `SELECT seq, id FROM captures WHERE relay_id = ? AND queued = 1`
-	qSelDup   = `SELECT id FROM captures WHERE delivery_id = ? ORDER BY seq LIMIT 1`
-	qInsert   = `INSERT INTO captures (id, relay_id, source, created_at, arrived_at, queued, method, path, query,
+	qInsert = `INSERT INTO captures (id, relay_id, source, created_at, arrived_at, queued, method, path, query,
 		request_headers, size, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, max_attempts)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	qBodyIns = `INSERT INTO capture_bodies (seq, body, file, file_offset) VALUES (?, ?, ?, ?)`
@@ -123,31 +124,21 @@ func nmicros(t time.Time) driver.Value {
 	return t.UnixMicro()
 }
 
+// insertCapture is the insert step of the direct writer: the duplicate
+// check in w's transaction, then the insert unless it is a redelivery.
 func (w *rawConn) insertCapture(c *Capture) (Written, error) {
-	out := Written{ID: c.ID, DuplicateOf: c.DuplicateOf}
-	if c.RelayID != "" && c.Queued {
-		// Only a queued request is ever sent again (our ack was lost).
-		ok, err := w.queryRow(qSelRelay, []driver.Value{c.RelayID}, &out.Seq, &out.ID)
-		if err != nil {
-			return out, fmt.Errorf("storage: look up relay id: %w", err)
-		}
-		if ok {
-			out.Redelivered = true
-			return out, nil
-		}
-	}
-	if c.DeliveryID != "" && out.DuplicateOf == "" {
-		if _, err := w.queryRow(qSelDup, []driver.Value{c.DeliveryID}, &out.DuplicateOf); err != nil {
-			return out, fmt.Errorf("storage: look up delivery id: %w", err)
-		}
+	out, err := checkDuplicate(context.Background(), c, w)
+	if err != nil || out.Redelivered {
+		return out, err
 	}
 	return w.insert(c, out)
 }
 
 // insert writes capture c as out says (its duplicate looked up, not a
-// redelivery) and returns out with its Seq.
+// redelivery), its body where bodyColumns says, and returns out with its
+// Seq: the statements of the insert step.
 func (w *rawConn) insert(c *Capture, out Written) (Written, error) {
-	status, maxAttempts, headers, body := c.Status, c.MaxAttempts, c.RequestHeaders, c.Body
+	status, maxAttempts, headers := c.Status, c.MaxAttempts, c.RequestHeaders
 	if status == "" {
 		status = StatusPending
 	}
@@ -157,24 +148,10 @@ func (w *rawConn) insert(c *Capture, out Written) (Written, error) {
 	if headers == "" {
 		headers = "[]"
 	}
-	if body == nil {
-		body = []byte{}
+	if err := stageBody(w.bodies, c); err != nil { // if not staged already
+		return out, err
 	}
-	stored, file, offset := body, driver.Value(nil), driver.Value(nil)
-	size := int64(len(body))
-	if len(c.Body) == 0 && c.bodyFile != "" {
-		// From the intake log: the body is in its segment already.
-		size, stored, file, offset = int64(c.Size), []byte{}, c.bodyFile, c.bodyOffset
-	} else if intake.KeptApart(len(body)) && w.bodies != nil {
-		if c.bodyFile == "" { // not staged
-			name, off, err := w.bodies.Append(body)
-			if err != nil {
-				return out, err
-			}
-			c.bodyFile, c.bodyOffset = name, off
-		}
-		stored, file, offset = []byte{}, c.bodyFile, c.bodyOffset
-	}
+	size, stored, file, offset := bodyColumns(c)
 	seq, err := w.exec(qInsert,
 		c.ID, nstr(c.RelayID), c.Source, c.CreatedAt.UnixMicro(), nmicros(c.ArrivedAt), c.Queued, c.Method, c.Path, c.Query,
 		headers, size, c.Target, nstr(c.Event), nstr(c.CallID), nstr(c.DeliveryID), nstr(c.OccurredAt),

@@ -179,7 +179,6 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 		return db.WriteCaptures(ctx, inserts, updates)
 	}
 	defer db.explain(&err)
-	written := make([]Written, len(inserts))
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.closed {
@@ -188,97 +187,26 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 	if err := in.log.MakeRoom(); err != nil {
 		return nil, err
 	}
-	// Large bodies first: each in its segment, synced once, before any
-	// record names it.
-	apart := false
-	for _, c := range inserts {
-		if !intake.KeptApart(len(c.Body)) {
-			continue
-		}
-		apart = true
-		if c.bodyFile == "" {
-			name, off, err := db.bodies.Append(c.Body)
-			if err != nil {
-				return nil, err
-			}
-			c.bodyFile, c.bodyOffset = name, off
-		}
-	}
-	if apart && in.sync {
-		if err := db.bodies.SyncWritten(); err != nil {
-			if errors.Is(err, intake.ErrSegmentSync) {
-				// Written again, to a new segment, should the caller try again.
-				for _, c := range inserts {
-					if intake.KeptApart(len(c.Body)) {
-						c.bodyFile, c.bodyOffset = "", 0
-					}
-				}
-			}
-			return nil, err
-		}
+	if err := in.stageBodies(inserts); err != nil {
+		return nil, err
 	}
 	start := len(in.pending)
-	// rollback drops the records of this call from pending: they were
-	// not written, or not synced.
-	rollback := func() {
-		for _, p := range in.pending[start:] {
-			in.forget(p)
-		}
-		in.pending = in.pending[:start]
-	}
 	// One buffer for the call's frames; each pending record is a slice of
 	// it, kept until applied (no copy per record).
 	buf := make([]byte, 0, batchSize(inserts, updates))
-	for i, c := range inserts {
-		w := Written{ID: c.ID, DuplicateOf: c.DuplicateOf}
-		if c.RelayID != "" && c.Queued {
-			id, err := in.lookupRelay(ctx, c.RelayID)
-			if err != nil {
-				rollback()
-				return nil, err
-			}
-			if id != "" {
-				w.ID, w.Redelivered = id, true
-				written[i] = w
-				continue
-			}
-		}
-		if c.DeliveryID != "" && w.DuplicateOf == "" {
-			if w.DuplicateOf, err = in.lookupDelivery(ctx, c.DeliveryID); err != nil {
-				rollback()
-				return nil, err
-			}
-		}
-		written[i] = w
-		var rec []byte
-		buf, rec = intake.AppendFrame(buf, func(b []byte) []byte { return encodeInsert(b, c, w.DuplicateOf) })
-		first := cmp.Or(w.DuplicateOf, c.ID) // a repeat's first was applied already if byDeliver lacks it
-		in.pending = append(in.pending, logged{rec: rec, end: endAfter(in.log, len(buf)),
-			deliveryID: c.DeliveryID, relayID: queuedRelayID(c), id: c.ID, first: first})
-		if c.DeliveryID != "" {
-			if _, ok := in.byDeliver[c.DeliveryID]; !ok {
-				in.byDeliver[c.DeliveryID] = first
-			}
-			if in.ids != nil {
-				in.ids.add(c.DeliveryID)
-			}
-		}
-		if r := queuedRelayID(c); r != "" {
-			in.byRelay[r] = c.ID
-		}
+	written, buf, err := in.logInserts(ctx, buf, inserts)
+	if err != nil {
+		in.rollback(start)
+		return nil, err
 	}
-	for _, c := range updates {
-		var rec []byte
-		buf, rec = intake.AppendFrame(buf, func(b []byte) []byte { return encodeUpdate(b, c) })
-		in.pending = append(in.pending, logged{rec: rec, end: endAfter(in.log, len(buf))})
-	}
+	buf = in.logUpdates(buf, updates)
 	if len(buf) == 0 {
 		return written, nil
 	}
-	// A batch of updates alone is not synced: Rotate syncs it before a
-	// newer file takes records.
+	// A batch of updates alone is not synced: the log syncs it before a
+	// newer file takes records (intake.Log.Rotate).
 	if err := in.log.Append(buf, len(inserts) > 0); err != nil {
-		rollback() // nothing past the last good frame stays (Append)
+		in.rollback(start) // nothing past the last good frame stays (Append)
 		return nil, err
 	}
 	if db.index != nil && len(inserts) > 0 {
@@ -292,12 +220,87 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 	return written, nil
 }
 
-// queuedRelayID is the relay id a redelivery of c would be found by.
-func queuedRelayID(c *Capture) string {
-	if c.Queued {
-		return c.RelayID
+// stageBodies writes the bodies of inserts kept apart to segments, synced
+// once, before any record names them (the log's records name their
+// segment and offset). Called with mu held.
+func (in *intakeLog) stageBodies(inserts []*Capture) error {
+	apart := false
+	for _, c := range inserts {
+		if !intake.KeptApart(len(c.Body)) {
+			continue
+		}
+		apart = true
+		if err := stageBody(in.db.bodies, c); err != nil {
+			return err
+		}
 	}
-	return ""
+	if !apart || !in.sync {
+		return nil
+	}
+	err := in.db.bodies.SyncWritten()
+	if errors.Is(err, intake.ErrSegmentSync) {
+		unstage(inserts)
+	}
+	return err
+}
+
+// logInserts appends to buf the records of inserts that the duplicate
+// check lets through, and adds them to pending. Called with mu held.
+func (in *intakeLog) logInserts(ctx context.Context, buf []byte, inserts []*Capture) ([]Written, []byte, error) {
+	written := make([]Written, len(inserts))
+	for i, c := range inserts {
+		w, err := checkDuplicate(ctx, c, in)
+		if err != nil {
+			return nil, buf, err
+		}
+		written[i] = w
+		if w.Redelivered {
+			continue
+		}
+		var rec []byte
+		buf, rec = intake.AppendFrame(buf, func(b []byte) []byte { return encodeInsert(b, c, w.DuplicateOf) })
+		in.addPending(c, rec, w.DuplicateOf, endAfter(in.log, len(buf)))
+	}
+	return written, buf, nil
+}
+
+// addPending adds insert c, logged as rec ending at end, to pending and
+// to the look-ups of later duplicate checks. Called with mu held.
+func (in *intakeLog) addPending(c *Capture, rec []byte, dup string, end pos) {
+	first := cmp.Or(dup, c.ID) // a repeat's first was applied already if byDeliver lacks it
+	in.pending = append(in.pending, logged{rec: rec, end: end,
+		deliveryID: c.DeliveryID, relayID: queuedRelayID(c), id: c.ID, first: first})
+	if c.DeliveryID != "" {
+		if _, ok := in.byDeliver[c.DeliveryID]; !ok {
+			in.byDeliver[c.DeliveryID] = first
+		}
+		if in.ids != nil {
+			in.ids.add(c.DeliveryID)
+		}
+	}
+	if r := queuedRelayID(c); r != "" {
+		in.byRelay[r] = c.ID
+	}
+}
+
+// logUpdates appends to buf the records of updates, and adds them to
+// pending. Called with mu held.
+func (in *intakeLog) logUpdates(buf []byte, updates []*Capture) []byte {
+	for _, c := range updates {
+		var rec []byte
+		buf, rec = intake.AppendFrame(buf, func(b []byte) []byte { return encodeUpdate(b, c) })
+		in.pending = append(in.pending, logged{rec: rec, end: endAfter(in.log, len(buf))})
+	}
+	return buf
+}
+
+// rollback drops the records pending from start on: they were not
+// written, or not synced. Called with mu held.
+func (in *intakeLog) rollback(start int) {
+	for _, p := range in.pending[start:] {
+		in.forget(p)
+	}
+	in.pending = in.pending[:start]
 }
 
 // forget drops the look-up entries of p. Called with mu held.
@@ -310,10 +313,10 @@ func (in *intakeLog) forget(p logged) {
 	}
 }
 
-// lookupDelivery returns the first capture with delivery id d: pending,
-// or in the store. A record leaves pending only after its commit, so it is
+// firstOf returns the first capture with delivery id d: pending, or in
+// the store. A record leaves pending only after its commit, so it is
 // always in one or the other. Called with mu held.
-func (in *intakeLog) lookupDelivery(ctx context.Context, d string) (string, error) {
+func (in *intakeLog) firstOf(ctx context.Context, d string) (string, error) {
 	if id, ok := in.byDeliver[d]; ok {
 		return id, nil
 	}
@@ -334,34 +337,27 @@ type deliveryIndex interface {
 // or "" if none has it.
 func (db *AgentStore) firstOfDelivery(ctx context.Context, d string) (string, error) {
 	var id string
-	err := db.read.QueryRowContext(ctx, `SELECT id FROM captures WHERE delivery_id = ? ORDER BY seq LIMIT 1`, d).Scan(&id)
+	err := db.read.QueryRowContext(ctx, qSelDup, d).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil
 	}
-	if err != nil {
-		return "", fmt.Errorf("storage: look up delivery id: %w", err)
-	}
-	return id, nil
+	return id, err
 }
 
-// lookupRelay returns the queued capture with relay id r. Called with mu
-// held.
-func (in *intakeLog) lookupRelay(ctx context.Context, r string) (string, error) {
+// redelivery returns the queued capture with relay id r: pending, or in
+// the store. Its Seq is 0, as LogCaptures' are. Called with mu held.
+func (in *intakeLog) redelivery(ctx context.Context, r string) (string, int64, bool, error) {
 	if id, ok := in.byRelay[r]; ok {
-		return id, nil
+		return id, 0, true, nil
 	}
 	var id string
-	err := in.db.read.QueryRowContext(ctx, qSelRelayID, r).Scan(&id)
+	var seq int64
+	err := in.db.read.QueryRowContext(ctx, qSelRelay, r).Scan(&seq, &id)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", nil
+		return "", 0, false, nil
 	}
-	if err != nil {
-		return "", fmt.Errorf("storage: look up relay id: %w", err)
-	}
-	return id, nil
+	return id, 0, err == nil, err
 }
-
-const qSelRelayID = `SELECT id FROM captures WHERE relay_id = ? AND queued = 1`
 
 // applyLoop applies pending records: applyDelay after the first of a
 // quiet spell, or at once when applyBatch are waiting.
@@ -451,29 +447,11 @@ func (in *intakeLog) apply(ctx context.Context, batch []logged) error {
 	// checkpoint has made this commit durable (below).
 	err := db.writeRawDurable(ctx, false, func(w *rawConn) error {
 		for _, p := range batch {
-			kind, c, bodyAt, err := decodeRecord(p.rec)
+			seq, err := w.applyRecord(p)
 			if err != nil {
-				return fmt.Errorf("storage: intake record before %d in log %d: %w", p.end.off, p.end.gen, err)
+				return err
 			}
-			switch kind {
-			case recInsert:
-				if len(c.Body) > 0 {
-					// The body stays in the log, where the store finds it.
-					c.bodyFile, c.bodyOffset = intake.Name(p.end.gen), p.end.off-int64(len(p.rec))+int64(bodyAt)
-					c.Size, c.Body = len(c.Body), nil
-				}
-				// Its duplicate was looked up when it was logged, and a
-				// redelivery was never logged.
-				wr, err := w.insert(c, Written{ID: c.ID, DuplicateOf: c.DuplicateOf})
-				if err != nil {
-					return err
-				}
-				last = max(last, wr.Seq)
-			case recUpdate:
-				if err := w.updateCapture(c); err != nil {
-					return err
-				}
-			}
+			last = max(last, seq)
 		}
 		return w.setApplied(end)
 	})
@@ -495,6 +473,23 @@ func (in *intakeLog) apply(ctx context.Context, batch []logged) error {
 		db.index.saved(last)
 	}
 	return nil
+}
+
+// applyRecord writes the record p in w's transaction: an insert's insert
+// step (its duplicate was looked up when it was logged, and a redelivery
+// was never logged), its body left in the log; or an update. It returns
+// the seq inserted (0 for an update).
+func (w *rawConn) applyRecord(p logged) (int64, error) {
+	kind, c, bodyAt, err := decodeRecord(p.rec)
+	if err != nil {
+		return 0, fmt.Errorf("storage: intake record before %d in log %d: %w", p.end.off, p.end.gen, err)
+	}
+	if kind == recUpdate {
+		return 0, w.updateCapture(c)
+	}
+	bodyInLog(c, intake.Name(p.end.gen), p.end.off-int64(len(p.rec))+int64(bodyAt))
+	wr, err := w.insert(c, Written{ID: c.ID, DuplicateOf: c.DuplicateOf})
+	return wr.Seq, err
 }
 
 // dropApplied deletes the applied logs of gens that no capture names, once
