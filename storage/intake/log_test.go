@@ -249,3 +249,73 @@ func TestStartFails(t *testing.T) {
 		t.Errorf("the file not made ready stays: %v", err)
 	}
 }
+
+// The files made ahead and rotated to are the next generations, in order.
+func TestRotationGenerations(t *testing.T) {
+	l := newTestLog(t)
+	l.size = FileMax / 2
+	l.MakeRoom()
+	l.size = FileMax * 7 / 8
+	if err := l.MakeRoom(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Rotate(); err != nil {
+		t.Fatal(err)
+	}
+	gens, _ := Files(l.dir)
+	if len(gens) != 3 || gens[0] != 1 || gens[1] != 2 || gens[2] != 3 || l.Gen() != 3 {
+		t.Fatalf("generations %v, appending to %d", gens, l.Gen())
+	}
+	for _, g := range gens[1:] {
+		if fi, err := os.Stat(l.Path(g)); err != nil || fi.Size() != FileMax {
+			t.Errorf("log %d: %v, %v", g, fi, err)
+		}
+	}
+}
+
+// prefill writes exactly n zeros, in chunks.
+func TestPrefill(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "z"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.WriteAt(bytes.Repeat([]byte{9}, 3<<20), 0)
+	n := int64(1<<21 + 5)
+	if err := prefill(f, n); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(f.Name())
+	if !bytes.Equal(got[:n], make([]byte, n)) || got[n] != 9 {
+		t.Errorf("prefill of %d: zeros to %d, then %d", n, bytes.IndexByte(got, 9), got[n])
+	}
+}
+
+// unwrite of bytes that end exactly at the reserve writes zeros and cuts
+// nothing; one from the reserve's end cuts back to it.
+func TestUnwriteAtReserveEnd(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), Name(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	l := NewLog(filepath.Dir(f.Name()), false, nil)
+	l.use(f, 1, 32)
+	f.WriteAt(bytes.Repeat([]byte{7}, 32), 0)
+	l.size = 16
+	if err := l.unwrite(16); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(f.Name())
+	if len(got) != 32 || !bytes.Equal(got[16:], make([]byte, 16)) || got[15] != 7 {
+		t.Fatalf("after unwrite to the reserve's end: %v", got)
+	}
+	f.WriteAt(bytes.Repeat([]byte{7}, 8), 32)
+	l.size = 32
+	if err := l.unwrite(8); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := f.Stat(); fi.Size() != 32 {
+		t.Errorf("size %d after unwrite past the reserve, want 32", fi.Size())
+	}
+}

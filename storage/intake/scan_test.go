@@ -158,3 +158,50 @@ func TestTrimReserve(t *testing.T) {
 		t.Errorf("a file with nothing to trim: %v", err)
 	}
 }
+
+// The zeros at the end are found down to the start offset, no further: a
+// payload may end in a zero byte.
+func TestReadLogEndStopsAtStart(t *testing.T) {
+	dir := t.TempDir()
+	rec := frames("a\x00")
+	path := writeLog(t, dir, 1, rec, 64)
+	s, err := ReadLog(path, int64(len(rec)))
+	if err != nil || s.End != int64(len(rec)) || len(s.Records) != 0 || s.Cut != -1 {
+		t.Fatalf("from the end of the records: %+v, %v", s, err)
+	}
+	s, _ = ReadLog(path, 0)
+	if len(s.Records) != 1 || string(s.Records[0].Payload) != "a\x00" || s.End != int64(len(rec))-1 { // End: past the last byte not zero
+		t.Errorf("from 0: %+v", s)
+	}
+}
+
+// A damaged last frame whose claimed payload fits exactly is skipped
+// whole: a frame inside its payload is not a record after the damage.
+func TestDamagedLastFrameSkippedWhole(t *testing.T) {
+	bad := frames(string(frames("inner")))
+	bad[5] ^= 0xff
+	torn, after, skip := damaged(bad, 0, int64(len(bad)))
+	if torn != 1 || after != 0 || skip != int64(len(bad)) {
+		t.Errorf("torn %d, after %d, skip %d", torn, after, skip)
+	}
+}
+
+// The records after the damage are counted in every newer log, whole or
+// past damage of its own; one record after the damage and one in a newer
+// log are two.
+func TestDamageCountsNewerLogs(t *testing.T) {
+	dir := t.TempDir()
+	bad := frames("two")
+	bad[len(bad)-1] ^= 0xff
+	writeLog(t, dir, 1, append(append(frames("one"), bad...), frames("three")...), 0)
+	writeLog(t, dir, 2, frames("four"), 0)
+	writeLog(t, dir, 3, append(append(frames("five"), bad...), frames("six")...), 0)
+	l := NewLog(dir, false, nil)
+	var de *DamageError
+	if err := l.CheckDamage([]int64{1, 2, 3}, func(int64) int64 { return 0 }); !errors.As(err, &de) || de.Newer != 3 || de.Scan.After != 1 {
+		t.Fatalf("CheckDamage: %v", err)
+	}
+	if err := l.CheckDamage([]int64{1, 2}, func(int64) int64 { return 0 }); !errors.As(err, &de) || de.Newer != 1 {
+		t.Fatalf("one after, one newer: %v", err)
+	}
+}
