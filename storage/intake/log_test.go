@@ -319,3 +319,18 @@ func TestUnwriteAtReserveEnd(t *testing.T) {
 		t.Errorf("size %d after unwrite past the reserve, want 32", fi.Size())
 	}
 }
+
+// A log never started closes cleanly; a rotation closes the file left.
+func TestCloseFiles(t *testing.T) {
+	if err := NewLog(t.TempDir(), false, nil).Close(); err != nil {
+		t.Errorf("closing a log never started: %v", err)
+	}
+	l := newTestLog(t)
+	old := l.f
+	if err := l.Rotate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Write([]byte("x")); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("the file left by a rotation: write %v, want it closed", err)
+	}
+}

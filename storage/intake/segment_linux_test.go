@@ -66,6 +66,14 @@ func TestReleaseSpan(t *testing.T) {
 	if after := Allocated(fi); after != before-4*directAlign {
 		t.Errorf("allocated %d after the release, want %d", after, before-4*directAlign)
 	}
+	// A span of whole blocks is released as it is, not a block more.
+	if err := ReleaseSpan(path, 10*directAlign, 2*directAlign); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = os.ReadFile(path)
+	if got[10*directAlign] != 0 || got[12*directAlign-1] != 0 || got[12*directAlign] != 1 {
+		t.Errorf("a release of 2 blocks at block 10: bytes %d %d %d", got[10*directAlign], got[12*directAlign-1], got[12*directAlign])
+	}
 	if err := ReleaseSpan(filepath.Join(t.TempDir(), "missing"), 0, 1); err == nil {
 		t.Error("released a span of a missing segment")
 	}
