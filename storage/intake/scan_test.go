@@ -1,7 +1,9 @@
 package intake
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -203,5 +205,40 @@ func TestDamageCountsNewerLogs(t *testing.T) {
 	}
 	if err := l.CheckDamage([]int64{1, 2}, func(int64) int64 { return 0 }); !errors.As(err, &de) || de.Newer != 1 {
 		t.Fatalf("one after, one newer: %v", err)
+	}
+}
+
+// A damaged tail shorter than a frame's header, after whole records, is
+// one torn record; a zero length at the damage does not hide a whole
+// record that starts right after it.
+func TestDamageShortAndZeroHeaders(t *testing.T) {
+	data := append(frames("a"), 1, 2, 3)
+	cut := int64(len(data) - 3)
+	if torn, after, skip := damaged(data, cut, int64(len(data))); torn != 1 || after != 0 || skip != 3 {
+		t.Errorf("a 3-byte tail: torn %d, after %d, skip %d", torn, after, skip)
+	}
+	data = append([]byte{0, 0, 0, 0}, frames("x")...)
+	if torn, after, skip := damaged(data, 0, int64(len(data))); torn != 1 || after != 1 || skip != 4 {
+		t.Errorf("a zero length before a whole record: torn %d, after %d, skip %d", torn, after, skip)
+	}
+}
+
+// CutTorn says what it cut: where, how many bytes, how many records.
+func TestCutTornLogs(t *testing.T) {
+	var out bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&out, nil)))
+	defer slog.SetDefault(old)
+	dir := t.TempDir()
+	whole := frames("one")
+	path := writeLog(t, dir, 1, append(append([]byte(nil), whole...), frames("torn one")[:10]...), 100)
+	s, _ := ReadLog(path, 0)
+	if err := CutTorn(path, s); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"offset=11", "bytes=10", "records=1", "size_before=100"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("log %q does not say %s", out.String(), want)
+		}
 	}
 }
