@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"testing/fstest"
+
+	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
 // A file named WithAttached is attached to the read pool, read-only, and
@@ -181,10 +184,38 @@ func TestIsDiskFull(t *testing.T) {
 	for err, want := range map[error]bool{
 		nil: false, syscall.ENOSPC: true, fmt.Errorf("x: %w", syscall.EDQUOT): true,
 		syscall.EIO: false, errors.New("no space"): false,
+		sqlite3.Error{Code: sqlite3.ErrFull}: true, sqlite3.Error{Code: sqlite3.ErrBusy}: false,
 	} {
 		if IsDiskFull(err) != want {
 			t.Errorf("IsDiskFull(%v) = %v", err, !want)
 		}
+	}
+}
+
+// SQLite's damage codes are corruption; other errors are not.
+func TestIsCorrupt(t *testing.T) {
+	for err, want := range map[error]bool{
+		nil: false, sqlite3.Error{Code: sqlite3.ErrCorrupt}: true, sqlite3.Error{Code: sqlite3.ErrNotADB}: true,
+		sqlite3.Error{Code: sqlite3.ErrBusy}: false, fmt.Errorf("x: %w", sqlite3.Error{Code: sqlite3.ErrCorrupt}): true,
+	} {
+		if IsCorrupt(err) != want {
+			t.Errorf("IsCorrupt(%v) = %v", err, !want)
+		}
+	}
+}
+
+// The read pool holds two connections a processor, four at least.
+func TestReadPoolSize(t *testing.T) {
+	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "p.db"), otherSchema, otherMigrations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if got, want := db.Reader().Stats().MaxOpenConnections, max(4, 2*runtime.GOMAXPROCS(0)); got != want {
+		t.Errorf("read pool of %d, want %d", got, want)
+	}
+	if got := db.Writer().Stats().MaxOpenConnections; got != 1 {
+		t.Errorf("write pool of %d, want 1", got)
 	}
 }
 

@@ -323,12 +323,10 @@ func (db *DB) Close() error {
 }
 
 // migrate applies, in file-name order, every migration of db.schema not yet
-// recorded in schema_migrations, each in its own transaction.
-func (db *DB) migrate(ctx context.Context) error { return db.migrateThrough(ctx, "") }
-
-// migrateThrough applies the migrations up to and including the file named
-// last ("": all of them); tests build databases of older schemas with it.
-func (db *DB) migrateThrough(ctx context.Context, last string) error {
+// recorded in schema_migrations, each in its own transaction. (The
+// agent's tests build databases of older schemas with a helper of their
+// own, agentdb's migrateThrough.)
+func (db *DB) migrate(ctx context.Context) error {
 	if _, err := db.write.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
 		return fmt.Errorf("storage: migrations table: %w", err)
 	}
@@ -344,9 +342,6 @@ func (db *DB) migrateThrough(ctx context.Context, last string) error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if last != "" && name > last {
-			break
-		}
 		if err := db.migrateOne(ctx, name); err != nil {
 			return err
 		}
