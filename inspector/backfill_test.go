@@ -21,7 +21,7 @@ import (
 	"github.com/calltap/calltap/inspector/voice/service"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 const bfKey = emulatortest.Key // webhooks:read and webhooks:write on every test emulator
@@ -145,7 +145,7 @@ func settled(t *testing.T, ctx context.Context, c *service.Client, callID string
 	return ds
 }
 
-func captures(t *testing.T, ctx context.Context, db *storage.AgentStore, f storage.CaptureFilter) []*storage.Capture {
+func captures(t *testing.T, ctx context.Context, db *agentdb.AgentStore, f agentdb.CaptureFilter) []*agentdb.Capture {
 	t.Helper()
 	f.Limit = 1000
 	rows, _, err := db.Captures(ctx, f)
@@ -171,7 +171,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 	online := bfDispatch(t, base, map[string]any{"to_number": "+12025550143", "event_webhook_url": st.TunnelURL + "/hooks/voice", "scenario": "failed:busy"})
 	settled(t, ctx, c, online, 2)
 	polltest.Until(t, 10*time.Second, func() bool {
-		return len(captures(t, ctx, st.AgentDB, storage.CaptureFilter{CallID: online})) == 2
+		return len(captures(t, ctx, st.AgentDB, agentdb.CaptureFilter{CallID: online})) == 2
 	}, "the online call's two events in the store")
 
 	// The laptop closes; the service's attempts get 503 until it gives up.
@@ -208,7 +208,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 	// Every missed delivery is in the store once, marked as backfilled,
 	// byte-exact and indexed like a capture from the tunnel.
 	for _, d := range missed {
-		rows := captures(t, ctx, st.AgentDB, storage.CaptureFilter{DeliveryID: d.ID})
+		rows := captures(t, ctx, st.AgentDB, agentdb.CaptureFilter{DeliveryID: d.ID})
 		if len(rows) != 1 {
 			t.Fatalf("delivery %s: %d captures, want 1", d.ID, len(rows))
 		}
@@ -221,7 +221,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got.Source != agent.SourceBackfill || got.Method != "POST" || got.Path != "/hooks/voice" || got.Query != "src=svc" ||
-			!bytes.Equal(got.Body, rec.Payload) || got.Event != d.Event || got.CallID != offline || got.Status != storage.StatusDelivered ||
+			!bytes.Equal(got.Body, rec.Payload) || got.Event != d.Event || got.CallID != offline || got.Status != agentdb.StatusDelivered ||
 			got.ResponseStatus != 200 || got.Target != h.URL+"/hooks/voice?src=svc" {
 			t.Errorf("capture of %s: %+v", d.ID, got)
 		}
@@ -257,7 +257,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 	if n := len(h.forCall(offline)); n != 5 {
 		t.Fatalf("the handler got %d requests after the second run", n)
 	}
-	if n := len(captures(t, ctx, st.AgentDB, storage.CaptureFilter{})); n != 7 {
+	if n := len(captures(t, ctx, st.AgentDB, agentdb.CaptureFilter{})); n != 7 {
 		t.Fatalf("%d captures after the second run, want 7", n)
 	}
 
@@ -273,7 +273,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 	}
 	for _, it := range only.Items {
 		got, err := st.AgentDB.Capture(ctx, it.CaptureID)
-		if err != nil || got.Path != "/nowhere" || got.Status != storage.StatusPending || got.Source != agent.SourceBackfill {
+		if err != nil || got.Path != "/nowhere" || got.Status != agentdb.StatusPending || got.Source != agent.SourceBackfill {
 			t.Errorf("imported %s: %+v %v", it.DeliveryID, got, err)
 		}
 	}
@@ -327,7 +327,7 @@ func TestEndToEndFromTheServiceToTheHandler(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rows := captures(t, ctx, st.AgentDB, storage.CaptureFilter{DeliveryID: d.ID})
+			rows := captures(t, ctx, st.AgentDB, agentdb.CaptureFilter{DeliveryID: d.ID})
 			if len(rows) != 1 || rows[0].Source != agent.SourceTunnel || rows[0].Event != d.Event {
 				t.Fatalf("delivery %s: captures %+v", d.ID, rows)
 			}
@@ -375,7 +375,7 @@ func TestEndToEndFromTheServiceToTheHandler(t *testing.T) {
 	if err := st.Agent.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rows := captures(t, ctx, st.AgentDB, storage.CaptureFilter{DeliveryID: ds[0].ID})
+	rows := captures(t, ctx, st.AgentDB, agentdb.CaptureFilter{DeliveryID: ds[0].ID})
 	dups := 0
 	for _, r := range rows {
 		if r.ResponseStatus != 500 {

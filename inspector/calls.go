@@ -8,6 +8,7 @@ import (
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // The calls API groups captures by call_id and tells each call's story:
@@ -71,7 +72,7 @@ type CallDetail struct {
 
 // CallsAPI serves the calls endpoints from the agent's store.
 type CallsAPI struct {
-	DB *storage.AgentStore
+	DB *agentdb.AgentStore
 	// PendingAfter is how long after call.ended a missing
 	// call.analysis_completed is reported; zero means
 	// callevent.DefaultAnalysisPendingAfter.
@@ -80,7 +81,7 @@ type CallsAPI struct {
 }
 
 // CallRoutes registers the calls endpoints on mux.
-func CallRoutes(mux *http.ServeMux, db *storage.AgentStore, pendingAfter time.Duration) {
+func CallRoutes(mux *http.ServeMux, db *agentdb.AgentStore, pendingAfter time.Duration) {
 	c := &CallsAPI{DB: db, PendingAfter: pendingAfter}
 	mux.HandleFunc("GET /api/v1/ext/calls/{$}", c.List)
 	mux.HandleFunc("GET /api/v1/ext/calls/{call_id}/{$}", c.Get)
@@ -94,7 +95,7 @@ func (c *CallsAPI) now() time.Time {
 }
 
 // CallEvents turns a call's captures into the events callevent analyses.
-func CallEvents(caps []*storage.Capture) []callevent.CallEvent {
+func CallEvents(caps []*agentdb.Capture) []callevent.CallEvent {
 	out := make([]callevent.CallEvent, 0, len(caps))
 	for _, c := range caps {
 		e := callevent.CallEvent{CaptureID: c.ID, Event: c.Event, DeliveryID: c.DeliveryID, ReceivedAt: c.CreatedAt,
@@ -110,11 +111,11 @@ func CallEvents(caps []*storage.Capture) []callevent.CallEvent {
 	return out
 }
 
-func (c *CallsAPI) analyze(caps []*storage.Capture) callevent.CallSummary {
+func (c *CallsAPI) analyze(caps []*agentdb.Capture) callevent.CallSummary {
 	return callevent.AnalyzeCall(CallEvents(caps), c.now(), c.PendingAfter)
 }
 
-func callListItem(callID string, caps []*storage.Capture, s callevent.CallSummary) CallListItem {
+func callListItem(callID string, caps []*agentdb.Capture, s callevent.CallSummary) CallListItem {
 	it := CallListItem{CallID: callID, State: s.State, FinalEvent: s.Final, OutcomeCode: s.OutcomeCode, EventCount: len(caps),
 		Kinds: []string{}, FirstAt: api.Time(s.FirstAt), LastAt: api.Time(s.LastAt), Anomalies: s.Anomalies}
 	seen := map[string]bool{}
@@ -156,7 +157,7 @@ func (c *CallsAPI) List(w http.ResponseWriter, r *http.Request) {
 		api.WriteError(w, api.Invalid("anomaly must be any or one of %v, got %q", callevent.AnomalyCodes, anomaly))
 		return
 	}
-	f := storage.CallFilter{Event: q.Get("event"), OutcomeCode: q.Get("outcome_code"), Page: storage.Page{Limit: limit, Offset: offset}}
+	f := agentdb.CallFilter{Event: q.Get("event"), OutcomeCode: q.Get("outcome_code"), Page: storage.Page{Limit: limit, Offset: offset}}
 	f.All = anomaly != ""
 	ctx := r.Context()
 	rows, count, err := c.DB.Calls(ctx, f)
@@ -182,7 +183,7 @@ func (c *CallsAPI) List(w http.ResponseWriter, r *http.Request) {
 	api.WriteData(w, http.StatusOK, "", api.NewPage(count, limit, offset, items))
 }
 
-func (c *CallsAPI) items(ctx context.Context, rows []storage.CallRow) ([]CallListItem, error) {
+func (c *CallsAPI) items(ctx context.Context, rows []agentdb.CallRow) ([]CallListItem, error) {
 	ids := make([]string, len(rows))
 	for i, r := range rows {
 		ids[i] = r.CallID
@@ -240,7 +241,7 @@ func (c *CallsAPI) Detail(ctx context.Context, callID string) (*CallDetail, erro
 	s := c.analyze(caps)
 	d := &CallDetail{CallListItem: callListItem(callID, caps, s), Call: s.Call, Analysis: s.Analysis, Media: s.Media,
 		Events: make([]CallTimelineEvent, 0, len(caps)), MediaFiles: []MediaFileJSON{}}
-	byID := make(map[string]*storage.Capture, len(caps))
+	byID := make(map[string]*agentdb.Capture, len(caps))
 	for _, cp := range caps {
 		byID[cp.ID] = cp
 	}
@@ -263,7 +264,7 @@ func (c *CallsAPI) Detail(ctx context.Context, callID string) (*CallDetail, erro
 		}
 		d.Events = append(d.Events, te)
 	}
-	files, _, err := c.DB.MediaFiles(ctx, storage.MediaFilter{CallID: callID})
+	files, _, err := c.DB.MediaFiles(ctx, agentdb.MediaFilter{CallID: callID})
 	if err != nil {
 		return nil, err
 	}

@@ -14,12 +14,12 @@ import (
 
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
-func callsOpenDB(t *testing.T) *storage.AgentStore {
+func callsOpenDB(t *testing.T) *agentdb.AgentStore {
 	t.Helper()
-	db, err := storage.OpenAgent(context.Background(), filepath.Join(t.TempDir(), "agent.db"))
+	db, err := agentdb.OpenAgent(context.Background(), filepath.Join(t.TempDir(), "agent.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,9 +29,9 @@ func callsOpenDB(t *testing.T) *storage.AgentStore {
 
 // callsCapture stores payloads as the agent would, received at the given
 // times, and returns the captures.
-func callsCapture(t *testing.T, db *storage.AgentStore, at time.Time, ps ...callevent.Payload) []*storage.Capture {
+func callsCapture(t *testing.T, db *agentdb.AgentStore, at time.Time, ps ...callevent.Payload) []*agentdb.Capture {
 	t.Helper()
-	var caps []*storage.Capture
+	var caps []*agentdb.Capture
 	for i, p := range ps {
 		body, err := json.Marshal(p)
 		if err != nil {
@@ -45,9 +45,9 @@ func callsCapture(t *testing.T, db *storage.AgentStore, at time.Time, ps ...call
 	return caps
 }
 
-func callsCaptureBody(at time.Time, body []byte) *storage.Capture {
+func callsCaptureBody(at time.Time, body []byte) *agentdb.Capture {
 	ix, _ := callevent.Index(body)
-	return &storage.Capture{ID: uuid.NewString(), Source: "tunnel", CreatedAt: at, Method: "POST", Path: "/hook", Body: body,
+	return &agentdb.Capture{ID: uuid.NewString(), Source: "tunnel", CreatedAt: at, Method: "POST", Path: "/hook", Body: body,
 		Event: ix.Event, CallID: ix.CallID, DeliveryID: ix.DeliveryID, OccurredAt: ix.OccurredAt}
 }
 
@@ -106,7 +106,7 @@ func TestCallsAPI(t *testing.T) {
 	a := callevent.CallSpec{Start: start}.Events()
 	aCaps := callsCapture(t, db, now.Add(-30*time.Minute), a...)
 	retry := callsCaptureBody(now.Add(-29*time.Minute), aCaps[2].Body)
-	if _, err := db.WriteCaptures(context.Background(), []*storage.Capture{retry}, nil); err != nil {
+	if _, err := db.WriteCaptures(context.Background(), []*agentdb.Capture{retry}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// B: busy.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector/inspectortest"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // A store damaged inside answers the inspector's listing with an envelope
@@ -22,14 +22,14 @@ func TestDamagedStoreAnswersClearly(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "agent.db")
-	db, err := storage.OpenAgent(ctx, path)
+	db, err := agentdb.OpenAgent(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cs []*storage.Capture
+	var cs []*agentdb.Capture
 	for i := range 2000 {
 		id := fmt.Sprintf("0193a1b2-0000-7000-8000-%012d", i)
-		cs = append(cs, &storage.Capture{ID: id, Source: "tunnel", CreatedAt: time.Unix(1795335117, 0).UTC(), Method: "POST", Path: "/voice",
+		cs = append(cs, &agentdb.Capture{ID: id, Source: "tunnel", CreatedAt: time.Unix(1795335117, 0).UTC(), Method: "POST", Path: "/voice",
 			Body: []byte(strings.Repeat("lorem ipsum dolor sit amet ", 70)), Target: "http://127.0.0.1:3000/voice", Duration: -1})
 	}
 	if _, err := db.WriteCaptures(ctx, cs, nil); err != nil {

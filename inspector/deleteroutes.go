@@ -6,6 +6,7 @@ import (
 
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // DeleteRoutes adds the routes that delete captures and calls and mark
@@ -15,7 +16,7 @@ import (
 //	DELETE /api/v1/ext/webhooks/{id}/     a capture, its bodies, search entry and media
 //	DELETE /api/v1/ext/calls/{call_id}/   every capture of a call, and the call's media
 //	PUT    /api/v1/ext/webhooks/{id}/keep {"keep": bool}: retention leaves it, or not
-func DeleteRoutes(mux *http.ServeMux, db *storage.AgentStore) {
+func DeleteRoutes(mux *http.ServeMux, db *agentdb.AgentStore) {
 	mux.HandleFunc("DELETE /api/v1/ext/webhooks/{id}/{$}", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		ref, err := ResolveCapture(r.Context(), db, id) // a delivery id: every capture of it, as calltap delete

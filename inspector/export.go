@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // An export is JSON Lines: a first line naming the format and its version
@@ -64,7 +64,7 @@ func (o *ExportOptions) header() ExportHeader {
 
 // Export writes the captures o selects (its Filter's Page aside) to w as
 // JSON Lines, oldest first, and returns how many it wrote.
-func Export(ctx context.Context, db *storage.AgentStore, o ExportOptions, w io.Writer) (int, error) {
+func Export(ctx context.Context, db *agentdb.AgentStore, o ExportOptions, w io.Writer) (int, error) {
 	if err := o.learn(ctx, db); err != nil {
 		return 0, err
 	}
@@ -73,7 +73,7 @@ func Export(ctx context.Context, db *storage.AgentStore, o ExportOptions, w io.W
 	if err := enc.Encode(o.header()); err != nil {
 		return 0, err
 	}
-	n, err := eachCapture(ctx, db, o.Filter, o.Progress, func(c *storage.Capture) error {
+	n, err := eachCapture(ctx, db, o.Filter, o.Progress, func(c *agentdb.Capture) error {
 		attempts, err := db.Attempts(ctx, c.ID)
 		if err != nil {
 			return err
@@ -92,11 +92,11 @@ func Export(ctx context.Context, db *storage.AgentStore, o ExportOptions, w io.W
 // learn shows the Redactor every body of the export before any is
 // written, so that a value is replaced in a capture that comes before the
 // one whose personal field holds it.
-func (o *ExportOptions) learn(ctx context.Context, db *storage.AgentStore) error {
+func (o *ExportOptions) learn(ctx context.Context, db *agentdb.AgentStore) error {
 	if o.Redactor == nil {
 		return nil
 	}
-	_, err := db.EachCapture(ctx, o.Filter, func(c *storage.Capture) error {
+	_, err := db.EachCapture(ctx, o.Filter, func(c *agentdb.Capture) error {
 		o.Redactor.Learn(c.Body)
 		o.Redactor.Learn(c.ResponseBody)
 		return nil
@@ -104,7 +104,7 @@ func (o *ExportOptions) learn(ctx context.Context, db *storage.AgentStore) error
 	return err
 }
 
-func exportLineOf(c *storage.Capture, attempts []storage.Attempt) exportLine {
+func exportLineOf(c *agentdb.Capture, attempts []agentdb.Attempt) exportLine {
 	l := exportLine{Detail: detailOf(c, attempts, nil)}
 	l.Checks = checksOf(c)
 	for _, f := range []struct {
@@ -139,9 +139,9 @@ func escapeInvalidUTF8(s string) string {
 
 // eachCapture is the store's EachCapture, telling progress the count so
 // far every exportEvery captures and at the end.
-func eachCapture(ctx context.Context, db *storage.AgentStore, f storage.CaptureFilter, progress func(int), fn func(*storage.Capture) error) (int, error) {
+func eachCapture(ctx context.Context, db *agentdb.AgentStore, f agentdb.CaptureFilter, progress func(int), fn func(*agentdb.Capture) error) (int, error) {
 	n := 0
-	_, err := db.EachCapture(ctx, f, func(c *storage.Capture) error {
+	_, err := db.EachCapture(ctx, f, func(c *agentdb.Capture) error {
 		if err := fn(c); err != nil {
 			return err
 		}

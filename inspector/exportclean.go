@@ -9,7 +9,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // SecretHeaders carry credentials in the requests the voice service sends
@@ -24,7 +24,7 @@ const MaskedValue = "[masked]"
 
 // ExportOptions says what an export selects and what it leaves out.
 type ExportOptions struct {
-	Filter   storage.CaptureFilter
+	Filter   agentdb.CaptureFilter
 	Mask     []string            // header names whose values are masked (case-insensitive)
 	Redactor *callevent.Redactor // nil: bodies as they came
 	Progress func(int)           // the count so far, every exportEvery captures and at the end
@@ -43,7 +43,7 @@ func (o *ExportOptions) masks(name string) bool {
 // clean returns what an export writes of c: its secret headers masked and,
 // with a Redactor, its personal data replaced, its Content-Length set to
 // the body it now has, and its call-event columns read again from that body.
-func (o *ExportOptions) clean(c *storage.Capture) (*storage.Capture, error) {
+func (o *ExportOptions) clean(c *agentdb.Capture) (*agentdb.Capture, error) {
 	if len(o.Mask) == 0 && o.Redactor == nil {
 		return c, nil
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // HAR 1.2, as browsers' developer tools and HTTP tools read it. A body that
@@ -80,7 +80,7 @@ type (
 
 // ExportHAR writes what Export would as one HAR 1.2 document, streamed an
 // entry at a time; the log's comment says what was masked and redacted.
-func ExportHAR(ctx context.Context, db *storage.AgentStore, o ExportOptions, version string, w io.Writer) (int, error) {
+func ExportHAR(ctx context.Context, db *agentdb.AgentStore, o ExportOptions, version string, w io.Writer) (int, error) {
 	if err := o.learn(ctx, db); err != nil {
 		return 0, err
 	}
@@ -93,7 +93,7 @@ func ExportHAR(ctx context.Context, db *storage.AgentStore, o ExportOptions, ver
 	open := strings.TrimSuffix(string(head), `null}`)
 	fmt.Fprintf(bw, `{"log":%s[`, open)
 	sep := ""
-	n, err := eachCapture(ctx, db, o.Filter, o.Progress, func(c *storage.Capture) error {
+	n, err := eachCapture(ctx, db, o.Filter, o.Progress, func(c *agentdb.Capture) error {
 		c, err := o.clean(c)
 		if err != nil {
 			return err
@@ -114,7 +114,7 @@ func ExportHAR(ctx context.Context, db *storage.AgentStore, o ExportOptions, ver
 	return n, bw.Flush()
 }
 
-func harEntryOf(c *storage.Capture) harEntry {
+func harEntryOf(c *agentdb.Capture) harEntry {
 	var reqH, respH relay.Header
 	_ = reqH.UnmarshalJSON([]byte(c.RequestHeaders))
 	if c.ResponseHeaders != "" {

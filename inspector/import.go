@@ -17,6 +17,7 @@ import (
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // ImportError is a line of an export that cannot be imported.
@@ -51,8 +52,8 @@ const futureSlack = 24 * time.Hour
 
 // Imported is a capture read from an export, with its attempt log.
 type Imported struct {
-	*storage.Capture
-	Attempts []storage.Attempt
+	*agentdb.Capture
+	Attempts []agentdb.Attempt
 }
 
 // ExportFile is an export as read back.
@@ -203,7 +204,7 @@ func importedOf(l *exportLine) (Imported, error) {
 		return Imported{}, fmt.Errorf("error: longer than %d KiB", maxErrorText>>10)
 	}
 	switch d.Status {
-	case "", storage.StatusPending, storage.StatusDelivered, storage.StatusFailed, storage.StatusUnknown:
+	case "", agentdb.StatusPending, agentdb.StatusDelivered, agentdb.StatusFailed, agentdb.StatusUnknown:
 	default:
 		return Imported{}, fmt.Errorf("status: %s is not pending, delivered, failed or unknown", quoteShort(d.Status))
 	}
@@ -211,12 +212,12 @@ func importedOf(l *exportLine) (Imported, error) {
 		return Imported{}, fmt.Errorf("attempts: %d of %d, want 0 to %d", d.Attempts, d.MaxAttempts, maxAttempts)
 	}
 	if d.Status == "" {
-		d.Status = storage.StatusPending
+		d.Status = agentdb.StatusPending
 	}
 	if d.MaxAttempts == 0 {
 		d.MaxAttempts = 1
 	}
-	c := &storage.Capture{
+	c := &agentdb.Capture{
 		ID: d.ID, Source: agent.SourceImport, Method: d.Method, Path: path, Query: query, Body: []byte(texts["body"]),
 		Target: target, Status: d.Status, Error: texts["error"], ReplayOf: d.ReplayOf, Queued: d.Queued,
 		Attempts: d.Attempts, MaxAttempts: d.MaxAttempts, Duration: -1,
@@ -267,7 +268,7 @@ func importedOf(l *exportLine) (Imported, error) {
 	if len(d.AttemptLog) > maxAttempts {
 		return Imported{}, fmt.Errorf("attempt_log: %d attempts, at most %d", len(d.AttemptLog), maxAttempts)
 	}
-	var attempts []storage.Attempt
+	var attempts []agentdb.Attempt
 	for i, aj := range d.AttemptLog {
 		a, err := attemptOf(aj, i)
 		if err != nil {
@@ -279,11 +280,11 @@ func importedOf(l *exportLine) (Imported, error) {
 	return Imported{Capture: c, Attempts: attempts}, nil
 }
 
-func attemptOf(aj AttemptJSON, i int) (storage.Attempt, error) {
+func attemptOf(aj AttemptJSON, i int) (agentdb.Attempt, error) {
 	if aj.N != i+1 {
-		return storage.Attempt{}, fmt.Errorf("n: %d, want %d (attempts are numbered from 1, in order)", aj.N, i+1)
+		return agentdb.Attempt{}, fmt.Errorf("n: %d, want %d (attempts are numbered from 1, in order)", aj.N, i+1)
 	}
-	a := storage.Attempt{N: aj.N, Error: aj.Error}
+	a := agentdb.Attempt{N: aj.N, Error: aj.Error}
 	if aj.At == nil {
 		return a, errors.New("at: missing")
 	}
@@ -385,8 +386,8 @@ func decodeText(s, encoding string) ([]byte, error) {
 // Import saves the captures of an export that the store does not hold yet
 // (by id), with their answers and attempt logs, in one transaction, and
 // returns how many it added: importing the same export twice adds nothing.
-func Import(ctx context.Context, db *storage.AgentStore, cs []Imported) (int, error) {
-	var fresh, updates []*storage.Capture
+func Import(ctx context.Context, db *agentdb.AgentStore, cs []Imported) (int, error) {
+	var fresh, updates []*agentdb.Capture
 	for _, c := range cs {
 		if _, err := db.Capture(ctx, c.ID); err == nil {
 			continue

@@ -10,7 +10,7 @@ import (
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // Summary is a capture in a listing (and in the live stream).
@@ -38,7 +38,7 @@ type Summary struct {
 	Keep           bool     `json:"keep"` // retention never prunes it
 }
 
-func SummaryOf(c *storage.Capture) Summary {
+func SummaryOf(c *agentdb.Capture) Summary {
 	s := Summary{
 		ID: c.ID, CreatedAt: api.Time(c.CreatedAt), Method: c.Method, Path: c.Path, Query: c.Query,
 		Event: c.Event, CallID: c.CallID, DeliveryID: c.DeliveryID, Status: c.Status, Error: c.Error,
@@ -95,7 +95,7 @@ func encodeBody(b []byte) (string, string) {
 	return base64.StdEncoding.EncodeToString(b), "base64"
 }
 
-func detailOf(c *storage.Capture, attempts []storage.Attempt, replays []*storage.Capture) Detail {
+func detailOf(c *agentdb.Capture, attempts []agentdb.Attempt, replays []*agentdb.Capture) Detail {
 	d := Detail{Summary: SummaryOf(c), DeliveredAt: api.Time(c.DeliveredAt), Target: c.Target, URL: c.Target}
 	if d.URL == "" {
 		d.URL = c.Path
@@ -149,7 +149,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 // checksOf runs the contract checks on a capture that is a call event.
-func checksOf(c *storage.Capture) []callevent.Finding {
+func checksOf(c *agentdb.Capture) []callevent.Finding {
 	if c.Event == "" {
 		return []callevent.Finding{}
 	}
@@ -158,7 +158,7 @@ func checksOf(c *storage.Capture) []callevent.Finding {
 
 // receivedAt is when a capture reached calltap: at the relay for a request
 // that waited in its queue, else at the agent.
-func receivedAt(c *storage.Capture) time.Time {
+func receivedAt(c *agentdb.Capture) time.Time {
 	if !c.ArrivedAt.IsZero() {
 		return c.ArrivedAt
 	}
@@ -173,6 +173,6 @@ type ReplayResult struct {
 }
 
 // ReplayStatus maps a capture to the replay result's fields.
-func ReplayStatus(c *storage.Capture, queued bool) ReplayResult {
+func ReplayStatus(c *agentdb.Capture, queued bool) ReplayResult {
 	return ReplayResult{ID: c.ID, Status: c.Status, Queued: queued}
 }

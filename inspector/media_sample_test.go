@@ -11,7 +11,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // lockedBuffer is a log destination safe for the saver's goroutines.
@@ -50,12 +50,12 @@ func TestMediaSampleLinksAreNoAlarm(t *testing.T) {
 	}
 	saver.Save(context.Background(), "c", p.Call.CallID, *p.Media)
 	saver.Wait()
-	files, _, err := db.MediaFiles(context.Background(), storage.MediaFilter{CallID: p.Call.CallID})
+	files, _, err := db.MediaFiles(context.Background(), agentdb.MediaFilter{CallID: p.Call.CallID})
 	if err != nil || len(files) != 2 {
 		t.Fatalf("%d files, %v", len(files), err)
 	}
 	for _, f := range files {
-		if f.Status != storage.MediaFailed || f.Attempts != 0 || !strings.Contains(f.Error, "sample link") {
+		if f.Status != agentdb.MediaFailed || f.Attempts != 0 || !strings.Contains(f.Error, "sample link") {
 			t.Errorf("%s: status %s, %d attempts, error %q; want failed as a sample link, not tried", f.Kind, f.Status, f.Attempts, f.Error)
 		}
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 var (
@@ -72,7 +72,7 @@ func (c *mediaCDN) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type mediaEnv struct {
-	db     *storage.AgentStore
+	db     *agentdb.AgentStore
 	dir    string
 	cdn    *mediaCDN
 	cdnURL string
@@ -91,7 +91,7 @@ func newMediaEnv(t *testing.T, allowPrivate bool) *mediaEnv {
 	saver, err := agent.NewMediaSaver(agent.MediaConfig{
 		DB: e.db, Dir: e.dir, AllowPrivate: allowPrivate, MaxBytes: 1024,
 		Backoff: []time.Duration{5 * time.Millisecond, 5 * time.Millisecond, 5 * time.Millisecond},
-		OnUpdate: func(f *storage.MediaFile) {
+		OnUpdate: func(f *agentdb.MediaFile) {
 			e.mu.Lock()
 			e.seen = append(e.seen, f.ID)
 			e.mu.Unlock()
@@ -111,7 +111,7 @@ func newMediaEnv(t *testing.T, allowPrivate bool) *mediaEnv {
 	return e
 }
 
-func (e *mediaEnv) files(t *testing.T, f storage.MediaFilter) []*storage.MediaFile {
+func (e *mediaEnv) files(t *testing.T, f agentdb.MediaFilter) []*agentdb.MediaFile {
 	t.Helper()
 	files, _, err := e.db.MediaFiles(context.Background(), f)
 	if err != nil {
@@ -120,9 +120,9 @@ func (e *mediaEnv) files(t *testing.T, f storage.MediaFilter) []*storage.MediaFi
 	return files
 }
 
-func (e *mediaEnv) byURL(t *testing.T, u string) *storage.MediaFile {
+func (e *mediaEnv) byURL(t *testing.T, u string) *agentdb.MediaFile {
 	t.Helper()
-	files := e.files(t, storage.MediaFilter{SourceURL: u})
+	files := e.files(t, agentdb.MediaFilter{SourceURL: u})
 	if len(files) != 1 {
 		t.Fatalf("%s: %d records", u, len(files))
 	}
@@ -154,19 +154,19 @@ func TestMediaSaveDownloadsInTheBackground(t *testing.T) {
 
 	rec := e.byURL(t, m.RecordingURL)
 	sum := sha256.Sum256(mediaRecording)
-	if rec.Status != storage.MediaSaved || rec.Size != int64(len(mediaRecording)) || rec.ContentType != "audio/ogg" ||
+	if rec.Status != agentdb.MediaSaved || rec.Size != int64(len(mediaRecording)) || rec.ContentType != "audio/ogg" ||
 		rec.SHA256 != hex.EncodeToString(sum[:]) || rec.Attempts != 1 || rec.CallID != "call-1" || rec.CaptureID != "cap-1" ||
-		rec.Kind != storage.MediaRecording || !strings.HasSuffix(rec.File, ".ogg") || rec.ExpiresAt.IsZero() {
+		rec.Kind != agentdb.MediaRecording || !strings.HasSuffix(rec.File, ".ogg") || rec.ExpiresAt.IsZero() {
 		t.Errorf("recording: %+v", rec)
 	}
 	if b, err := os.ReadFile(filepath.Join(e.dir, rec.File)); err != nil || string(b) != string(mediaRecording) {
 		t.Errorf("file: %q %v", b, err)
 	}
 	tr := e.byURL(t, m.TranscriptURL)
-	if tr.Status != storage.MediaSaved || tr.Kind != storage.MediaTranscript || !strings.HasSuffix(tr.File, ".json") {
+	if tr.Status != agentdb.MediaSaved || tr.Kind != agentdb.MediaTranscript || !strings.HasSuffix(tr.File, ".json") {
 		t.Errorf("transcript: %+v", tr)
 	}
-	if s := e.byURL(t, slow.RecordingURL); s.Status != storage.MediaSaved {
+	if s := e.byURL(t, slow.RecordingURL); s.Status != agentdb.MediaSaved {
 		t.Errorf("slow: %+v", s)
 	}
 	e.mu.Lock()
@@ -181,7 +181,7 @@ func TestMediaSaveDownloadsInTheBackground(t *testing.T) {
 	if n := e.cdn.count("/calls/rec.ogg"); n != 1 {
 		t.Errorf("recording fetched %d times", n)
 	}
-	if files := e.files(t, storage.MediaFilter{CallID: "call-1"}); len(files) != 2 {
+	if files := e.files(t, agentdb.MediaFilter{CallID: "call-1"}); len(files) != 2 {
 		t.Errorf("%d records for call-1", len(files))
 	}
 	// No stray temporary files.
@@ -202,16 +202,16 @@ func TestMediaRetriesAndFailures(t *testing.T) {
 	e.saver.Save(context.Background(), "c", "call-3", callevent.Media{RecordingURL: big, TranscriptURL: "file:///etc/passwd"})
 	e.saver.Wait()
 
-	if f := e.byURL(t, flaky); f.Status != storage.MediaSaved || f.Attempts != 3 || f.Error != "" {
+	if f := e.byURL(t, flaky); f.Status != agentdb.MediaSaved || f.Attempts != 3 || f.Error != "" {
 		t.Errorf("flaky: %+v", f)
 	}
-	if f := e.byURL(t, expired); f.Status != storage.MediaFailed || f.Attempts != 1 || !strings.Contains(f.Error, "403") || !strings.Contains(f.Error, "expired") {
+	if f := e.byURL(t, expired); f.Status != agentdb.MediaFailed || f.Attempts != 1 || !strings.Contains(f.Error, "403") || !strings.Contains(f.Error, "expired") {
 		t.Errorf("expired: %+v", f)
 	}
-	if f := e.byURL(t, big); f.Status != storage.MediaFailed || !strings.Contains(f.Error, "larger than") {
+	if f := e.byURL(t, big); f.Status != agentdb.MediaFailed || !strings.Contains(f.Error, "larger than") {
 		t.Errorf("big: %+v", f)
 	}
-	if f := e.byURL(t, "file:///etc/passwd"); f.Status != storage.MediaFailed || f.Attempts != 0 {
+	if f := e.byURL(t, "file:///etc/passwd"); f.Status != agentdb.MediaFailed || f.Attempts != 0 {
 		t.Errorf("file URL: %+v", f)
 	}
 
@@ -228,7 +228,7 @@ func TestMediaRefusesPrivateAddresses(t *testing.T) {
 	u := e.cdnURL + "/calls/rec.ogg"
 	e.saver.Save(context.Background(), "c", "call-4", callevent.Media{RecordingURL: u})
 	e.saver.Wait()
-	if f := e.byURL(t, u); f.Status != storage.MediaFailed || f.Attempts != 1 || !strings.Contains(f.Error, "private") {
+	if f := e.byURL(t, u); f.Status != agentdb.MediaFailed || f.Attempts != 1 || !strings.Contains(f.Error, "private") {
 		t.Errorf("%+v", f)
 	}
 	if n := e.cdn.count("/calls/rec.ogg"); n != 0 {
@@ -248,14 +248,14 @@ func TestMediaSaveCapture(t *testing.T) {
 		e.saver.SaveCapture(c)
 	}
 	e.saver.Wait()
-	files := e.files(t, storage.MediaFilter{CaptureID: caps[1].ID})
+	files := e.files(t, agentdb.MediaFilter{CaptureID: caps[1].ID})
 	if len(files) != 2 {
 		t.Fatalf("%d files for the analysis capture", len(files))
 	}
-	if f := e.byURL(t, p.Media.RecordingURL); f.Status != storage.MediaSaved || f.CallID != p.Call.CallID {
+	if f := e.byURL(t, p.Media.RecordingURL); f.Status != agentdb.MediaSaved || f.CallID != p.Call.CallID {
 		t.Errorf("%+v", f)
 	}
-	if files := e.files(t, storage.MediaFilter{CaptureID: dup.ID}); len(files) != 0 {
+	if files := e.files(t, agentdb.MediaFilter{CaptureID: dup.ID}); len(files) != 0 {
 		t.Errorf("duplicate capture downloaded again: %+v", files)
 	}
 }

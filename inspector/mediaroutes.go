@@ -12,6 +12,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // The media endpoints serve the copies the agent's MediaSaver made of the
@@ -38,12 +39,12 @@ type MediaFileJSON struct {
 }
 
 // MediaFileOf renders a media record for the API.
-func MediaFileOf(f *storage.MediaFile) MediaFileJSON {
+func MediaFileOf(f *agentdb.MediaFile) MediaFileJSON {
 	j := MediaFileJSON{ID: f.ID, CaptureID: f.CaptureID, CallID: f.CallID, Kind: f.Kind, SourceURL: f.SourceURL,
 		ExpiresAt: api.Time(f.ExpiresAt), Expired: !f.ExpiresAt.IsZero() && time.Now().After(f.ExpiresAt),
 		Status: f.Status, Attempts: f.Attempts, Error: f.Error, ContentType: f.ContentType, SHA256: f.SHA256,
 		CreatedAt: api.Time(f.CreatedAt), SavedAt: api.Time(f.SavedAt)}
-	if f.Status == storage.MediaSaved {
+	if f.Status == agentdb.MediaSaved {
 		size, u := f.Size, agent.MediaPath(f.ID)
 		j.Size, j.URL = &size, &u
 	}
@@ -55,7 +56,7 @@ func MediaFileOf(f *storage.MediaFile) MediaFileJSON {
 //	GET /api/v1/ext/media/?call_id&capture_id&kind&status&limit&offset  page of media files, newest first
 //	GET /api/v1/ext/media/{id}/                                          one record
 //	GET /api/v1/ext/media/{id}                                           the saved file (Range supported; ?download=1)
-func MediaRoutes(mux *http.ServeMux, db *storage.AgentStore, dir string) {
+func MediaRoutes(mux *http.ServeMux, db *agentdb.AgentStore, dir string) {
 	mux.HandleFunc("GET /api/v1/ext/media/{$}", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		limit, offset, err := api.ParsePage(q)
@@ -63,7 +64,7 @@ func MediaRoutes(mux *http.ServeMux, db *storage.AgentStore, dir string) {
 			api.WriteError(w, err)
 			return
 		}
-		files, count, err := db.MediaFiles(r.Context(), storage.MediaFilter{CallID: q.Get("call_id"), CaptureID: q.Get("capture_id"),
+		files, count, err := db.MediaFiles(r.Context(), agentdb.MediaFilter{CallID: q.Get("call_id"), CaptureID: q.Get("capture_id"),
 			Kind: q.Get("kind"), Status: q.Get("status"), Page: storage.Page{Limit: limit, Offset: offset}})
 		if err != nil {
 			api.WriteError(w, err)
@@ -99,7 +100,7 @@ func mediaInline(ctype string) bool {
 	return strings.HasPrefix(mt, "audio/") || strings.HasPrefix(mt, "video/") || mt == "application/json" || mt == "text/plain"
 }
 
-func serveMediaFile(w http.ResponseWriter, r *http.Request, db *storage.AgentStore, dir string) {
+func serveMediaFile(w http.ResponseWriter, r *http.Request, db *agentdb.AgentStore, dir string) {
 	f, err := db.Media(r.Context(), r.PathValue("id"))
 	if errors.Is(err, storage.ErrNotFound) {
 		err = api.NotFound("media file")
@@ -108,7 +109,7 @@ func serveMediaFile(w http.ResponseWriter, r *http.Request, db *storage.AgentSto
 		api.WriteError(w, err)
 		return
 	}
-	if f.Status != storage.MediaSaved || f.File == "" {
+	if f.Status != agentdb.MediaSaved || f.File == "" {
 		api.WriteError(w, api.Errorf(http.StatusNotFound, api.CodeNotFound, "media file is not saved (status %s)", f.Status))
 		return
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // How a capture reference was read (CaptureRef.By).
@@ -26,7 +27,7 @@ const (
 type CaptureRef struct {
 	Ref      string
 	By       string
-	Captures []*storage.Capture // oldest first; one unless By is RefDelivery
+	Captures []*agentdb.Capture // oldest first; one unless By is RefDelivery
 }
 
 // IDs are the captures' ids, oldest first.
@@ -41,7 +42,7 @@ func (r CaptureRef) IDs() []string {
 // Original is the capture a delivery id stands for when one is wanted
 // (replay): the first one received that is neither a duplicate nor a
 // replay, else the oldest.
-func (r CaptureRef) Original() *storage.Capture {
+func (r CaptureRef) Original() *agentdb.Capture {
 	for _, c := range r.Captures {
 		if c.DuplicateOf == "" && c.ReplayOf == "" {
 			return c
@@ -61,7 +62,7 @@ const maxDeliveryCopies = api.MaxLimit
 // (every capture of it), or the start of exactly one capture id. A prefix
 // that starts several ids is a 409 listing them; nothing matched is a 404
 // that names the three things tried.
-func ResolveCapture(ctx context.Context, db *storage.AgentStore, ref string) (CaptureRef, error) {
+func ResolveCapture(ctx context.Context, db *agentdb.AgentStore, ref string) (CaptureRef, error) {
 	ref = strings.TrimSpace(ref)
 	if ref == "" {
 		return CaptureRef{}, api.Invalid("want a capture id, a prefix of one, or a delivery id")
@@ -70,12 +71,12 @@ func ResolveCapture(ctx context.Context, db *storage.AgentStore, ref string) (Ca
 	c, err := db.Capture(ctx, ref)
 	if err == nil {
 		c.Body, c.ResponseBody = nil, nil // the summary's fields are what a caller wants
-		out.By, out.Captures = RefID, []*storage.Capture{c}
+		out.By, out.Captures = RefID, []*agentdb.Capture{c}
 		return out, nil
 	} else if !errors.Is(err, storage.ErrNotFound) {
 		return out, err
 	}
-	byDelivery, _, err := db.Captures(ctx, storage.CaptureFilter{DeliveryID: ref, Page: storage.Page{Limit: maxDeliveryCopies}})
+	byDelivery, _, err := db.Captures(ctx, agentdb.CaptureFilter{DeliveryID: ref, Page: storage.Page{Limit: maxDeliveryCopies}})
 	if err != nil {
 		return out, err
 	}
@@ -84,7 +85,7 @@ func ResolveCapture(ctx context.Context, db *storage.AgentStore, ref string) (Ca
 		out.By, out.Captures = RefDelivery, byDelivery
 		return out, nil
 	}
-	byPrefix, n, err := db.Captures(ctx, storage.CaptureFilter{IDPrefix: strings.ToLower(ref), Page: storage.Page{Limit: maxChoices}})
+	byPrefix, n, err := db.Captures(ctx, agentdb.CaptureFilter{IDPrefix: strings.ToLower(ref), Page: storage.Page{Limit: maxChoices}})
 	if err != nil {
 		return out, err
 	}
@@ -100,7 +101,7 @@ func ResolveCapture(ctx context.Context, db *storage.AgentStore, ref string) (Ca
 
 // ambiguous is the 409 of a prefix that starts n ids: its message lists
 // those in shown, one a line, so a person can pick.
-func ambiguous(ref string, n int, shown []*storage.Capture) *api.Error {
+func ambiguous(ref string, n int, shown []*agentdb.Capture) *api.Error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s starts %d capture ids; give more of one:", ref, n)
 	for _, c := range shown {
@@ -118,7 +119,7 @@ const CodeAmbiguous = "ambiguous_id"
 
 // Describe is one line that tells a capture from its siblings: id, time,
 // event and what it is a copy of.
-func Describe(c *storage.Capture) string {
+func Describe(c *agentdb.Capture) string {
 	s := c.ID + "  " + c.CreatedAt.Local().Format("2006-01-02 15:04:05.000")
 	if c.Event != "" {
 		s += "  " + c.Event

@@ -9,6 +9,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // The API's replay, keep and delete take the ids a person has at hand, as
@@ -25,7 +26,7 @@ func TestAPITakesAnyID(t *testing.T) {
 	send(t, st.TunnelURL+"/voice", twice) // the service's retry: a duplicate
 	delivery := "00000000-0000-4000-8000-000000000001"
 	api := st.InspectorURL + "/api/v1/ext"
-	cs, _, err := st.AgentDB.Captures(t.Context(), storage.CaptureFilter{DeliveryID: delivery, Page: storage.Page{Limit: 10}})
+	cs, _, err := st.AgentDB.Captures(t.Context(), agentdb.CaptureFilter{DeliveryID: delivery, Page: storage.Page{Limit: 10}})
 	if err != nil || len(cs) != 2 {
 		t.Fatalf("captures of the delivery: %d %v", len(cs), err)
 	}
@@ -58,7 +59,7 @@ func TestAPITakesAnyID(t *testing.T) {
 	if code, env := do(t, "DELETE", api+"/webhooks/"+delivery+"/", ""); code != 200 {
 		t.Fatalf("delete by delivery id: %d %+v", code, env.Error)
 	}
-	left, _, err := st.AgentDB.Captures(t.Context(), storage.CaptureFilter{DeliveryID: delivery, Page: storage.Page{Limit: 10}})
+	left, _, err := st.AgentDB.Captures(t.Context(), agentdb.CaptureFilter{DeliveryID: delivery, Page: storage.Page{Limit: 10}})
 	if err != nil || len(left) != 0 {
 		t.Fatalf("after delete by delivery id, %d captures of it are left (the replay is one of them): %v", len(left), err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // ServerConfig configures the inspector's HTTP side.
@@ -244,8 +245,8 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // ParseCaptureFilter reads the list filters from a query string.
-func ParseCaptureFilter(q url.Values) (storage.CaptureFilter, error) {
-	var f storage.CaptureFilter
+func ParseCaptureFilter(q url.Values) (agentdb.CaptureFilter, error) {
+	var f agentdb.CaptureFilter
 	var err error
 	if f.Limit, f.Offset, err = api.ParsePage(q); err != nil {
 		return f, err
@@ -298,7 +299,7 @@ func (s *Server) listCaptures(w http.ResponseWriter, r *http.Request) {
 }
 
 // CaptureDetail loads one capture from db with its attempts and replays.
-func CaptureDetail(ctx context.Context, db *storage.AgentStore, id string) (*Detail, error) {
+func CaptureDetail(ctx context.Context, db *agentdb.AgentStore, id string) (*Detail, error) {
 	c, err := db.Capture(ctx, id)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, api.NotFound("capture " + id)
@@ -309,7 +310,7 @@ func CaptureDetail(ctx context.Context, db *storage.AgentStore, id string) (*Det
 	if err != nil {
 		return nil, err
 	}
-	replays, _, err := db.Captures(ctx, storage.CaptureFilter{ReplayOf: id, Page: storage.Page{Limit: api.MaxLimit}})
+	replays, _, err := db.Captures(ctx, agentdb.CaptureFilter{ReplayOf: id, Page: storage.Page{Limit: api.MaxLimit}})
 	if err != nil {
 		return nil, err
 	}

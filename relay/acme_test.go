@@ -30,6 +30,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/calltap/calltap/storage/relaydb"
 	"github.com/letsencrypt/challtestsrv"
 	pebbleca "github.com/letsencrypt/pebble/v2/ca"
@@ -447,7 +448,7 @@ func TestACMERelayEndToEnd(t *testing.T) {
 
 	// The developer's local handler and agent.
 	rec, local := startHandler(t, nil)
-	agentDB, err := storage.OpenAgent(ctx, filepath.Join(dir, "agent.db"))
+	agentDB, err := agentdb.OpenAgent(ctx, filepath.Join(dir, "agent.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,7 +530,7 @@ func TestACMERelayEndToEnd(t *testing.T) {
 	if v := r.Header.Values("X-Signature"); len(v) != 2 || v[0] != "one" || v[1] != "two" {
 		t.Errorf("X-Signature at the handler: %q", v)
 	}
-	caps, n, err := agentDB.Captures(ctx, storage.CaptureFilter{Page: storage.Page{Limit: 10}})
+	caps, n, err := agentDB.Captures(ctx, agentdb.CaptureFilter{Page: storage.Page{Limit: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}

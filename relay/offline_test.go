@@ -18,6 +18,7 @@ import (
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 func queuedID(t *testing.T, resp *http.Response, body string) string {
@@ -70,7 +71,7 @@ func TestOfflineQueueDeliversInOrderExactlyOnce(t *testing.T) {
 		t.Fatalf("extra delivery %s: a queued request arrived twice", got[n].Body)
 	}
 	// Each is marked queued in the agent, with when it reached the relay.
-	caps, count, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 200}})
+	caps, count, err := st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{Page: storage.Page{Limit: 200}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,13 +276,13 @@ func TestSavedButUnsentQueuedRequestIsSentOnRestart(t *testing.T) {
 	rec, h := startHandler(t, nil)
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
 	st.StopAgent()
-	db, err := storage.OpenAgent(context.Background(), st.Dir+"/agent.db")
+	db, err := agentdb.OpenAgent(context.Background(), st.Dir+"/agent.db")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &storage.Capture{ID: "6f1c1c7e-2b7e-4f52-a0a4-5b0d1f7e9c01", RelayID: "r-1", Source: "tunnel", CreatedAt: time.Now(), ArrivedAt: time.Now(),
+	c := &agentdb.Capture{ID: "6f1c1c7e-2b7e-4f52-a0a4-5b0d1f7e9c01", RelayID: "r-1", Source: "tunnel", CreatedAt: time.Now(), ArrivedAt: time.Now(),
 		Queued: true, Method: "POST", Path: "/late", Body: []byte(`{"late":true}`), Duration: -1}
-	if _, err := db.WriteCaptures(context.Background(), []*storage.Capture{c}, nil); err != nil {
+	if _, err := db.WriteCaptures(context.Background(), []*agentdb.Capture{c}, nil); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -421,7 +422,7 @@ func TestNewRequestWaitingPastForwardTimeoutIsQueued(t *testing.T) {
 	handlerSawInOrder(t, rec, queued+fresh)
 	// Each was saved once and its answer recorded (the last answer's record
 	// may still be on its way to the store when the handler has seen all).
-	var caps []*storage.Capture
+	var caps []*agentdb.Capture
 	var count int
 	var unrecorded []string
 	t.Cleanup(func() {
@@ -432,7 +433,7 @@ func TestNewRequestWaitingPastForwardTimeoutIsQueued(t *testing.T) {
 	polltest.Until(t, polltest.MinWait, func() bool {
 		var err error
 		st.Agent.Flush(context.Background())
-		caps, count, err = st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 200}})
+		caps, count, err = st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{Page: storage.Page{Limit: 200}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -469,14 +470,14 @@ func TestUnsentQueuedRequestsGoBeforeNewOnes(t *testing.T) {
 	rec, h := slowHandler(t)
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
 	st.StopAgent()
-	db, err := storage.OpenAgent(context.Background(), st.Dir+"/agent.db")
+	db, err := agentdb.OpenAgent(context.Background(), st.Dir+"/agent.db")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const unsent = 30
-	var cs []*storage.Capture
+	var cs []*agentdb.Capture
 	for i := 0; i < unsent; i++ {
-		cs = append(cs, &storage.Capture{ID: fmt.Sprintf("6f1c1c7e-2b7e-4f52-a0a4-5b0d1f7e%04d", i), RelayID: fmt.Sprintf("r-%d", i), Source: "tunnel",
+		cs = append(cs, &agentdb.Capture{ID: fmt.Sprintf("6f1c1c7e-2b7e-4f52-a0a4-5b0d1f7e%04d", i), RelayID: fmt.Sprintf("r-%d", i), Source: "tunnel",
 			CreatedAt: time.Now(), ArrivedAt: time.Now(), Queued: true, Method: "POST", Path: "/hook", Body: []byte(fmt.Sprintf(`{"seq":%d}`, i)), Duration: -1})
 	}
 	if _, err := db.WriteCaptures(context.Background(), cs, nil); err != nil {

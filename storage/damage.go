@@ -50,36 +50,23 @@ func (e *DamagedError) APIError() (status int, code, message string) {
 	return 500, "store_damaged", e.Error() // api.CodeStoreDamaged
 }
 
-// recoverAdvice is what to do with a damaged database that holds data of
+// RecoverAdvice is what to do with a damaged database that holds data of
 // its own (not the derived search index).
-func recoverAdvice(path string) string {
+func RecoverAdvice(path string) string {
 	return fmt.Sprintf("Stop calltap, keep a copy of the file, and recover what it holds with: sqlite3 %s .recover > dump.sql "+
 		"(then move the damaged file aside and load the dump: sqlite3 %s < dump.sql).", path, path)
 }
 
-// isCorrupt reports whether err is SQLite finding a file damaged.
-func isCorrupt(err error) bool {
+// IsCorrupt reports whether err is SQLite finding a file damaged.
+func IsCorrupt(err error) bool {
 	var se sqlite3.Error
 	return errors.As(err, &se) && (se.Code == sqlite3.ErrCorrupt || se.Code == sqlite3.ErrNotADB)
 }
 
-// explain turns a corruption error of a query on db's own file into a
-// *DamagedError; other errors, and errors already explained, are left as
-// they are. Use it as defer db.explain(&err).
-func (db *core) explain(errp *error) {
-	if err := *errp; err != nil && isCorrupt(err) && !errors.Is(err, ErrDamaged) {
-		*errp = &DamagedError{Path: db.path, Advice: recoverAdvice(db.path), Err: err}
-	}
-}
-
-// companions are the files a database at path of schema leaves beside
-// itself once it has been written.
-func companions(path string, schema Schema) []string {
-	c := []string{path + "-wal", path + "-journal"}
-	if schema == SchemaAgent {
-		c = append(c, SearchIndexPath(path), BodiesDir(path))
-	}
-	return c
+// companions are the files a database at path leaves beside itself once
+// it has been written, and the store's parts (WithAttached, WithPart).
+func companions(path string, parts []string) []string {
+	return append([]string{path + "-wal", path + "-journal"}, parts...)
 }
 
 // heldData reports whether the companion file c shows that the database
@@ -120,7 +107,7 @@ func heldData(c string) bool {
 // opening it would start a new store (and SQLite would delete the WAL).
 // A missing file, or an empty one alone (a first start that stopped
 // before SQLite wrote its first page), is a new store.
-func checkEmpty(path string, schema Schema) error {
+func checkEmpty(path string, parts []string) error {
 	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -131,7 +118,7 @@ func checkEmpty(path string, schema Schema) error {
 		return nil
 	}
 	var found []string
-	for _, c := range companions(path, schema) {
+	for _, c := range companions(path, parts) {
 		if heldData(c) {
 			found = append(found, filepath.Base(c))
 		}

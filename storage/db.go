@@ -1,15 +1,15 @@
-// Package storage is calltap's SQLite layer: the only package that imports
-// the driver (mattn/go-sqlite3); the packages under it (storage/relaydb,
-// storage/servicedb) reach SQLite through it. It holds the core every
-// database shares — opening, ordered migrations, driver rules, damage
-// reports, Close — and the agent's database: captures, attempts, media, the
-// search index, large bodies and the intake log (AgentStore, OpenAgent).
+// Package storage is calltap's SQLite core: opening a database (WAL, two
+// pools, the driver's rules), ordered migrations, damage reports, disk-full
+// detection, private file modes and the µs time columns. It is the one
+// package that imports the driver (mattn/go-sqlite3) for opening and
+// configuring; the packages under it keep one database each and reach
+// SQLite through Open:
 //
-// The relay's database (storage/relaydb) and the emulated voice service's
-// (storage/servicedb) are packages of their own, opened with Open: each
-// embeds its migrations, and runs its queries on the *DB that Open returns.
-// Their method sets are disjoint from the agent's: a relay query on the
-// agent's store does not compile.
+//   - storage/agentdb: the agent's database (captures, attempts, media,
+//     the search index) and its answer path;
+//   - storage/intake: the agent's intake log and body segment files;
+//   - storage/relaydb: the relay's database;
+//   - storage/servicedb: the emulated voice service's.
 //
 // Every database is opened in WAL mode with two pools: one connection for
 // writes (SQLite allows one writer; a single connection avoids SQLITE_BUSY
@@ -20,11 +20,10 @@ package storage
 import (
 	"context"
 	"database/sql"
-	"embed"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -39,26 +38,9 @@ import (
 	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
-//go:embed migrations/agent/*.sql
-var agentMigrationFiles embed.FS
-
-// agentMigrations are the agent's migrations, at the root.
-var agentMigrations = func() fs.FS {
-	sub, err := fs.Sub(agentMigrationFiles, "migrations/agent")
-	if err != nil {
-		panic(err) // a constant, valid path: fs.Sub cannot refuse it
-	}
-	return sub
-}()
-
-// Schema names one of the databases calltap keeps, in errors and in
-// what the core does for it: the agent's (SchemaAgent) has parts of its own
-// (search index, body files), which every other schema goes without.
+// Schema names one of the databases calltap keeps, in errors and in the
+// migrations table's messages.
 type Schema string
-
-// SchemaAgent is the agent's database: captures, attempts, media (calltap
-// listen / dev).
-const SchemaAgent Schema = "agent"
 
 // busyTimeout is how long a statement waits for another connection's lock.
 const busyTimeout = 10 * time.Second
@@ -66,35 +48,28 @@ const busyTimeout = 10 * time.Second
 // ErrNotFound is returned when a looked-up row does not exist.
 var ErrNotFound = relaystate.ErrNotFound
 
-// core is what every store shares: an open SQLite database of one Schema,
-// its connections, migrations and driver rules. The agent's parts (raw
-// writer, checkpointer, search index, body segments) stay nil for the
-// other schemas.
-type core struct {
+// DB is an open SQLite database of one Schema: its connections,
+// migrations and driver rules. The package that keeps the schema embeds it
+// in its store, and runs its queries on Writer and Reader.
+type DB struct {
 	path       string
 	schema     Schema
 	migrations fs.FS // the schema's .sql files, at the root
 	sync       SyncMode
+	attach     attachment // a second file of the store, attached to the read pool; zero if none
+	dsn        func(txlock, extra string) string
 	write      *sql.DB // one connection: every write goes through it
 	read       *sql.DB // read-only pool
 
-	rawMu sync.Mutex
-	raw   *rawConn // the capture writer's driver connection; see writer.go
-
-	// writeGate is held by the capture writer's transactions and by
-	// deletions, which run on the indexer's connection: SQLite's busy wait
-	// polls and is not fair, so a writer committing back to back could
-	// keep a deletion waiting past busyTimeout; the gate queues them.
-	writeGate sync.Mutex
-
-	ckpt *checkpointer // agent databases: WAL checkpoints off the commit path
-
-	index *indexer // agent databases: the full-text index, a file of its own
-
-	bodies *bodyStore // agent databases: large request bodies (bodyfile.go)
-
 	closeOnce sync.Once
 	closeErr  error // set by closeOnce
+}
+
+// attachment is a database file of a store beside its main file, attached
+// to its connections under a name (WithAttached).
+type attachment struct {
+	name string
+	path string
 }
 
 // SyncMode is how far a commit goes before it returns.
@@ -126,106 +101,35 @@ type Option func(*options)
 
 type options struct {
 	sync   SyncMode
-	intake bool
+	attach attachment
+	parts  []string
 }
-
-// WithIntake makes the agent store keep an intake log (see intake.go) for
-// LogCaptures: the agent's answer path. One process at a time holds it.
-func WithIntake() Option { return func(o *options) { o.intake = true } }
 
 // WithSync sets how durable commits are; the default is SyncFull.
 func WithSync(m SyncMode) Option { return func(o *options) { o.sync = m } }
 
-// AgentStore is the agent's database: captures, attempts, media, the
-// search index and large bodies (calltap listen, dev).
-type AgentStore struct {
-	*core
-	intake *intake // nil unless opened WithIntake (and no other process holds the log)
-	reader *reader // set by OpenAgentReader: a read-only store (reader.go)
+// WithAttached names a second database file of the store, at path: it is
+// attached as name to every connection of the read pool (read-only) and
+// of the pools Pool opens with attached set, made private like the main
+// file, and counts as part of the store when the main file is found empty.
+func WithAttached(name, path string) Option {
+	return func(o *options) { o.attach = attachment{name: name, path: path}; o.parts = append(o.parts, path) }
 }
 
-// OpenAgent opens (creating if needed) the agent's database at path.
-func OpenAgent(ctx context.Context, path string, opts ...Option) (*AgentStore, error) {
-	c, err := open(ctx, path, SchemaAgent, agentMigrations, opts...)
-	if err != nil {
-		return nil, err
-	}
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	db := &AgentStore{core: c}
-	// What an agent killed before it applied its log left there is applied
-	// now, whoever opens the store, unless that agent's successor holds it.
-	if db.intake, err = openIntake(ctx, db, o.intake); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return db, nil
-}
-
-// Close applies what the intake log holds, then closes the store. A second
-// Close returns what the first did.
-func (db *AgentStore) Close() error {
-	if db.intake == nil {
-		return db.core.Close()
-	}
-	err := db.intake.close()
-	if err != nil && IsDiskFull(err) {
-		// The log keeps what it could not apply, and the next open
-		// applies it: a stop on a full disk is orderly.
-		slog.Warn("storage: the disk is full: what the intake log holds and the store does not yet is applied at the next start", "err", err)
-		err = nil
-	}
-	return errors.Join(err, db.core.Close())
-}
-
-// DB is an open database of a schema that a package of its own keeps
-// (storage/relaydb, storage/servicedb): that package embeds it in its
-// store, and runs its queries on Writer and Reader. Path, SyncMode and
-// Close are the core's.
-type DB struct{ *core }
+// WithPart names a file or folder the store keeps beside its main file:
+// if it holds data, an emptied main file is refused (checkEmpty).
+func WithPart(path string) Option { return func(o *options) { o.parts = append(o.parts, path) } }
 
 // Open opens (creating if needed) the database at path, of schema, and
 // applies the migrations of it not yet applied: the .sql files at the root
 // of migrations, in file-name order, each once and in its own transaction
 // (a file beginning with the line "-- calltap: outside a transaction" runs
-// outside one, statement by statement, and must be safe to repeat). Every
-// rule of the core holds: the files are private (0600), an emptied file is
-// refused, a damaged one is a *DamagedError. The agent's database has
-// parts of its own and opens with OpenAgent.
+// outside one, statement by statement, and must be safe to repeat). The
+// parent directory is created. The files are private (0600); an existing
+// file of zero bytes is refused when files of the store it held are
+// beside it (see checkEmpty); a file SQLite finds damaged is reported as a
+// *DamagedError.
 func Open(ctx context.Context, path string, schema Schema, migrations fs.FS, opts ...Option) (*DB, error) {
-	if schema == SchemaAgent {
-		return nil, fmt.Errorf("storage: the %s database opens with OpenAgent", schema)
-	}
-	c, err := open(ctx, path, schema, migrations, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &DB{c}, nil
-}
-
-// Writer is the database's one write connection: every write goes through
-// it, so writes never meet SQLITE_BUSY between our own goroutines.
-func (db *DB) Writer() *sql.DB { return db.write }
-
-// Reader is the read-only pool, which WAL lets run beside the writer.
-func (db *DB) Reader() *sql.DB { return db.read }
-
-// Explain turns a corruption error of a query on db's own file into a
-// *DamagedError that names the file and says how to recover what it
-// holds; other errors are left as they are. Use it as defer
-// db.Explain(&err).
-func (db *DB) Explain(errp *error) { db.explain(errp) }
-
-// open opens (creating if needed) the database at path and applies any
-// of schema's migrations not yet applied. The parent directory is created.
-//
-// An existing file of zero bytes is refused when files of the store it
-// held are beside it (see checkEmpty); a file SQLite finds damaged is
-// reported as a *DamagedError. An agent store's search index that SQLite
-// cannot read is deleted and rebuilt.
-func open(ctx context.Context, path string, schema Schema, migrations fs.FS, opts ...Option) (*core, error) {
 	memstatusOnce.Do(disableMemstatus)
 	o := options{sync: SyncFull}
 	for _, opt := range opts {
@@ -237,10 +141,10 @@ func open(ctx context.Context, path string, schema Schema, migrations fs.FS, opt
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("storage: create data directory: %w", err)
 	}
-	if err := checkEmpty(path, schema); err != nil {
+	if err := checkEmpty(path, o.parts); err != nil {
 		return nil, err
 	}
-	if err := privateFiles(path, schema); err != nil {
+	if err := privateFiles(path, o.attach.path); err != nil {
 		return nil, err
 	}
 	dsn := func(txlock, extra string) string {
@@ -259,10 +163,10 @@ func open(ctx context.Context, path string, schema Schema, migrations fs.FS, opt
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
-	db := &core{path: path, schema: schema, migrations: migrations, sync: o.sync, write: w}
-	fail := func(err error) (*core, error) {
+	db := &DB{path: path, schema: schema, migrations: migrations, sync: o.sync, attach: o.attach, dsn: dsn, write: w}
+	fail := func(err error) (*DB, error) {
 		db.Close()
-		db.explain(&err)
+		db.Explain(&err)
 		return nil, err
 	}
 	if err := connect(ctx, w); err != nil {
@@ -271,31 +175,112 @@ func open(ctx context.Context, path string, schema Schema, migrations fs.FS, opt
 	if err := db.migrate(ctx); err != nil {
 		return fail(err)
 	}
-	readDSN := dsn("immediate", "&mode=ro&_query_only=1")
-	if schema == SchemaAgent {
-		db.bodies = newBodyStore(BodiesDir(path), o.sync == SyncFull)
-		// The full-text index is a file of its own (see searchindex.go),
-		// attached to every read connection.
-		if db.index, err = openIndexer(ctx, dsn("deferred", ""), path); err != nil {
-			return fail(err)
-		}
-		drv := &sqlite3.SQLiteDriver{ConnectHook: attachSearch(SearchIndexPath(path), true)}
-		db.read = sql.OpenDB(connector{drv: drv, dsn: readDSN})
-	} else if db.read, err = sql.Open("sqlite3", readDSN); err != nil {
-		return fail(fmt.Errorf("storage: open %s read-only: %w", path, err))
-	}
+	db.read = db.openPool(dsn("immediate", "&mode=ro&_query_only=1"), db.attach, "?mode=ro")
 	n := runtime.GOMAXPROCS(0) * 2
 	if n < 4 {
 		n = 4
 	}
 	db.read.SetMaxOpenConns(n)
 	db.read.SetMaxIdleConns(n)
-	if schema == SchemaAgent {
-		if db.ckpt, err = startCheckpointer(ctx, dsn("immediate", "")); err != nil {
-			return fail(err)
+	return db, nil
+}
+
+// Pool opens another pool of connections to the database, as the write
+// connection's (txlock "immediate" or "deferred"), with the attached file
+// (WithAttached, read-write, created if missing) if attached. Its owner
+// sizes it and closes it.
+func (db *DB) Pool(txlock string, attached bool) *sql.DB {
+	if !attached {
+		return db.openPool(db.dsn(txlock, ""), attachment{}, "")
+	}
+	return db.openPool(db.dsn(txlock, ""), db.attach, "")
+}
+
+// openPool opens a pool of connections to dsn, each with the file of a
+// attached under its name, opened by its path and query (uriQuery).
+func (db *DB) openPool(dsn string, a attachment, uriQuery string) *sql.DB {
+	if a.path == "" {
+		// sql.Open("sqlite3") fails only for an unknown driver name.
+		p, _ := sql.Open("sqlite3", dsn)
+		return p
+	}
+	return sql.OpenDB(connector{drv: &sqlite3.SQLiteDriver{ConnectHook: attach(a, "file:"+a.path+uriQuery)}, dsn: dsn})
+}
+
+// connector opens SQLite connections to dsn with drv (and its hook).
+type connector struct {
+	drv *sqlite3.SQLiteDriver
+	dsn string
+}
+
+func (c connector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
+func (c connector) Driver() driver.Driver                        { return c.drv }
+
+// attach attaches the file of a, opened by uri, to every new connection.
+func attach(a attachment, uri string) func(*sqlite3.SQLiteConn) error {
+	return func(c *sqlite3.SQLiteConn) error {
+		if _, err := c.Exec(`ATTACH DATABASE ? AS `+a.name, []driver.Value{uri}); err != nil {
+			return fmt.Errorf("storage: attach the %s file %s: %w", a.name, a.path, err)
+		}
+		return nil
+	}
+}
+
+// OpenReadOnly opens the read pool of the database at path without
+// writing anything: mode=ro, or, if immutable, as a file nothing changes.
+// A file named WithAttached is attached, read-only, if it exists
+// (immutable too if it has no WAL either). Writer is the read pool: a
+// write through it fails. Nothing is migrated.
+func OpenReadOnly(ctx context.Context, path string, schema Schema, migrations fs.FS, immutable bool, opts ...Option) (*DB, error) {
+	memstatusOnce.Do(disableMemstatus)
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	q := url.Values{}
+	q.Set("_busy_timeout", strconv.Itoa(int(busyTimeout.Milliseconds())))
+	q.Set("_query_only", "1")
+	q.Set("mode", "ro")
+	if immutable {
+		q.Set("immutable", "1")
+	}
+	db := &DB{path: path, schema: schema, migrations: migrations, sync: SyncFull}
+	a, uriQuery := attachment{}, "?mode=ro"
+	if _, err := os.Stat(o.attach.path); o.attach.path != "" && err == nil {
+		a = o.attach
+		if _, werr := os.Stat(a.path + "-wal"); immutable && errors.Is(werr, fs.ErrNotExist) {
+			uriQuery += "&immutable=1"
 		}
 	}
+	rdb := db.openPool("file:"+path+"?"+q.Encode(), a, uriQuery)
+	rdb.SetMaxOpenConns(4)
+	rdb.SetMaxIdleConns(4)
+	db.read, db.write = rdb, rdb
+	var n int64 // a first read, which opens the file
+	if err := rdb.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
+		rdb.Close()
+		err = fmt.Errorf("storage: open %s read-only: %w", path, err)
+		db.Explain(&err)
+		return nil, err
+	}
 	return db, nil
+}
+
+// Writer is the database's one write connection: every write goes through
+// it, so writes never meet SQLITE_BUSY between our own goroutines.
+func (db *DB) Writer() *sql.DB { return db.write }
+
+// Reader is the read-only pool, which WAL lets run beside the writer.
+func (db *DB) Reader() *sql.DB { return db.read }
+
+// Explain turns a corruption error of a query on db's own file into a
+// *DamagedError that names the file and says how to recover what it
+// holds; other errors, and errors already explained, are left as they
+// are. Use it as defer db.Explain(&err).
+func (db *DB) Explain(errp *error) {
+	if err := *errp; err != nil && IsCorrupt(err) && !errors.Is(err, ErrDamaged) {
+		*errp = &DamagedError{Path: db.path, Advice: RecoverAdvice(db.path), Err: err}
+	}
 }
 
 // connect opens w's first connection. Switching a new database to WAL
@@ -320,52 +305,28 @@ func connect(ctx context.Context, w *sql.DB) error {
 }
 
 // Path is the database file.
-func (db *core) Path() string { return db.path }
+func (db *DB) Path() string { return db.path }
 
 // SyncMode is how durable the database's commits are (WithSync).
-func (db *core) SyncMode() SyncMode { return db.sync }
+func (db *DB) SyncMode() SyncMode { return db.sync }
 
-// Close stops the indexer and the checkpointer and closes the connections.
-// A second Close returns what the first did.
-func (db *core) Close() error {
-	db.closeOnce.Do(func() { db.closeErr = db.close() })
+// Close closes the connections. A second Close returns what the first did.
+func (db *DB) Close() error {
+	db.closeOnce.Do(func() {
+		var errs []error
+		if db.read != nil && db.read != db.write {
+			errs = append(errs, db.read.Close())
+		}
+		db.closeErr = errors.Join(append(errs, db.write.Close())...)
+	})
 	return db.closeErr
 }
 
-func (db *core) close() error {
-	var errs []error
-	if db.read != nil {
-		errs = append(errs, db.read.Close())
-	}
-	if db.index != nil {
-		errs = append(errs, db.index.close())
-	}
-	if db.ckpt != nil {
-		errs = append(errs, db.ckpt.close())
-	}
-	db.rawMu.Lock()
-	if db.raw != nil {
-		errs = append(errs, db.raw.close())
-		db.raw = nil
-	}
-	db.rawMu.Unlock()
-	errs = append(errs, db.write.Close())
-	if db.bodies != nil {
-		errs = append(errs, db.bodies.close())
-	}
-	if db.index != nil {
-		errs = append(errs, db.index.removeIfDamaged(db.path))
-	}
-	return errors.Join(errs...)
-}
-
 // migrate applies, in file-name order, every migration of db.schema not yet
-// recorded in schema_migrations, each in its own transaction.
-func (db *core) migrate(ctx context.Context) error { return db.migrateThrough(ctx, "") }
-
-// migrateThrough applies the migrations up to and including the file named
-// last ("": all of them); tests build databases of older schemas with it.
-func (db *core) migrateThrough(ctx context.Context, last string) error {
+// recorded in schema_migrations, each in its own transaction. (The
+// agent's tests build databases of older schemas with a helper of their
+// own, agentdb's migrateThrough.)
+func (db *DB) migrate(ctx context.Context) error {
 	if _, err := db.write.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
 		return fmt.Errorf("storage: migrations table: %w", err)
 	}
@@ -381,9 +342,6 @@ func (db *core) migrateThrough(ctx context.Context, last string) error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if last != "" && name > last {
-			break
-		}
 		if err := db.migrateOne(ctx, name); err != nil {
 			return err
 		}
@@ -396,7 +354,7 @@ func (db *core) migrateThrough(ctx context.Context, last string) error {
 // way runs again whole at the next open, so it must be safe to repeat.
 const outsideTx = "-- calltap: outside a transaction\n"
 
-func (db *core) migrateOne(ctx context.Context, name string) error {
+func (db *DB) migrateOne(ctx context.Context, name string) error {
 	body, err := fs.ReadFile(db.migrations, name)
 	if err != nil {
 		return err
@@ -424,7 +382,7 @@ func (db *core) migrateOne(ctx context.Context, name string) error {
 	return tx.Commit()
 }
 
-func (db *core) migrateOutsideTx(ctx context.Context, name, body string) error {
+func (db *DB) migrateOutsideTx(ctx context.Context, name, body string) error {
 	var n int
 	if err := db.write.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE name = ?`, name).Scan(&n); err != nil {
 		return err
@@ -438,12 +396,30 @@ func (db *core) migrateOutsideTx(ctx context.Context, name, body string) error {
 	return err
 }
 
-// nullString maps "" to NULL so that optional text columns stay NULL.
-func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
-
 // Page is the paging request every collection query takes: the rules of the
 // service documentation, section 4.7, are applied by the caller (api.ParsePage).
 type Page struct {
 	Limit  int
 	Offset int
+}
+
+// PendingMigrations counts the migrations of the database's schema that it
+// has not recorded (a store of an older calltap opened read-only).
+func (db *DB) PendingMigrations(ctx context.Context) (int, error) {
+	entries, err := fs.ReadDir(db.migrations, ".")
+	if err != nil {
+		return 0, err
+	}
+	pending := 0
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".sql") {
+			continue
+		}
+		var n int
+		if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE name = ?`, e.Name()).Scan(&n); err != nil {
+			return 0, fmt.Errorf("storage: schema version: %w", err)
+		}
+		pending += 1 - n
+	}
+	return pending, nil
 }

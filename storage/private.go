@@ -16,10 +16,11 @@ import (
 
 // privateFiles creates the database files of a store at path that do not
 // exist yet, empty and 0600, and makes 0600 those that are wider.
-func privateFiles(path string, schema Schema) error {
+// attached is a second database file of the store ("": none).
+func privateFiles(path, attached string) error {
 	files := []string{path}
-	if schema == SchemaAgent {
-		files = append(files, SearchIndexPath(path))
+	if attached != "" {
+		files = append(files, attached)
 	}
 	for _, f := range files {
 		if err := privateFile(f, true); err != nil {

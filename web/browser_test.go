@@ -31,7 +31,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay/polltest"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/calltap/calltap/web"
 )
 
@@ -809,7 +809,7 @@ func TestBrowser(t *testing.T) {
 		s.Agent.Flush(context.Background())
 		caps := s.captures(t) // newest first
 		unknown, failed := caps[1].ID, caps[0].ID
-		set := func(id, status, errText string) *storage.Capture {
+		set := func(id, status, errText string) *agentdb.Capture {
 			c, err := s.AgentDB.Capture(context.Background(), id)
 			if err != nil {
 				t.Fatal(err)
@@ -817,9 +817,9 @@ func TestBrowser(t *testing.T) {
 			c.Status, c.ResponseStatus, c.ResponseHeaders, c.ResponseBody, c.Error, c.Attempts = status, 0, "", nil, errText, 0
 			return c
 		}
-		if _, err := s.AgentDB.WriteCaptures(context.Background(), nil, []*storage.Capture{
-			set(unknown, storage.StatusUnknown, "answer unknown: the sender may have got the handler's answer"),
-			set(failed, storage.StatusFailed, "connection refused"),
+		if _, err := s.AgentDB.WriteCaptures(context.Background(), nil, []*agentdb.Capture{
+			set(unknown, agentdb.StatusUnknown, "answer unknown: the sender may have got the handler's answer"),
+			set(failed, agentdb.StatusFailed, "connection refused"),
 		}); err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/calltap/calltap/storage/relaydb"
 	"github.com/calltap/calltap/web"
 )
@@ -109,7 +110,7 @@ type agentApp struct {
 	devRelay *devRelay
 
 	lock       *dataLock // the data directory, held from Open to Close
-	db         *storage.AgentStore
+	db         *agentdb.AgentStore
 	agent      *agent.Agent
 	inspectLn  net.Listener
 	inspectURL string
@@ -158,7 +159,7 @@ func (app *agentApp) Open(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	if app.db, err = agentDB(ctx, f.dataDir, f.sync.option(), storage.WithIntake()); err != nil {
+	if app.db, err = agentDB(ctx, f.dataDir, agentdb.WithSync(f.sync.syncMode()), agentdb.WithIntake()); err != nil {
 		return err
 	}
 	cfg := agent.Config{Store: app.db, ForwardTo: f.forwardTo, ForwardTimeout: f.forwardTimeout, Logger: app.log,
@@ -183,7 +184,7 @@ func (app *agentApp) Open(ctx context.Context) (err error) {
 }
 
 func (d *devRelay) open(ctx context.Context, f *agentFlags, log *slog.Logger) (err error) {
-	if d.db, err = relayDB(ctx, f.dataDir, f.sync.option()); err != nil {
+	if d.db, err = relayDB(ctx, f.dataDir, storage.WithSync(f.sync.syncMode())); err != nil {
 		return err
 	}
 	if d.ln, err = net.Listen("tcp", d.listen); err != nil {

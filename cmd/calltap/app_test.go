@@ -17,6 +17,7 @@ import (
 
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 var tunnelLine = regexp.MustCompile(`Tunnel +(\S+)`)
@@ -160,7 +161,7 @@ func TestInterruptDuringStreamLosesNothing(t *testing.T) {
 			defer db.Close()
 			saved := map[string]bool{}
 			for offset := 0; ; offset += 200 {
-				caps, _, err := db.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 200, Offset: offset}})
+				caps, _, err := db.Captures(context.Background(), agentdb.CaptureFilter{Page: storage.Page{Limit: 200, Offset: offset}})
 				if err != nil {
 					t.Fatal(err)
 				}

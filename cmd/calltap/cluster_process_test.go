@@ -17,7 +17,7 @@ import (
 
 	"github.com/calltap/calltap/relay/cluster/natstest"
 	"github.com/calltap/calltap/relay/polltest"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // A relay node of three is killed (SIGKILL) while it holds an agent,
@@ -132,12 +132,12 @@ func TestClusterNodeKilled(t *testing.T) {
 
 	// In alice's store: every accepted delivery once as itself; any copy
 	// the relays sent again is marked a duplicate of it.
-	db, err := storage.OpenAgent(context.Background(), filepath.Join(aliceDir, "agent.db"))
+	db, err := agentdb.OpenAgent(context.Background(), filepath.Join(aliceDir, "agent.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	cs, err := db.CapturesAfter(context.Background(), storage.CaptureFilter{}, 0, 1_000_000)
+	cs, err := db.CapturesAfter(context.Background(), agentdb.CaptureFilter{}, 0, 1_000_000)
 	if err != nil {
 		t.Fatal(err)
 	}

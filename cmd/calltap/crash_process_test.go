@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/polltest"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // The store says only what it knows. The agent answers a live request
@@ -94,11 +94,11 @@ func TestAgentKilledAfterAnswerClaimsNoFailure(t *testing.T) {
 	unknown := 0
 	for _, c := range all {
 		switch c.Status {
-		case storage.StatusDelivered:
+		case agentdb.StatusDelivered:
 			if c.ResponseStatus != http.StatusOK {
 				t.Errorf("%s: delivered with %d recorded; the handler answers 200", c.Body, c.ResponseStatus)
 			}
-		case storage.StatusUnknown:
+		case agentdb.StatusUnknown:
 			unknown++
 			if !strings.Contains(c.Error, "may have got the handler's answer") {
 				t.Errorf("%s: answer unknown, with %q", c.Body, c.Error)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // Retention defaults: a month of history, which a developer expects to find
@@ -29,7 +30,7 @@ const (
 // between retainEveryMin and retainEvery, so that a capture outlives its
 // retention by at most a tenth of it (10 minutes for the default 30 days,
 // 6 s for --retain 1m) rather than by a fixed 10 minutes.
-func retainInterval(r storage.Retention) time.Duration {
+func retainInterval(r agentdb.Retention) time.Duration {
 	if r.MaxAge <= 0 {
 		return retainEvery // --max-store alone: the store's size moves slowly
 	}
@@ -50,13 +51,13 @@ func (f *retentionFlags) register(fs *flagSet) {
 	fs.BoolVar(&f.kept, "prune-kept", false, "prune captures marked to keep and imported fixtures too")
 }
 
-func (f *retentionFlags) retention() storage.Retention {
-	return storage.Retention{MaxAge: time.Duration(f.retain), MaxBytes: int64(f.maxStore), PruneKept: f.kept}
+func (f *retentionFlags) retention() agentdb.Retention {
+	return agentdb.Retention{MaxAge: time.Duration(f.retain), MaxBytes: int64(f.maxStore), PruneKept: f.kept}
 }
 
 // runRetention is the agent's background pruner: a part of the app that
-// runs until ctx ends (see storage.Retention).
-func runRetention(db *storage.AgentStore, r storage.Retention, log *slog.Logger) func(context.Context) error {
+// runs until ctx ends (see agentdb.Retention).
+func runRetention(db *agentdb.AgentStore, r agentdb.Retention, log *slog.Logger) func(context.Context) error {
 	return func(ctx context.Context) error {
 		db.RunRetention(ctx, r, retainInterval(r), log)
 		<-ctx.Done() // with no limit set it returns at once: a part that ends ends the app
@@ -230,7 +231,7 @@ func (p deletePlan) ids() []string {
 	return ids
 }
 
-func (p deletePlan) run(ctx context.Context, db *storage.AgentStore) (storage.Deleted, error) {
+func (p deletePlan) run(ctx context.Context, db *agentdb.AgentStore) (agentdb.Deleted, error) {
 	switch {
 	case p.callID != "":
 		return db.DeleteCall(ctx, p.callID)

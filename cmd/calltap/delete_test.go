@@ -11,6 +11,7 @@ import (
 
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // calltap delete and keep on a store: by ID, by call, by age (sparing a
@@ -117,7 +118,7 @@ func TestShortRetainPrunesSoon(t *testing.T) {
 		retain time.Duration
 		want   time.Duration
 	}{{0, 10 * time.Minute}, {30 * 24 * time.Hour, 10 * time.Minute}, {time.Minute, 6 * time.Second}, {3 * time.Second, time.Second}} {
-		if got := retainInterval(storage.Retention{MaxAge: c.retain, MaxBytes: 1}); got != c.want {
+		if got := retainInterval(agentdb.Retention{MaxAge: c.retain, MaxBytes: 1}); got != c.want {
 			t.Errorf("--retain %s: prunes every %s, want %s", c.retain, got, c.want)
 		}
 	}

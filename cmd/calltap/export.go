@@ -14,6 +14,7 @@ import (
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
@@ -67,7 +68,7 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 		}
 		o.Redactor = r
 	}
-	f := storage.CaptureFilter{Event: *event, CallIDs: callIDs, Text: *text}
+	f := agentdb.CaptureFilter{Event: *event, CallIDs: callIDs, Text: *text}
 	if *since > 0 {
 		f.Since = time.Now().Add(-*since)
 	}
@@ -82,7 +83,7 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 	// An unknown call or an empty selection is said before anything is
 	// written.
 	for _, id := range callIDs {
-		if _, n, err := db.Captures(ctx, storage.CaptureFilter{CallID: id, Page: storage.Page{Limit: 1}}); err != nil {
+		if _, n, err := db.Captures(ctx, agentdb.CaptureFilter{CallID: id, Page: storage.Page{Limit: 1}}); err != nil {
 			return fail(stdio, "export", err)
 		} else if n == 0 {
 			return fail(stdio, "export", fmt.Errorf("no capture of call %s in %s", id, *dataDir))
@@ -132,7 +133,7 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 	o.Filter, o.Progress = f, progress
 	export := inspector.Export
 	if *format == "har" {
-		export = func(ctx context.Context, db *storage.AgentStore, o inspector.ExportOptions, w io.Writer) (int, error) {
+		export = func(ctx context.Context, db *agentdb.AgentStore, o inspector.ExportOptions, w io.Writer) (int, error) {
 			return inspector.ExportHAR(ctx, db, o, version, w)
 		}
 	}

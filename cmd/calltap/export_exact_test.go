@@ -13,14 +13,14 @@ import (
 
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // oddStore makes a data directory whose store holds what an export has to
 // carry byte for byte: a body that looks like JSON but is not UTF-8, a
 // header value that is not UTF-8, a raw byte in the query, and a capture
 // tried twice (its attempt log).
-func oddStore(t *testing.T) (string, []*storage.Capture) {
+func oddStore(t *testing.T) (string, []*agentdb.Capture) {
 	t.Helper()
 	dir := t.TempDir()
 	db, err := agentDB(context.Background(), dir)
@@ -29,7 +29,7 @@ func oddStore(t *testing.T) (string, []*storage.Capture) {
 	}
 	defer db.Close()
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
-	cs := []*storage.Capture{
+	cs := []*agentdb.Capture{
 		{ID: "0193a1b2-0000-7000-8000-0000000000a1", Source: "tunnel", CreatedAt: t0, Method: "POST", Path: "/hooks", Query: "q=\xe9",
 			RequestHeaders: `[["Content-Type","application/json"]]`, Body: []byte("{\"a\":\"\xff\xfe\"}"), Duration: -1},
 		{ID: "0193a1b2-0000-7000-8000-0000000000a2", Source: "tunnel", CreatedAt: t0.Add(time.Second), Method: "POST", Path: "/hooks",
@@ -47,14 +47,14 @@ func oddStore(t *testing.T) (string, []*storage.Capture) {
 	}
 	for n, status := range []int{503, 200} {
 		u := *cs[1]
-		u.Status, u.ResponseStatus, u.Attempts, u.MaxAttempts = storage.StatusFailed, status, n+1, 2
+		u.Status, u.ResponseStatus, u.Attempts, u.MaxAttempts = agentdb.StatusFailed, status, n+1, 2
 		u.Duration, u.DeliveredAt = time.Duration(n+1)*time.Millisecond, t0.Add(time.Duration(n+2)*time.Second)
 		u.ResponseHeaders, u.ResponseBody = string(rhj), []byte("no\xff")
 		if status == 200 {
-			u.Status = storage.StatusDelivered
+			u.Status = agentdb.StatusDelivered
 		}
-		u.LastAttempt = &storage.Attempt{N: n + 1, At: u.DeliveredAt, ResponseStatus: status, Duration: u.Duration}
-		if _, err := db.WriteCaptures(context.Background(), nil, []*storage.Capture{&u}); err != nil {
+		u.LastAttempt = &agentdb.Attempt{N: n + 1, At: u.DeliveredAt, ResponseStatus: status, Duration: u.Duration}
+		if _, err := db.WriteCaptures(context.Background(), nil, []*agentdb.Capture{&u}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -19,12 +19,13 @@ import (
 
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // exportStore makes a data directory whose store holds two calls' events
 // (one body not UTF-8, one repeated header, answers recorded) and returns
 // it with the captures as saved.
-func exportStore(t *testing.T) (string, []*storage.Capture) {
+func exportStore(t *testing.T) (string, []*agentdb.Capture) {
 	t.Helper()
 	dir := t.TempDir()
 	db, err := agentDB(context.Background(), dir)
@@ -33,25 +34,25 @@ func exportStore(t *testing.T) (string, []*storage.Capture) {
 	}
 	defer db.Close()
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
-	var cs []*storage.Capture
+	var cs []*agentdb.Capture
 	for i, ev := range []string{"call.started", "call.ended", "call.started"} {
 		call := fmt.Sprintf("6f1c1c7e-2b7e-4f52-a0a4-5b0d1f7e9c0%d", i/2)
 		body := fmt.Appendf(nil, `{"id":"d-%d","event":%q,"occurred_at":"2026-11-22T10:00:0%d+00:00","call":{"call_id":%q}}`, i, ev, i, call)
-		c := &storage.Capture{ID: fmt.Sprintf("0193a1b2-0000-7000-8000-00000000000%d", i), Source: "tunnel", CreatedAt: t0.Add(time.Duration(i) * time.Second),
+		c := &agentdb.Capture{ID: fmt.Sprintf("0193a1b2-0000-7000-8000-00000000000%d", i), Source: "tunnel", CreatedAt: t0.Add(time.Duration(i) * time.Second),
 			Method: "POST", Path: "/hooks/voice", Query: "a=1&a=2", RequestHeaders: `[["Content-Type","application/json"],["X-Multi","one"],["X-Multi","two"]]`,
 			Body: body, Target: "http://127.0.0.1:3000/hooks/voice?a=1&a=2", Duration: -1}
 		agent.IndexCapture(c)
 		cs = append(cs, c)
 	}
-	cs = append(cs, &storage.Capture{ID: "0193a1b2-0000-7000-8000-000000000009", Source: "tunnel", CreatedAt: t0.Add(time.Minute),
+	cs = append(cs, &agentdb.Capture{ID: "0193a1b2-0000-7000-8000-000000000009", Source: "tunnel", CreatedAt: t0.Add(time.Minute),
 		Method: "PUT", Path: "/bin", RequestHeaders: `[]`, Body: []byte{0xff, 0x00, 0x80, 'x'}, Duration: -1})
 	if _, err := db.WriteCaptures(context.Background(), cs, nil); err != nil {
 		t.Fatal(err)
 	}
-	var answers []*storage.Capture
+	var answers []*agentdb.Capture
 	for _, c := range cs[:2] {
 		u := *c
-		u.Status, u.ResponseStatus, u.Attempts, u.Duration, u.DeliveredAt = storage.StatusDelivered, 201, 1, 1500*time.Microsecond, c.CreatedAt.Add(time.Millisecond)
+		u.Status, u.ResponseStatus, u.Attempts, u.Duration, u.DeliveredAt = agentdb.StatusDelivered, 201, 1, 1500*time.Microsecond, c.CreatedAt.Add(time.Millisecond)
 		u.ResponseHeaders, u.ResponseBody = `[["Content-Type","text/plain"]]`, []byte("ok\x00\xff")
 		answers = append(answers, &u)
 	}
@@ -108,7 +109,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	if code, stdout, _ := runCmd(t, "import", file, "--data", dst); code != 0 || !strings.Contains(stdout, "imported 0 of 4") {
 		t.Errorf("a second import: %d %s", code, stdout)
 	}
-	if _, n, err := db.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 10}}); err != nil || n != 4 {
+	if _, n, err := db.Captures(context.Background(), agentdb.CaptureFilter{Page: storage.Page{Limit: 10}}); err != nil || n != 4 {
 		t.Errorf("%d captures after two imports, %v", n, err)
 	}
 
@@ -162,7 +163,7 @@ func TestExportImportRefuseBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, n, err := db.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 10}}); err != nil || n != 0 {
+	if _, n, err := db.Captures(context.Background(), agentdb.CaptureFilter{Page: storage.Page{Limit: 10}}); err != nil || n != 0 {
 		t.Errorf("bad imports left %d captures, %v", n, err)
 	}
 }
@@ -206,7 +207,7 @@ func TestReplayCall(t *testing.T) {
 	}
 	retry := *cs[0]
 	retry.ID, retry.CreatedAt = "0193a1b2-0000-7000-8000-000000000008", cs[0].CreatedAt.Add(30*time.Second)
-	if _, err := db.WriteCaptures(context.Background(), []*storage.Capture{&retry}, nil); err != nil {
+	if _, err := db.WriteCaptures(context.Background(), []*agentdb.Capture{&retry}, nil); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -226,7 +227,7 @@ func TestReplayCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	replays, _, err := db.Captures(context.Background(), storage.CaptureFilter{ReplayOf: cs[0].ID, Page: storage.Page{Limit: 10}})
+	replays, _, err := db.Captures(context.Background(), agentdb.CaptureFilter{ReplayOf: cs[0].ID, Page: storage.Page{Limit: 10}})
 	db.Close()
 	if err != nil || len(replays) != 1 {
 		t.Errorf("%d replays stored of the first event, %v", len(replays), err)

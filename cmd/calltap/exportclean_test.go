@@ -20,7 +20,7 @@ import (
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/inspector/voice/trigger"
 	"github.com/calltap/calltap/relay/polltest"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // The client's secret, as the documentation has the service send it.
@@ -52,16 +52,16 @@ func personalStore(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var cs, answers []*storage.Capture
+	var cs, answers []*agentdb.Capture
 	for i, e := range events {
-		c := &storage.Capture{ID: fmt.Sprintf("0193a1b2-0000-7000-8000-0000000001%02d", i), Source: "tunnel", CreatedAt: time.Now().Add(time.Duration(i-10) * time.Second),
+		c := &agentdb.Capture{ID: fmt.Sprintf("0193a1b2-0000-7000-8000-0000000001%02d", i), Source: "tunnel", CreatedAt: time.Now().Add(time.Duration(i-10) * time.Second),
 			Method: "POST", Path: "/hooks/voice",
 			RequestHeaders: fmt.Sprintf(`[["Content-Type","application/json"],["Authorization",%q],["Cookie","session=abc123"]]`, clientSecret),
 			Body:           e.Body, Target: "http://127.0.0.1:3000/hooks/voice", Duration: -1}
 		agent.IndexCapture(c)
 		cs = append(cs, c)
 		u := *c
-		u.Status, u.ResponseStatus, u.Attempts, u.Duration, u.DeliveredAt = storage.StatusDelivered, 200, 1, time.Millisecond, c.CreatedAt.Add(time.Millisecond)
+		u.Status, u.ResponseStatus, u.Attempts, u.Duration, u.DeliveredAt = agentdb.StatusDelivered, 200, 1, time.Millisecond, c.CreatedAt.Add(time.Millisecond)
 		u.ResponseHeaders, u.ResponseBody = `[["Set-Cookie","handler_session=zz9"]]`, []byte(`{"received":true}`)
 		answers = append(answers, &u)
 	}

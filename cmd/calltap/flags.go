@@ -125,12 +125,12 @@ func (f *syncFlag) Set(s string) error {
 	return nil
 }
 
-// option is the storage option of the flag's value.
-func (f *syncFlag) option() storage.Option {
+// syncMode is the flag's value: storage.SyncFull if it was not given.
+func (f *syncFlag) syncMode() storage.SyncMode {
 	if f.mode == "" {
-		return storage.WithSync(storage.SyncFull)
+		return storage.SyncFull
 	}
-	return storage.WithSync(f.mode)
+	return f.mode
 }
 
 // defaultDataDir is $XDG_DATA_HOME/calltap or ~/.local/share/calltap.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/polltest"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/calltap/calltap/storage/disktest"
 )
 
@@ -113,7 +113,7 @@ func TestAgentOnFullDisk(t *testing.T) {
 	checkAnswers(t, flatten(got))
 	_, all := storedBodies(t, rig.agentDir)
 	for _, c := range all {
-		if c.Status != storage.StatusDelivered || c.ResponseStatus != http.StatusOK {
+		if c.Status != agentdb.StatusDelivered || c.ResponseStatus != http.StatusOK {
 			t.Errorf("%.12s…: %s, response %d, %q; its sender got %v", c.Body, c.Status, c.ResponseStatus, c.Error, statuses(got[string(c.Body)]))
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/polltest"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // tornIntakeStore makes an agent's data folder as a power cut leaves it
@@ -28,17 +28,17 @@ func tornIntakeStore(t *testing.T) (string, []string) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "agent.db")
-	db, err := storage.OpenAgent(ctx, path, storage.WithIntake())
+	db, err := agentdb.OpenAgent(ctx, path, agentdb.WithIntake())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ids []string
 	for i := range 3 {
-		c := &storage.Capture{ID: fmt.Sprintf("0193a1b2-0000-7000-8000-00000000010%d", i), Source: "tunnel",
+		c := &agentdb.Capture{ID: fmt.Sprintf("0193a1b2-0000-7000-8000-00000000010%d", i), Source: "tunnel",
 			CreatedAt: time.Now().Add(time.Duration(i) * time.Millisecond), // recent: retention keeps them
 			Method:    "POST", Path: "/voice",
 			RequestHeaders: `[["Content-Type","application/json"]]`, Body: []byte(fmt.Sprintf(`{"torn_test":%d}`, i)), Duration: -1}
-		if _, err := db.LogCaptures(ctx, []*storage.Capture{c}, nil); err != nil {
+		if _, err := db.LogCaptures(ctx, []*agentdb.Capture{c}, nil); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, c.ID)
@@ -46,7 +46,7 @@ func tornIntakeStore(t *testing.T) (string, []string) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	logs, err := filepath.Glob(filepath.Join(storage.BodiesDir(path), "intake-*.log"))
+	logs, err := filepath.Glob(filepath.Join(agentdb.BodiesDir(path), "intake-*.log"))
 	if err != nil || len(logs) == 0 {
 		t.Fatalf("no intake log (%v)", err)
 	}
@@ -96,7 +96,7 @@ func tornIntakeStore(t *testing.T) (string, []string) {
 func TestTornIntakeLogStillStarts(t *testing.T) {
 	t.Run("export", func(t *testing.T) {
 		dir, ids := tornIntakeStore(t)
-		logs, _ := filepath.Glob(filepath.Join(storage.BodiesDir(filepath.Join(dir, "agent.db")), "intake-*.log"))
+		logs, _ := filepath.Glob(filepath.Join(agentdb.BodiesDir(filepath.Join(dir, "agent.db")), "intake-*.log"))
 		last := logs[len(logs)-2] // the torn one; an empty newer log follows
 		before, err := os.ReadFile(last)
 		if err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // agentFlags are the agent's and inspector's settings, shared by listen and dev.
@@ -78,8 +78,8 @@ func (f *agentFlags) validate() error {
 	return nil
 }
 
-func agentDB(ctx context.Context, dataDir string, opts ...storage.Option) (*storage.AgentStore, error) {
-	return storage.OpenAgent(ctx, filepath.Join(dataDir, "agent.db"), opts...)
+func agentDB(ctx context.Context, dataDir string, opts ...agentdb.Option) (*agentdb.AgentStore, error) {
+	return agentdb.OpenAgent(ctx, filepath.Join(dataDir, "agent.db"), opts...)
 }
 
 func cmdListen(ctx context.Context, args []string, stdio Stdio) int {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 func runCmd(t *testing.T, args ...string) (int, string, string) {
@@ -121,11 +122,11 @@ func TestSyncFlagOpensStoreSo(t *testing.T) {
 		if ok, _ := parseFlags(fs, tc.args, Stdio{Out: io.Discard, Err: io.Discard}); !ok {
 			t.Fatalf("%v refused", tc.args)
 		}
-		agentStore, err := agentDB(context.Background(), t.TempDir(), f.option())
+		agentStore, err := agentDB(context.Background(), t.TempDir(), agentdb.WithSync(f.syncMode()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		relayStore, err := relayDB(context.Background(), t.TempDir(), f.option())
+		relayStore, err := relayDB(context.Background(), t.TempDir(), storage.WithSync(f.syncMode()))
 		if err != nil {
 			t.Fatal(err)
 		}

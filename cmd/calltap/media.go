@@ -11,6 +11,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 func cmdMedia(ctx context.Context, args []string, stdio Stdio) int {
@@ -60,12 +61,12 @@ func cmdMedia(ctx context.Context, args []string, stdio Stdio) int {
 	saver.Save(ctx, "", callID, links)
 	saver.Wait()
 
-	var files []*storage.MediaFile
+	var files []*agentdb.MediaFile
 	for _, u := range []string{links.RecordingURL, links.TranscriptURL} {
 		if u == "" {
 			continue
 		}
-		rows, _, err := db.MediaFiles(ctx, storage.MediaFilter{SourceURL: u, Page: storage.Page{Limit: 1}})
+		rows, _, err := db.MediaFiles(ctx, agentdb.MediaFilter{SourceURL: u, Page: storage.Page{Limit: 1}})
 		if err != nil {
 			return fail(stdio, "media", err)
 		}
@@ -73,7 +74,7 @@ func cmdMedia(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	failed := 0
 	for _, f := range files {
-		if f.Status != storage.MediaSaved {
+		if f.Status != agentdb.MediaSaved {
 			failed++
 		}
 	}
@@ -90,7 +91,7 @@ func cmdMedia(ctx context.Context, args []string, stdio Stdio) int {
 		fmt.Fprintln(tw, "KIND\tSTATUS\tSIZE\tSHA256\tFILE")
 		for _, f := range files {
 			where := filepath.Join(*dataDir, "media", f.File)
-			if f.Status != storage.MediaSaved {
+			if f.Status != agentdb.MediaSaved {
 				where = f.Error
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", f.Kind, f.Status, f.Size, f.SHA256, where)

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/calltap/calltap/storage"
+
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // A read sees every request already answered, though a running agent
@@ -47,7 +49,7 @@ func TestReadsSeeEveryAnsweredRequest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, n, err := db.Captures(ctx, storage.CaptureFilter{Page: storage.Page{Limit: 1}})
+		_, n, err := db.Captures(ctx, agentdb.CaptureFilter{Page: storage.Page{Limit: 1}})
 		db.Close()
 		if err != nil || n != 100+i+1 {
 			t.Fatalf("round %d: a store opened to write holds %d capture(s) (%v); want %d", i, n, err, 100+i+1)

@@ -8,14 +8,14 @@ import (
 
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // resolveRefs reads every reference a command was given with
 // inspector.ResolveCapture, in order, and fails on the first that names
 // nothing or more than one capture id (its choices listed). The error
 // reads as a sentence for the command's one line.
-func resolveRefs(ctx context.Context, db *storage.AgentStore, refs []string) ([]inspector.CaptureRef, error) {
+func resolveRefs(ctx context.Context, db *agentdb.AgentStore, refs []string) ([]inspector.CaptureRef, error) {
 	out := make([]inspector.CaptureRef, 0, len(refs))
 	for _, ref := range refs {
 		r, err := inspector.ResolveCapture(ctx, db, ref)

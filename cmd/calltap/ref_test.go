@@ -12,7 +12,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/trigger"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // refStore holds a delivery received twice (the service's retry: an
@@ -28,14 +28,14 @@ func refStore(t *testing.T) (dir string, orig, dup, other string) {
 	defer db.Close()
 	orig, dup, other = "01aa0000-0000-7000-8000-000000000001", "01bb0000-0000-7000-8000-000000000002", "01bc0000-0000-7000-8000-000000000003"
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
-	var cs []*storage.Capture
+	var cs []*agentdb.Capture
 	for i, id := range []string{orig, dup, other} {
 		delivery := "dlv-1"
 		if id == other {
 			delivery = "dlv-2"
 		}
 		body := fmt.Sprintf(`{"id":%q,"event":"call.started","occurred_at":"2026-11-22T10:00:00+00:00","call":{"call_id":"c-1"}}`, delivery)
-		c := &storage.Capture{ID: id, Source: "tunnel", CreatedAt: t0.Add(time.Duration(i) * time.Second), Method: "POST", Path: "/hooks",
+		c := &agentdb.Capture{ID: id, Source: "tunnel", CreatedAt: t0.Add(time.Duration(i) * time.Second), Method: "POST", Path: "/hooks",
 			RequestHeaders: `[]`, Body: []byte(body), Target: "http://127.0.0.1:1/hooks", Duration: -1}
 		agent.IndexCapture(c)
 		if id == dup {

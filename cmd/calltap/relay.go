@@ -201,7 +201,7 @@ func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 		tf.shared = c.CertCache
 		log.Info("relay node of a cluster", "node", c.Self(), "nats", nf.urls, "replicas", nf.replicas)
 	} else {
-		sdb, err := relayDB(ctx, *dataDir, sync.option())
+		sdb, err := relayDB(ctx, *dataDir, storage.WithSync(sync.syncMode()))
 		if err != nil {
 			return fail(stdio, "relay", err)
 		}

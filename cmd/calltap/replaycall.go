@@ -14,7 +14,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // callReplay is `calltap replay --call ID` or `--from FILE`: a whole call
@@ -89,7 +89,7 @@ func statusRange(s string) (int, int, error) {
 
 // run replays the selection through an agent over db and reports; the
 // exit status is 1 when anything did not match.
-func (r *callReplay) run(ctx context.Context, stdio Stdio, db *storage.AgentStore) int {
+func (r *callReplay) run(ctx context.Context, stdio Stdio, db *agentdb.AgentStore) int {
 	a, err := agent.New(agent.Config{Store: db})
 	if err != nil {
 		return fail(stdio, "replay", err)
@@ -111,7 +111,7 @@ func (r *callReplay) run(ctx context.Context, stdio Stdio, db *storage.AgentStor
 	}
 	var results []callReplayResult
 	failed := 0
-	err = a.ReplayCall(ctx, originals, o, func(orig, c *storage.Capture) {
+	err = a.ReplayCall(ctx, originals, o, func(orig, c *agentdb.Capture) {
 		res := callReplayResult{Original: orig.ID, ID: c.ID, Event: orig.Event, Status: c.ResponseStatus, Error: c.Error, Failures: []string{}}
 		if res.Event == "" {
 			res.Event = orig.Method + " " + orig.Path
@@ -205,7 +205,7 @@ func checkBodyJSON(body []byte, expr string) string {
 // loadExport reads an export into a throwaway store in dir, so that a call
 // replays from a file exactly as from the store. It returns the headers
 // the export masked.
-func loadExport(ctx context.Context, file, dir string) (*storage.AgentStore, []string, error) {
+func loadExport(ctx context.Context, file, dir string) (*agentdb.AgentStore, []string, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, nil, err
@@ -228,10 +228,10 @@ func loadExport(ctx context.Context, file, dir string) (*storage.AgentStore, []s
 
 // unsupplied is the masked headers of an export that the captures hold
 // (as MaskedValue) and --header does not give again.
-func unsupplied(ctx context.Context, db *storage.AgentStore, masked []string, given relay.Header) ([]string, error) {
+func unsupplied(ctx context.Context, db *agentdb.AgentStore, masked []string, given relay.Header) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
-	_, err := db.EachCapture(ctx, storage.CaptureFilter{}, func(c *storage.Capture) error {
+	_, err := db.EachCapture(ctx, agentdb.CaptureFilter{}, func(c *agentdb.Capture) error {
 		var h relay.Header
 		if h.UnmarshalJSON([]byte(c.RequestHeaders)) != nil {
 			return nil

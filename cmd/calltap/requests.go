@@ -18,6 +18,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
@@ -90,9 +91,9 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 			flags += "replay "
 		}
 		switch c.Status {
-		case storage.StatusFailed:
+		case agentdb.StatusFailed:
 			flags += "failed "
-		case storage.StatusUnknown: // not a failure: the sender may have got the handler's answer
+		case agentdb.StatusUnknown: // not a failure: the sender may have got the handler's answer
 			flags += "answer-unknown "
 		}
 		ev := c.Event
@@ -108,7 +109,7 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 
 // listRequests is a page of the captures f selects, newest first, and
 // their count; or, given a reference (--id), the captures it names.
-func listRequests(ctx context.Context, db *storage.AgentStore, f storage.CaptureFilter, ref string) ([]*storage.Capture, int, error) {
+func listRequests(ctx context.Context, db *agentdb.AgentStore, f agentdb.CaptureFilter, ref string) ([]*agentdb.Capture, int, error) {
 	if ref == "" {
 		return db.Captures(ctx, f)
 	}
@@ -125,14 +126,14 @@ func listRequests(ctx context.Context, db *storage.AgentStore, f storage.Capture
 // creates nothing: with no store in dataDir it returns a nil store (and no
 // error), and the command says so. path is the store's file either way.
 //
-// The store is opened read-only (storage.OpenAgentReader): reading needs
+// The store is opened read-only (agentdb.OpenAgentReader): reading needs
 // no room, works on a read-only copy, and sees every request a running
 // agent has answered. What only a writer can add (requests an agent that
 // was killed left in its log; for a search, captures the index lacks) is
 // added by opening the store to write, where that works; where it does
 // not, the command says what its answer leaves out, in one line on
 // stderr, and reads what there is.
-func readAgentDB(ctx context.Context, stdio Stdio, cmd, dataDir string, search bool) (db *storage.AgentStore, path string, err error) {
+func readAgentDB(ctx context.Context, stdio Stdio, cmd, dataDir string, search bool) (db *agentdb.AgentStore, path string, err error) {
 	path = filepath.Join(dataDir, "agent.db")
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs
@@ -142,7 +143,7 @@ func readAgentDB(ctx context.Context, stdio Stdio, cmd, dataDir string, search b
 	} else if err != nil {
 		return nil, path, err
 	}
-	if db, err = storage.OpenAgentReader(ctx, path); err != nil {
+	if db, err = agentdb.OpenAgentReader(ctx, path); err != nil {
 		return nil, path, err
 	}
 	lag, err := db.Behind(ctx)
@@ -153,7 +154,7 @@ func readAgentDB(ctx context.Context, stdio Stdio, cmd, dataDir string, search b
 	if !search {
 		lag.Unindexed = 0
 	}
-	if lag == (storage.Lag{}) {
+	if lag == (agentdb.Lag{}) {
 		return db, path, nil
 	}
 	werr := errors.New("its file system is read-only or full")
@@ -164,7 +165,7 @@ func readAgentDB(ctx context.Context, stdio Stdio, cmd, dataDir string, search b
 			return w, path, nil
 		}
 		werr = err
-		if db, err = storage.OpenAgentReader(ctx, path); err != nil {
+		if db, err = agentdb.OpenAgentReader(ctx, path); err != nil {
 			return nil, path, err
 		}
 	}
@@ -177,7 +178,7 @@ func readAgentDB(ctx context.Context, stdio Stdio, cmd, dataDir string, search b
 }
 
 // lagText says what a read of a store lagging by lag leaves out.
-func lagText(lag storage.Lag) string {
+func lagText(lag agentdb.Lag) string {
 	var left []string
 	if lag.Requests > 0 {
 		left = append(left, fmt.Sprintf("%d request(s)", lag.Requests))

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/polltest"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // These tests stop the relay and the agent the orderly way (SIGTERM,
@@ -143,17 +143,17 @@ func stop(t *testing.T, p *proc, sig syscall.Signal) {
 }
 
 // storedBodies reads the tunnel captures of a stopped agent, by body.
-func storedBodies(t *testing.T, dir string) (map[string][]*storage.Capture, []*storage.Capture) {
+func storedBodies(t *testing.T, dir string) (map[string][]*agentdb.Capture, []*agentdb.Capture) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := storage.OpenAgent(ctx, filepath.Join(dir, "agent.db"))
+	db, err := agentdb.OpenAgent(ctx, filepath.Join(dir, "agent.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	byBody := map[string][]*storage.Capture{}
-	var all []*storage.Capture
-	if _, err := db.EachCapture(ctx, storage.CaptureFilter{Source: "tunnel"}, func(c *storage.Capture) error {
+	byBody := map[string][]*agentdb.Capture{}
+	var all []*agentdb.Capture
+	if _, err := db.EachCapture(ctx, agentdb.CaptureFilter{Source: "tunnel"}, func(c *agentdb.Capture) error {
 		if c.Body == nil {
 			full, err := db.Capture(ctx, c.ID)
 			if err != nil {
@@ -208,7 +208,7 @@ func waitDelivered(t *testing.T, h *echoHandler, results []sent) {
 
 // checkOnce fails for a request answered 2xx that did not reach the
 // handler exactly once, or was not saved exactly once.
-func checkOnce(t *testing.T, h *echoHandler, results []sent, stored map[string][]*storage.Capture) {
+func checkOnce(t *testing.T, h *echoHandler, results []sent, stored map[string][]*agentdb.Capture) {
 	t.Helper()
 	seen := h.order()
 	for _, s := range results {
@@ -363,7 +363,7 @@ func TestAgentStopKeepsOrderAndAnswers(t *testing.T) {
 	stored, all := storedBodies(t, rig.agentDir)
 	checkOnce(t, h, results, stored)
 	for _, c := range all {
-		if c.Status == storage.StatusPending {
+		if c.Status == agentdb.StatusPending {
 			t.Errorf("capture %s (%s) left pending", c.ID, c.Body)
 		}
 	}
@@ -455,10 +455,10 @@ func TestAgentKilledMidRequestRetriedAsDuplicate(t *testing.T) {
 	if firstCopy.DuplicateOf != "" || retry.DuplicateOf != firstCopy.ID {
 		t.Errorf("first duplicate_of %q, retry duplicate_of %q, want %q", firstCopy.DuplicateOf, retry.DuplicateOf, firstCopy.ID)
 	}
-	if firstCopy.Status != storage.StatusUnknown || !strings.Contains(firstCopy.Error, "may have got the handler's answer") {
+	if firstCopy.Status != agentdb.StatusUnknown || !strings.Contains(firstCopy.Error, "may have got the handler's answer") {
 		t.Errorf("first copy: status %s, error %q; want unknown, saying the sender may have got the answer", firstCopy.Status, firstCopy.Error)
 	}
-	if retry.Status != storage.StatusDelivered || retry.ResponseStatus != 200 {
+	if retry.Status != agentdb.StatusDelivered || retry.ResponseStatus != 200 {
 		t.Errorf("retry: status %s, response %d", retry.Status, retry.ResponseStatus)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/inspector/voice/trigger"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 func cmdTrigger(ctx context.Context, args []string, stdio Stdio) int {
@@ -169,8 +170,8 @@ func findCaptures(ctx context.Context, dataDir string, res *trigger.Result) {
 
 // nthCapture is the id of the nth (from 1) capture of a delivery, oldest
 // first and replays aside; "" when there is none.
-func nthCapture(ctx context.Context, db *storage.AgentStore, deliveryID string, n int) string {
-	cs, _, err := db.Captures(ctx, storage.CaptureFilter{DeliveryID: deliveryID, Page: storage.Page{Limit: 20}})
+func nthCapture(ctx context.Context, db *agentdb.AgentStore, deliveryID string, n int) string {
+	cs, _, err := db.Captures(ctx, agentdb.CaptureFilter{DeliveryID: deliveryID, Page: storage.Page{Limit: 20}})
 	if err != nil {
 		return ""
 	}

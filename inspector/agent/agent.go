@@ -31,7 +31,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // Sources of a capture.
@@ -45,7 +45,7 @@ const (
 
 // Config configures an Agent.
 type Config struct {
-	Store          *storage.AgentStore
+	Store          *agentdb.AgentStore
 	ForwardTo      string        // the local handler's base URL; may be empty for replay-only use
 	ForwardTimeout time.Duration // 30 s
 	MaxBody        int64         // largest response body kept from the handler, 10 MiB
@@ -74,22 +74,22 @@ type Config struct {
 // store is the agent's; a test's fails a commit as a full disk does
 // (export_test.go).
 type captureWriter interface {
-	LogCaptures(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error)
+	LogCaptures(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error)
 }
 
 // Event is what the agent tells whoever shows its work as it happens (the
 // inspector's live stream). Exactly one field is set. Its pointers are the
 // agent's: valid only during the call that passes them.
 type Event struct {
-	Capture *storage.Capture   // a capture just committed
-	Media   *storage.MediaFile // a media file's record just changed
+	Capture *agentdb.Capture   // a capture just committed
+	Media   *agentdb.MediaFile // a media file's record just changed
 	Tunnel  *TunnelState       // the relay connection's state just changed
 }
 
 // Agent captures, forwards and replays requests.
 type Agent struct {
 	cfg       Config
-	store     *storage.AgentStore
+	store     *agentdb.AgentStore
 	captures  captureWriter  // commits captures (writeLoop, commitAlone): store; set before Run, then read-only
 	forwardTo *url.URL       // nil when no local handler is configured
 	client    *http.Client   // https targets
@@ -228,7 +228,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.MediaDir != "" {
 		saver, err := NewMediaSaver(MediaConfig{
 			DB: cfg.Store, Dir: cfg.MediaDir, AllowPrivate: cfg.AllowPrivateMedia, Logger: cfg.Logger,
-			OnUpdate: func(f *storage.MediaFile) { a.publish(Event{Media: f}) },
+			OnUpdate: func(f *agentdb.MediaFile) { a.publish(Event{Media: f}) },
 		})
 		if err != nil {
 			return nil, err
@@ -248,7 +248,7 @@ func ParseTarget(s string) (*url.URL, error) {
 }
 
 // Store is the agent's capture store.
-func (a *Agent) Store() *storage.AgentStore { return a.store }
+func (a *Agent) Store() *agentdb.AgentStore { return a.store }
 
 // Config is the agent's configuration, defaults filled in.
 func (a *Agent) Config() Config { return a.cfg }

@@ -12,7 +12,7 @@ import (
 	"github.com/calltap/calltap/inspector/voice/service"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // BackfillOptions says which deliveries a backfill looks at and what it
@@ -312,7 +312,7 @@ func (a *Agent) importDelivery(ctx context.Context, d *service.Delivery, o Backf
 		st := c.ResponseStatus
 		item.ResponseStatus = &st
 	}
-	if c.Status == storage.StatusDelivered {
+	if c.Status == agentdb.StatusDelivered {
 		res.Delivered++
 	} else {
 		item.Error = c.Error

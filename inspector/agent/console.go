@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // console is the agent's one-line-per-request output. Lines are collected
@@ -62,7 +62,7 @@ func (c *console) flushLocked() {
 }
 
 // printLine writes the console line for a finished request.
-func (a *Agent) printLine(c *storage.Capture) {
+func (a *Agent) printLine(c *agentdb.Capture) {
 	if a.console == nil {
 		return
 	}

@@ -9,15 +9,15 @@ import (
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/tunnelpath"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/google/uuid"
 )
 
 // newCapture builds a capture of a request and indexes it if it is a call event.
-func (a *Agent) newCapture(source, method, uri string, h relay.Header, body []byte) *storage.Capture {
+func (a *Agent) newCapture(source, method, uri string, h relay.Header, body []byte) *agentdb.Capture {
 	path, query, _ := strings.Cut(uri, "?")
 	hj, _ := h.MarshalJSON()
-	c := &storage.Capture{
+	c := &agentdb.Capture{
 		ID:             newCaptureID(),
 		Source:         source,
 		CreatedAt:      time.Now().UTC(),
@@ -26,7 +26,7 @@ func (a *Agent) newCapture(source, method, uri string, h relay.Header, body []by
 		Query:          query,
 		RequestHeaders: string(hj),
 		Body:           body,
-		Status:         storage.StatusPending,
+		Status:         agentdb.StatusPending,
 		MaxAttempts:    1,
 		Duration:       -1,
 	}
@@ -78,14 +78,14 @@ func joinTarget(base *url.URL, path, query string) string {
 
 // deliver sends c to its target once (attempt n), records the outcome and
 // returns it in the relay's terms.
-func (a *Agent) deliver(ctx context.Context, c *storage.Capture, n int) *relay.Response {
+func (a *Agent) deliver(ctx context.Context, c *agentdb.Capture, n int) *relay.Response {
 	return a.record(c, n, a.send(ctx, c, nil, relay.Limits{}, nil))
 }
 
 // record writes attempt n's result res into c, adds it to the answers
 // waiting to be committed (responses), prints its console line and
 // returns the response for the relay.
-func (a *Agent) record(c *storage.Capture, n int, res sendResult) *relay.Response {
+func (a *Agent) record(c *agentdb.Capture, n int, res sendResult) *relay.Response {
 	c.Attempts = n
 	c.Duration = res.duration
 	c.DeliveredAt = time.Now().UTC()
@@ -99,13 +99,13 @@ func (a *Agent) record(c *storage.Capture, n int, res sendResult) *relay.Respons
 	}
 	c.Error = res.err
 	if res.status >= 200 && res.status < 300 {
-		c.Status = storage.StatusDelivered
+		c.Status = agentdb.StatusDelivered
 	} else if n >= c.MaxAttempts || !retryable(res) {
-		c.Status = storage.StatusFailed
+		c.Status = agentdb.StatusFailed
 	} else {
-		c.Status = storage.StatusPending
+		c.Status = agentdb.StatusPending
 	}
-	c.LastAttempt = &storage.Attempt{N: n, At: c.DeliveredAt.Add(-res.duration), ResponseStatus: res.status, Error: res.err, Duration: res.duration}
+	c.LastAttempt = &agentdb.Attempt{N: n, At: c.DeliveredAt.Add(-res.duration), ResponseStatus: res.status, Error: res.err, Duration: res.duration}
 	// The sender is waiting for the answer, not for our bookkeeping: the
 	// update commits with the next commit (responses). A copy, since a
 	// retry may change c before that.

@@ -3,15 +3,15 @@ package agent
 import (
 	"context"
 
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // WriteCapturesFunc commits captures in a test's way: it may fail a
 // commit the way a full disk does.
-type WriteCapturesFunc func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error)
+type WriteCapturesFunc func(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error)
 
 // LogCaptures calls f.
-func (f WriteCapturesFunc) LogCaptures(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+func (f WriteCapturesFunc) LogCaptures(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error) {
 	return f(ctx, inserts, updates)
 }
 

@@ -2,12 +2,12 @@ package agent
 
 import (
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // IndexCapture fills the call-event columns of c from its body, so captures
 // list and group by event, call and delivery without parsing bodies again.
-func IndexCapture(c *storage.Capture) {
+func IndexCapture(c *agentdb.Capture) {
 	ix, ok := callevent.Index(c.Body)
 	if !ok {
 		return

@@ -19,6 +19,7 @@ import (
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // A request alone in the tunnel is committed by its own goroutine between
@@ -38,7 +39,7 @@ func TestLoneRequestReachesHandlerBeforeItsCommit(t *testing.T) {
 	var waitedOut atomic.Int32
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
-		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error) {
 			for range inserts {
 				select {
 				case <-reached:
@@ -56,7 +57,7 @@ func TestLoneRequestReachesHandlerBeforeItsCommit(t *testing.T) {
 			t.Fatalf("request %d: the commit came before the handler had the request (answered after %s)", i, time.Since(start))
 		}
 		// Answered 200, so saved: a read sees it at once.
-		_, n, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 10}})
+		_, n, err := st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{Page: storage.Page{Limit: 10}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +89,7 @@ func TestLoneRequestToDeadHandlerIsSaved(t *testing.T) {
 	if err := st.Agent.Flush(context.Background()); err != nil { // the failure's record
 		t.Fatal(err)
 	}
-	caps, n, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 10}})
+	caps, n, err := st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{Page: storage.Page{Limit: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestLastAnswerIsRecordedUnprompted(t *testing.T) {
 		}
 	}
 	polltest.Until(t, 10*time.Second, func() bool {
-		caps, _, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 10}})
+		caps, _, err := st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{Page: storage.Page{Limit: 10}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +166,7 @@ func TestCrowdAnswersAfterCommitEitherWay(t *testing.T) {
 	defer hs.Close()
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
-		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error) {
 			for _, c := range inserts {
 				var v struct{ N int }
 				json.Unmarshal(c.Body, &v)
@@ -210,7 +211,7 @@ func TestCrowdAnswersAfterCommitEitherWay(t *testing.T) {
 	if err := st.Agent.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	caps, count, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 100}})
+	caps, count, err := st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{Page: storage.Page{Limit: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +241,7 @@ func TestAnswerOfFailedCommitIsRecordedLater(t *testing.T) {
 	full.Store(true)
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
-		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error) {
 			if full.Load() && len(updates) > 0 {
 				refused.Add(1)
 				return nil, fmt.Errorf("storage: append: %w", syscall.ENOSPC)
@@ -265,7 +266,7 @@ func TestAnswerOfFailedCommitIsRecordedLater(t *testing.T) {
 	}
 	full.Store(false)
 	polltest.Until(t, 10*time.Second, func() bool {
-		caps, _, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 10}})
+		caps, _, err := st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{Page: storage.Page{Limit: 10}})
 		if err != nil {
 			t.Fatal(err)
 		}

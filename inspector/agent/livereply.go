@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // liveReply settles the answer to a live request that commits through
@@ -21,7 +21,7 @@ import (
 // if the handler has not answered by then.
 type liveReply struct {
 	s     *relay.Stream
-	c     *storage.Capture
+	c     *agentdb.Capture
 	state atomic.Int32 // replyWaiting, then one of the others, once
 	res   sendResult   // the handler's answer: written by the goroutine before it moves state
 	err   error        // the commit's outcome: written by writeLoop before it moves state

@@ -27,6 +27,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // Recordings that outlive their links: the media links of call events are
@@ -35,7 +36,7 @@ import (
 
 // MediaConfig configures a MediaSaver.
 type MediaConfig struct {
-	DB  *storage.AgentStore
+	DB  *agentdb.AgentStore
 	Dir string // where files are written; created (0700) if missing
 
 	// AllowPrivate lets links point at loopback, private and link-local
@@ -53,7 +54,7 @@ type MediaConfig struct {
 	Logger *slog.Logger
 	// OnUpdate, when set, is called after every change of a file's record
 	// (to publish it on the live stream). It must not block.
-	OnUpdate func(*storage.MediaFile)
+	OnUpdate func(*agentdb.MediaFile)
 }
 
 // MediaSaver downloads media links in the background, on goroutines of its
@@ -153,13 +154,13 @@ func (s *MediaSaver) save(captureID, callID string, m callevent.Media, within bo
 		expires = received.Add(time.Duration(m.ExpiresIn) * time.Second)
 	}
 	for _, l := range []struct{ kind, url string }{
-		{storage.MediaRecording, m.RecordingURL},
-		{storage.MediaTranscript, m.TranscriptURL},
+		{agentdb.MediaRecording, m.RecordingURL},
+		{agentdb.MediaTranscript, m.TranscriptURL},
 	} {
 		if l.url == "" {
 			continue
 		}
-		f := &storage.MediaFile{ID: uuid.NewString(), CaptureID: captureID, CallID: callID, Kind: l.kind, SourceURL: l.url,
+		f := &agentdb.MediaFile{ID: uuid.NewString(), CaptureID: captureID, CallID: callID, Kind: l.kind, SourceURL: l.url,
 			ExpiresAt: expires, CreatedAt: received.UTC()}
 		s.start(within, func(ctx context.Context) { s.fetch(ctx, f) })
 	}
@@ -225,7 +226,7 @@ func (s *MediaSaver) Close(ctx context.Context) error {
 // them, as Save does. It is meant for the capture path: it returns at
 // once, and parses the body only for the kinds that carry media and only
 // for the first copy of a delivery.
-func (s *MediaSaver) SaveCapture(c *storage.Capture) {
+func (s *MediaSaver) SaveCapture(c *agentdb.Capture) {
 	if c.DuplicateOf != "" || (c.Event != callevent.KindRecordingAvailable && c.Event != callevent.KindAnalysisCompleted) {
 		return
 	}
@@ -245,7 +246,7 @@ func (s *MediaSaver) SaveCapture(c *storage.Capture) {
 	})
 }
 
-func (s *MediaSaver) update(ctx context.Context, f *storage.MediaFile) {
+func (s *MediaSaver) update(ctx context.Context, f *agentdb.MediaFile) {
 	f.UpdatedAt = time.Now().UTC()
 	// The downloads' context may be done (shutdown): record the outcome anyway.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -261,7 +262,7 @@ func (s *MediaSaver) update(ctx context.Context, f *storage.MediaFile) {
 // fetch claims the link and downloads it, retrying on the failures the
 // voice service itself retries on: network errors, time-outs, 408, 429
 // and 5xx. Any other answer (403 for an expired signature, 404) is final.
-func (s *MediaSaver) fetch(ctx context.Context, f *storage.MediaFile) {
+func (s *MediaSaver) fetch(ctx context.Context, f *agentdb.MediaFile) {
 	log := s.cfg.Logger.With("call_id", f.CallID, "kind", f.Kind)
 	row, start, err := s.cfg.DB.ClaimMedia(ctx, f)
 	if err != nil {
@@ -283,10 +284,10 @@ func (s *MediaSaver) fetch(ctx context.Context, f *storage.MediaFile) {
 // refuseLink fails row without a try when its link is not one to
 // download: not an http(s) URL, or a sample host. It reports whether it
 // did.
-func (s *MediaSaver) refuseLink(ctx context.Context, row *storage.MediaFile, log *slog.Logger) bool {
+func (s *MediaSaver) refuseLink(ctx context.Context, row *agentdb.MediaFile, log *slog.Logger) bool {
 	u, err := url.Parse(row.SourceURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		row.Status, row.Error = storage.MediaFailed, "not an http(s) URL"
+		row.Status, row.Error = agentdb.MediaFailed, "not an http(s) URL"
 		s.update(ctx, row)
 		return true
 	}
@@ -295,7 +296,7 @@ func (s *MediaSaver) refuseLink(ctx context.Context, row *storage.MediaFile, log
 	}
 	// calltap trigger's links by default: there is nothing to fetch,
 	// and failing to resolve the name is no news worth a warning.
-	row.Status, row.Error = storage.MediaFailed, "a sample link: "+u.Hostname()+" is reserved for examples and serves nothing (calltap trigger --media-base-url links files that exist)"
+	row.Status, row.Error = agentdb.MediaFailed, "a sample link: "+u.Hostname()+" is reserved for examples and serves nothing (calltap trigger --media-base-url links files that exist)"
 	s.update(ctx, row)
 	log.Debug("media: sample link not downloaded", "host", u.Hostname())
 	return true
@@ -304,30 +305,30 @@ func (s *MediaSaver) refuseLink(ctx context.Context, row *storage.MediaFile, log
 // downloadWithRetries tries row's link until it is saved, fails for good,
 // the tries (1 + len(Backoff)) run out or ctx ends, recording each
 // outcome.
-func (s *MediaSaver) downloadWithRetries(ctx context.Context, row *storage.MediaFile, log *slog.Logger) {
+func (s *MediaSaver) downloadWithRetries(ctx context.Context, row *agentdb.MediaFile, log *slog.Logger) {
 	for attempt := 1; ; attempt++ {
 		ok, retry, err := s.attempt(ctx, row, attempt)
 		if !ok {
-			row.Status, row.Error = storage.MediaFailed, "calltap stopped before the download finished"
+			row.Status, row.Error = agentdb.MediaFailed, "calltap stopped before the download finished"
 			s.update(ctx, row)
 			return
 		}
 		if err == nil {
-			row.Status, row.Error, row.SavedAt = storage.MediaSaved, "", time.Now().UTC()
+			row.Status, row.Error, row.SavedAt = agentdb.MediaSaved, "", time.Now().UTC()
 			s.update(ctx, row)
 			log.Info("media: saved", "file", row.File, "size", row.Size)
 			return
 		}
 		row.Error = err.Error()
 		if !retry || attempt > len(s.cfg.Backoff) {
-			row.Status = storage.MediaFailed
+			row.Status = agentdb.MediaFailed
 			s.update(ctx, row)
 			log.Warn("media: download failed", "attempts", attempt, "err", err)
 			return
 		}
 		s.update(ctx, row)
 		if !pause(ctx, s.cfg.Backoff[attempt-1]) {
-			row.Status = storage.MediaFailed
+			row.Status = agentdb.MediaFailed
 			row.Error += " (calltap stopped before the next attempt)"
 			s.update(ctx, row)
 			return
@@ -338,7 +339,7 @@ func (s *MediaSaver) downloadWithRetries(ctx context.Context, row *storage.Media
 // attempt makes download attempt number n of row, holding a slot of s.sem
 // so that at most that many downloads run at once. ok is false when ctx
 // ended before a slot was free.
-func (s *MediaSaver) attempt(ctx context.Context, row *storage.MediaFile, n int) (ok, retry bool, err error) {
+func (s *MediaSaver) attempt(ctx context.Context, row *agentdb.MediaFile, n int) (ok, retry bool, err error) {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -378,7 +379,7 @@ func isSampleHost(host string) bool {
 }
 
 // download makes one attempt and, on success, fills in the file fields.
-func (s *MediaSaver) download(ctx context.Context, f *storage.MediaFile) (retry bool, err error) {
+func (s *MediaSaver) download(ctx context.Context, f *agentdb.MediaFile) (retry bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.AttemptTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.SourceURL, nil)
@@ -418,7 +419,7 @@ func statusError(st int, callID string) (retry bool, err error) {
 // store writes resp's body, at most MaxBytes, to a temporary file in Dir
 // and renames it into place as f's file, so that a file under its final
 // name is always whole; then it fills in f's file fields.
-func (s *MediaSaver) store(f *storage.MediaFile, resp *http.Response) (retry bool, err error) {
+func (s *MediaSaver) store(f *agentdb.MediaFile, resp *http.Response) (retry bool, err error) {
 	tmp, err := os.CreateTemp(s.cfg.Dir, ".download-*")
 	if err != nil {
 		return false, err
@@ -500,20 +501,20 @@ func MediaPath(id string) string { return "/api/v1/ext/media/" + url.PathEscape(
 // expired (--rewrite-media). A link is matched by its URL, else by the
 // call and kind of a saved file. Links without a saved copy are left as
 // they are; n says how many were rewritten. Other bytes are unchanged.
-func RewriteMediaLinks(ctx context.Context, db *storage.AgentStore, body []byte, inspectorURL string) (out []byte, n int, err error) {
+func RewriteMediaLinks(ctx context.Context, db *agentdb.AgentStore, body []byte, inspectorURL string) (out []byte, n int, err error) {
 	ix, _ := callevent.Index(body)
 	base := strings.TrimRight(inspectorURL, "/")
 	out, n = callevent.RewriteMediaURLs(body, func(field, link string) (string, bool) {
 		if err != nil {
 			return "", false
 		}
-		kind := storage.MediaRecording
+		kind := agentdb.MediaRecording
 		if field == callevent.FieldTranscriptURL {
-			kind = storage.MediaTranscript
+			kind = agentdb.MediaTranscript
 		}
-		files, _, ferr := db.MediaFiles(ctx, storage.MediaFilter{SourceURL: link, Kind: kind, Status: storage.MediaSaved, Page: storage.Page{Limit: 1}})
+		files, _, ferr := db.MediaFiles(ctx, agentdb.MediaFilter{SourceURL: link, Kind: kind, Status: agentdb.MediaSaved, Page: storage.Page{Limit: 1}})
 		if ferr == nil && len(files) == 0 && ix.CallID != "" {
-			files, _, ferr = db.MediaFiles(ctx, storage.MediaFilter{CallID: ix.CallID, Kind: kind, Status: storage.MediaSaved, Page: storage.Page{Limit: 1}})
+			files, _, ferr = db.MediaFiles(ctx, agentdb.MediaFilter{CallID: ix.CallID, Kind: kind, Status: agentdb.MediaSaved, Page: storage.Page{Limit: 1}})
 		}
 		if ferr != nil {
 			err = ferr

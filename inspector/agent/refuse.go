@@ -10,6 +10,7 @@ import (
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // When the agent cannot save (a full disk, mostly), a live request must not
@@ -55,7 +56,7 @@ func (a *Agent) savesFailing() bool { return a.failedAt.Load() != 0 }
 // then forwarded, or refused without reaching the handler. Its goroutine
 // waits for the commit's outcome (every queued write is told it), so that
 // writeLoop starts nothing.
-func (a *Agent) serveSaveFirst(c *storage.Capture, h relay.Header, s *relay.Stream) {
+func (a *Agent) serveSaveFirst(c *agentdb.Capture, h relay.Header, s *relay.Stream) {
 	saved := make(chan error, 1)
 	started := a.start(func() {
 		defer s.Release()
@@ -138,7 +139,7 @@ func (a *Agent) recoverAnswers() {
 // spillAnswers keeps the answers a failing disk left unrecorded at the
 // stop in the answer reserve, which needs no room, for the next run to
 // record: their senders have them, and the store is to say so.
-func (a *Agent) spillAnswers(caps []*storage.Capture) {
+func (a *Agent) spillAnswers(caps []*agentdb.Capture) {
 	if len(caps) == 0 {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/relay/tunnelpath"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // ReplayOptions says what to re-send and how. Nil edits keep the original.
@@ -29,7 +30,7 @@ type ReplayOptions struct {
 // for the answer. With the service's retry schedule: it returns at once
 // (queued) and retries in the background, on a goroutine of Run's, until
 // Run's context ends.
-func (a *Agent) Replay(ctx context.Context, o ReplayOptions) (*storage.Capture, error) {
+func (a *Agent) Replay(ctx context.Context, o ReplayOptions) (*agentdb.Capture, error) {
 	c, err := a.prepareReplay(ctx, o)
 	if err != nil {
 		return nil, err
@@ -47,7 +48,7 @@ func (a *Agent) Replay(ctx context.Context, o ReplayOptions) (*storage.Capture, 
 
 // ReplayAndWait replays and waits for the last attempt, schedule included,
 // and for its record to be written (the command line's replay).
-func (a *Agent) ReplayAndWait(ctx context.Context, o ReplayOptions) (*storage.Capture, error) {
+func (a *Agent) ReplayAndWait(ctx context.Context, o ReplayOptions) (*agentdb.Capture, error) {
 	c, err := a.prepareReplay(ctx, o)
 	if err != nil {
 		return nil, err
@@ -63,7 +64,7 @@ func (a *Agent) ReplayAndWait(ctx context.Context, o ReplayOptions) (*storage.Ca
 // prepareReplay builds and saves the replay's capture: the original's
 // request with the options' edits, sent to the options' target or to where
 // the original would go now.
-func (a *Agent) prepareReplay(ctx context.Context, o ReplayOptions) (*storage.Capture, error) {
+func (a *Agent) prepareReplay(ctx context.Context, o ReplayOptions) (*agentdb.Capture, error) {
 	orig, err := a.replayOriginal(ctx, o.ID)
 	if err != nil {
 		return nil, err
@@ -96,7 +97,7 @@ func (a *Agent) prepareReplay(ctx context.Context, o ReplayOptions) (*storage.Ca
 
 // replayOriginal reads the capture to replay; one that is not there is the
 // caller's error (404), not the store's.
-func (a *Agent) replayOriginal(ctx context.Context, id string) (*storage.Capture, error) {
+func (a *Agent) replayOriginal(ctx context.Context, id string) (*agentdb.Capture, error) {
 	orig, err := a.store.Capture(ctx, id)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, api.NotFound("capture " + id)
@@ -126,7 +127,7 @@ type replayRequest struct {
 
 // editRequest returns orig's request with o's edits, each checked: a bad
 // edit is the caller's error (400), and nothing is saved.
-func editRequest(orig *storage.Capture, o ReplayOptions) (replayRequest, error) {
+func editRequest(orig *agentdb.Capture, o ReplayOptions) (replayRequest, error) {
 	r := replayRequest{method: orig.Method, uri: orig.Path, body: orig.Body}
 	if orig.Query != "" {
 		r.uri += "?" + orig.Query
@@ -181,7 +182,7 @@ func checkHeaderNames(h relay.Header) error {
 // replayTarget sets where c goes: o.To when given; else the local handler
 // newCapture chose; else, with no handler configured here (calltap replay
 // from the command line), where the original went, with an edited path.
-func replayTarget(c, orig *storage.Capture, o ReplayOptions, uri string) error {
+func replayTarget(c, orig *agentdb.Capture, o ReplayOptions, uri string) error {
 	switch {
 	case o.To != "":
 		if _, err := ParseTarget(o.To); err != nil {
@@ -205,7 +206,7 @@ func replayTarget(c, orig *storage.Capture, o ReplayOptions, uri string) error {
 
 // deliverWithSchedule tries c on the service's schedule, scaled, until an
 // attempt succeeds or is not retryable, or the attempts run out.
-func (a *Agent) deliverWithSchedule(ctx context.Context, c *storage.Capture, scale float64) {
+func (a *Agent) deliverWithSchedule(ctx context.Context, c *agentdb.Capture, scale float64) {
 	if scale <= 0 {
 		scale = 1
 	}
@@ -220,7 +221,7 @@ func (a *Agent) deliverWithSchedule(ctx context.Context, c *storage.Capture, sca
 			}
 		}
 		a.deliver(ctx, c, n+1)
-		if c.Status != storage.StatusPending {
+		if c.Status != agentdb.StatusPending {
 			return
 		}
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // CallReplayOptions selects what ReplayCall re-fires and how.
@@ -27,13 +27,13 @@ type CallReplayOptions struct {
 // CallOriginals returns what ReplayCall would re-fire, oldest first: the
 // call's captures, less the agent's own replays and, unless WithRetries,
 // the service's retries of a delivery. A call with none is a NotFound.
-func (a *Agent) CallOriginals(ctx context.Context, o CallReplayOptions) ([]*storage.Capture, error) {
-	f := storage.CaptureFilter{}
+func (a *Agent) CallOriginals(ctx context.Context, o CallReplayOptions) ([]*agentdb.Capture, error) {
+	f := agentdb.CaptureFilter{}
 	if o.CallID != "" {
 		f.CallIDs = []string{o.CallID}
 	}
-	var out []*storage.Capture
-	if _, err := a.store.EachCapture(ctx, f, func(c *storage.Capture) error {
+	var out []*agentdb.Capture
+	if _, err := a.store.EachCapture(ctx, f, func(c *agentdb.Capture) error {
 		if c.ReplayOf == "" && (c.DuplicateOf == "" || o.WithRetries) {
 			out = append(out, c)
 		}
@@ -53,7 +53,7 @@ func (a *Agent) CallOriginals(ctx context.Context, o CallReplayOptions) ([]*stor
 // ReplayCall re-fires originals (from CallOriginals) in their order, spaced
 // as they first reached calltap times o.TimeScale, each stored as a replay
 // of its original; each is called after every answer.
-func (a *Agent) ReplayCall(ctx context.Context, originals []*storage.Capture, o CallReplayOptions, each func(orig, replay *storage.Capture)) error {
+func (a *Agent) ReplayCall(ctx context.Context, originals []*agentdb.Capture, o CallReplayOptions, each func(orig, replay *agentdb.Capture)) error {
 	for i, orig := range originals {
 		if i > 0 && o.TimeScale > 0 {
 			gap := time.Duration(float64(Arrival(orig).Sub(Arrival(originals[i-1]))) * o.TimeScale)
@@ -127,7 +127,7 @@ func (a *Agent) ReplayCallInBackground(ctx context.Context, o CallReplayOptions)
 
 // Arrival is when a capture first reached calltap: at the relay for one
 // that waited in its queue.
-func Arrival(c *storage.Capture) time.Time {
+func Arrival(c *agentdb.Capture) time.Time {
 	if !c.ArrivedAt.IsZero() {
 		return c.ArrivedAt
 	}

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // responses are the handler's answers waiting to be recorded. Nobody
@@ -19,7 +19,7 @@ import (
 // delivery and its retry) are committed in the order they were recorded.
 type responses struct {
 	mu    sync.Mutex
-	caps  []*storage.Capture // guarded by mu: in the order recorded
+	caps  []*agentdb.Capture // guarded by mu: in the order recorded
 	armed atomic.Bool        // the timer is set; it is set once per linger, not once per answer
 	timer *time.Timer
 	due   chan struct{} // cap 1: tells writeLoop the timer went off with answers waiting
@@ -33,7 +33,7 @@ func newResponses() *responses {
 }
 
 // add queues c's answer to be recorded.
-func (r *responses) add(c *storage.Capture) {
+func (r *responses) add(c *agentdb.Capture) {
 	r.mu.Lock()
 	r.caps = append(r.caps, c)
 	r.mu.Unlock()
@@ -59,7 +59,7 @@ func (r *responses) fire() {
 
 // take returns the answers waiting, and forgets them. The caller holds
 // commitMu until it has committed them or given them back.
-func (r *responses) take() []*storage.Capture {
+func (r *responses) take() []*agentdb.Capture {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	caps := r.caps
@@ -70,7 +70,7 @@ func (r *responses) take() []*storage.Capture {
 // giveBack returns answers taken whose commit failed, ahead of any
 // recorded since; should no commit come by, writeLoop tries them again
 // (and, while commits fail, again after its pause).
-func (r *responses) giveBack(caps []*storage.Capture) {
+func (r *responses) giveBack(caps []*agentdb.Capture) {
 	if len(caps) == 0 {
 		return
 	}
@@ -91,7 +91,7 @@ func (r *responses) len() int {
 const responseLinger = 5 * time.Millisecond
 
 // committedResponses tells the inspector of answers just committed.
-func (a *Agent) committedResponses(caps []*storage.Capture) {
+func (a *Agent) committedResponses(caps []*agentdb.Capture) {
 	for _, c := range caps {
 		a.publish(Event{Capture: c})
 	}

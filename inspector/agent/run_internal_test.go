@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/polltest"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 	"go.uber.org/goleak"
 )
 
@@ -28,7 +28,7 @@ func TestRunWaitsForItsWork(t *testing.T) {
 	}))
 	defer h.Close()
 	ctx := context.Background()
-	db, err := storage.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
+	db, err := agentdb.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestRunWaitsForItsWork(t *testing.T) {
 	ran := make(chan struct{})
 	go func() { a.Run(runCtx); close(ran) }()
 	orig := a.newCapture(SourceTunnel, "POST", "/calls", nil, []byte("{}"))
-	if _, err := db.WriteCaptures(ctx, []*storage.Capture{orig}, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, []*agentdb.Capture{orig}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Replay(ctx, ReplayOptions{ID: orig.ID, Retry: "service"}); err != nil {

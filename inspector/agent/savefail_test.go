@@ -19,6 +19,7 @@ import (
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // fullDisk makes the agent's commits fail the way a full disk does: from
@@ -44,7 +45,7 @@ func (d *fullDisk) refused() (commits, updates int) {
 // newAgent builds an agent whose commits go through d.
 func (d *fullDisk) newAgent(c agent.Config) (*agent.Agent, error) {
 	store := c.Store
-	return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+	return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error) {
 		d.mu.Lock()
 		for _, c := range inserts {
 			var b struct{ Seq int }
@@ -116,7 +117,7 @@ func TestQueuedRequestsRecoverFromFailedSaves(t *testing.T) {
 	if err := st.Agent.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	caps, count, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 300}})
+	caps, count, err := st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{Page: storage.Page{Limit: 300}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +279,7 @@ func TestStopOnFullDiskKeepsTheAnswers(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 		// The disk fills while the handler works, once the request is saved.
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			if _, n, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{}); err == nil && n == 1 {
+			if _, n, err := st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{}); err == nil && n == 1 {
 				break
 			}
 		}
@@ -289,7 +290,7 @@ func TestStopOnFullDiskKeepsTheAnswers(t *testing.T) {
 	defer hs.Close()
 	st = inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
-		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error) {
+		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error) {
 			if full.Load() {
 				return nil, fmt.Errorf("storage: append: %w", syscall.ENOSPC)
 			}
@@ -307,7 +308,7 @@ func TestStopOnFullDiskKeepsTheAnswers(t *testing.T) {
 	st.StopAgent() // the disk still full
 	full.Store(false)
 	st.StartAgent()
-	caps, _, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{Page: storage.Page{Limit: 10}})
+	caps, _, err := st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{Page: storage.Page{Limit: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +319,7 @@ func TestStopOnFullDiskKeepsTheAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Status != storage.StatusDelivered || c.ResponseStatus != http.StatusCreated || c.Attempts != 1 || !strings.Contains(c.ResponseHeaders, "X-Handler") {
+	if c.Status != agentdb.StatusDelivered || c.ResponseStatus != http.StatusCreated || c.Attempts != 1 || !strings.Contains(c.ResponseHeaders, "X-Handler") {
 		t.Errorf("capture after the restart: %s, response %d, %d attempts, headers %s, error %q; want delivered, the handler's 201",
 			c.Status, c.ResponseStatus, c.Attempts, c.ResponseHeaders, c.Error)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // Delivery to the local handler: one try of a capture's request at its
@@ -38,7 +38,7 @@ type sendResult struct {
 // before its answer is read (handlerClient.doLimited: again for each new
 // connection tried); a try that fails before that, or an https target,
 // never calls it.
-func (a *Agent) send(ctx context.Context, c *storage.Capture, h relay.Header, lim relay.Limits, sent func()) sendResult {
+func (a *Agent) send(ctx context.Context, c *agentdb.Capture, h relay.Header, lim relay.Limits, sent func()) sendResult {
 	start := time.Now()
 	res := a.sendOnce(ctx, c, h, lim, sent)
 	res.duration = time.Since(start)
@@ -51,7 +51,7 @@ func (a *Agent) send(ctx context.Context, c *storage.Capture, h relay.Header, li
 }
 
 // sendOnce is send's try, without the timing and the relay's final check.
-func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header, lim relay.Limits, sent func()) sendResult {
+func (a *Agent) sendOnce(ctx context.Context, c *agentdb.Capture, h relay.Header, lim relay.Limits, sent func()) sendResult {
 	if c.Target == "" {
 		return noTarget(c)
 	}
@@ -71,7 +71,7 @@ func (a *Agent) sendOnce(ctx context.Context, c *storage.Capture, h relay.Header
 
 // noTarget is the result of a capture that has nowhere to go: its path
 // leads outside the handler's base, or no handler is configured.
-func noTarget(c *storage.Capture) sendResult {
+func noTarget(c *agentdb.Capture) sendResult {
 	if c.Error == errOutsideBase {
 		return sendResult{err: c.Error}
 	}
@@ -82,7 +82,7 @@ func noTarget(c *storage.Capture) sendResult {
 // stored headers) less the hop-by-hop ones; Host goes as
 // X-Forwarded-Host, since the target has its own. On failure the request
 // is nil and the result says why.
-func newHandlerRequest(ctx context.Context, c *storage.Capture, h relay.Header) (*http.Request, sendResult) {
+func newHandlerRequest(ctx context.Context, c *agentdb.Capture, h relay.Header) (*http.Request, sendResult) {
 	req, err := http.NewRequestWithContext(ctx, c.Method, c.Target, bytes.NewReader(c.Body))
 	if err != nil {
 		return nil, sendResult{err: err.Error()}

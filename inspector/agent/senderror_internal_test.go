@@ -11,14 +11,14 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // A try that got no answer says what failed, in words: refused, timed
 // out, reset.
 func TestSendFailureNamesItsCause(t *testing.T) {
 	ctx := context.Background()
-	db, err := storage.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
+	db, err := agentdb.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // A relay that lets a dot segment through (an older one, say) must still
@@ -36,7 +36,7 @@ func TestAgentKeepsTargetsUnderItsBasePath(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	db, err := storage.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
+	db, err := agentdb.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func refusedPaths(t *testing.T) []string {
 
 func TestReplayRefusesDotSegmentPath(t *testing.T) {
 	ctx := context.Background()
-	db, err := storage.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
+	db, err := agentdb.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestReplayRefusesDotSegmentPath(t *testing.T) {
 	go func() { a.Run(runCtx); close(ran) }()
 	defer func() { cancel(); <-ran }()
 	orig := a.newCapture(SourceTunnel, "POST", "/calls", nil, []byte("{}"))
-	if _, err := db.WriteCaptures(ctx, []*storage.Capture{orig}, nil); err != nil {
+	if _, err := db.WriteCaptures(ctx, []*agentdb.Capture{orig}, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range append(refusedPaths(t), "/../admin", "/%2e%2e/admin?x=1", "/%c0%ae%c0%ae/admin", "/..%00/admin?x=1") {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // ServeTunnel takes a request from the relay. It runs on the connection's
@@ -60,8 +60,8 @@ func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 }
 
 // serveLive saves and forwards a live request side by side; see ServeTunnel.
-func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
-	if a.live.Add(1) == 1 && !storage.KeptApart(len(c.Body)) && !strings.HasPrefix(c.Target, "https:") {
+func (a *Agent) serveLive(c *agentdb.Capture, h relay.Header, s *relay.Stream) {
+	if a.live.Add(1) == 1 && !agentdb.KeptApart(len(c.Body)) && !strings.HasPrefix(c.Target, "https:") {
 		a.serveAlone(c, h, s)
 		return
 	}
@@ -94,7 +94,7 @@ func (a *Agent) serveLive(c *storage.Capture, h relay.Header, s *relay.Stream) {
 // would take a timer per request): should the agent vanish while the
 // handler works, the relay tells the sender it is unsure the request was
 // saved, and the sender sends it again, as it would have anyway.
-func (a *Agent) serveAlone(c *storage.Capture, h relay.Header, s *relay.Stream) {
+func (a *Agent) serveAlone(c *agentdb.Capture, h relay.Header, s *relay.Stream) {
 	started := a.start(func() {
 		defer s.Release()
 		committed := false
@@ -130,11 +130,11 @@ func (a *Agent) serveAlone(c *storage.Capture, h relay.Header, s *relay.Stream) 
 // with the handler's answers waiting to be recorded, as writeLoop commits
 // a batch. Run waits for the request's goroutine before it stops writing,
 // so the store is still open.
-func (a *Agent) commitAlone(c *storage.Capture) error {
+func (a *Agent) commitAlone(c *agentdb.Capture) error {
 	a.commitMu.Lock()
 	defer a.commitMu.Unlock()
 	answers := a.answers.take()
-	written, err := a.captures.LogCaptures(context.Background(), []*storage.Capture{c}, answers)
+	written, err := a.captures.LogCaptures(context.Background(), []*agentdb.Capture{c}, answers)
 	if err != nil {
 		a.answers.giveBack(answers)
 		a.saveFailed(err)
@@ -150,7 +150,7 @@ func (a *Agent) commitAlone(c *storage.Capture) error {
 // have stopped, op.after is told so at once.
 func (a *Agent) insert(op writeOp) {
 	c := op.insert
-	if storage.KeptApart(len(c.Body)) {
+	if agentdb.KeptApart(len(c.Body)) {
 		// A large body is written to its file here, beside the others
 		// (writeLoop would write them one at a time, each waiting for the
 		// device), and the capture queued once it is; its place in the
@@ -192,7 +192,7 @@ type turn struct {
 
 	// A live request only (s != nil).
 	s         *relay.Stream
-	c         *storage.Capture // writeLoop's until saved
+	c         *agentdb.Capture // writeLoop's until saved
 	h         relay.Header
 	arrivedAt time.Time
 	state     atomic.Int32  // turnWaiting, then turnSending (turnLoop) or turnDeferred (the timer)
@@ -228,7 +228,7 @@ func (a *Agent) addTurn(t *turn) {
 // handler's answer, unless the wait would outlast the relay's forward
 // timeout: then the agent answers "queued" (the sender gets 202) and
 // delivers it later, in its turn, like a queued request.
-func (a *Agent) serveInTurn(c *storage.Capture, req *relay.Request, s *relay.Stream) {
+func (a *Agent) serveInTurn(c *agentdb.Capture, req *relay.Request, s *relay.Stream) {
 	t := &turn{saved: make(chan struct{}), s: s, c: c, h: req.Header,
 		arrivedAt: time.UnixMicro(req.ArrivedAt).UTC(), answered: make(chan struct{})}
 	if ft := s.ForwardTimeout(); ft > 0 {

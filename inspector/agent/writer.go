@@ -5,14 +5,14 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // writeOp is one insert or update for writeLoop, with what to do after the
 // commit.
 type writeOp struct {
-	insert *storage.Capture
-	update *storage.Capture
+	insert *agentdb.Capture
+	update *agentdb.Capture
 	ack    *relay.Stream // acknowledged to the relay once the insert is committed
 	after  func(error)
 	// keep: should the commit fail, the write is tried again (with the
@@ -89,7 +89,7 @@ func (a *Agent) writeLoop(ctx context.Context) {
 			}
 			continue
 		}
-		var inserts, updates []*storage.Capture
+		var inserts, updates []*agentdb.Capture
 		for _, op := range batch {
 			if op.insert != nil {
 				inserts = append(inserts, op.insert)
@@ -156,7 +156,7 @@ func (a *Agent) writeLoop(ctx context.Context) {
 // committedInsert takes what the store assigned to a capture it just
 // committed, and tells the inspector and the media saver, unless the
 // relay sent a capture already saved again.
-func (a *Agent) committedInsert(c *storage.Capture, w storage.Written) {
+func (a *Agent) committedInsert(c *agentdb.Capture, w agentdb.Written) {
 	c.Seq, c.ID, c.DuplicateOf = w.Seq, w.ID, w.DuplicateOf
 	if w.Redelivered {
 		return

@@ -19,7 +19,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/calltap/calltap/storage/relaydb"
 )
 
@@ -56,7 +56,7 @@ type Stack struct {
 	relayStop    func()
 	agentStop    func()
 	Agent        *agent.Agent
-	AgentDB      *storage.AgentStore
+	AgentDB      *agentdb.AgentStore
 	InspectorURL string
 	States       chan relay.ConnState // every state change of the agent's client
 	ClientErr    chan error           // what the client's Run returned
@@ -161,7 +161,7 @@ func (s *Stack) StartRelay() {
 func (s *Stack) StartAgent() {
 	s.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	db, err := storage.OpenAgent(ctx, filepath.Join(s.Dir, "agent.db"), storage.WithIntake())
+	db, err := agentdb.OpenAgent(ctx, filepath.Join(s.Dir, "agent.db"), agentdb.WithIntake())
 	if err != nil {
 		s.t.Fatal(err)
 	}

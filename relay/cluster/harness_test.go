@@ -20,7 +20,7 @@ import (
 	"github.com/calltap/calltap/relay/cluster"
 	"github.com/calltap/calltap/relay/cluster/natstest"
 	"github.com/calltap/calltap/relay/polltest"
-	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // testLogger returns a logger for one part of a test (a node, an agent):
@@ -136,7 +136,7 @@ func startNodes(t *testing.T, nats *natstest.Cluster, n int, tune func(*relay.Co
 // relay.Client to the given nodes.
 type runningAgent struct {
 	a         *agent.Agent
-	db        *storage.AgentStore
+	db        *agentdb.AgentStore
 	clientErr chan error
 	stop      func()
 }
@@ -155,7 +155,7 @@ func startAgent(t *testing.T, dir, token, forwardTo string, nodes ...*node) *run
 func startAgentAt(t *testing.T, dir, token, forwardTo, relayURL string, resolver *net.Resolver) *runningAgent {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	db, err := storage.OpenAgent(ctx, filepath.Join(dir, "agent.db"), storage.WithIntake())
+	db, err := agentdb.OpenAgent(ctx, filepath.Join(dir, "agent.db"), agentdb.WithIntake())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,9 +205,9 @@ func waitHeld(t *testing.T, info *relay.TokenInfo, nodes ...*node) {
 }
 
 // captures returns what the agent saved, oldest first.
-func (ra *runningAgent) captures(t *testing.T) []*storage.Capture {
+func (ra *runningAgent) captures(t *testing.T) []*agentdb.Capture {
 	t.Helper()
-	cs, err := ra.db.CapturesAfter(context.Background(), storage.CaptureFilter{}, 0, 100000)
+	cs, err := ra.db.CapturesAfter(context.Background(), agentdb.CaptureFilter{}, 0, 100000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,7 @@ var agentStages = []stageRule{
 		"relay.decodeRequest"}, wsReads...)},
 	// The agent's only C code is SQLite's, and only SQLite calls libc:
 	// C code at the leaf is saving.
-	{stage: "save", patterns: []string{"github.com/calltap/calltap/storage.", "github.com/mattn/go-sqlite3",
+	{stage: "save", patterns: []string{"github.com/calltap/calltap/storage.", "github.com/calltap/calltap/storage/agentdb.", "github.com/mattn/go-sqlite3",
 		"inspector/agent.(*Agent).writeLoop", "inspector/agent.(*Agent).save", "inspector/agent.(*Agent).queue",
 		"inspector/agent.(*Agent).insert", "inspector/agent.(*Agent).record",
 		"^sqlite3", "^pager", "^wal", "^btree", "^pcache", "^vdbe", "^_cgo_", "^x_cgo_",

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/storage"
+
+	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/google/uuid"
 )
 
@@ -95,7 +97,7 @@ func cmdPrune(ctx context.Context, args []string) error {
 
 // seedOld saves n captures 60 days old into the agent store at path.
 func seedOld(ctx context.Context, path string, n int) error {
-	db, err := storage.OpenAgent(ctx, path, storage.WithSync(storage.SyncNormal))
+	db, err := agentdb.OpenAgent(ctx, path, agentdb.WithSync(storage.SyncNormal))
 	if err != nil {
 		return err
 	}
@@ -103,11 +105,11 @@ func seedOld(ctx context.Context, path string, n int) error {
 	old := time.Now().Add(-60 * 24 * time.Hour)
 	ev, _ := jsonEvent2K()
 	for i := 0; i < n; i += 1000 {
-		batch := make([]*storage.Capture, 0, 1000)
+		batch := make([]*agentdb.Capture, 0, 1000)
 		for j := i; j < min(i+1000, n); j++ {
-			batch = append(batch, &storage.Capture{ID: uuid.NewString(), Source: "tunnel", CreatedAt: old.Add(time.Duration(j) * time.Millisecond),
+			batch = append(batch, &agentdb.Capture{ID: uuid.NewString(), Source: "tunnel", CreatedAt: old.Add(time.Duration(j) * time.Millisecond),
 				Method: "POST", Path: "/voice", RequestHeaders: `[["Content-Type","application/json"]]`, Body: ev,
-				Event: "call.ended", CallID: fmt.Sprintf("call-%d", j/5), DeliveryID: uuid.NewString(), Status: storage.StatusDelivered, MaxAttempts: 1, Duration: -1})
+				Event: "call.ended", CallID: fmt.Sprintf("call-%d", j/5), DeliveryID: uuid.NewString(), Status: agentdb.StatusDelivered, MaxAttempts: 1, Duration: -1})
 		}
 		if _, err := db.WriteCaptures(ctx, batch, nil); err != nil {
 			return err

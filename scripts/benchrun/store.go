@@ -20,6 +20,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/google/uuid"
 )
 
@@ -46,17 +47,17 @@ func callBodies(k int, start time.Time) []callevent.Payload {
 
 // captureOf builds the capture the agent would save for payload p, with a
 // time-ordered (UUIDv7) id as the agent gives it.
-func captureOf(p callevent.Payload, body []byte, at time.Time) *storage.Capture {
+func captureOf(p callevent.Payload, body []byte, at time.Time) *agentdb.Capture {
 	id, err := uuid.NewV7()
 	if err != nil { // only when the random source fails
 		id = uuid.New()
 	}
-	return &storage.Capture{
+	return &agentdb.Capture{
 		ID: id.String(), Source: agent.SourceTunnel, CreatedAt: at, Method: "POST", Path: "/voice",
 		RequestHeaders: `[["Host","relay.example.com"],["Accept-Encoding","gzip"],["Content-Type","application/json"],["User-Agent","voice-service/1.0"]]`,
 		Body:           body, Target: "http://127.0.0.1:3000/webhooks/voice",
 		Event: p.Event, CallID: p.Call.CallID, DeliveryID: p.ID, OccurredAt: p.OccurredAt,
-		Status: storage.StatusPending, MaxAttempts: 1, Duration: -1,
+		Status: agentdb.StatusPending, MaxAttempts: 1, Duration: -1,
 	}
 }
 
@@ -134,8 +135,8 @@ func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 		sync                    storage.SyncMode
 	}{{false, false, storage.SyncFull}, {true, false, storage.SyncFull}, {true, true, storage.SyncFull}, {true, false, storage.SyncNormal}} {
 		withResponse := mode.withResponse
-		db, err := storage.OpenAgent(ctx, filepath.Join(dir, fmt.Sprintf("agent-%v-%v-%s.db", withResponse, mode.keepIndex, mode.sync)),
-			storage.WithSync(mode.sync))
+		db, err := agentdb.OpenAgent(ctx, filepath.Join(dir, fmt.Sprintf("agent-%v-%v-%s.db", withResponse, mode.keepIndex, mode.sync)),
+			agentdb.WithSync(mode.sync))
 		if err != nil {
 			return err
 		}
@@ -146,13 +147,13 @@ func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 		}
 		// A producer builds captures the way the agent's read loop does,
 		// beside the writer, as in the agent.
-		batches := make(chan []*storage.Capture, 4)
+		batches := make(chan []*agentdb.Capture, 4)
 		stop := make(chan struct{})
 		go func() {
 			defer close(batches)
 			n := 0
 			for {
-				b := make([]*storage.Capture, batch)
+				b := make([]*agentdb.Capture, batch)
 				for i := range b {
 					t := pool[n%len(pool)]
 					body := bytes.Clone(t.body)
@@ -169,12 +170,12 @@ func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 				}
 			}
 		}()
-		var prev []*storage.Capture
+		var prev []*agentdb.Capture
 		var n, total int
 		write := func(until time.Time) error {
 			for time.Now().Before(until) && (mode.keepIndex || total < burstMax) {
 				ins := <-batches
-				var upd []*storage.Capture
+				var upd []*agentdb.Capture
 				if withResponse {
 					for _, c := range prev {
 						upd = append(upd, answered(c))
@@ -229,12 +230,12 @@ func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 }
 
 // answered is c after the handler answered 200, as the agent records it.
-func answered(c *storage.Capture) *storage.Capture {
+func answered(c *agentdb.Capture) *agentdb.Capture {
 	u := *c
-	u.Status, u.ResponseStatus, u.Attempts = storage.StatusDelivered, 200, 1
+	u.Status, u.ResponseStatus, u.Attempts = agentdb.StatusDelivered, 200, 1
 	u.ResponseHeaders, u.ResponseBody = `[["Content-Length","17"],["Content-Type","application/json"]]`, []byte(`{"received":true}`)
 	u.Duration, u.DeliveredAt = 900*time.Microsecond, time.Now().UTC()
-	u.LastAttempt = &storage.Attempt{N: 1, At: c.CreatedAt, ResponseStatus: 200, Duration: u.Duration}
+	u.LastAttempt = &agentdb.Attempt{N: 1, At: c.CreatedAt, ResponseStatus: 200, Duration: u.Duration}
 	return &u
 }
 
@@ -277,18 +278,18 @@ func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (stri
 	building := filepath.Join(cacheDir, "building-"+key+".db")
 	for _, suffix := range []string{"", "-wal", "-shm"} {
 		os.Remove(building + suffix)
-		os.Remove(storage.SearchIndexPath(building) + suffix)
+		os.Remove(agentdb.SearchIndexPath(building) + suffix)
 	}
 	fmt.Fprintf(os.Stderr, "store: building %d captures in %s (once; kept for later runs)\n", size, path)
-	db, err := storage.OpenAgent(ctx, building)
+	db, err := agentdb.OpenAgent(ctx, building)
 	if err != nil {
 		return "", err
 	}
-	batches := make(chan []*storage.Capture, 2)
+	batches := make(chan []*agentdb.Capture, 2)
 	go func() {
 		defer close(batches)
 		start := time.Now().Add(-30 * 24 * time.Hour).UTC()
-		var b []*storage.Capture
+		var b []*agentdb.Capture
 		n := 0
 		for k := 0; n < size; k++ {
 			for _, p := range callBodies(k, start) {
@@ -297,7 +298,7 @@ func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (stri
 				}
 				body, _ := json.Marshal(p)
 				c := captureOf(p, body, start.Add(time.Duration(n)*100*time.Millisecond))
-				c.Status = storage.StatusDelivered
+				c.Status = agentdb.StatusDelivered
 				b = append(b, c)
 				n++
 				if len(b) == batch {
@@ -338,7 +339,7 @@ func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (stri
 		return "", err
 	}
 	// The store and its search index file, each with any WAL left.
-	for _, f := range [][2]string{{building, path}, {storage.SearchIndexPath(building), storage.SearchIndexPath(path)}} {
+	for _, f := range [][2]string{{building, path}, {agentdb.SearchIndexPath(building), agentdb.SearchIndexPath(path)}} {
 		for _, suffix := range []string{"-wal", "-shm"} {
 			if _, err := os.Stat(f[0] + suffix); err == nil {
 				if err := os.Rename(f[0]+suffix, f[1]+suffix); err != nil {
@@ -347,7 +348,7 @@ func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (stri
 			}
 		}
 	}
-	if err := os.Rename(storage.SearchIndexPath(building), storage.SearchIndexPath(path)); err != nil {
+	if err := os.Rename(agentdb.SearchIndexPath(building), agentdb.SearchIndexPath(path)); err != nil {
 		return "", err
 	}
 	return path, os.Rename(building, path)
@@ -357,7 +358,7 @@ func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (stri
 // handler on loopback and times the list endpoint's first page under each
 // filter the UI offers.
 func measureQueries(ctx context.Context, res *results, path string, size int) error {
-	db, err := storage.OpenAgent(ctx, path)
+	db, err := agentdb.OpenAgent(ctx, path)
 	if err != nil {
 		return err
 	}
@@ -376,7 +377,7 @@ func measureQueries(ctx context.Context, res *results, path string, size int) er
 	base := "http://" + ln.Addr().String() + "/api/v1/ext/webhooks/"
 
 	// Pick filter values from the middle of the store.
-	mid, _, err := db.Captures(ctx, storage.CaptureFilter{Page: storage.Page{Limit: 1, Offset: size / 2}})
+	mid, _, err := db.Captures(ctx, agentdb.CaptureFilter{Page: storage.Page{Limit: 1, Offset: size / 2}})
 	if err != nil || len(mid) == 0 {
 		return fmt.Errorf("store has no capture at offset %d: %v", size/2, err)
 	}

@@ -95,7 +95,7 @@ type tear struct {
 
 // tearLastRecord does to the agent's newest intake log what a power cut
 // does to a write the disk had not synced: the second half of the last
-// record's frame (storage/intakerecord.go: u32 length, u32 CRC-32C,
+// record's frame (storage/agentdb/intakerecord.go: u32 length, u32 CRC-32C,
 // payload; a zero length ends the records, the file being prefilled with
 // zeros) is zeroed. A record synced says so (synced, given its payload) is
 // left whole, as a power cut would leave it.

@@ -1,0 +1,459 @@
+package agentdb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+)
+
+// Capture is one request the agent received, byte-exact, and what became of
+// it. Headers are kept as JSON arrays of [name, value] pairs, in order.
+type Capture struct {
+	Seq            int64
+	ID             string
+	RelayID        string // the relay's request id; empty for local captures
+	Source         string // tunnel | replay | backfill | trigger
+	CreatedAt      time.Time
+	ArrivedAt      time.Time // at the relay; zero unless it waited in the relay's queue
+	Queued         bool      // its sender was answered 202 before the handler saw it (the relay's offline queue); an update sets it, never clears it
+	Method         string
+	Path           string
+	Query          string
+	RequestHeaders string // JSON
+	Body           []byte
+	Size           int // len(Body); set by List, which does not load bodies
+	Target         string
+
+	Event       string
+	CallID      string
+	DeliveryID  string
+	OccurredAt  string
+	DuplicateOf string
+	ReplayOf    string
+
+	Status          string // pending | delivered | failed | unknown
+	ResponseStatus  int    // 0: no response
+	ResponseHeaders string // JSON; "" when none
+	ResponseBody    []byte
+	Error           string
+	Duration        time.Duration // -1: not finished
+	DeliveredAt     time.Time
+	Attempts        int
+	MaxAttempts     int
+	Keep            bool // retention never prunes it (SetKeep); only a delete removes it
+
+	// LastAttempt, when set on an update, is recorded in the attempts log
+	// in the same transaction.
+	LastAttempt *Attempt
+
+	bodyFile   string // the segment holding Body once written (StageBody, or WriteCaptures for one not staged); "" before
+	bodyOffset int64  // where in it
+}
+
+// Capture status values.
+const (
+	StatusPending   = "pending"
+	StatusDelivered = "delivered"
+	StatusFailed    = "failed"
+	// StatusUnknown: the agent was killed after saving a live request
+	// and before recording the handler's answer. The handler may have
+	// answered and the sender may have got that answer, or not: nobody
+	// can tell any more, and the store does not pretend to.
+	StatusUnknown = "unknown"
+)
+
+// maxIndexedBody keeps huge bodies out of the full-text index.
+const (
+	maxIndexedBody     = 1 << 20
+	maxIndexedBodyText = "1048576" // the same, in SQL
+)
+
+func micros(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMicro(), Valid: true}
+}
+
+func fromMicros(n sql.NullInt64) time.Time {
+	if !n.Valid {
+		return time.Time{}
+	}
+	return time.UnixMicro(n.Int64).UTC()
+}
+
+const captureColumns = `seq, id, relay_id, source, created_at, arrived_at, queued, method, path, query, request_headers,
+	size, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, response_status,
+	error, duration_us, delivered_at, attempts, max_attempts, keep`
+
+// capturePrefixed is captureColumns qualified by the alias c, for joins.
+var capturePrefixed = func() string {
+	cols := strings.Split(captureColumns, ",")
+	for i, col := range cols {
+		cols[i] = "c." + strings.TrimSpace(col)
+	}
+	return strings.Join(cols, ", ")
+}()
+
+func scanCapture(sc interface{ Scan(...any) error }, extra ...any) (*Capture, error) {
+	var (
+		c                                                                       Capture
+		relayID, event, callID, deliveryID, occurredAt, dupOf, replayOf, errTxt sql.NullString
+		created                                                                 int64
+		arrived, respStatus, dur, delivered                                     sql.NullInt64
+	)
+	dest := []any{&c.Seq, &c.ID, &relayID, &c.Source, &created, &arrived, &c.Queued, &c.Method, &c.Path, &c.Query, &c.RequestHeaders,
+		&c.Size, &c.Target, &event, &callID, &deliveryID, &occurredAt, &dupOf, &replayOf, &c.Status, &respStatus,
+		&errTxt, &dur, &delivered, &c.Attempts, &c.MaxAttempts, &c.Keep}
+	if err := sc.Scan(append(dest, extra...)...); err != nil {
+		return nil, err
+	}
+	c.RelayID, c.Event, c.CallID, c.DeliveryID, c.OccurredAt = relayID.String, event.String, callID.String, deliveryID.String, occurredAt.String
+	c.DuplicateOf, c.ReplayOf, c.Error = dupOf.String, replayOf.String, errTxt.String
+	c.CreatedAt = time.UnixMicro(created).UTC()
+	c.ArrivedAt = fromMicros(arrived)
+	c.ResponseStatus = int(respStatus.Int64)
+	c.Duration = -1
+	if dur.Valid {
+		c.Duration = time.Duration(dur.Int64) * time.Microsecond
+	}
+	c.DeliveredAt = fromMicros(delivered)
+	return &c, nil
+}
+
+// Capture loads one capture with its request and response bodies.
+func (db *AgentStore) Capture(ctx context.Context, id string) (_ *Capture, err error) {
+	defer db.explain(&err)
+	if err := db.caughtUp(ctx); err != nil {
+		return nil, err
+	}
+	var respHeaders sql.NullString
+	var body, respBody []byte
+	var file sql.NullString
+	var offset sql.NullInt64
+	row := db.read.QueryRowContext(ctx, `SELECT `+capturePrefixed+`, b.body, b.file, b.file_offset, c.response_headers, c.response_body
+		FROM captures c LEFT JOIN capture_bodies b ON b.seq = c.seq WHERE c.id = ?`, id)
+	c, err := scanCapture(row, &body, &file, &offset, &respHeaders, &respBody)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	} else if err != nil {
+		return nil, err
+	}
+	if file.Valid {
+		if body, err = db.readFileBody(file.String, offset.Int64, int64(c.Size)); err != nil {
+			return nil, err
+		}
+	}
+	c.Body, c.ResponseHeaders, c.ResponseBody = body, respHeaders.String, respBody
+	if c.Body == nil {
+		c.Body = []byte{}
+	}
+	return c, nil
+}
+
+// CaptureFilter narrows a capture listing. Zero fields do not filter.
+type CaptureFilter struct {
+	Event       string
+	CallID      string
+	CallIDs     []string // any of these calls (export)
+	DeliveryID  string
+	IDPrefix    string // ids that start with it: a user's shortened capture id
+	StatusClass string // 2xx 3xx 4xx 5xx none
+	Text        string // full-text search in bodies
+	Source      string
+	ReplayOf    string
+	Since       time.Time
+	Until       time.Time
+	Duplicate   *bool
+	Page
+}
+
+func (f *CaptureFilter) where() (string, []any) {
+	conds, args := f.condsWithText()
+	return joinWhere(conds), args
+}
+
+// condsWithText is conds and, for a text search, the match in the index.
+func (f *CaptureFilter) condsWithText() ([]string, []any) {
+	conds, args := f.conds()
+	if q := ftsQuery(f.Text); q != "" {
+		conds = append(conds, "seq IN (SELECT docid FROM search.captures_fts WHERE body MATCH ?)")
+		args = append(args, q)
+	}
+	return conds, args
+}
+
+func joinWhere(conds []string) string {
+	if len(conds) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(conds, " AND ")
+}
+
+// conds is the filter's conditions on captures columns: all but Text.
+func (f *CaptureFilter) conds() ([]string, []any) {
+	var conds []string
+	var args []any
+	add := func(cond string, a ...any) {
+		conds = append(conds, cond)
+		args = append(args, a...)
+	}
+	if f.Event != "" {
+		add("event = ?", f.Event)
+	}
+	if f.CallID != "" {
+		add("call_id = ?", f.CallID)
+	}
+	if len(f.CallIDs) > 0 {
+		marks := strings.Repeat("?, ", len(f.CallIDs))
+		ids := make([]any, len(f.CallIDs))
+		for i, id := range f.CallIDs {
+			ids[i] = id
+		}
+		add("call_id IN ("+marks[:len(marks)-2]+")", ids...)
+	}
+	if f.DeliveryID != "" {
+		add("delivery_id = ?", f.DeliveryID)
+	}
+	if f.IDPrefix != "" {
+		// A range, not LIKE, so the unique index on id answers it. Ids
+		// are ASCII, so every id with the prefix sorts below prefix+0x7f.
+		add("id >= ? AND id < ?", f.IDPrefix, f.IDPrefix+"\x7f")
+	}
+	if f.Source != "" {
+		add("source = ?", f.Source)
+	}
+	if f.ReplayOf != "" {
+		add("replay_of = ?", f.ReplayOf)
+	}
+	switch f.StatusClass {
+	case "":
+	case "none":
+		add("response_status IS NULL")
+	default:
+		base := int(f.StatusClass[0]-'0') * 100
+		add("response_status BETWEEN ? AND ?", base, base+99)
+	}
+	if !f.Since.IsZero() {
+		add("created_at >= ?", f.Since.UnixMicro())
+	}
+	if !f.Until.IsZero() {
+		add("created_at < ?", f.Until.UnixMicro())
+	}
+	if f.Duplicate != nil {
+		if *f.Duplicate {
+			add("duplicate_of IS NOT NULL")
+		} else {
+			add("duplicate_of IS NULL")
+		}
+	}
+	return conds, args
+}
+
+// ftsQuery turns what a user typed into an FTS4 query that cannot be a
+// syntax error: every word becomes a quoted phrase, all of which must match.
+func ftsQuery(s string) string {
+	var terms []string
+	for _, w := range strings.Fields(s) {
+		terms = append(terms, `"`+strings.ReplaceAll(w, `"`, `""`)+`"`)
+	}
+	return strings.Join(terms, " ")
+}
+
+// Captures lists captures newest first, without bodies, and counts all that
+// match the filter.
+func (db *AgentStore) Captures(ctx context.Context, f CaptureFilter) (_ []*Capture, _ int, err error) {
+	defer db.explain(&err)
+	if err := db.caughtUp(ctx); err != nil {
+		return nil, 0, err
+	}
+	if q := ftsQuery(f.Text); q != "" {
+		if err := db.CatchUpSearch(ctx); err != nil {
+			return nil, 0, err
+		}
+		return db.searchCaptures(ctx, f, q)
+	}
+	return db.listCaptures(ctx, f)
+}
+
+// CapturesAfter returns up to limit captures that match f (its Page aside)
+// and come after seq after, oldest first, bodies included: a walk that
+// neither repeats nor misses a capture while new ones are saved.
+func (db *AgentStore) CapturesAfter(ctx context.Context, f CaptureFilter, after int64, limit int) (_ []*Capture, err error) {
+	defer db.explain(&err)
+	if err := db.caughtUp(ctx); err != nil {
+		return nil, err
+	}
+	if f.Text != "" {
+		if err := db.CatchUpSearch(ctx); err != nil {
+			return nil, err
+		}
+	}
+	conds, args := f.condsWithText()
+	conds = append(conds, "seq > ?")
+	args = append(args, after, limit)
+	rows, err := db.read.QueryContext(ctx, `SELECT `+captureColumns+` FROM captures`+joinWhere(conds)+` ORDER BY seq LIMIT ?`, args...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := scanCaptures(rows, limit)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range out {
+		full, err := db.Capture(ctx, c.ID)
+		if err != nil {
+			return nil, err
+		}
+		*c = *full
+	}
+	return out, nil
+}
+
+// EachCapture calls fn with every capture f selects (its Page aside),
+// oldest first and bodies included, reading a page at a time so that memory
+// does not grow with the store; then returns how many it passed to fn.
+func (db *AgentStore) EachCapture(ctx context.Context, f CaptureFilter, fn func(*Capture) error) (int, error) {
+	if err := db.caughtUp(ctx); err != nil {
+		return 0, err
+	}
+	const page = 200
+	n := 0
+	var after int64
+	for {
+		cs, err := db.CapturesAfter(ctx, f, after, page)
+		if err != nil {
+			return n, err
+		}
+		for _, c := range cs {
+			if err := fn(c); err != nil {
+				return n, err
+			}
+			after = c.Seq
+			n++
+		}
+		if len(cs) < page {
+			return n, nil
+		}
+	}
+}
+
+// listCaptures is Captures without the shortcuts of searchCaptures.
+func (db *AgentStore) listCaptures(ctx context.Context, f CaptureFilter) ([]*Capture, int, error) {
+	where, args := f.where()
+	return db.listWhere(ctx, where, args, f.Page)
+}
+
+// listWhere lists a page of the captures matching where, newest first,
+// and counts them all.
+func (db *AgentStore) listWhere(ctx context.Context, where string, args []any, p Page) ([]*Capture, int, error) {
+	var count int
+	if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM captures`+where, args...).Scan(&count); err != nil {
+		return nil, 0, err
+	}
+	rows, err := db.read.QueryContext(ctx, `SELECT `+captureColumns+` FROM captures`+where+` ORDER BY seq DESC LIMIT ? OFFSET ?`,
+		append(args, p.Limit, p.Offset)...)
+	if err != nil {
+		return nil, 0, err
+	}
+	out, err := scanCaptures(rows, p.Limit)
+	return out, count, err
+}
+
+// scanCaptures reads every row of a captureColumns query and closes rows.
+func scanCaptures(rows *sql.Rows, capacity int) ([]*Capture, error) {
+	defer rows.Close()
+	out := make([]*Capture, 0, max(capacity, 0))
+	for rows.Next() {
+		c, err := scanCapture(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// Attempt is one try at delivering a capture to the local handler.
+type Attempt struct {
+	N              int
+	At             time.Time
+	ResponseStatus int
+	Error          string
+	Duration       time.Duration
+}
+
+// Attempts lists a capture's tries in order.
+func (db *AgentStore) Attempts(ctx context.Context, captureID string) (_ []Attempt, err error) {
+	defer db.explain(&err)
+	if err := db.caughtUp(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := db.read.QueryContext(ctx, `SELECT n, at, response_status, error, duration_us FROM attempts WHERE capture_id = ? ORDER BY n`, captureID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Attempt
+	for rows.Next() {
+		var a Attempt
+		var at, dur int64
+		var status sql.NullInt64
+		var errTxt sql.NullString
+		if err := rows.Scan(&a.N, &at, &status, &errTxt, &dur); err != nil {
+			return nil, err
+		}
+		a.At, a.ResponseStatus, a.Error, a.Duration = time.UnixMicro(at).UTC(), int(status.Int64), errTxt.String, time.Duration(dur)*time.Microsecond
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// UndeliveredQueued lists, oldest first, the captures that came from the
+// relay's offline queue but were never sent to the handler: the agent
+// stopped after saving them. The agent sends them on its next start.
+func (db *AgentStore) UndeliveredQueued(ctx context.Context) (_ []string, err error) {
+	defer db.explain(&err)
+	if err := db.caughtUp(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := db.read.QueryContext(ctx, `SELECT id FROM captures WHERE queued = 1 AND attempts = 0 ORDER BY seq`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// MarkInterrupted marks answer-unknown (StatusUnknown), with reason as
+// their error, the live tunnel requests saved by an earlier run that never
+// recorded the handler's answer: that run was killed (or could not record
+// it) while they were at the handler or after, so their senders may have
+// got the handler's answer, or a 5xx and then send them again. It returns
+// how many it marked. Call it at start, before any new request is saved.
+func (db *AgentStore) MarkInterrupted(ctx context.Context, reason string) (_ int64, err error) {
+	defer db.explain(&err)
+	if err := db.caughtUp(ctx); err != nil {
+		return 0, err
+	}
+	// Versions before answer-unknown marked them failed, claiming the
+	// sender was not given the answer: those are corrected too.
+	res, err := db.write.ExecContext(ctx, `UPDATE captures SET status = ?, error = ?
+		WHERE source = 'tunnel' AND queued = 0 AND attempts = 0
+		AND (status = ? OR status = ? AND error LIKE 'interrupted: the agent stopped before the handler''s answer was recorded;%')`,
+		StatusUnknown, reason, StatusPending, StatusFailed)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}

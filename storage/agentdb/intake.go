@@ -1,0 +1,547 @@
+package agentdb
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/intake"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The intake log is the agent store's answer path. A request's capture is
+// durable once LogCaptures has appended it to the log and synced the log:
+// one write and one fdatasync for a whole batch, where a SQLite commit
+// writes a WAL frame per page it touches (the row, five indexes, the body
+// table: some thirty writes a request) and takes file locks around it. The
+// SQLite rows, and everything built from them (the search index, call
+// analysis, listings), are applied from the log later, off the answer
+// path, in large batches (applyLoop): a batch of applied records is one
+// SQLite commit at synchronous=NORMAL, however many requests it holds. A
+// log file is deleted only after the WAL holding the commits that applied
+// it is synced.
+//
+// Order and exactly once: records are applied in the order they were
+// appended, and the position after the last applied record (generation,
+// offset) is written in the same SQLite transaction as the rows it applied
+// (intake_state). A crash between the log's sync and the apply leaves
+// records past that position: the next open applies them, and only them.
+// A record torn by the crash (its frame's length or checksum does not
+// hold) was never synced, so nobody was told it was saved: the log is cut
+// there, and the cut logged. Damage with a whole record after it is not a
+// tear, and the open stops (recover).
+//
+// Readers see every record appended before their call: each read and each
+// direct write of an AgentStore applies what is pending first (caughtUp),
+// so the inspector's list, the agent's own read of a queued body, a delete
+// or a prune always act on everything already answered.
+//
+// One process owns the log at a time (an exclusive lock on the folder's
+// lock file): the agent, opened WithIntake. Any other process opening the
+// store applies a log no live owner holds (an agent that was killed) and
+// writes to SQLite directly; while an agent owns the log, another process
+// opening the store waits until the agent has applied every record the log
+// held when it opened (ownerCaughtUp, reader.go), so it too sees every
+// request already answered.
+//
+// The log's files, their frames and what is synced when are
+// storage/intake's (its package comment); each record's payload is a
+// capture's insert or update (intakerecord.go).
+
+// applyBatch is the most records applied in one SQLite transaction.
+const applyBatch = 512
+
+// applyDelay is how long the first pending record waits, at most, to be
+// applied (readers in this process never wait for it: they apply what is
+// pending first); a variable for tests.
+var applyDelay = 50 * time.Millisecond
+
+// The log files live among the body segments (BodiesDir): a request's
+// body stays where the log wrote it, and the store names its file and
+// offset (capture_bodies), as it does for a body in a segment. A log file
+// is deleted once it is applied and no capture names it any more
+// (retention, deletes).
+
+// pos is a place in the log: a file's generation and an offset in it.
+type pos struct {
+	gen int64
+	off int64
+}
+
+// endAfter is the position just past n bytes appended to l now.
+func endAfter(l *intake.Log, n int) pos {
+	gen, off := l.End()
+	return pos{gen, off + int64(n)}
+}
+
+// logged is one appended record waiting to be applied.
+type logged struct {
+	rec        []byte // the payload
+	end        pos    // just past its frame
+	deliveryID string // an insert's delivery id and capture id, for duplicate look-ups while pending
+	relayID    string // a queued insert's relay id, for redelivery look-ups while pending
+	id         string
+	// first is the delivery's first capture: id, or the one id repeats
+	// (byDeliver holds it for deliveryID while this record is pending).
+	first string
+}
+
+// intakeLog is an agent store's log: its writer (LogCaptures), the records
+// not yet applied, and the goroutine that applies them.
+type intakeLog struct {
+	db   *AgentStore
+	dir  string
+	sync bool     // storage.SyncFull: a batch with inserts is fdatasynced before LogCaptures returns
+	lock *os.File // the folder's lock file, held exclusively while open
+
+	mu        sync.Mutex  // guards the fields below it; held by LogCaptures for a whole append
+	log       *intake.Log // the file appended to
+	pending   []logged    // appended, not yet applied, in order
+	byDeliver map[string]string
+	byRelay   map[string]string
+	ids       *idFilter     // the store's delivery ids (idfilter.go); nil until built
+	committed deliveryIndex // what SQLite holds: db (openIntake); read when ids may hold an id
+	closed    bool
+
+	npending atomic.Int64 // len(pending), read without mu
+
+	applyMu sync.Mutex // held while applying: by applyLoop, or a reader catching up
+	applied pos        // guarded by applyMu: the position recorded in intake_state
+	failed  error      // guarded by applyMu: the last apply's error, nil once one succeeds
+
+	filterDone chan struct{} // closed once buildIDFilter returns
+	wake       chan struct{} // pokes applyLoop: a record was appended
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+// openIntake takes the log folder of db if no live process holds it,
+// applies what a previous owner left there, and, if own, keeps it and
+// starts a new file to append to. It returns nil (and applies nothing)
+// when another process owns the log.
+func openIntake(ctx context.Context, db *AgentStore, own bool) (*intakeLog, error) {
+	dir := BodiesDir(db.path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("storage: intake folder: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, intake.LockName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("storage: intake lock: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			// A live agent owns it: what it has answered is read once
+			// it has applied it (reader.go).
+			if own {
+				return nil, nil
+			}
+			return nil, db.ownerCaughtUp(ctx)
+		}
+		return nil, fmt.Errorf("storage: intake lock: %w", err)
+	}
+	in := &intakeLog{db: db, dir: dir, sync: db.sync == storage.SyncFull, lock: lock,
+		byDeliver: map[string]string{}, byRelay: map[string]string{},
+		log:  intake.NewLog(dir, db.sync == storage.SyncFull, db.bodies.SyncDir),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		filterDone: make(chan struct{}),
+		committed:  db}
+	if err := in.recover(ctx, own); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	if !own {
+		lock.Close()
+		return nil, nil
+	}
+	go in.applyLoop()
+	go in.buildIDFilter()
+	return in, nil
+}
+
+// LogCaptures saves inserts and updates for the agent's answer path: when
+// it returns without error, they are durable (under SyncFull) and will be
+// in the store, in this order, before any read that starts after it. A
+// store opened without WithIntake, or whose log another process owns,
+// writes them with WriteCaptures.
+//
+// Written's Seq is 0: the store numbers a capture when it applies it.
+func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Capture) (_ []Written, err error) {
+	in := db.intake
+	if in == nil {
+		return db.WriteCaptures(ctx, inserts, updates)
+	}
+	defer db.explain(&err)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed {
+		return nil, errors.New("storage: the store is closed")
+	}
+	if err := in.log.MakeRoom(); err != nil {
+		return nil, err
+	}
+	if err := in.stageBodies(inserts); err != nil {
+		return nil, err
+	}
+	start := len(in.pending)
+	// One buffer for the call's frames; each pending record is a slice of
+	// it, kept until applied (no copy per record).
+	buf := make([]byte, 0, batchSize(inserts, updates))
+	written, buf, err := in.logInserts(ctx, buf, inserts)
+	if err != nil {
+		in.rollback(start)
+		return nil, err
+	}
+	buf = in.logUpdates(buf, updates)
+	if len(buf) == 0 {
+		return written, nil
+	}
+	// A batch of updates alone is not synced: the log syncs it before a
+	// newer file takes records (intake.Log.Rotate).
+	if err := in.log.Append(buf, len(inserts) > 0); err != nil {
+		in.rollback(start) // nothing past the last good frame stays (Append)
+		return nil, err
+	}
+	if db.index != nil && len(inserts) > 0 {
+		db.index.touch()
+	}
+	in.npending.Store(int64(len(in.pending)))
+	select {
+	case in.wake <- struct{}{}:
+	default:
+	}
+	return written, nil
+}
+
+// stageBodies writes the bodies of inserts kept apart to segments, synced
+// once, before any record names them (the log's records name their
+// segment and offset). Called with mu held.
+func (in *intakeLog) stageBodies(inserts []*Capture) error {
+	apart := false
+	for _, c := range inserts {
+		if !intake.KeptApart(len(c.Body)) {
+			continue
+		}
+		apart = true
+		if err := stageBody(in.db.bodies, c); err != nil {
+			return err
+		}
+	}
+	if !apart || !in.sync {
+		return nil
+	}
+	err := in.db.bodies.SyncWritten()
+	if errors.Is(err, intake.ErrSegmentSync) {
+		unstage(inserts)
+	}
+	return err
+}
+
+// logInserts appends to buf the records of inserts that the duplicate
+// check lets through, and adds them to pending. Called with mu held.
+func (in *intakeLog) logInserts(ctx context.Context, buf []byte, inserts []*Capture) ([]Written, []byte, error) {
+	written := make([]Written, len(inserts))
+	for i, c := range inserts {
+		w, err := checkDuplicate(ctx, c, in)
+		if err != nil {
+			return nil, buf, err
+		}
+		written[i] = w
+		if w.Redelivered {
+			continue
+		}
+		var rec []byte
+		buf, rec = intake.AppendFrame(buf, func(b []byte) []byte { return encodeInsert(b, c, w.DuplicateOf) })
+		in.addPending(c, rec, w.DuplicateOf, endAfter(in.log, len(buf)))
+	}
+	return written, buf, nil
+}
+
+// addPending adds insert c, logged as rec ending at end, to pending and
+// to the look-ups of later duplicate checks. Called with mu held.
+func (in *intakeLog) addPending(c *Capture, rec []byte, dup string, end pos) {
+	first := cmp.Or(dup, c.ID) // a repeat's first was applied already if byDeliver lacks it
+	in.pending = append(in.pending, logged{rec: rec, end: end,
+		deliveryID: c.DeliveryID, relayID: queuedRelayID(c), id: c.ID, first: first})
+	if c.DeliveryID != "" {
+		if _, ok := in.byDeliver[c.DeliveryID]; !ok {
+			in.byDeliver[c.DeliveryID] = first
+		}
+		if in.ids != nil {
+			in.ids.add(c.DeliveryID)
+		}
+	}
+	if r := queuedRelayID(c); r != "" {
+		in.byRelay[r] = c.ID
+	}
+}
+
+// logUpdates appends to buf the records of updates, and adds them to
+// pending. Called with mu held.
+func (in *intakeLog) logUpdates(buf []byte, updates []*Capture) []byte {
+	for _, c := range updates {
+		var rec []byte
+		buf, rec = intake.AppendFrame(buf, func(b []byte) []byte { return encodeUpdate(b, c) })
+		in.pending = append(in.pending, logged{rec: rec, end: endAfter(in.log, len(buf))})
+	}
+	return buf
+}
+
+// rollback drops the records pending from start on: they were not
+// written, or not synced. Called with mu held.
+func (in *intakeLog) rollback(start int) {
+	for _, p := range in.pending[start:] {
+		in.forget(p)
+	}
+	in.pending = in.pending[:start]
+}
+
+// forget drops the look-up entries of p. Called with mu held.
+func (in *intakeLog) forget(p logged) {
+	if p.deliveryID != "" && in.byDeliver[p.deliveryID] == p.first {
+		delete(in.byDeliver, p.deliveryID)
+	}
+	if p.relayID != "" && in.byRelay[p.relayID] == p.id {
+		delete(in.byRelay, p.relayID)
+	}
+}
+
+// firstOf returns the first capture with delivery id d: pending, or in
+// the store. A record leaves pending only after its commit, so it is
+// always in one or the other. Called with mu held.
+func (in *intakeLog) firstOf(ctx context.Context, d string) (string, error) {
+	if id, ok := in.byDeliver[d]; ok {
+		return id, nil
+	}
+	if in.ids != nil && !in.ids.mayHave(d) {
+		return "", nil // never seen
+	}
+	return in.committed.firstOfDelivery(ctx, d)
+}
+
+// deliveryIndex finds the first capture of a delivery id among those
+// committed to SQLite. The store is one; the tests of the delivery-id
+// filter count its reads through another.
+type deliveryIndex interface {
+	firstOfDelivery(ctx context.Context, deliveryID string) (string, error)
+}
+
+// firstOfDelivery returns the first committed capture with delivery id d,
+// or "" if none has it.
+func (db *AgentStore) firstOfDelivery(ctx context.Context, d string) (string, error) {
+	var id string
+	err := db.read.QueryRowContext(ctx, qSelDup, d).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return id, err
+}
+
+// redelivery returns the queued capture with relay id r: pending, or in
+// the store. Its Seq is 0, as LogCaptures' are. Called with mu held.
+func (in *intakeLog) redelivery(ctx context.Context, r string) (string, int64, bool, error) {
+	if id, ok := in.byRelay[r]; ok {
+		return id, 0, true, nil
+	}
+	var id string
+	var seq int64
+	err := in.db.read.QueryRowContext(ctx, qSelRelay, r).Scan(&seq, &id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, false, nil
+	}
+	return id, 0, err == nil, err
+}
+
+// applyLoop applies pending records: applyDelay after the first of a
+// quiet spell, or at once when applyBatch are waiting.
+func (in *intakeLog) applyLoop() {
+	defer close(in.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-in.wake:
+		case <-in.stop:
+			return
+		}
+		if in.npending.Load() < applyBatch {
+			timer.Reset(applyDelay)
+			select {
+			case <-timer.C:
+			case <-in.stop:
+				timer.Stop()
+				return
+			}
+		}
+		if err := in.catchUp(context.Background()); err != nil {
+			// Tried again after a pause; readers meanwhile get the error.
+			timer.Reset(time.Second)
+			select {
+			case <-timer.C:
+			case <-in.stop:
+				return
+			}
+			select {
+			case in.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// catchUp applies every record appended before it was called.
+func (in *intakeLog) catchUp(ctx context.Context) error {
+	if in.npending.Load() == 0 {
+		return nil
+	}
+	in.applyMu.Lock()
+	defer in.applyMu.Unlock()
+	in.mu.Lock()
+	target := len(in.pending)
+	in.mu.Unlock()
+	for target > 0 {
+		in.mu.Lock()
+		n := min(target, applyBatch, len(in.pending))
+		batch := append([]logged(nil), in.pending[:n]...)
+		in.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		if err := in.apply(ctx, batch); err != nil {
+			in.failed = err
+			return err
+		}
+		in.failed = nil
+		in.mu.Lock()
+		for _, p := range in.pending[:n] {
+			in.forget(p)
+		}
+		in.pending = append(in.pending[:0], in.pending[n:]...)
+		in.npending.Store(int64(len(in.pending)))
+		in.mu.Unlock()
+		target -= n
+	}
+	return nil
+}
+
+// apply writes batch to SQLite in one transaction with the position after
+// its last record, and deletes log files it has moved past. Called with
+// applyMu held (or from recover, before anyone else can).
+func (in *intakeLog) apply(ctx context.Context, batch []logged) error {
+	db := in.db
+	if db.index != nil {
+		if err := db.index.waitRoom(ctx, len(batch)); err != nil {
+			return err
+		}
+	}
+	var last int64
+	end := batch[len(batch)-1].end
+	// Not synced: the log holds these records, synced, until a
+	// checkpoint has made this commit durable (below).
+	err := db.writeRawDurable(ctx, false, func(w *rawConn) error {
+		for _, p := range batch {
+			seq, err := w.applyRecord(p)
+			if err != nil {
+				return err
+			}
+			last = max(last, seq)
+		}
+		return w.setApplied(end)
+	})
+	if err != nil {
+		return err
+	}
+	old := in.applied
+	in.applied = end
+	if old.gen < end.gen {
+		var gens []int64
+		for g := old.gen; g < end.gen; g++ {
+			gens = append(gens, g)
+		}
+		if err := in.dropApplied(gens); err != nil {
+			return err
+		}
+	}
+	if db.index != nil && last > 0 {
+		db.index.saved(last)
+	}
+	return nil
+}
+
+// applyRecord writes the record p in w's transaction: an insert's insert
+// step (its duplicate was looked up when it was logged, and a redelivery
+// was never logged), its body left in the log; or an update. It returns
+// the seq inserted (0 for an update).
+func (w *rawConn) applyRecord(p logged) (int64, error) {
+	kind, c, bodyAt, err := decodeRecord(p.rec)
+	if err != nil {
+		return 0, fmt.Errorf("storage: intake record before %d in log %d: %w", p.end.off, p.end.gen, err)
+	}
+	if kind == recUpdate {
+		return 0, w.updateCapture(c)
+	}
+	bodyInLog(c, intake.Name(p.end.gen), p.end.off-int64(len(p.rec))+int64(bodyAt))
+	wr, err := w.insert(c, Written{ID: c.ID, DuplicateOf: c.DuplicateOf})
+	return wr.Seq, err
+}
+
+// dropApplied deletes the applied logs of gens that no capture names, once
+// the commits that applied them are on disk (a commit at
+// synchronous=NORMAL is not until the WAL is synced).
+func (in *intakeLog) dropApplied(gens []int64) error {
+	if len(gens) == 0 {
+		return nil
+	}
+	if err := in.db.syncWAL(); err != nil {
+		return err
+	}
+	for _, g := range gens {
+		if err := in.db.removeSegmentIfUnused(intake.Name(g)); err != nil {
+			return fmt.Errorf("storage: remove an applied intake log: %w", err)
+		}
+	}
+	return nil
+}
+
+// setApplied records p as the intake position, in the transaction of the
+// records it follows.
+func (w *rawConn) setApplied(p pos) error {
+	if _, err := w.exec(`UPDATE intake_state SET applied_gen = ?, applied_end = ?`, p.gen, p.off); err != nil {
+		return fmt.Errorf("storage: record the intake position: %w", err)
+	}
+	return nil
+}
+
+// close stops applyLoop, applies what is pending, and closes the files.
+func (in *intakeLog) close() error {
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		return nil
+	}
+	in.closed = true
+	in.mu.Unlock()
+	close(in.stop)
+	<-in.done
+	<-in.filterDone
+	err := in.catchUp(context.Background())
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return errors.Join(err, in.log.Close(), in.lock.Close())
+}
+
+// caughtUp applies, before a read or a direct write, every record logged
+// before it.
+func (db *AgentStore) caughtUp(ctx context.Context) error {
+	if db.intake == nil {
+		return nil
+	}
+	return db.intake.catchUp(ctx)
+}

@@ -1,0 +1,96 @@
+package agentdb
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"testing"
+)
+
+// A reader opened while an agent owns the store (its intake log) sees
+// every capture the agent logged before it opened, though the agent
+// applies them later; it writes nothing, and says it leaves nothing out.
+func TestReaderSeesWhatTheOwnerLogged(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	owner := openIntakeDB(t, path)
+	defer owner.Close()
+	for i := range 20 {
+		if _, err := owner.LogCaptures(ctx, []*Capture{testCapture(i, []byte(`{"n":1}`))}, nil); err != nil {
+			t.Fatal(err)
+		}
+		r, err := OpenAgentReader(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, n, err := r.Captures(ctx, CaptureFilter{Page: Page{Limit: 1}})
+		lag, lerr := r.Behind(ctx)
+		r.Close()
+		if err != nil || n != i+1 {
+			t.Fatalf("round %d: the reader saw %d capture(s) (%v), want %d", i, n, err, i+1)
+		}
+		if lerr != nil || lag != (Lag{}) {
+			t.Fatalf("round %d: behind %+v (%v) while the owner runs", i, lag, lerr)
+		}
+	}
+}
+
+// With no agent, what a killed one left in its log is what a reader
+// cannot add: Behind counts it, and a store opened to write applies it.
+// A store of an older format is behind too.
+func TestReaderSaysWhatItLeavesOut(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	a := testCapture(1, []byte(`{"n":1}`))
+	if _, err := db.LogCaptures(ctx, []*Capture{a, testCapture(2, []byte(`{"n":2}`))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.LogCaptures(ctx, nil, []*Capture{answeredCapture(a)}); err != nil {
+		t.Fatal(err)
+	}
+	crash(t, db)
+	r, err := OpenAgentReader(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lag, err := r.Behind(ctx)
+	r.Close()
+	if err != nil || lag.Requests != 2 || lag.Answers != 1 {
+		t.Fatalf("behind %+v (%v), want 2 requests and 1 answer", lag, err)
+	}
+	w, err := OpenAgent(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	r, err = OpenAgentReader(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lag, _ = r.Behind(ctx)
+	_, n, err := r.Captures(ctx, CaptureFilter{Page: Page{Limit: 1}})
+	r.Close()
+	if lag.Requests != 0 || lag.Answers != 0 || n != 2 || err != nil {
+		t.Fatalf("once applied: behind %+v, %d captures (%v)", lag, n, err)
+	}
+
+	old := filepath.Join(t.TempDir(), "agent.db")
+	sdb, err := sql.Open("sqlite3", "file:"+old+"?_journal_mode=WAL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdb.SetMaxOpenConns(1)
+	migrateThrough(t, sdb, "0005_contentless_fts.sql")
+	sdb.Close()
+	r, err = OpenAgentReader(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lag, err = r.Behind(ctx)
+	r.Close()
+	if err != nil || lag.Migrations == 0 {
+		t.Fatalf("a store of an older format: behind %+v (%v)", lag, err)
+	}
+}
