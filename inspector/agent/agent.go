@@ -86,52 +86,46 @@ type Event struct {
 	Tunnel  *TunnelState       // the relay connection's state just changed
 }
 
-// Agent captures, forwards and replays requests.
+// Agent captures, forwards and replays requests. A tunnel request's life
+// is an exchange (exchange.go), served by the plan the committer's state
+// picks for it (tunnel.go); the committer (committer.go) saves it, and
+// the turn line (turns.go) sends those that wait for their turn.
+//
+// Lock order: stopMu, turnMu, stateMu and notifyMu are each taken alone;
+// the committer's own come after none of them (see committer).
 type Agent struct {
-	cfg       Config
-	store     *storage.AgentStore
-	captures  captureWriter  // commits captures (writeLoop, commitAlone): store; set before Run, then read-only
-	forwardTo *url.URL       // nil when no local handler is configured
-	client    *http.Client   // https targets
-	handler   *handlerClient // http targets: the local handler, usually
-	log       *slog.Logger
+	cfg       Config                        // set by New, then read-only
+	store     *storage.AgentStore           // read-only
+	forwardTo *url.URL                      // nil when no local handler is configured; read-only
+	client    *http.Client                  // https targets; read-only
+	handler   *handlerClient                // http targets: the local handler, usually; read-only
+	log       *slog.Logger                  // read-only
 	notifyMu  sync.Mutex                    // serialises OnEvent
 	notify    atomic.Pointer[[]func(Event)] // added to by OnEvent (copied, never changed in place)
 
-	ops       chan writeOp // to writeLoop
-	answers   *responses   // the handler's answers waiting to be recorded
-	unsettled atomic.Int64 // answers recorded and not yet committed
-	commitMu  sync.Mutex   // held by whoever took answers, until its commit is over
-	replyMu   sync.Mutex
-	replies   []*liveReply // guarded by replyMu: for sendReplies (livereply.go)
-	failedAt  atomic.Int64 // unix ns of the last failed commit, 0 once saves work again: save-first mode (refuse.go)
-	failures  atomic.Int64 // commits failed since saves last worked, for the log
+	cm *committer // saves captures and answers; set by New, then read-only
 
-	// Tunnel requests that reach the handler one at a time, in arrival
-	// order: the relay's queued ones, those an earlier run saved but did
-	// not send, and live ones that arrived behind them (turnLoop).
+	// The turn line (turns.go), in arrival order: owned by turnLoop, which
+	// takes from its head; any goroutine appends (addTurn).
 	turnMu   sync.Mutex
-	turns    []*turn       // guarded by turnMu: not yet taken by turnLoop, in arrival order
+	turns    []*exchange   // guarded by turnMu: not yet taken by turnLoop, in arrival order
 	turnWake chan struct{} // cap 1: wakes turnLoop
 	waiting  atomic.Int64  // turns not done, the one at the handler included; 0 lets a live request go straight
-	live     atomic.Int64  // live requests not yet answered (serveLive): 0 lets the next one be served alone
 
 	// Stopping, in stages (Run): draining is closed by Drain or when Run's
 	// context ends; then closing is set, after which no task starts, and
-	// the tasks are waited for while writeLoop still commits what they
-	// queue; then writeLoop commits the rest and returns, and Run closes
-	// quit and sets stopped, after which nothing is queued for writeLoop.
+	// the tasks are waited for while the committer still commits what they
+	// queue; then its loop commits the rest and returns, and Run stops it,
+	// after which nothing is queued.
 	draining   chan struct{}
 	drainOnce  sync.Once
-	quit       chan struct{}
 	stopMu     sync.RWMutex
 	closing    bool                       // guarded by stopMu
-	stopped    bool                       // guarded by stopMu
 	tasks      sync.WaitGroup             // goroutines started by start and backgroundLoop
 	background chan func(context.Context) // to backgroundLoop: work bounded by Run's context
 
-	console *console    // nil when Config.Console is
-	media   *MediaSaver // nil when MediaDir is empty
+	console *console    // nil when Config.Console is; read-only
+	media   *MediaSaver // nil when MediaDir is empty; read-only
 
 	stateMu sync.Mutex
 	state   TunnelState // guarded by stateMu
@@ -156,6 +150,48 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("agent: Config.Store is required")
 	}
+	cfg = withDefaults(cfg)
+	a := &Agent{
+		cfg:        cfg,
+		store:      cfg.Store,
+		log:        cfg.Logger,
+		cm:         newCommitter(cfg.Store, cfg.Logger),
+		turnWake:   make(chan struct{}, 1),
+		draining:   make(chan struct{}),
+		background: make(chan func(context.Context)),
+		handler:    newHandlerClient(cfg.ForwardTimeout, cfg.MaxBody),
+		client:     newHTTPSClient(cfg.ForwardTimeout),
+		state:      TunnelState{ForwardTo: cfg.ForwardTo, State: relay.StateOffline},
+	}
+	a.cm.committedInsert, a.cm.publish = a.committedInsert, a.publish
+	if cfg.ForwardTo != "" {
+		u, err := ParseTarget(cfg.ForwardTo)
+		if err != nil {
+			return nil, err
+		}
+		a.forwardTo = u
+	}
+	if a.forwardTo != nil && cfg.ResumeQueued {
+		a.resume()
+	}
+	if cfg.Console != nil {
+		a.console = newConsole(cfg.Console)
+	}
+	if cfg.MediaDir != "" {
+		saver, err := NewMediaSaver(MediaConfig{
+			DB: cfg.Store, Dir: cfg.MediaDir, AllowPrivate: cfg.AllowPrivateMedia, Logger: cfg.Logger,
+			OnUpdate: func(f *storage.MediaFile) { a.publish(Event{Media: f}) },
+		})
+		if err != nil {
+			return nil, err
+		}
+		a.media = saver
+	}
+	return a, nil
+}
+
+// withDefaults fills in cfg's unset fields.
+func withDefaults(cfg Config) Config {
 	if cfg.ForwardTimeout <= 0 {
 		cfg.ForwardTimeout = 30 * time.Second
 	}
@@ -168,50 +204,13 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.AnalysisPendingAfter <= 0 {
 		cfg.AnalysisPendingAfter = callevent.DefaultAnalysisPendingAfter
 	}
-	a := &Agent{
-		cfg:        cfg,
-		store:      cfg.Store,
-		captures:   cfg.Store,
-		log:        cfg.Logger,
-		ops:        make(chan writeOp, 1024),
-		answers:    newResponses(),
-		turnWake:   make(chan struct{}, 1),
-		draining:   make(chan struct{}),
-		quit:       make(chan struct{}),
-		background: make(chan func(context.Context)),
-	}
-	if cfg.ForwardTo != "" {
-		u, err := ParseTarget(cfg.ForwardTo)
-		if err != nil {
-			return nil, err
-		}
-		a.forwardTo = u
-	}
-	if a.forwardTo != nil && cfg.ResumeQueued {
-		// Answers an earlier run passed on but, its disk full, could only
-		// keep in the answer reserve; then a live request an earlier run
-		// saved but was killed before its handler's answer was recorded:
-		// whether its sender got the handler's answer is not known.
-		a.recoverAnswers()
-		if n, err := a.store.MarkInterrupted(context.Background(), errInterrupted); err != nil {
-			a.log.Error("marking requests whose answer an earlier run did not record", "err", err)
-		} else if n > 0 {
-			a.log.Warn("requests whose answer an earlier run did not record are marked answer unknown", "count", n)
-		}
-		// Queued requests saved by an earlier run that stopped before
-		// sending them take the first turns, before any request of this
-		// run can arrive.
-		ids, err := a.store.UndeliveredQueued(context.Background())
-		if err != nil {
-			a.log.Error("reading undelivered queued requests", "err", err)
-		}
-		for _, id := range ids {
-			a.addTurn(&turn{saved: closedChan, id: id})
-		}
-	}
-	a.handler = newHandlerClient(cfg.ForwardTimeout, cfg.MaxBody)
-	a.client = &http.Client{
-		Timeout: cfg.ForwardTimeout,
+	return cfg
+}
+
+// newHTTPSClient is the client for https targets.
+func newHTTPSClient(timeout time.Duration) *http.Client {
+	return &http.Client{
+		Timeout: timeout,
 		Transport: &http.Transport{
 			Proxy:               nil, // the handler is local: never through a proxy
 			MaxIdleConns:        256,
@@ -221,21 +220,28 @@ func New(cfg Config) (*Agent, error) {
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	if cfg.Console != nil {
-		a.console = newConsole(cfg.Console)
+}
+
+// resume takes up what an earlier run left: answers it passed on but, its
+// disk full, could only keep in the answer reserve; then a live request it
+// saved but was killed before its handler's answer was recorded (whether
+// its sender got the handler's answer is not known); then the queued
+// requests it saved but stopped before sending, which take the first
+// turns, before any request of this run can arrive.
+func (a *Agent) resume() {
+	a.recoverAnswers()
+	if n, err := a.store.MarkInterrupted(context.Background(), errInterrupted); err != nil {
+		a.log.Error("marking requests whose answer an earlier run did not record", "err", err)
+	} else if n > 0 {
+		a.log.Warn("requests whose answer an earlier run did not record are marked answer unknown", "count", n)
 	}
-	a.state = TunnelState{ForwardTo: cfg.ForwardTo, State: relay.StateOffline}
-	if cfg.MediaDir != "" {
-		saver, err := NewMediaSaver(MediaConfig{
-			DB: cfg.Store, Dir: cfg.MediaDir, AllowPrivate: cfg.AllowPrivateMedia, Logger: cfg.Logger,
-			OnUpdate: func(f *storage.MediaFile) { a.publish(Event{Media: f}) },
-		})
-		if err != nil {
-			return nil, err
-		}
-		a.media = saver
+	ids, err := a.store.UndeliveredQueued(context.Background())
+	if err != nil {
+		a.log.Error("reading undelivered queued requests", "err", err)
 	}
-	return a, nil
+	for _, id := range ids {
+		a.addTurn(&exchange{plan: planQueued, saved: closedChan, id: id})
+	}
 }
 
 // ParseTarget checks a --forward-to or --to URL.
@@ -275,7 +281,7 @@ func (a *Agent) publish(ev Event) {
 	}
 }
 
-// Run runs the writer, the in-order delivery worker and the background
+// Run runs the committer's loop, the in-order delivery worker and the background
 // work (replays on the service's schedule, media downloads) until ctx
 // ends; it returns once every goroutine the agent started has ended. It is
 // called once.
@@ -291,7 +297,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wrote := make(chan struct{})
 	go func() {
 		defer close(wrote)
-		a.writeLoop(writes)
+		a.cm.loop(writes)
 	}()
 	stopDrain := context.AfterFunc(ctx, a.Drain)
 	defer stopDrain()
@@ -305,7 +311,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.tasks.Wait() // their writes are still taken
 	stopWrites()
 	<-wrote
-	a.stop()
+	a.cm.stop(a.spillAnswers) // answers a failing disk gave back: kept in the answer reserve for the next run
 	if a.media != nil {
 		a.media.Close(context.Background()) // cancels the downloads: they end soon
 	}
@@ -329,29 +335,6 @@ func (a *Agent) Drain() {
 // before it is recorded (the answer path waits for one sync, not two), so
 // a kill just after the sender got it leaves it so.
 const errInterrupted = "answer unknown: the agent stopped before the handler's answer was recorded; the handler may have had the request, and its sender may have got the handler's answer (if it got a 5xx instead, it sends the request again)"
-
-// stop ends the agent's intake once writeLoop has returned: writes queued
-// from now on are refused, and those still in the queue are abandoned.
-func (a *Agent) stop() {
-	close(a.quit) // frees a queue call blocked on a full queue
-	a.stopMu.Lock()
-	a.stopped = true
-	a.stopMu.Unlock()
-	for {
-		select {
-		case op := <-a.ops:
-			a.abandon([]writeOp{op}, errStopped)
-		default:
-			// Answers a failing disk gave back: kept in the answer
-			// reserve for the next run to record.
-			a.answers.timer.Stop()
-			left := a.answers.take()
-			a.unsettled.Add(-int64(len(left)))
-			a.spillAnswers(left)
-			return
-		}
-	}
-}
 
 // start runs f on a goroutine of its own that Run waits for; false, and f
 // is not run, once the agent has stopped.
@@ -401,7 +384,7 @@ func (a *Agent) goBackground(ctx context.Context, f func(context.Context)) error
 	select {
 	case a.background <- f:
 		return nil
-	case <-a.quit:
+	case <-a.cm.quit:
 		return errStopped
 	case <-ctx.Done():
 		return ctx.Err()
@@ -446,3 +429,29 @@ func (a *Agent) TunnelState() TunnelState {
 	defer a.stateMu.Unlock()
 	return a.state
 }
+
+// committedInsert takes what the store assigned to a capture it just
+// committed, and tells the inspector and the media saver, unless the
+// relay sent a capture already saved again.
+func (a *Agent) committedInsert(c *storage.Capture, w storage.Written) {
+	c.Seq, c.ID, c.DuplicateOf = w.Seq, w.ID, w.DuplicateOf
+	if w.Redelivered {
+		return
+	}
+	a.publish(Event{Capture: c})
+	if a.media != nil {
+		a.media.SaveCapture(c) // returns at once
+	}
+}
+
+// Settle waits, when answers are still waiting to be committed (see
+// responses), until they are: readers of the store then see every
+// answer the agent already sent back.
+func (a *Agent) Settle(ctx context.Context) {
+	if a.cm.unsettled.Load() > 0 {
+		a.Flush(ctx)
+	}
+}
+
+// Flush waits until every write queued before it is committed.
+func (a *Agent) Flush(ctx context.Context) error { return a.cm.save(ctx, writeOp{}) }

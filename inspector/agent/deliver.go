@@ -110,8 +110,7 @@ func (a *Agent) record(c *storage.Capture, n int, res sendResult) *relay.Respons
 	// update commits with the next commit (responses). A copy, since a
 	// retry may change c before that.
 	update := *c
-	a.unsettled.Add(1)
-	a.answers.add(&update)
+	a.cm.addAnswer(&update)
 	a.printLine(c)
 	out := &relay.Response{Status: res.status, Header: res.header, Body: res.body, Error: res.err}
 	switch {
