@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -33,7 +34,7 @@ type committer struct {
 	captures        captureWriter                               // set by New (a test's by NewWritingThrough), then read-only
 	log             *slog.Logger                                // read-only
 	committedInsert func(c *storage.Capture, w storage.Written) // the Agent's: tells the inspector and the media saver; read-only
-	publish         func(Event)                                 // the Agent's; read-only
+	committedAnswer func(c *storage.Capture)                    // the Agent's: tells the inspector of an answer or update committed; read-only
 
 	ops       chan writeOp // the write queue: any goroutine sends (queue), loop receives
 	answers   *responses   // the handler's answers waiting to be recorded, with the linger timer
@@ -61,6 +62,16 @@ func newCommitter(captures captureWriter, log *slog.Logger) *committer {
 		quit:     make(chan struct{}),
 	}
 }
+
+// captureWriter commits captures and the answers recorded on them. The
+// store is the agent's; a test's fails a commit as a full disk does
+// (export_test.go).
+type captureWriter interface {
+	LogCaptures(ctx context.Context, inserts, updates []*storage.Capture) ([]storage.Written, error)
+}
+
+// errStopped is why a write or a replay is refused once Run has stopped.
+var errStopped = errors.New("agent: stopped")
 
 // writeOp is one insert or update for the committer, with what to do after
 // the commit.
@@ -97,6 +108,7 @@ func nextPause(pause time.Duration) time.Duration {
 // batch is loop's state between commits; owned by loop.
 type batch struct {
 	ops      []writeOp
+	acks     []*exchange   // those of ops that wait for their ack, when the commit succeeds
 	kept     []writeOp     // of the last commit, which failed
 	pause    time.Duration // before trying them again; 0 while commits work
 	again    *time.Timer   // ends the pause
@@ -194,7 +206,13 @@ func (cm *committer) commitBatch(ctx context.Context, b *batch) (ran bool, err e
 		cm.log.Debug("saving captures", "err", err, "inserts", len(inserts), "updates", len(updates), "trying_again", len(b.kept), "in", b.pause)
 	} else {
 		b.pause = 0
-		ackAll(b.ops) // one write for all of the commit's acks, before any delivery
+		b.acks = b.acks[:0]
+		for _, op := range b.ops {
+			if op.ack != nil {
+				b.acks = append(b.acks, op.ack)
+			}
+		}
+		ackAll(b.acks) // one write for all of the commit's acks, before any delivery
 	}
 	cm.endWrites(b.ops, written, err)
 	return true, err
@@ -212,7 +230,7 @@ func (cm *committer) endWrites(ops []writeOp, written []storage.Written, err err
 			// The capture is the committer's until its op's after runs.
 			cm.committedInsert(op.insert, written[nth])
 		case op.update != nil:
-			cm.publish(Event{Capture: op.update})
+			cm.committedAnswer(op.update)
 		}
 		if op.insert != nil {
 			nth++
@@ -258,7 +276,7 @@ func (cm *committer) commit(ctx context.Context, inserts, updates []*storage.Cap
 		return true, nil, err
 	}
 	for _, c := range answers {
-		cm.publish(Event{Capture: c})
+		cm.committedAnswer(c)
 	}
 	cm.unsettled.Add(-int64(len(answers)))
 	return true, written, nil

@@ -90,7 +90,7 @@ func runCommitter(t *testing.T, d *disk) (cm *committer, stop func() []*storage.
 	var mu sync.Mutex
 	var published []*storage.Capture
 	cm.committedInsert = func(c *storage.Capture, w storage.Written) { c.Seq, c.ID = w.Seq, w.ID }
-	cm.publish = func(ev Event) { mu.Lock(); published = append(published, ev.Capture); mu.Unlock() }
+	cm.committedAnswer = func(c *storage.Capture) { mu.Lock(); published = append(published, c); mu.Unlock() }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); cm.loop(ctx) }()
@@ -332,7 +332,7 @@ func TestFailedInlineCommitGivesAnswersBack(t *testing.T) {
 	d := openDisk(t)
 	cm := newCommitter(d, quiet)
 	cm.committedInsert = func(*storage.Capture, storage.Written) {}
-	cm.publish = func(Event) {}
+	cm.committedAnswer = func(*storage.Capture) {}
 	first, second := testCapture(`{"a":1}`), testCapture(`{"a":2}`)
 	cm.addAnswer(first)
 	d.setFull(true)

@@ -81,18 +81,17 @@ const liveAckDelay = 2 * time.Millisecond
 // a slow handler (a live request's answer tells it the request was saved).
 func (x *exchange) ackLater() *time.Timer { return time.AfterFunc(liveAckDelay, x.s.Ack) }
 
-// ackAll acknowledges, in one write, the requests of a commit's writes
-// that wait for it (queued and in-turn ones).
-func ackAll(ops []writeOp) {
-	var ss []*relay.Stream
-	for _, op := range ops {
-		if op.ack != nil {
-			ss = append(ss, op.ack.s)
-		}
+// ackAll acknowledges, in one write, the saved requests of a commit that
+// wait for it (queued and in-turn ones).
+func ackAll(xs []*exchange) {
+	if len(xs) == 0 {
+		return
 	}
-	if len(ss) > 0 {
-		relay.AckAll(ss)
+	ss := make([]*relay.Stream, len(xs))
+	for i, x := range xs {
+		ss[i] = x.s
 	}
+	relay.AckAll(ss)
 }
 
 // finishAll finishes, in one write, the alongside exchanges whose answers
@@ -111,3 +110,33 @@ func finishAll(xs []*exchange) {
 		x.s.Release()
 	}
 }
+
+// plan is how a tunnel request is served: choose picks it, serve runs it.
+// The order matters: from planSaveFirst on, an exchange waits for its save
+// on saved; from planInTurn on, it has a place in the turn line.
+type plan uint8
+
+const (
+	// planAlone: a live request alone in the tunnel, served all on one
+	// goroutine (sendAlone). One request at a time is how a voice service
+	// calls, and there the committer's batching has nothing to gather,
+	// while the hand-offs to loop and back each wake a thread on the other
+	// core: at c=1 they were half the agent's futex calls.
+	planAlone plan = iota
+	// planAlongside: a live request while others are in flight: sent on a
+	// goroutine of its own while loop commits it with the others; whichever
+	// ends second answers it (sendAlongside, committed).
+	planAlongside
+	// planSaveFirst: a live request while commits fail: committed, then
+	// sent, or refused before the handler (sendSaved).
+	planSaveFirst
+	// planInTurn: a live request that arrives while requests before it wait
+	// for the handler: saved and acknowledged at once, sent by turnLoop in
+	// its turn, and answered "queued" should its wait outlast the relay's
+	// forward timeout (deferTurn).
+	planInTurn
+	// planQueued: a request from the relay's offline queue (or one an
+	// earlier run saved and did not send): saved and acknowledged in
+	// arrival order, sent by turnLoop in its turn.
+	planQueued
+)

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -56,34 +55,5 @@ func refusalResponse(code, msg string) *relay.Response {
 		Status: http.StatusServiceUnavailable,
 		Header: relay.Header{{Name: "Content-Type", Value: "application/json; charset=utf-8"}, {Name: "Retry-After", Value: "5"}},
 		Body:   append(body, '\n'),
-	}
-}
-
-// recoverAnswers records the answers an earlier run kept in the answer
-// reserve (spillAnswers), and makes the reserve for this run.
-func (a *Agent) recoverAnswers() {
-	if n, err := a.store.RecoverAnswers(context.Background()); err != nil {
-		a.log.Warn("answers an earlier run kept in the answer reserve are not recorded yet; the next start tries again", "err", err)
-	} else if n > 0 {
-		a.log.Info("answers an earlier run could not record for want of room are recorded", "count", n)
-	}
-	if err := a.store.ReserveAnswers(); err != nil {
-		a.log.Warn("no answer reserve: answers a full disk leaves unrecorded at the stop will be lost", "err", err)
-	}
-}
-
-// spillAnswers keeps the answers a failing disk left unrecorded at the
-// stop in the answer reserve, which needs no room, for the next run to
-// record: their senders have them, and the store is to say so.
-func (a *Agent) spillAnswers(caps []*storage.Capture) {
-	if len(caps) == 0 {
-		return
-	}
-	n, err := a.store.SpillAnswers(caps)
-	if n > 0 {
-		a.log.Warn("answers not recorded for want of room are kept in the answer reserve; the next start records them", "count", n)
-	}
-	if n < len(caps) {
-		a.log.Error("answers lost: their captures will say answer unknown", "count", len(caps)-n, "err", err)
 	}
 }

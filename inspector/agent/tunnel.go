@@ -32,36 +32,6 @@ func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
 	a.serve(x)
 }
 
-// plan is how a tunnel request is served: choose picks it, serve runs it.
-// The order matters: from planSaveFirst on, an exchange waits for its save
-// on saved; from planInTurn on, it has a place in the turn line.
-type plan uint8
-
-const (
-	// planAlone: a live request alone in the tunnel, served all on one
-	// goroutine (sendAlone). One request at a time is how a voice service
-	// calls, and there the committer's batching has nothing to gather,
-	// while the hand-offs to loop and back each wake a thread on the other
-	// core: at c=1 they were half the agent's futex calls.
-	planAlone plan = iota
-	// planAlongside: a live request while others are in flight: sent on a
-	// goroutine of its own while loop commits it with the others; whichever
-	// ends second answers it (sendAlongside, committed).
-	planAlongside
-	// planSaveFirst: a live request while commits fail: committed, then
-	// sent, or refused before the handler (sendSaved).
-	planSaveFirst
-	// planInTurn: a live request that arrives while requests before it wait
-	// for the handler: saved and acknowledged at once, sent by turnLoop in
-	// its turn, and answered "queued" should its wait outlast the relay's
-	// forward timeout (deferTurn).
-	planInTurn
-	// planQueued: a request from the relay's offline queue (or one an
-	// earlier run saved and did not send): saved and acknowledged in
-	// arrival order, sent by turnLoop in its turn.
-	planQueued
-)
-
 // choose picks a request's plan from the committer's state and the turn
 // line's. A live request served alone or alongside is counted in cm.live
 // until it is answered.
@@ -237,44 +207,4 @@ func (a *Agent) committed(x *exchange, err error) {
 	}
 	x.resp = a.response(x)
 	a.cm.addReply(x)
-}
-
-// sendSaved sends a request whose save is under way (save first, in turn)
-// and answers it once both are done. It waits for the save first when
-// first is set or saves fail (a request not saved must not reach the
-// handler), and sends none whose save failed already: its sender sends it
-// again, and the handler need not see it now.
-func (a *Agent) sendSaved(x *exchange, first bool) {
-	if first || a.cm.savesFailing() {
-		<-x.saved
-	}
-	select {
-	case <-x.saved:
-		if x.err != nil {
-			x.finish(refusal(x.err))
-			return
-		}
-	default:
-	}
-	if first {
-		a.cm.savedAgain()
-	}
-	x.forwarded = true
-	x.res = a.send(context.Background(), x.c, x.h, x.s.Limits(), nil)
-	<-x.saved // comes: every queued write is told its outcome
-	x.finish(a.response(x))
-}
-
-// response is a live request's answer once its send and its save are over:
-// the handler's, recorded; or, not saved, a refusal naming why, and
-// whether the handler may have the request (its sender sends it again, and
-// that one is saved).
-func (a *Agent) response(x *exchange) *relay.Response {
-	switch {
-	case x.err != nil && x.forwarded:
-		return refusalAfterForward(x.err)
-	case x.err != nil:
-		return refusal(x.err)
-	}
-	return a.record(x.c, 1, x.res)
 }
