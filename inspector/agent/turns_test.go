@@ -189,9 +189,10 @@ func TestLiveRequestInTurnIsDeferred(t *testing.T) {
 	}
 }
 
-// Drain answers the live requests waiting for their turn "queued" at once;
-// the request at the handler finishes; the next start sends the deferred
-// ones, in their order, once each.
+// Drain takes no more turns: the request at the handler finishes, the live
+// ones waiting for their turn are then answered "queued", as is one that
+// arrives after the drain, at once; the next start sends them, in their
+// order, once each.
 func TestDrainDefersLiveRequestsInTheLine(t *testing.T) {
 	g := newGate()
 	hs := httptest.NewServer(g)
@@ -199,26 +200,29 @@ func TestDrainDefersLiveRequestsInTheLine(t *testing.T) {
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
 	queueWhileAway(t, st, `{"seq":0,"hold":true}`)
 	g.arrived(t, 0)
-	var wg sync.WaitGroup
-	codes := make([]int, 3)
-	for i := 1; i <= 2; i++ {
-		polltest.Until(t, 10*time.Second, func() bool {
-			_, n, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{})
-			return err == nil && n == i
-		}, "the request before was not saved")
-		wg.Go(func() { codes[i], _ = post(t, st.TunnelURL+"/hook", fmt.Sprintf(`{"seq":%d}`, i)) })
-	}
+	waiting := make(chan int, 1)
+	go func() { code, _ := post(t, st.TunnelURL+"/hook", `{"seq":1}`); waiting <- code }()
 	polltest.Until(t, 10*time.Second, func() bool {
 		_, n, err := st.AgentDB.Captures(context.Background(), storage.CaptureFilter{})
-		return err == nil && n == 3
-	}, "the live requests were not saved")
+		return err == nil && n == 2
+	}, "the live request was not saved")
 	st.Agent.Drain()
-	wg.Wait()
-	if codes[1] != http.StatusAccepted || codes[2] != http.StatusAccepted {
-		t.Fatalf("live requests waiting at the drain: %v, want 202 each", codes[1:])
+	if code, _ := post(t, st.TunnelURL+"/hook", `{"seq":2}`); code != http.StatusAccepted {
+		t.Fatalf("a live request after the drain: %d, want 202", code)
+	}
+	select {
+	case code := <-waiting:
+		t.Fatalf("the live request waiting behind the one at the handler was answered %d before that one finished", code)
+	default:
 	}
 	g.open()
+	if code := <-waiting; code != http.StatusAccepted {
+		t.Fatalf("the live request waiting at the drain: %d, want 202", code)
+	}
 	st.StopAgent()
+	if seen := g.seen(); fmt.Sprint(seen) != "[0]" {
+		t.Fatalf("the drained agent sent %v, want only the one at the handler", seen)
+	}
 	st.StartAgent()
 	g.arrived(t, 1)
 	g.arrived(t, 2)
