@@ -12,8 +12,8 @@ import (
 )
 
 // committer commits every capture the agent saves and every answer it
-// records, and decides how a tunnel request is served (choose), since that
-// depends on what it is doing: a request alone in the tunnel is committed
+// records; what it is doing decides how a tunnel request is served
+// (Agent.choose picks the plan from it): a request alone in the tunnel is committed
 // inline, on the goroutine that sends it (commitInline); every other write
 // goes through the write queue to loop, which commits whatever queued up
 // while its last commit ran in one commit. Both take the handler's answers
@@ -27,9 +27,11 @@ import (
 // pause; a lone request's goroutine commits inline; any goroutine queues.
 // Whoever commits holds mu from taking the answers until they are committed
 // or given back, so that two answers of one capture commit in the order
-// they were recorded. Lock order: mu, then answers.mu (taken briefly by
-// take and giveBack; add takes it without mu); replyMu and stopMu are
-// never held with another lock, and no lock is held across a relay write.
+// they were recorded; it holds mu across the store's write and sync.
+// Lock order: mu, then answers.mu (taken briefly by take and giveBack; add
+// takes it without mu); replyMu and stopMu are never held with another
+// lock, and no lock is held across a relay write (ackAll, finishAll and
+// the afters run after mu is let go).
 type committer struct {
 	captures        captureWriter                               // set by New (a test's by NewWritingThrough), then read-only
 	log             *slog.Logger                                // read-only

@@ -36,7 +36,7 @@ type exchange struct {
 
 	// In the turn line (in turn, queued) and save first.
 	saved    chan struct{} // closed once the save is over: err, id and skip are set
-	id       string        // the capture's id in the store
+	id       string        // the capture's id: the one made for it, then, once saved is closed, the store's
 	skip     bool          // a queued request the relay sent again: its first copy has the turn
 	timer    *time.Timer   // in turn: defers it before the relay's forward timeout runs out; set before it joins the line
 	answered chan struct{} // in turn: closed once a deferred one has its answer
@@ -47,14 +47,12 @@ type exchange struct {
 //
 //	xWaiting -> xAnswered   alongside: the handler answered before the commit ended; the committer finishes it (finishAll)
 //	xWaiting -> xCommitted  alongside: the commit ended first; the sending goroutine finishes it
-//	xWaiting -> xGivenUp    alongside: the agent stops before it is sent; finished at once, refused
 //	xWaiting -> xSending    in turn: turnLoop took it to the handler and finishes it
 //	xWaiting -> xDeferred   in turn: its wait would outlast the relay's timeout, or the agent drains; answered "queued"
 const (
 	xWaiting int32 = iota
 	xAnswered
 	xCommitted
-	xGivenUp
 	xSending
 	xDeferred
 )
