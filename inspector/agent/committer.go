@@ -76,12 +76,13 @@ type captureWriter interface {
 var errStopped = errors.New("agent: stopped")
 
 // writeOp is one insert or update for the committer, with what to do after
-// the commit.
+// the commit. Made by whoever queues it; loop's from then on, the captures
+// it points at included, until after runs.
 type writeOp struct {
-	insert *storage.Capture
-	update *storage.Capture
-	ack    *exchange // acknowledged to the relay once the insert is committed (ackAll)
-	after  func(error)
+	insert *storage.Capture // a capture to add; the store gives it its seq and, if sent again, its first copy's id
+	update *storage.Capture // a capture to change (a deferred request's queued mark)
+	ack    *exchange        // acknowledged to the relay once the insert is committed (ackAll)
+	after  func(error)      // told the commit's outcome, on loop's goroutine (or queue's caller, once stopped)
 	// keep: should the commit fail, the write is tried again (with the
 	// next one, or after a pause) until it succeeds, and after is called
 	// only then. For writes nobody can be told failed: a queued request
@@ -109,13 +110,13 @@ func nextPause(pause time.Duration) time.Duration {
 
 // batch is loop's state between commits; owned by loop.
 type batch struct {
-	ops      []writeOp
-	acks     []*exchange   // those of ops that wait for their ack, when the commit succeeds
-	kept     []writeOp     // of the last commit, which failed
-	pause    time.Duration // before trying them again; 0 while commits work
-	again    *time.Timer   // ends the pause
-	done     <-chan struct{}
-	stopping bool // ctx ended: commit what is queued, then return
+	ops      []writeOp       // this commit's writes, kept ones first
+	acks     []*exchange     // those of ops that wait for their ack, when the commit succeeds
+	kept     []writeOp       // of the last commit, which failed
+	pause    time.Duration   // before trying them again; 0 while commits work
+	again    *time.Timer     // ends the pause
+	done     <-chan struct{} // ctx's end; nil once seen
+	stopping bool            // ctx ended: commit what is queued, then return
 }
 
 // loop commits whatever queued up while the previous commit ran in one
