@@ -311,6 +311,30 @@ func TestAnswersLingerForACommit(t *testing.T) {
 		t.Errorf("stored response %d, want 201", got.ResponseStatus)
 	}
 
+	// Recorded while a commit runs, it still lingers after that commit,
+	// rather than making loop commit again at once.
+	release := d.holdCommits()
+	op, done := insertOp(testCapture(`{"during":true}`), false)
+	cm.queue(context.Background(), op)
+	polltest.Until(t, 10*time.Second, func() bool { return len(d.record()) == 3 }, "the commit never started")
+	during := *c
+	during.Attempts = 3
+	at = time.Now()
+	cm.addAnswer(&during)
+	release()
+	if err := wait(t, done); err != nil {
+		t.Fatal(err)
+	}
+	polltest.Until(t, 10*time.Second, func() bool { return cm.unsettled.Load() == 0 }, "the answer was never committed")
+	commits = d.record()
+	last = commits[len(commits)-1]
+	if len(commits) != 4 || len(last.updates) != 1 || last.updates[0] != &during {
+		t.Fatalf("%d commits; want the answer committed alone after the one under way", len(commits))
+	}
+	if waited := last.at.Sub(at); waited < responseLinger {
+		t.Errorf("an answer recorded during a commit was committed %s after, before responseLinger (%s)", waited, responseLinger)
+	}
+
 	// The next inline commit takes the answers waiting with it.
 	second := *c
 	second.Attempts = 2
