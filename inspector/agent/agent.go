@@ -19,8 +19,6 @@ package agent
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -29,7 +27,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/storage/agentdb"
 )
@@ -70,13 +67,6 @@ type Config struct {
 	AnalysisPendingAfter time.Duration
 }
 
-// captureWriter commits captures and the answers recorded on them. The
-// store is the agent's; a test's fails a commit as a full disk does
-// (export_test.go).
-type captureWriter interface {
-	LogCaptures(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error)
-}
-
 // Event is what the agent tells whoever shows its work as it happens (the
 // inspector's live stream). Exactly one field is set. Its pointers are the
 // agent's: valid only during the call that passes them.
@@ -86,52 +76,46 @@ type Event struct {
 	Tunnel  *TunnelState       // the relay connection's state just changed
 }
 
-// Agent captures, forwards and replays requests.
+// Agent captures, forwards and replays requests. A tunnel request's life
+// is an exchange (exchange.go), served by the plan the committer's state
+// picks for it (tunnel.go); the committer (committer.go) saves it, and
+// the turn line (turns.go) sends those that wait for their turn.
+//
+// Lock order: stopMu, turnMu, stateMu and notifyMu are each taken alone;
+// the committer's own come after none of them (see committer).
 type Agent struct {
-	cfg       Config
-	store     *agentdb.AgentStore
-	captures  captureWriter  // commits captures (writeLoop, commitAlone): store; set before Run, then read-only
-	forwardTo *url.URL       // nil when no local handler is configured
-	client    *http.Client   // https targets
-	handler   *handlerClient // http targets: the local handler, usually
-	log       *slog.Logger
+	cfg       Config                        // set by New, then read-only
+	store     *agentdb.AgentStore           // read-only
+	forwardTo *url.URL                      // nil when no local handler is configured; read-only
+	client    *http.Client                  // https targets; read-only
+	handler   *handlerClient                // http targets: the local handler, usually; read-only
+	log       *slog.Logger                  // read-only
 	notifyMu  sync.Mutex                    // serialises OnEvent
 	notify    atomic.Pointer[[]func(Event)] // added to by OnEvent (copied, never changed in place)
 
-	ops       chan writeOp // to writeLoop
-	answers   *responses   // the handler's answers waiting to be recorded
-	unsettled atomic.Int64 // answers recorded and not yet committed
-	commitMu  sync.Mutex   // held by whoever took answers, until its commit is over
-	replyMu   sync.Mutex
-	replies   []*liveReply // guarded by replyMu: for sendReplies (livereply.go)
-	failedAt  atomic.Int64 // unix ns of the last failed commit, 0 once saves work again: save-first mode (refuse.go)
-	failures  atomic.Int64 // commits failed since saves last worked, for the log
+	cm *committer // saves captures and answers; set by New, then read-only
 
-	// Tunnel requests that reach the handler one at a time, in arrival
-	// order: the relay's queued ones, those an earlier run saved but did
-	// not send, and live ones that arrived behind them (turnLoop).
+	// The turn line (turns.go), in arrival order: owned by turnLoop, which
+	// takes from its head; any goroutine appends (addTurn).
 	turnMu   sync.Mutex
-	turns    []*turn       // guarded by turnMu: not yet taken by turnLoop, in arrival order
+	turns    []*exchange   // guarded by turnMu: not yet taken by turnLoop, in arrival order
 	turnWake chan struct{} // cap 1: wakes turnLoop
 	waiting  atomic.Int64  // turns not done, the one at the handler included; 0 lets a live request go straight
-	live     atomic.Int64  // live requests not yet answered (serveLive): 0 lets the next one be served alone
 
 	// Stopping, in stages (Run): draining is closed by Drain or when Run's
 	// context ends; then closing is set, after which no task starts, and
-	// the tasks are waited for while writeLoop still commits what they
-	// queue; then writeLoop commits the rest and returns, and Run closes
-	// quit and sets stopped, after which nothing is queued for writeLoop.
+	// the tasks are waited for while the committer still commits what they
+	// queue; then its loop commits the rest and returns, and Run stops it,
+	// after which nothing is queued.
 	draining   chan struct{}
 	drainOnce  sync.Once
-	quit       chan struct{}
 	stopMu     sync.RWMutex
 	closing    bool                       // guarded by stopMu
-	stopped    bool                       // guarded by stopMu
 	tasks      sync.WaitGroup             // goroutines started by start and backgroundLoop
 	background chan func(context.Context) // to backgroundLoop: work bounded by Run's context
 
-	console *console    // nil when Config.Console is
-	media   *MediaSaver // nil when MediaDir is empty
+	console *console    // nil when Config.Console is; read-only
+	media   *MediaSaver // nil when MediaDir is empty; read-only
 
 	stateMu sync.Mutex
 	state   TunnelState // guarded by stateMu
@@ -146,105 +130,6 @@ type TunnelState struct {
 	Rejected     int64  `json:"rejected"`
 	Queued       int    `json:"queued"`
 	Error        string `json:"error,omitempty"`
-}
-
-// errStopped is why a write or a replay is refused once Run has stopped.
-var errStopped = errors.New("agent: stopped")
-
-// New builds an agent over cfg.Store. It starts nothing: Run does.
-func New(cfg Config) (*Agent, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("agent: Config.Store is required")
-	}
-	if cfg.ForwardTimeout <= 0 {
-		cfg.ForwardTimeout = 30 * time.Second
-	}
-	if cfg.MaxBody <= 0 {
-		cfg.MaxBody = 10 << 20
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.AnalysisPendingAfter <= 0 {
-		cfg.AnalysisPendingAfter = callevent.DefaultAnalysisPendingAfter
-	}
-	a := &Agent{
-		cfg:        cfg,
-		store:      cfg.Store,
-		captures:   cfg.Store,
-		log:        cfg.Logger,
-		ops:        make(chan writeOp, 1024),
-		answers:    newResponses(),
-		turnWake:   make(chan struct{}, 1),
-		draining:   make(chan struct{}),
-		quit:       make(chan struct{}),
-		background: make(chan func(context.Context)),
-	}
-	if cfg.ForwardTo != "" {
-		u, err := ParseTarget(cfg.ForwardTo)
-		if err != nil {
-			return nil, err
-		}
-		a.forwardTo = u
-	}
-	if a.forwardTo != nil && cfg.ResumeQueued {
-		// Answers an earlier run passed on but, its disk full, could only
-		// keep in the answer reserve; then a live request an earlier run
-		// saved but was killed before its handler's answer was recorded:
-		// whether its sender got the handler's answer is not known.
-		a.recoverAnswers()
-		if n, err := a.store.MarkInterrupted(context.Background(), errInterrupted); err != nil {
-			a.log.Error("marking requests whose answer an earlier run did not record", "err", err)
-		} else if n > 0 {
-			a.log.Warn("requests whose answer an earlier run did not record are marked answer unknown", "count", n)
-		}
-		// Queued requests saved by an earlier run that stopped before
-		// sending them take the first turns, before any request of this
-		// run can arrive.
-		ids, err := a.store.UndeliveredQueued(context.Background())
-		if err != nil {
-			a.log.Error("reading undelivered queued requests", "err", err)
-		}
-		for _, id := range ids {
-			a.addTurn(&turn{saved: closedChan, id: id})
-		}
-	}
-	a.handler = newHandlerClient(cfg.ForwardTimeout, cfg.MaxBody)
-	a.client = &http.Client{
-		Timeout: cfg.ForwardTimeout,
-		Transport: &http.Transport{
-			Proxy:               nil, // the handler is local: never through a proxy
-			MaxIdleConns:        256,
-			MaxIdleConnsPerHost: 256,
-			IdleConnTimeout:     90 * time.Second,
-			DisableCompression:  true, // forward bodies as they are
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-	if cfg.Console != nil {
-		a.console = newConsole(cfg.Console)
-	}
-	a.state = TunnelState{ForwardTo: cfg.ForwardTo, State: relay.StateOffline}
-	if cfg.MediaDir != "" {
-		saver, err := NewMediaSaver(MediaConfig{
-			DB: cfg.Store, Dir: cfg.MediaDir, AllowPrivate: cfg.AllowPrivateMedia, Logger: cfg.Logger,
-			OnUpdate: func(f *agentdb.MediaFile) { a.publish(Event{Media: f}) },
-		})
-		if err != nil {
-			return nil, err
-		}
-		a.media = saver
-	}
-	return a, nil
-}
-
-// ParseTarget checks a --forward-to or --to URL.
-func ParseTarget(s string) (*url.URL, error) {
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("target %q: want an http(s) URL such as http://127.0.0.1:3000/webhooks", s)
-	}
-	return u, nil
 }
 
 // Store is the agent's capture store.
@@ -271,84 +156,6 @@ func (a *Agent) publish(ev Event) {
 	if fs := a.notify.Load(); fs != nil {
 		for _, f := range *fs {
 			f(ev)
-		}
-	}
-}
-
-// Run runs the writer, the in-order delivery worker and the background
-// work (replays on the service's schedule, media downloads) until ctx
-// ends; it returns once every goroutine the agent started has ended. It is
-// called once.
-//
-// It stops in stages, so that a stop loses nothing a kill would not: the
-// request at the handler in turn finishes (the others wait for the next
-// run, in their order); requests at the handler out of turn finish too,
-// within the handler timeout; what they wrote is committed; only then
-// does the writer stop.
-func (a *Agent) Run(ctx context.Context) error {
-	writes, stopWrites := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWrites()
-	wrote := make(chan struct{})
-	go func() {
-		defer close(wrote)
-		a.writeLoop(writes)
-	}()
-	stopDrain := context.AfterFunc(ctx, a.Drain)
-	defer stopDrain()
-	var loops sync.WaitGroup
-	loops.Go(func() { a.turnLoop(ctx) })
-	loops.Go(func() { a.backgroundLoop(ctx) })
-	loops.Wait()
-	a.stopMu.Lock()
-	a.closing = true
-	a.stopMu.Unlock()
-	a.tasks.Wait() // their writes are still taken
-	stopWrites()
-	<-wrote
-	a.stop()
-	if a.media != nil {
-		a.media.Close(context.Background()) // cancels the downloads: they end soon
-	}
-	a.FlushConsole()
-	a.handler.closeIdle()
-	a.client.CloseIdleConnections()
-	return nil
-}
-
-// Drain makes the agent take no more turns at the handler: the one at the
-// handler finishes, live requests waiting for theirs are answered
-// "queued" (their senders get 202) and, with the queued ones, are sent in
-// their order on the next start. A stopping tunnel calls it first; Run
-// calls it once its context ends.
-func (a *Agent) Drain() {
-	a.drainOnce.Do(func() { close(a.draining) })
-}
-
-// errInterrupted is the error recorded on a live request whose answer an
-// earlier run never recorded: it was killed first. The answer is sent
-// before it is recorded (the answer path waits for one sync, not two), so
-// a kill just after the sender got it leaves it so.
-const errInterrupted = "answer unknown: the agent stopped before the handler's answer was recorded; the handler may have had the request, and its sender may have got the handler's answer (if it got a 5xx instead, it sends the request again)"
-
-// stop ends the agent's intake once writeLoop has returned: writes queued
-// from now on are refused, and those still in the queue are abandoned.
-func (a *Agent) stop() {
-	close(a.quit) // frees a queue call blocked on a full queue
-	a.stopMu.Lock()
-	a.stopped = true
-	a.stopMu.Unlock()
-	for {
-		select {
-		case op := <-a.ops:
-			a.abandon([]writeOp{op}, errStopped)
-		default:
-			// Answers a failing disk gave back: kept in the answer
-			// reserve for the next run to record.
-			a.answers.timer.Stop()
-			left := a.answers.take()
-			a.unsettled.Add(-int64(len(left)))
-			a.spillAnswers(left)
-			return
 		}
 	}
 }
@@ -401,17 +208,10 @@ func (a *Agent) goBackground(ctx context.Context, f func(context.Context)) error
 	select {
 	case a.background <- f:
 		return nil
-	case <-a.quit:
+	case <-a.cm.quit:
 		return errStopped
 	case <-ctx.Done():
 		return ctx.Err()
-	}
-}
-
-// FlushConsole writes console lines still held back.
-func (a *Agent) FlushConsole() {
-	if a.console != nil {
-		a.console.flush()
 	}
 }
 

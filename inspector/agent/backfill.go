@@ -298,7 +298,7 @@ func (a *Agent) importDelivery(ctx context.Context, d *service.Delivery, o Backf
 		item.Error = "already in the local store"
 		return nil
 	}
-	if err := a.save(ctx, writeOp{insert: c}); err != nil {
+	if err := a.cm.save(ctx, writeOp{insert: c}); err != nil {
 		return fmt.Errorf("saving delivery %s: %w", d.ID, err)
 	}
 	res.Imported++

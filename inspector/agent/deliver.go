@@ -110,8 +110,7 @@ func (a *Agent) record(c *agentdb.Capture, n int, res sendResult) *relay.Respons
 	// update commits with the next commit (responses). A copy, since a
 	// retry may change c before that.
 	update := *c
-	a.unsettled.Add(1)
-	a.answers.add(&update)
+	a.cm.addAnswer(&update)
 	a.printLine(c)
 	out := &relay.Response{Status: res.status, Header: res.header, Body: res.body, Error: res.err}
 	switch {
@@ -127,3 +126,43 @@ func (a *Agent) record(c *agentdb.Capture, n int, res sendResult) *relay.Respons
 
 // retryable is the voice service's rule (documentation 6.8).
 func retryable(r sendResult) bool { return callevent.Retryable(r.status) }
+
+// sendSaved sends a request whose save is under way (save first, in turn)
+// and answers it once both are done. It waits for the save first when
+// first is set or saves fail (a request not saved must not reach the
+// handler), and sends none whose save failed already: its sender sends it
+// again, and the handler need not see it now.
+func (a *Agent) sendSaved(x *exchange, first bool) {
+	if first || a.cm.savesFailing() {
+		<-x.saved
+	}
+	select {
+	case <-x.saved:
+		if x.err != nil {
+			x.finish(refusal(x.err))
+			return
+		}
+	default:
+	}
+	if first {
+		a.cm.savedAgain()
+	}
+	x.forwarded = true
+	x.res = a.send(context.Background(), x.c, x.h, x.s.Limits(), nil)
+	<-x.saved // comes: every queued write is told its outcome
+	x.finish(a.response(x))
+}
+
+// response is a live request's answer once its send and its save are over:
+// the handler's, recorded; or, not saved, a refusal naming why, and
+// whether the handler may have the request (its sender sends it again, and
+// that one is saved).
+func (a *Agent) response(x *exchange) *relay.Response {
+	switch {
+	case x.err != nil && x.forwarded:
+		return refusalAfterForward(x.err)
+	case x.err != nil:
+		return refusal(x.err)
+	}
+	return a.record(x.c, 1, x.res)
+}

@@ -22,6 +22,6 @@ func NewWritingThrough(cfg Config, f WriteCapturesFunc) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.captures = f
+	a.cm.captures = f
 	return a, nil
 }

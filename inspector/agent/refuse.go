@@ -1,79 +1,14 @@
 package agent
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
-	"github.com/calltap/calltap/storage/agentdb"
 )
-
-// When the agent cannot save (a full disk, mostly), a live request must not
-// reach the handler: its sender is refused, retries, and each retry would
-// reach the handler again. So a failed commit puts the agent in save-first
-// mode (failedAt): a live request is committed before it is forwarded, and
-// refused with 503 and Retry-After, naming the cause, if the commit fails.
-// (The commit that fails first, on the fast path, is that of a request
-// forwarded already: its sender is told 503 outcome_unknown, the handler
-// may have it.) The first commit that succeeds takes requests again, with
-// no pause; the overlap of commit and handler (the fast path) comes back
-// once commits have succeeded for saveFirstLinger, so that a disk at its
-// edge does not send each retry to the handler again. The fast path pays
-// one atomic load for all this.
-
-// saveFirstLinger is how long after the last failed commit live requests
-// are still committed before they are forwarded.
-const saveFirstLinger = time.Second
-
-// saveFailed records that a commit failed; writeLoop and commitAlone call
-// it before telling anyone the outcome.
-func (a *Agent) saveFailed(err error) {
-	if a.failedAt.Swap(time.Now().UnixNano()) == 0 {
-		a.log.Error("the agent cannot save requests: live requests are refused (503) until a save succeeds", "err", err, "disk_full", storage.IsDiskFull(err))
-	}
-	a.failures.Add(1)
-}
-
-// savedAgain records that a live request was committed in save-first mode.
-func (a *Agent) savedAgain() {
-	f := a.failedAt.Load()
-	if f == 0 || time.Since(time.Unix(0, f)) < saveFirstLinger || !a.failedAt.CompareAndSwap(f, 0) {
-		return
-	}
-	a.log.Info("the agent saves requests again", "failed_commits", a.failures.Swap(0))
-}
-
-// savesFailing reports whether live requests are committed before they are
-// forwarded (see saveFailed).
-func (a *Agent) savesFailing() bool { return a.failedAt.Load() != 0 }
-
-// serveSaveFirst serves a live request while commits fail: committed first,
-// then forwarded, or refused without reaching the handler. Its goroutine
-// waits for the commit's outcome (every queued write is told it), so that
-// writeLoop starts nothing.
-func (a *Agent) serveSaveFirst(c *agentdb.Capture, h relay.Header, s *relay.Stream) {
-	saved := make(chan error, 1)
-	started := a.start(func() {
-		defer s.Release()
-		if err := <-saved; err != nil {
-			s.Respond(refusal(err))
-			return
-		}
-		a.savedAgain()
-		s.Respond(a.record(c, 1, a.send(context.Background(), c, h, s.Limits(), nil)))
-	})
-	if !started { // the agent is stopping
-		s.Respond(refusal(errStopped))
-		s.Release()
-		return
-	}
-	a.insert(writeOp{insert: c, after: func(err error) { saved <- err }})
-}
 
 // Error codes of the agent's refusals, in the envelope's error object.
 const (
@@ -120,34 +55,5 @@ func refusalResponse(code, msg string) *relay.Response {
 		Status: http.StatusServiceUnavailable,
 		Header: relay.Header{{Name: "Content-Type", Value: "application/json; charset=utf-8"}, {Name: "Retry-After", Value: "5"}},
 		Body:   append(body, '\n'),
-	}
-}
-
-// recoverAnswers records the answers an earlier run kept in the answer
-// reserve (spillAnswers), and makes the reserve for this run.
-func (a *Agent) recoverAnswers() {
-	if n, err := a.store.RecoverAnswers(context.Background()); err != nil {
-		a.log.Warn("answers an earlier run kept in the answer reserve are not recorded yet; the next start tries again", "err", err)
-	} else if n > 0 {
-		a.log.Info("answers an earlier run could not record for want of room are recorded", "count", n)
-	}
-	if err := a.store.ReserveAnswers(); err != nil {
-		a.log.Warn("no answer reserve: answers a full disk leaves unrecorded at the stop will be lost", "err", err)
-	}
-}
-
-// spillAnswers keeps the answers a failing disk left unrecorded at the
-// stop in the answer reserve, which needs no room, for the next run to
-// record: their senders have them, and the store is to say so.
-func (a *Agent) spillAnswers(caps []*agentdb.Capture) {
-	if len(caps) == 0 {
-		return
-	}
-	n, err := a.store.SpillAnswers(caps)
-	if n > 0 {
-		a.log.Warn("answers not recorded for want of room are kept in the answer reserve; the next start records them", "count", n)
-	}
-	if n < len(caps) {
-		a.log.Error("answers lost: their captures will say answer unknown", "count", len(caps)-n, "err", err)
 	}
 }

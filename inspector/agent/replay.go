@@ -89,7 +89,7 @@ func (a *Agent) prepareReplay(ctx context.Context, o ReplayOptions) (*agentdb.Ca
 	if o.Retry == "service" {
 		c.MaxAttempts = len(callevent.RetrySchedule)
 	}
-	if err := a.save(ctx, writeOp{insert: c}); err != nil {
+	if err := a.cm.save(ctx, writeOp{insert: c}); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -8,21 +8,22 @@ import (
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
-// responses are the handler's answers waiting to be recorded. Nobody
-// waits for one (the sender has its answer), so recording one wakes
-// nobody: the next commit takes them all, whoever makes it — writeLoop's
-// or a lone request's (commitAlone) — and a timer has writeLoop commit
-// them should no commit come by within responseLinger.
+// responses are the handler's answers waiting to be recorded; the
+// committer owns them. Nobody waits for one (the sender has its answer),
+// so recording one wakes nobody: the next commit takes them all, whoever
+// makes it — the committer's loop or a lone request's goroutine
+// (commitInline) — and a timer has loop commit them should no commit come
+// by within responseLinger.
 //
-// Whoever takes them holds the agent's commitMu until its commit is over
+// Whoever takes them holds the committer's mu until its commit is over
 // and gives back what failed, in front: two answers of one capture (a
 // delivery and its retry) are committed in the order they were recorded.
 type responses struct {
 	mu    sync.Mutex
 	caps  []*agentdb.Capture // guarded by mu: in the order recorded
 	armed atomic.Bool        // the timer is set; it is set once per linger, not once per answer
-	timer *time.Timer
-	due   chan struct{} // cap 1: tells writeLoop the timer went off with answers waiting
+	timer *time.Timer        // the linger timer: set by newResponses, then read-only
+	due   chan struct{}      // cap 1: tells loop the timer went off with answers waiting
 }
 
 func newResponses() *responses {
@@ -58,7 +59,7 @@ func (r *responses) fire() {
 }
 
 // take returns the answers waiting, and forgets them. The caller holds
-// commitMu until it has committed them or given them back.
+// the committer's mu until it has committed them or given them back.
 func (r *responses) take() []*agentdb.Capture {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -68,7 +69,7 @@ func (r *responses) take() []*agentdb.Capture {
 }
 
 // giveBack returns answers taken whose commit failed, ahead of any
-// recorded since; should no commit come by, writeLoop tries them again
+// recorded since; should no commit come by, loop tries them again
 // (and, while commits fail, again after its pause).
 func (r *responses) giveBack(caps []*agentdb.Capture) {
 	if len(caps) == 0 {
@@ -89,11 +90,3 @@ func (r *responses) len() int {
 // responseLinger is how long a recorded answer waits, at most, for a
 // commit to share.
 const responseLinger = 5 * time.Millisecond
-
-// committedResponses tells the inspector of answers just committed.
-func (a *Agent) committedResponses(caps []*agentdb.Capture) {
-	for _, c := range caps {
-		a.publish(Event{Capture: c})
-	}
-	a.unsettled.Add(-int64(len(caps)))
-}

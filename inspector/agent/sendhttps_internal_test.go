@@ -1,0 +1,52 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/calltap/calltap/relay"
+)
+
+// An https target is tried through net/http's client: its answer is read
+// up to the smaller of the agent's and the relay's limits, and one over
+// it fails as too large, naming whose limit.
+func TestSendToHTTPSTarget(t *testing.T) {
+	hs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Answer", "yes")
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(strings.Repeat("a", 100)))
+	}))
+	defer hs.Close()
+	d := openDisk(t)
+	a, err := New(Config{Store: d.store, ForwardTo: hs.URL, MaxBody: 100, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.cm.answers.timer.Stop()
+	a.client = hs.Client()
+	c := a.newCapture(SourceTunnel, "POST", "/hook", relay.Header{{Name: "Host", Value: "public.example"}}, []byte("{}"))
+	if !strings.HasPrefix(c.Target, "https://") {
+		t.Fatalf("target %q", c.Target)
+	}
+	ctx := context.Background()
+	res := a.send(ctx, c, nil, relay.Limits{}, nil)
+	if res.status != http.StatusCreated || len(res.body) != 100 || res.header.Get("X-Answer") != "yes" || res.err != "" {
+		t.Fatalf("an answer of the agent's limit: %d, %d bytes, error %q", res.status, len(res.body), res.err)
+	}
+	res = a.send(ctx, c, nil, relay.Limits{MaxBody: 99}, nil)
+	if !res.tooLarge || !strings.Contains(res.err, "relay's limit of 99 bytes") {
+		t.Errorf("an answer over the relay's limit: too large %v, %q", res.tooLarge, res.err)
+	}
+	a.cfg.MaxBody = 99
+	res = a.send(ctx, c, nil, relay.Limits{MaxBody: 1000}, nil)
+	if !res.tooLarge || !strings.Contains(res.err, "agent's limit of 99 bytes") {
+		t.Errorf("an answer over the agent's limit: too large %v, %q", res.tooLarge, res.err)
+	}
+	hs.Close()
+	if res := a.send(ctx, c, nil, relay.Limits{}, nil); res.err == "" || res.status != 0 {
+		t.Errorf("a closed target: %d, %q", res.status, res.err)
+	}
+}

@@ -1,0 +1,185 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/calltap/calltap/relay"
+)
+
+// The turn line: tunnel requests that reach the handler one at a time, in
+// arrival order (turnLoop): the relay's queued ones, those an earlier run
+// saved but did not send, and live ones that arrived behind them
+// (planInTurn). The Agent's turnMu guards the line; waiting counts the
+// exchanges in it, the one at the handler included.
+
+// lineUp puts x at the end of the turn line; a live one is deferred
+// (answered "queued") before the relay's forward timeout runs out.
+func (a *Agent) lineUp(x *exchange) {
+	if x.plan == planInTurn {
+		x.answered = make(chan struct{})
+		if ft := x.s.ForwardTimeout(); ft > 0 {
+			x.timer = time.AfterFunc(ft-deferMargin(ft), func() {
+				// Its waits end by themselves, so it may run after Run
+				// has stopped waiting for tasks.
+				if a.enter() {
+					defer a.tasks.Done()
+				}
+				a.deferTurn(x)
+			})
+		}
+	}
+	a.addTurn(x)
+}
+
+// closedChan is the saved channel of a capture saved before this run.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// addTurn puts x at the end of the line.
+func (a *Agent) addTurn(x *exchange) {
+	a.waiting.Add(1)
+	a.turnMu.Lock()
+	a.turns = append(a.turns, x)
+	a.turnMu.Unlock()
+	select {
+	case a.turnWake <- struct{}{}:
+	default:
+	}
+}
+
+// isDraining reports whether Drain was called.
+func (a *Agent) isDraining() bool {
+	select {
+	case <-a.draining:
+		return true
+	default:
+		return false
+	}
+}
+
+// deferLater answers x "queued" on a goroutine of its own, Run waiting for
+// it, since its save may still be under way.
+func (a *Agent) deferLater(x *exchange) {
+	if x.plan != planInTurn || x.s.ForwardTimeout() <= 0 {
+		return // queued already; or a relay that knows no "queued": it waits
+	}
+	if x.timer != nil {
+		x.timer.Stop()
+	}
+	if !a.start(func() { a.deferTurn(x) }) {
+		go a.deferTurn(x) // the agent is closing: its waits still end by themselves
+	}
+}
+
+// deferMargin is how long before the relay's forward timeout a live request
+// still waiting for its turn is answered "queued": time to commit its
+// queued mark behind the writes already in line (a busy queue's answers)
+// and for the answer to reach the relay, whose clock started first.
+func deferMargin(ft time.Duration) time.Duration { return min(ft/2, 3*time.Second) }
+
+// deferTurn answers a live request still waiting for its turn "queued",
+// once it is saved and marked queued, so that a restart before its turn
+// still sends it (UndeliveredQueued).
+func (a *Agent) deferTurn(x *exchange) {
+	if !x.state.CompareAndSwap(xWaiting, xDeferred) {
+		return // turnLoop took it
+	}
+	defer close(x.answered)
+	<-x.saved // comes: every queued write is told its outcome
+	if x.err != nil {
+		x.finish(refusal(x.err))
+		return
+	}
+	kept := *x.c
+	kept.Queued, kept.ArrivedAt = true, x.arrivedAt
+	if err := a.cm.save(context.Background(), writeOp{update: &kept, keep: true}); err != nil {
+		x.finish(refusal(err)) // the agent is stopping
+		return
+	}
+	x.queued = true
+	x.finish(&relay.Response{Result: relay.ResultQueued})
+}
+
+// turnLoop sends the tunnel's requests that must wait for their turn to the
+// handler, one at a time, in arrival order, until the agent drains: then
+// the turn at the handler finishes, and the live requests still waiting
+// are answered "queued" (deferLater), to be sent with the queued ones, in
+// their order, by the next run (UndeliveredQueued).
+func (a *Agent) turnLoop(ctx context.Context) {
+	// A turn taken runs to its end: a request at the handler whose answer
+	// is not recorded would be sent again by the next run.
+	run := context.WithoutCancel(ctx)
+	for {
+		if a.isDraining() {
+			a.turnMu.Lock()
+			left := a.turns
+			a.turns = nil
+			a.turnMu.Unlock()
+			for _, x := range left {
+				a.deferLater(x)
+			}
+			return
+		}
+		x := a.nextTurn()
+		if x == nil {
+			select {
+			case <-a.turnWake:
+			case <-a.draining:
+			}
+			continue
+		}
+		a.takeTurn(run, x)
+		a.waiting.Add(-1)
+	}
+}
+
+// nextTurn takes the first exchange off the line; nil when it is empty.
+func (a *Agent) nextTurn() *exchange {
+	a.turnMu.Lock()
+	defer a.turnMu.Unlock()
+	if len(a.turns) == 0 {
+		return nil
+	}
+	x := a.turns[0]
+	a.turns[0] = nil
+	a.turns = a.turns[1:]
+	return x
+}
+
+// takeTurn sends x's request to the handler and waits for the answer.
+func (a *Agent) takeTurn(ctx context.Context, x *exchange) {
+	if x.plan == planInTurn {
+		if x.state.CompareAndSwap(xWaiting, xSending) {
+			if x.timer != nil {
+				x.timer.Stop()
+			}
+			a.sendSaved(x, false)
+			return
+		}
+		select { // deferred: sent as a queued one, once the relay has its answer
+		case <-x.answered:
+		case <-ctx.Done():
+			return
+		}
+		if !x.queued {
+			return
+		}
+	}
+	select {
+	case <-x.saved:
+	case <-ctx.Done():
+		return
+	}
+	if x.err != nil || x.skip {
+		return
+	}
+	c, err := a.store.Capture(ctx, x.id)
+	if err != nil {
+		a.log.Error("load queued capture", "id", x.id, "err", err)
+		return
+	}
+	if c.Target == "" && a.forwardTo != nil {
+		c.Target = joinTarget(a.forwardTo, c.Path, c.Query)
+	}
+	a.deliver(ctx, c, 1)
+}

@@ -1,0 +1,233 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
+)
+
+// gate is a local handler that keeps the order it got requests in, by
+// their "seq", and holds a request whose body says "hold" until open is
+// called.
+type gate struct {
+	mu    sync.Mutex
+	order []int         // guarded by mu
+	held  chan struct{} // closed by open
+	at    chan int      // told each seq as it arrives
+}
+
+func newGate() *gate { return &gate{held: make(chan struct{}), at: make(chan int, 64)} }
+
+func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	var v struct {
+		Seq  int
+		Hold bool
+	}
+	json.Unmarshal(b, &v)
+	g.mu.Lock()
+	g.order = append(g.order, v.Seq)
+	g.mu.Unlock()
+	g.at <- v.Seq
+	if v.Hold {
+		<-g.held
+	}
+	fmt.Fprintf(w, "seq %d", v.Seq)
+}
+
+func (g *gate) open() { close(g.held) }
+
+func (g *gate) seen() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]int(nil), g.order...)
+}
+
+// arrived waits for the handler to get seq.
+func (g *gate) arrived(t *testing.T, seq int) {
+	t.Helper()
+	select {
+	case got := <-g.at:
+		if got != seq {
+			t.Fatalf("the handler got seq %d, want %d", got, seq)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("seq %d never reached the handler", seq)
+	}
+}
+
+func post(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// queueWhileAway stops the agent, posts bodies (the relay answers 202 and
+// queues them) and starts the agent again.
+func queueWhileAway(t *testing.T, st *inspectortest.Stack, bodies ...string) {
+	t.Helper()
+	st.StopAgent()
+	for _, b := range bodies {
+		if code, _ := post(t, st.TunnelURL+"/hook", b); code != http.StatusAccepted {
+			t.Fatalf("%s while the agent is away: %d, want 202", b, code)
+		}
+	}
+	st.StartAgent()
+}
+
+// captureOf finds the capture whose body is body.
+func captureOf(t *testing.T, st *inspectortest.Stack, body string) *agentdb.Capture {
+	t.Helper()
+	caps, _, err := st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{Page: storage.Page{Limit: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range caps {
+		full, err := st.AgentDB.Capture(context.Background(), c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(full.Body) == body {
+			return full
+		}
+	}
+	t.Fatalf("no capture of %s", body)
+	return nil
+}
+
+// A live request that arrives while a queued one is at the handler waits
+// for its turn, is saved meanwhile, and gets the handler's own answer
+// when its turn comes before the relay's forward timeout.
+func TestLiveRequestWaitsItsTurn(t *testing.T) {
+	g := newGate()
+	hs := httptest.NewServer(g)
+	defer hs.Close()
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	queueWhileAway(t, st, `{"seq":0,"hold":true}`)
+	g.arrived(t, 0)
+	answered := make(chan string, 1)
+	go func() {
+		code, body := post(t, st.TunnelURL+"/hook", `{"seq":1}`)
+		answered <- fmt.Sprintf("%d %s", code, body)
+	}()
+	// Saved while it waits: the store holds it before the handler does.
+	polltest.Until(t, 10*time.Second, func() bool {
+		_, n, err := st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{})
+		return err == nil && n == 2
+	}, "the live request was not saved while it waited for its turn")
+	select {
+	case got := <-answered:
+		t.Fatalf("the live request was answered %s before its turn", got)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if seen := g.seen(); len(seen) != 1 {
+		t.Fatalf("the handler got %v while the queued request was at it", seen)
+	}
+	g.open()
+	g.arrived(t, 1)
+	if got := <-answered; got != "200 seq 1" {
+		t.Errorf("the live request in turn was answered %s, want the handler's 200", got)
+	}
+	queued := captureOf(t, st, `{"seq":0,"hold":true}`)
+	if !queued.Queued || queued.ArrivedAt.IsZero() {
+		t.Errorf("the queued request's capture: queued %v, arrived %v; want it marked queued, with its arrival", queued.Queued, queued.ArrivedAt)
+	}
+	live := captureOf(t, st, `{"seq":1}`)
+	if live.Queued {
+		t.Error("a live request answered by the handler was marked queued")
+	}
+}
+
+// A live request whose turn would come after the relay's forward timeout is
+// answered "queued" (its sender gets 202) before it, marked queued, and
+// delivered once in its turn, after the requests before it.
+func TestLiveRequestInTurnIsDeferred(t *testing.T) {
+	g := newGate()
+	hs := httptest.NewServer(g)
+	defer hs.Close()
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL,
+		Relay: func(c *relay.Config) { c.ForwardTimeout = 2 * time.Second }})
+	queueWhileAway(t, st, `{"seq":0,"hold":true}`)
+	g.arrived(t, 0)
+	start := time.Now()
+	code, _ := post(t, st.TunnelURL+"/hook", `{"seq":1}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("a live request whose turn does not come in time: %d, want 202", code)
+	}
+	if waited := time.Since(start); waited < time.Second {
+		t.Errorf("answered queued after %s, before the margin (half the relay's 2 s timeout) ran out", waited)
+	}
+	live := captureOf(t, st, `{"seq":1}`)
+	if !live.Queued || live.ArrivedAt.IsZero() {
+		t.Errorf("the deferred request's capture: queued %v, arrived %v; want it marked queued, with its arrival", live.Queued, live.ArrivedAt)
+	}
+	g.open()
+	g.arrived(t, 1)
+	polltest.Until(t, 10*time.Second, func() bool {
+		c := captureOf(t, st, `{"seq":1}`)
+		return c.Attempts == 1 && c.ResponseStatus == 200
+	}, "the deferred request's answer was never recorded")
+	if seen := g.seen(); len(seen) != 2 {
+		t.Errorf("the handler saw %v, want each request once", seen)
+	}
+}
+
+// Drain takes no more turns: the request at the handler finishes, the live
+// ones waiting for their turn are then answered "queued", as is one that
+// arrives after the drain, at once; the next start sends them, in their
+// order, once each.
+func TestDrainDefersLiveRequestsInTheLine(t *testing.T) {
+	g := newGate()
+	hs := httptest.NewServer(g)
+	defer hs.Close()
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	queueWhileAway(t, st, `{"seq":0,"hold":true}`)
+	g.arrived(t, 0)
+	waiting := make(chan int, 1)
+	go func() { code, _ := post(t, st.TunnelURL+"/hook", `{"seq":1}`); waiting <- code }()
+	polltest.Until(t, 10*time.Second, func() bool {
+		_, n, err := st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{})
+		return err == nil && n == 2
+	}, "the live request was not saved")
+	st.Agent.Drain()
+	if code, _ := post(t, st.TunnelURL+"/hook", `{"seq":2}`); code != http.StatusAccepted {
+		t.Fatalf("a live request after the drain: %d, want 202", code)
+	}
+	select {
+	case code := <-waiting:
+		t.Fatalf("the live request waiting behind the one at the handler was answered %d before that one finished", code)
+	default:
+	}
+	g.open()
+	if code := <-waiting; code != http.StatusAccepted {
+		t.Fatalf("the live request waiting at the drain: %d, want 202", code)
+	}
+	st.StopAgent()
+	if seen := g.seen(); fmt.Sprint(seen) != "[0]" {
+		t.Fatalf("the drained agent sent %v, want only the one at the handler", seen)
+	}
+	st.StartAgent()
+	g.arrived(t, 1)
+	g.arrived(t, 2)
+	if seen := g.seen(); fmt.Sprint(seen) != "[0 1 2]" {
+		t.Errorf("the handler saw %v, want [0 1 2]", seen)
+	}
+}
