@@ -8,7 +8,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 # PATH for most Go users), or e.g. PREFIX=/usr/local.
 PREFIX    ?= $(shell $(GO) env GOPATH)
 
-.PHONY: build install check-tools test vet lint demo demo-build bench fuzz clean chaos
+.PHONY: build install check-tools test vet lint demo demo-build bench fuzz clean chaos mutation
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/calltap
@@ -71,6 +71,23 @@ chaos: build
 
 bench: build
 	./scripts/bench
+
+# Mutation testing (gremlins) of the answer path's packages, each with its
+# own tests only: fails when a package kills under 85% of the mutants its
+# tests reach (efficacy) or reaches under 70% of them (mutator coverage).
+# Slow (each mutant runs the package's tests; storage/agentdb's take most
+# of an hour), so not part of make test. GOFLAGS=-count=1: a cached test run
+# would make gremlins' per-mutant time limit a fraction of a second.
+GREMLINS      := github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
+MUTATION_PKGS ?= ./inspector/agent ./storage/intake ./storage/agentdb ./storage/relaydb ./storage/servicedb ./storage/varfield
+
+mutation:
+	@for p in $(MUTATION_PKGS); do echo "== $$p"; \
+		GOFLAGS=-count=1 $(GO) run $(GREMLINS) unleash --workers 1 --timeout-coefficient 5 \
+			--threshold-efficacy 85 --threshold-mcover 70 $$p || exit 1; done
+	@echo "== ./storage (the core alone)"
+	GOFLAGS=-count=1 $(GO) run $(GREMLINS) unleash --workers 1 --timeout-coefficient 5 \
+		--threshold-efficacy 85 --threshold-mcover 70 -E '^[a-z]+/' ./storage
 
 clean:
 	rm -rf bin
