@@ -25,6 +25,8 @@ type disk struct {
 	full    bool           // guarded by mu: commits fail with ENOSPC
 	hold    chan struct{}  // guarded by mu: a commit waits until it is closed
 	commits []commitRecord // guarded by mu
+
+	published []*storage.Capture // guarded by mu: what runCommitter's committer said it committed as answers or updates
 }
 
 // commitRecord is one commit the store was asked for.
@@ -87,10 +89,12 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func runCommitter(t *testing.T, d *disk) (cm *committer, stop func() []*storage.Capture) {
 	t.Helper()
 	cm = newCommitter(d, quiet)
-	var mu sync.Mutex
-	var published []*storage.Capture
 	cm.committedInsert = func(c *storage.Capture, w storage.Written) { c.Seq, c.ID = w.Seq, w.ID }
-	cm.committedAnswer = func(c *storage.Capture) { mu.Lock(); published = append(published, c); mu.Unlock() }
+	cm.committedAnswer = func(c *storage.Capture) {
+		d.mu.Lock()
+		d.published = append(d.published, c)
+		d.mu.Unlock()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); cm.loop(ctx) }()
@@ -485,5 +489,29 @@ func TestDeferMargin(t *testing.T) {
 		if got := deferMargin(ft); got != want {
 			t.Errorf("deferMargin(%s) = %s, want %s", ft, got, want)
 		}
+	}
+}
+
+// An update committed through the queue is told to the inspector, as an
+// answer is; a write with neither (Flush's) tells nothing.
+func TestCommittedUpdatesArePublished(t *testing.T) {
+	d := openDisk(t)
+	cm, _ := runCommitter(t, d)
+	c := testCapture(`{}`)
+	if err := cm.commitInline(c); err != nil {
+		t.Fatal(err)
+	}
+	marked := *c
+	marked.Queued = true
+	if err := cm.save(context.Background(), writeOp{update: &marked}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cm.save(context.Background(), writeOp{}); err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.published) != 1 || d.published[0] != &marked {
+		t.Errorf("published %d captures, want the update alone", len(d.published))
 	}
 }
