@@ -515,3 +515,23 @@ func TestCommittedUpdatesArePublished(t *testing.T) {
 		t.Errorf("published %d captures, want the update alone", len(d.published))
 	}
 }
+
+// A request's capture starts pending, with one attempt allowed and no
+// duration yet (-1: the console and the UI show "-"), its path and query
+// apart, and its target under the handler's base.
+func TestNewCapture(t *testing.T) {
+	d := openDisk(t)
+	a, err := New(Config{Store: d.store, ForwardTo: "http://127.0.0.1:1/base", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.cm.answers.timer.Stop()
+	c := a.newCapture(SourceTunnel, "POST", "/hook?x=1", nil, []byte("{}"))
+	if c.Status != storage.StatusPending || c.MaxAttempts != 1 || c.Duration != -1 || c.Path != "/hook" || c.Query != "x=1" ||
+		c.Target != "http://127.0.0.1:1/base/hook?x=1" || c.ID == "" || c.Error != "" {
+		t.Errorf("new capture: %+v", c)
+	}
+	if out := a.newCapture(SourceTunnel, "POST", "/a/../b", nil, nil); out.Target != "" || out.Error != errOutsideBase {
+		t.Errorf("a path out of the base: target %q, error %q", out.Target, out.Error)
+	}
+}
