@@ -26,6 +26,8 @@ type disk struct {
 	full    bool           // guarded by mu: commits fail with ENOSPC
 	hold    chan struct{}  // guarded by mu: a commit waits until it is closed
 	commits []commitRecord // guarded by mu
+
+	published []*agentdb.Capture // guarded by mu: what runCommitter's committer said it committed as answers or updates
 }
 
 // commitRecord is one commit the store was asked for.
@@ -88,10 +90,12 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func runCommitter(t *testing.T, d *disk) (cm *committer, stop func() []*agentdb.Capture) {
 	t.Helper()
 	cm = newCommitter(d, quiet)
-	var mu sync.Mutex
-	var published []*agentdb.Capture
 	cm.committedInsert = func(c *agentdb.Capture, w agentdb.Written) { c.Seq, c.ID = w.Seq, w.ID }
-	cm.committedAnswer = func(c *agentdb.Capture) { mu.Lock(); published = append(published, c); mu.Unlock() }
+	cm.committedAnswer = func(c *agentdb.Capture) {
+		d.mu.Lock()
+		d.published = append(d.published, c)
+		d.mu.Unlock()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); cm.loop(ctx) }()
@@ -486,5 +490,49 @@ func TestDeferMargin(t *testing.T) {
 		if got := deferMargin(ft); got != want {
 			t.Errorf("deferMargin(%s) = %s, want %s", ft, got, want)
 		}
+	}
+}
+
+// An update committed through the queue is told to the inspector, as an
+// answer is; a write with neither (Flush's) tells nothing.
+func TestCommittedUpdatesArePublished(t *testing.T) {
+	d := openDisk(t)
+	cm, _ := runCommitter(t, d)
+	c := testCapture(`{}`)
+	if err := cm.commitInline(c); err != nil {
+		t.Fatal(err)
+	}
+	marked := *c
+	marked.Queued = true
+	if err := cm.save(context.Background(), writeOp{update: &marked}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cm.save(context.Background(), writeOp{}); err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.published) != 1 || d.published[0] != &marked {
+		t.Errorf("published %d captures, want the update alone", len(d.published))
+	}
+}
+
+// A request's capture starts pending, with one attempt allowed and no
+// duration yet (-1: the console and the UI show "-"), its path and query
+// apart, and its target under the handler's base.
+func TestNewCapture(t *testing.T) {
+	d := openDisk(t)
+	a, err := New(Config{Store: d.store, ForwardTo: "http://127.0.0.1:1/base", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.cm.answers.timer.Stop()
+	c := a.newCapture(SourceTunnel, "POST", "/hook?x=1", nil, []byte("{}"))
+	if c.Status != agentdb.StatusPending || c.MaxAttempts != 1 || c.Duration != -1 || c.Path != "/hook" || c.Query != "x=1" ||
+		c.Target != "http://127.0.0.1:1/base/hook?x=1" || c.ID == "" || c.Error != "" {
+		t.Errorf("new capture: %+v", c)
+	}
+	if out := a.newCapture(SourceTunnel, "POST", "/a/../b", nil, nil); out.Target != "" || out.Error != errOutsideBase {
+		t.Errorf("a path out of the base: target %q, error %q", out.Target, out.Error)
 	}
 }

@@ -135,7 +135,7 @@ func TestLastAnswerIsRecordedUnprompted(t *testing.T) {
 	}, "the answers of the last requests were never recorded")
 }
 
-// Requests in flight together commit through writeLoop, and each one's
+// Requests in flight together commit through the committer's loop (planAlongside), and each one's
 // answer goes to the relay once both its commit and its handler are done,
 // whichever ends first: here odd ones are answered by the handler before
 // their commit (which waits for that), even ones after (the handler waits
@@ -227,7 +227,7 @@ func TestCrowdAnswersAfterCommitEitherWay(t *testing.T) {
 
 // An answer whose commit fails is kept and recorded once the disk has room
 // again, without a request to carry it: here the disk refuses every commit
-// with answers in it until freed, so the first answer fails in writeLoop's
+// with answers in it until freed, so the first answer fails in the loop's
 // commit and again in the next lone request's (which its sender is told
 // failed, as a live request whose save fails is).
 func TestAnswerOfFailedCommitIsRecordedLater(t *testing.T) {

@@ -329,8 +329,8 @@ func TestStopOnFullDiskKeepsTheAnswers(t *testing.T) {
 // whose commit fails after it was forwarded (the fast path overlaps the
 // two) is answered 503 outcome_unknown, since the handler has it; the next
 // one, committed first while saves fail, is answered 503 disk_full, and
-// reaches the handler never. Alone in the tunnel (serveAlone) and with a
-// body kept apart (serveLive, through writeLoop) alike.
+// reaches the handler never. Alone in the tunnel (planAlone) and with a
+// body kept apart (planAlongside, through the committer's loop) alike.
 func TestRefusalSaysWhetherTheHandlerMayHaveIt(t *testing.T) {
 	for name, pad := range map[string]string{"alone": "", "kept apart": strings.Repeat("x", 300<<10)} {
 		t.Run(name, func(t *testing.T) {
