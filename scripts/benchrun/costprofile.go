@@ -85,13 +85,11 @@ var agentStages = []stageRule{
 	// The agent's only C code is SQLite's, and only SQLite calls libc:
 	// C code at the leaf is saving.
 	{stage: "save", patterns: []string{"github.com/calltap/calltap/storage.", "github.com/calltap/calltap/storage/agentdb.", "github.com/mattn/go-sqlite3",
-		"inspector/agent.(*Agent).writeLoop", "inspector/agent.(*Agent).save", "inspector/agent.(*Agent).queue",
-		"inspector/agent.(*Agent).insert", "inspector/agent.(*Agent).record",
+		"inspector/agent.(*committer).", "inspector/agent.(*Agent).write", "inspector/agent.(*Agent).record",
 		"^sqlite3", "^pager", "^wal", "^btree", "^pcache", "^vdbe", "^_cgo_", "^x_cgo_",
 		"^__x64_sys_fdatasync", "^__x64_sys_fsync", "^__x64_sys_pwrite64", "^__x64_sys_pread64", "^ext4_sync_file", "^jbd2"},
 		cLeaf: true},
-	{stage: "forward", patterns: []string{"inspector/agent.(*Agent).send", "inspector/agent.(*handlerClient)", "inspector/agent.(*handlerConn)",
-		"inspector/agent.(*Agent).serveLive"}},
+	{stage: "forward", patterns: []string{"inspector/agent.(*Agent).send", "inspector/agent.(*handlerClient)", "inspector/agent.(*handlerConn)"}},
 	{stage: "answer", patterns: []string{"relay.(*Stream).Respond", "relay.(*Stream).Ack", "relay.(*Stream).Release", "relay.(*wsConn).",
 		"relay.(*batchConn).", "relay.(*clientConn).send",
 		"gorilla/websocket.(*Conn).Write", "gorilla/websocket.(*Conn).Next", "gorilla/websocket.(*messageWriter)", "gorilla/websocket.(*Conn).write"}},
