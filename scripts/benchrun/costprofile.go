@@ -84,7 +84,8 @@ var agentStages = []stageRule{
 		"relay.decodeRequest"}, wsReads...)},
 	// The agent's only C code is SQLite's, and only SQLite calls libc:
 	// C code at the leaf is saving.
-	{stage: "save", patterns: []string{"github.com/calltap/calltap/storage.", "github.com/calltap/calltap/storage/agentdb.", "github.com/mattn/go-sqlite3",
+	{stage: "save", patterns: []string{"github.com/calltap/calltap/storage.", "github.com/calltap/calltap/storage/agentdb.", "github.com/calltap/calltap/storage/intake.",
+		"github.com/mattn/go-sqlite3",
 		"inspector/agent.(*committer).", "inspector/agent.(*Agent).write", "inspector/agent.(*Agent).record",
 		"^sqlite3", "^pager", "^wal", "^btree", "^pcache", "^vdbe", "^_cgo_", "^x_cgo_",
 		"^__x64_sys_fdatasync", "^__x64_sys_fsync", "^__x64_sys_pwrite64", "^__x64_sys_pread64", "^ext4_sync_file", "^jbd2"},
