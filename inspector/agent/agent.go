@@ -86,6 +86,7 @@ type Event struct {
 type Agent struct {
 	cfg       Config                        // set by New, then read-only
 	store     *agentdb.AgentStore           // read-only
+	loader    captureLoader                 // reads a saved request back for its turn: store (a test's by NewLoadingThrough); set by New, then read-only
 	forwardTo *url.URL                      // nil when no local handler is configured; read-only
 	client    *http.Client                  // https targets; read-only
 	handler   *handlerClient                // http targets: the local handler, usually; read-only

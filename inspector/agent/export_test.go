@@ -25,3 +25,23 @@ func NewWritingThrough(cfg Config, f WriteCapturesFunc) (*Agent, error) {
 	a.cm.captures = f
 	return a, nil
 }
+
+// ReadCaptureFunc reads a capture back in a test's way: it may fail the
+// read the way a store that cannot apply its intake log does.
+type ReadCaptureFunc func(ctx context.Context, id string) (*agentdb.Capture, error)
+
+// Capture calls f.
+func (f ReadCaptureFunc) Capture(ctx context.Context, id string) (*agentdb.Capture, error) {
+	return f(ctx, id)
+}
+
+// NewLoadingThrough is New, the agent reading saved requests back for
+// their turn through f instead of cfg.Store.
+func NewLoadingThrough(cfg Config, f ReadCaptureFunc) (*Agent, error) {
+	a, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a.loader = f
+	return a, nil
+}

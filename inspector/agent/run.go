@@ -28,6 +28,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg:        cfg,
 		store:      cfg.Store,
 		log:        cfg.Logger,
+		loader:     cfg.Store,
 		cm:         newCommitter(cfg.Store, cfg.Logger),
 		turnWake:   make(chan struct{}, 1),
 		draining:   make(chan struct{}),

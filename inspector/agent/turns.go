@@ -2,9 +2,12 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // The turn line: tunnel requests that reach the handler one at a time, in
@@ -173,13 +176,50 @@ func (a *Agent) takeTurn(ctx context.Context, x *exchange) {
 	if x.err != nil || x.skip {
 		return
 	}
-	c, err := a.store.Capture(ctx, x.id)
-	if err != nil {
-		a.log.Error("load queued capture", "id", x.id, "err", err)
+	c, ok := a.loadForTurn(x.id)
+	if !ok {
 		return
 	}
 	if c.Target == "" && a.forwardTo != nil {
 		c.Target = joinTarget(a.forwardTo, c.Path, c.Query)
 	}
 	a.deliver(ctx, c, 1)
+}
+
+// captureLoader reads a capture back. The store is the agent's; a test's
+// fails a read as a store that cannot apply its log does (export_test.go).
+type captureLoader interface {
+	Capture(ctx context.Context, id string) (*agentdb.Capture, error)
+}
+
+// loadForTurn reads a saved request back from the store for its turn. A
+// read that fails keeps the turn: the store may be unable to apply its
+// intake log for a while (a full disk), and the requests behind this one
+// must not overtake it (the chaos run's team seed 3301 saw a queued
+// request dropped from its turn on a full disk, and the requests after it
+// reach the handler 84 s before it). It is read again after a pause, as a
+// failed commit is tried again, until it is read, it is gone (deleted: its
+// turn is over), or the agent drains: then the next start sends it first
+// (UndeliveredQueued). ok is false when there is nothing to deliver.
+func (a *Agent) loadForTurn(id string) (c *agentdb.Capture, ok bool) {
+	var pause time.Duration
+	for failures := 0; ; failures++ {
+		c, err := a.loader.Capture(context.Background(), id)
+		if err == nil {
+			return c, true
+		}
+		if errors.Is(err, storage.ErrNotFound) {
+			return nil, false
+		}
+		if failures == 0 {
+			a.log.Error("reading a saved request back for its turn; the requests behind it wait", "id", id, "err", err)
+		}
+		pause = nextPause(pause)
+		select {
+		case <-time.After(pause):
+		case <-a.draining:
+			a.log.Warn("a saved request not read back before the stop is sent first by the next start", "id", id, "err", err)
+			return nil, false
+		}
+	}
 }

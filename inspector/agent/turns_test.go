@@ -9,9 +9,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
@@ -229,5 +231,69 @@ func TestDrainDefersLiveRequestsInTheLine(t *testing.T) {
 	g.arrived(t, 2)
 	if seen := g.seen(); fmt.Sprint(seen) != "[0 1 2]" {
 		t.Errorf("the handler saw %v, want [0 1 2]", seen)
+	}
+}
+
+// A queued request that cannot be read back for its turn (a full disk
+// stops the store applying its intake log) keeps its turn: the live
+// request behind it waits, and reaches the handler after it once the read
+// works again. Chaos run team seed 3301 saw the turn dropped instead, and
+// the requests after it at the handler 84 s before it.
+func TestQueuedTurnKeptWhileItCannotBeRead(t *testing.T) {
+	g := newGate()
+	hs := httptest.NewServer(g)
+	defer hs.Close()
+	var (
+		mu     sync.Mutex
+		broken = true
+		fails  = make(chan struct{}, 64)
+	)
+	newAgent := func(cfg agent.Config) (*agent.Agent, error) {
+		store := cfg.Store
+		return agent.NewLoadingThrough(cfg, func(ctx context.Context, id string) (*agentdb.Capture, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if broken {
+				select {
+				case fails <- struct{}{}:
+				default:
+				}
+				return nil, fmt.Errorf("storage: commit: %w", syscall.ENOSPC)
+			}
+			return store.Capture(ctx, id)
+		})
+	}
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: newAgent})
+	queueWhileAway(t, st, `{"seq":0}`)
+	<-fails // its turn came, and the read failed
+	answered := make(chan string, 1)
+	go func() {
+		code, body := post(t, st.TunnelURL+"/hook", `{"seq":1}`)
+		answered <- fmt.Sprintf("%d %s", code, body)
+	}()
+	polltest.Until(t, 10*time.Second, func() bool {
+		_, n, err := st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{})
+		return err == nil && n == 2
+	}, "the live request was not saved while it waited")
+	for len(fails) > 0 { // failures from before the live request was saved
+		<-fails
+	}
+	select { // read again, and failed again, with the live request saved behind it
+	case <-fails:
+	case seq := <-g.at:
+		t.Fatalf("the handler got seq %d while the queued request before it could not be read", seq)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the queued request's read was not tried again")
+	}
+	if seen := g.seen(); len(seen) != 0 {
+		t.Fatalf("the handler got %v while the queued request before them could not be read", seen)
+	}
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	g.arrived(t, 0)
+	g.arrived(t, 1)
+	if got := <-answered; got != "200 seq 1" && !strings.HasPrefix(got, "202 ") {
+		t.Errorf("the live request was answered %s, want the handler's 200 (or 202 queued)", got)
 	}
 }
