@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -68,7 +69,8 @@ func TestWriteCapturesRoundTrip(t *testing.T) {
 		t.Fatalf("capture read back as %+v", got)
 	}
 	atts, err := db.Attempts(ctx, a.ID)
-	if err != nil || len(atts) != 1 || atts[0].ResponseStatus != 201 {
+	if err != nil || len(atts) != 1 || atts[0].ResponseStatus != 201 || atts[0].N != 1 || !atts[0].At.Equal(a.CreatedAt) ||
+		atts[0].Duration != 1500*time.Microsecond {
 		t.Fatalf("attempts %+v, %v", atts, err)
 	}
 	for _, want := range []*Capture{b, c} {
@@ -209,5 +211,28 @@ func TestMigrateBodiesApart(t *testing.T) {
 	saveCaptures(t, db, c)
 	if c.Seq != 4 {
 		t.Fatalf("new capture got seq %d", c.Seq)
+	}
+}
+
+// An id prefix (the inspector's short ids) selects the captures whose id
+// starts with it, and only those.
+func TestCapturesByIDPrefix(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	a, b, other := testCapture(11, nil), testCapture(12, nil), testCapture(21, nil)
+	saveCaptures(t, db, a, b, other)
+	for prefix, want := range map[string][]string{
+		a.ID[:len(a.ID)-1]:                    {b.ID, a.ID},
+		a.ID:                                  {a.ID},
+		"0193a1b2-0000-7000-8000-00000000002": {other.ID},
+		"ffff":                                nil,
+	} {
+		got, n, err := db.Captures(ctx, CaptureFilter{IDPrefix: prefix, Page: Page{Limit: 10}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ids(got), want) || n != len(want) {
+			t.Errorf("prefix %q: %v (count %d), want %v", prefix, ids(got), n, want)
+		}
 	}
 }

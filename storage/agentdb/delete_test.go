@@ -339,3 +339,35 @@ func TestPruneLetsWritesThrough(t *testing.T) {
 		t.Fatalf("search finds %d of the %d captures saved during the prune (%v)", n, during, err)
 	}
 }
+
+// A body of exactly maxIndexedBody bytes kept in a segment is indexed, and
+// its entry goes with it, the newest indexed capture as any other; the
+// deletion counts its request and response bodies.
+func TestDeleteForgetsTheLargestIndexedBody(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	head := `{"w":"quokka `
+	body := []byte(head + strings.Repeat("x", maxIndexedBody-len(head)-2) + `"}`)
+	c := testCapture(1, body)
+	saveCaptures(t, db, c)
+	answer := answeredCapture(c)
+	if _, err := db.WriteCaptures(ctx, nil, []*Capture{answer}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CatchUpSearch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := ftsCount(t, db, "quokka"); n != 1 {
+		t.Fatalf("%d index entries of the body before the delete, want 1", n)
+	}
+	d, err := db.DeleteCaptures(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(len(body) + len(answer.ResponseBody)); d.Captures != 1 || d.Bytes != want {
+		t.Errorf("deleted %+v, want 1 capture of %d bytes", d, want)
+	}
+	if n := ftsCount(t, db, "quokka"); n != 0 {
+		t.Errorf("%d index entries left of the deleted body", n)
+	}
+}
