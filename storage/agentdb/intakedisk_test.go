@@ -155,3 +155,38 @@ func TestIntakeLogGivesBackItsReserve(t *testing.T) {
 		}
 	}
 }
+
+// A stop on a full disk is orderly: Close says nothing of the records the
+// log could not apply, and keeps them for the next start.
+func TestCloseOnAFullDiskKeepsTheLog(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	dir := disktest.Dir(t, 48<<20)
+	path := filepath.Join(dir, "agent.db")
+	db := openIntakeDB(t, path)
+	// Headers go into the database's rows (bodies stay in the log): the
+	// apply needs pages the full disk refuses. Fewer than applyBatch, so
+	// that held applies wait.
+	var cs []*Capture
+	for n := range applyBatch - 100 {
+		c := testCapture(n, []byte(`{"n":1}`))
+		c.RequestHeaders = fmt.Sprintf(`[["X-Pad",%q]]`, strings.Repeat("f", 8000))
+		cs = append(cs, c)
+	}
+	if _, err := db.LogCaptures(ctx, cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	free := disktest.Fill(t, dir, 0)
+	if err := db.Close(); err != nil {
+		t.Errorf("Close on a full disk: %v, want an orderly stop", err)
+	}
+	if unapplied(t, path) == 0 {
+		t.Fatal("the log was applied on a full disk: the test needs it not to be")
+	}
+	free()
+	db = openIntakeDB(t, path)
+	defer db.Close()
+	if n := countCaptures(t, db); n != len(cs) {
+		t.Fatalf("%d captures after the restart, want the %d logged", n, len(cs))
+	}
+}
