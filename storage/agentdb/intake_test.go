@@ -677,3 +677,36 @@ func TestThirdCopyIsDuplicateOfTheFirst(t *testing.T) {
 		t.Errorf("%d delivery ids still looked up in memory after every record was applied", left)
 	}
 }
+
+// A queued request whose write failed is not a redelivery when the relay
+// sends it again, nor is a later copy of its delivery a duplicate of it:
+// the failed write leaves no trace in the duplicate check.
+func TestIntakeFailedWriteIsNoRedelivery(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
+	defer db.Close()
+	full := true
+	db.intake.log.SetWriteAt(func(f *os.File, b []byte, off int64) (int, error) {
+		if full {
+			return 0, syscall.ENOSPC
+		}
+		return f.WriteAt(b, off)
+	})
+	c := testCapture(1, []byte(`{"a":1}`))
+	c.Queued, c.RelayID = true, "r-1"
+	if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a full disk: %v", err)
+	}
+	full = false
+	w, err := db.LogCaptures(ctx, []*Capture{c}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w[0].Redelivered || w[0].DuplicateOf != "" {
+		t.Fatalf("the request sent again after a failed write: %+v, want a new capture", w[0])
+	}
+	if _, err := db.Capture(ctx, c.ID); err != nil {
+		t.Fatalf("the capture: %v", err)
+	}
+}
