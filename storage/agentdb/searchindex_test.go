@@ -403,3 +403,27 @@ func TestSearchBacklogBoundsTheApplies(t *testing.T) {
 		t.Fatalf("the applies left a backlog of %d, bound 0 + %d (+ a batch)", n, searchLead)
 	}
 }
+
+// What the intake log applies is indexed in the background too, once the
+// writer is idle, with nothing else written and nobody searching.
+func TestSearchIndexesTheApplies(t *testing.T) {
+	ctx := context.Background()
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
+	defer db.Close()
+	if _, err := db.LogCaptures(ctx, []*Capture{testCapture(1, []byte(`{"city":"Austin"}`))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The deadline bounds a hang; the index takes about searchIdle.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var upto int64
+		if err := db.read.QueryRowContext(ctx, `SELECT indexed_upto FROM search.search_progress`).Scan(&upto); err != nil {
+			t.Fatal(err)
+		}
+		if upto == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("indexed up to %d 20 s after the apply, want 1", upto)
+		}
+	}
+}
