@@ -371,3 +371,27 @@ func TestDeleteForgetsTheLargestIndexedBody(t *testing.T) {
 		t.Errorf("%d index entries left of the deleted body", n)
 	}
 }
+
+// A call of more captures than one deletion batch goes whole, and the
+// count covers every batch.
+func TestDeleteCallOfManyBatches(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	var cs []*Capture
+	for i := range 2*deleteBatchMax + 1 {
+		c := testCapture(i, []byte(`{"n":1}`))
+		c.CallID = "call-long"
+		cs = append(cs, c)
+	}
+	saveCaptures(t, db, cs...)
+	d, err := db.DeleteCall(ctx, "call-long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Captures != len(cs) {
+		t.Errorf("deleted %+v, want %d captures", d, len(cs))
+	}
+	if _, n, err := db.Captures(ctx, CaptureFilter{CallID: "call-long", Page: Page{Limit: 1}}); err != nil || n != 0 {
+		t.Errorf("%d captures of the call left (%v)", n, err)
+	}
+}
