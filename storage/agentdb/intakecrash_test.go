@@ -3,6 +3,7 @@ package agentdb
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"github.com/calltap/calltap/storage/intake"
 	"log/slog"
@@ -208,5 +209,43 @@ func TestIntakeDamageBeforeSyncedRecordsIsReported(t *testing.T) {
 	}
 	if _, err := db.Capture(context.Background(), ids[0]); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A store opened without the intake log (calltap's other commands) after
+// the agent was killed applies what the log holds, records the next
+// generation and deletes the log files no capture names; with nothing
+// logged since, a second such open writes nothing.
+func TestOpenWithoutTheLogRecoversIt(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	c := testCapture(1, nil) // no body: no capture names the log
+	if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	gen := db.intake.log.Gen()
+	crash(t, db)
+	for i := range 2 {
+		db, err := OpenAgent(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Capture(ctx, c.ID); err != nil {
+			t.Fatalf("open %d: the logged capture: %v", i, err)
+		}
+		db.Close()
+		if gens, err := intake.Files(BodiesDir(path)); err != nil || len(gens) != 0 {
+			t.Errorf("open %d: logs %v (%v) left, want the applied one deleted", i, gens, err)
+		}
+		ro, err := sql.Open("sqlite3", "file:"+path+"?mode=ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var applied int64
+		if err := ro.QueryRow(`SELECT applied_gen FROM intake_state`).Scan(&applied); err != nil || applied != gen+1 {
+			t.Errorf("open %d: the recorded generation %d (%v), want %d", i, applied, err, gen+1)
+		}
+		ro.Close()
 	}
 }

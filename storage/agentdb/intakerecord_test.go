@@ -1,6 +1,7 @@
 package agentdb
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,6 +34,29 @@ func TestBatchSizeCoversTheFrames(t *testing.T) {
 		}
 		if n := batchSize(tc.inserts, tc.updates); n < len(buf) {
 			t.Errorf("%s: batchSize %d, frames %d bytes", tc.name, n, len(buf))
+		}
+	}
+}
+
+// A record with bytes past its last field, or of no known kind, or empty,
+// is malformed, not read as far as it goes.
+func TestDecodeRecordRefusesWhatIsNotARecord(t *testing.T) {
+	u := answeredCapture(testCapture(1, nil))
+	update := encodeUpdate(nil, u)
+	insert := encodeInsert(nil, testCapture(2, []byte(`{}`)), "")
+	for name, rec := range map[string][]byte{
+		"an update and a byte more": append(slices.Clip(update), 0),
+		"an insert and a byte more": append(slices.Clip(insert), 0),
+		"a kind unknown":            append([]byte{9}, update[1:]...),
+		"empty":                     {},
+	} {
+		if _, _, _, err := decodeRecord(rec); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
+	}
+	for name, rec := range map[string][]byte{"an update": update, "an insert": insert} {
+		if _, _, _, err := decodeRecord(rec); err != nil {
+			t.Errorf("%s: %v", name, err)
 		}
 	}
 }
