@@ -249,3 +249,30 @@ func TestOpenWithoutTheLogRecoversIt(t *testing.T) {
 		ro.Close()
 	}
 }
+
+// A killed agent's log of more records than one apply takes is applied
+// whole at the next open, a batch at a time.
+func TestRecoverAppliesEveryBatch(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	// No apply from here: applyLoop stops (crash, below, as for a kill).
+	in := db.intake
+	close(in.stop)
+	<-in.done
+	var cs []*Capture
+	for i := range 2*applyBatch + 1 {
+		cs = append(cs, testCapture(i, []byte(`{"n":1}`)))
+	}
+	if _, err := db.LogCaptures(ctx, cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	in.stop, in.done = make(chan struct{}), make(chan struct{})
+	close(in.done)
+	crash(t, db)
+	db = openIntakeDB(t, path)
+	defer db.Close()
+	if n := countCaptures(t, db); n != len(cs) {
+		t.Fatalf("%d captures after the restart, want the %d logged", n, len(cs))
+	}
+}
