@@ -8,6 +8,7 @@ import (
 	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -393,5 +394,33 @@ func TestDeleteCallOfManyBatches(t *testing.T) {
 	}
 	if _, n, err := db.Captures(ctx, CaptureFilter{CallID: "call-long", Page: Page{Limit: 1}}); err != nil || n != 0 {
 		t.Errorf("%d captures of the call left (%v)", n, err)
+	}
+}
+
+// DeleteBefore deletes the captures saved before t and the media
+// `calltap media` saved before it; a kept capture stays unless asked.
+func TestDeleteBefore(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	var cs []*Capture
+	for i := range 6 {
+		cs = append(cs, testCapture(i, []byte(`{"n":1}`)))
+	}
+	saveCaptures(t, db, cs...)
+	if err := db.SetKeep(ctx, cs[0].ID, true); err != nil {
+		t.Fatal(err)
+	}
+	saveMediaFile(t, db, "", "call-9", "by-cli.mp3", 10) // created at capT0
+	cut := capT0.Add(3 * time.Millisecond)               // after captures 0-2
+	d, err := db.DeleteBefore(ctx, cut, false)
+	if err != nil || d.Captures != 2 || d.Media != 1 {
+		t.Fatalf("deleted %+v (%v), want captures 1 and 2 and the media file", d, err)
+	}
+	left, n, err := db.Captures(ctx, CaptureFilter{Page: Page{Limit: 10}})
+	if want := []string{cs[5].ID, cs[4].ID, cs[3].ID, cs[0].ID}; err != nil || n != 4 || !slices.Equal(ids(left), want) {
+		t.Fatalf("left %v (%v), want %v", ids(left), err, want)
+	}
+	if d, err := db.DeleteBefore(ctx, cut, true); err != nil || d.Captures != 1 {
+		t.Fatalf("with the kept: deleted %+v (%v), want the kept capture", d, err)
 	}
 }
