@@ -8,55 +8,71 @@ import (
 	"time"
 )
 
+// mediaState is what a test checks of a media record.
+type mediaState struct {
+	ID, Status, Error, File, ContentType, SHA256 string
+	Attempts                                     int
+	Size                                         int64
+	UpdatedAt, SavedAt, ExpiresAt                time.Time
+}
+
+func stateOf(m *MediaFile) mediaState {
+	return mediaState{m.ID, m.Status, m.Error, m.File, m.ContentType, m.SHA256, m.Attempts, m.Size, m.UpdatedAt, m.SavedAt, m.ExpiresAt}
+}
+
+// claim claims f and checks whether it is to be started and what record
+// it returns.
+func claim(t *testing.T, db *AgentStore, f *MediaFile, wantStart bool, want mediaState) *MediaFile {
+	t.Helper()
+	row, start, err := db.ClaimMedia(context.Background(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if start != wantStart || stateOf(row) != want {
+		t.Fatalf("claim of %s: start %v, %+v; want %v, %+v", f.ID, start, stateOf(row), wantStart, want)
+	}
+	return row
+}
+
 // A link claimed twice (a duplicate delivery) is downloaded once; one
 // whose download failed is claimed again, reset to pending; what a
 // download records reads back.
 func TestClaimMediaOncePerLink(t *testing.T) {
 	ctx := context.Background()
 	db := openAgentDB(t)
-	link := func(id string) *MediaFile {
+	expires := capT0.Add(time.Hour)
+	link := func(id string, at time.Time) *MediaFile {
 		return &MediaFile{ID: id, CaptureID: "cap-1", CallID: "call-1", Kind: MediaRecording, SourceURL: "https://media.example/rec-1",
-			ExpiresAt: capT0.Add(time.Hour), CreatedAt: capT0}
+			ExpiresAt: expires, CreatedAt: at}
 	}
-	first, start, err := db.ClaimMedia(ctx, link("m-1"))
-	if err != nil || !start || first.Status != MediaPending || first.Seq == 0 {
-		t.Fatalf("first claim: %+v, start %v, %v", first, start, err)
+	pending := mediaState{ID: "m-1", Status: MediaPending, UpdatedAt: capT0, ExpiresAt: expires}
+	first := claim(t, db, link("m-1", capT0), true, pending)
+	if first.Seq == 0 {
+		t.Fatal("the new record has no seq")
 	}
-	again, start, err := db.ClaimMedia(ctx, link("m-2"))
-	if err != nil || start || again.ID != "m-1" {
-		t.Fatalf("second claim: %+v, start %v, %v; want m-1, not started", again, start, err)
-	}
+	claim(t, db, link("m-2", capT0), false, pending)
 	// The same link as a transcript is another file.
-	tr := link("m-3")
+	tr := link("m-3", capT0)
 	tr.Kind = MediaTranscript
-	if _, start, err := db.ClaimMedia(ctx, tr); err != nil || !start {
-		t.Fatalf("the transcript: start %v, %v", start, err)
-	}
+	claim(t, db, tr, true, mediaState{ID: "m-3", Status: MediaPending, UpdatedAt: capT0, ExpiresAt: expires})
+
 	first.Status, first.Attempts, first.Error, first.UpdatedAt = MediaFailed, 3, "410 Gone", capT0.Add(time.Minute)
 	if err := db.UpdateMedia(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	retry := link("m-4")
-	retry.CreatedAt = capT0.Add(2 * time.Minute)
-	row, start, err := db.ClaimMedia(ctx, retry)
-	if err != nil || !start || row.ID != "m-1" || row.Status != MediaPending || row.Error != "" || !row.UpdatedAt.Equal(retry.CreatedAt) {
-		t.Fatalf("a claim after a failure: %+v, start %v, %v; want m-1 pending again", row, start, err)
+	retried := mediaState{ID: "m-1", Status: MediaPending, Attempts: 3, UpdatedAt: capT0.Add(2 * time.Minute), ExpiresAt: expires}
+	row := claim(t, db, link("m-4", capT0.Add(2*time.Minute)), true, retried)
+	if got, err := db.Media(ctx, "m-1"); err != nil || stateOf(got) != retried {
+		t.Fatalf("m-1 after the new claim: %+v, %v; want %+v", got, err, retried)
 	}
-	if got, err := db.Media(ctx, "m-1"); err != nil || got.Status != MediaPending || got.Error != "" || got.Attempts != 3 {
-		t.Fatalf("m-1 after the new claim: %+v, %v", got, err)
-	}
+
 	row.Status, row.File, row.Size, row.ContentType, row.SHA256 = MediaSaved, "rec-1.mp3", 5000, "audio/mpeg", "ab12"
 	row.UpdatedAt, row.SavedAt = capT0.Add(3*time.Minute), capT0.Add(3*time.Minute)
 	if err := db.UpdateMedia(ctx, row); err != nil {
 		t.Fatal(err)
 	}
-	got, err := db.Media(ctx, "m-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Status != MediaSaved || got.File != "rec-1.mp3" || got.Size != 5000 || got.ContentType != "audio/mpeg" || got.SHA256 != "ab12" ||
-		!got.SavedAt.Equal(row.SavedAt) || !got.ExpiresAt.Equal(capT0.Add(time.Hour)) || !got.CreatedAt.Equal(capT0) {
-		t.Errorf("saved media read back as %+v", got)
+	if got, err := db.Media(ctx, "m-1"); err != nil || stateOf(got) != stateOf(row) || !got.CreatedAt.Equal(capT0) {
+		t.Errorf("saved media read back as %+v (%v), want %+v", got, err, stateOf(row))
 	}
 	if _, err := db.Media(ctx, "no-such"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("an unknown media id: %v, want ErrNotFound", err)
