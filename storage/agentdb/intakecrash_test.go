@@ -276,3 +276,32 @@ func TestRecoverAppliesEveryBatch(t *testing.T) {
 		t.Fatalf("%d captures after the restart, want the %d logged", n, len(cs))
 	}
 }
+
+// A log whose only record is torn (a power cut during the first append)
+// is cut to nothing, and the start says so as for any torn record.
+func TestIntakeTornFirstRecordIsCut(t *testing.T) {
+	holdApplies(t)
+	logs := captureLog(t)
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	if start := logSize(db); start != 0 {
+		t.Fatalf("the first record at %d, want 0", start)
+	}
+	if _, err := db.LogCaptures(context.Background(), []*Capture{testCapture(1, []byte(`{"n":1}`))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	file, end := db.intake.log.Path(db.intake.log.Gen()), logSize(db)
+	crash(t, db)
+	zero(t, file, end/2, end-end/2)
+	db = openIntakeDB(t, path)
+	defer db.Close()
+	if n := countCaptures(t, db); n != 0 {
+		t.Fatalf("%d captures from a torn record", n)
+	}
+	if fi, err := os.Stat(file); err == nil && fi.Size() != 0 {
+		t.Errorf("the torn log holds %d bytes, want it cut to 0", fi.Size())
+	}
+	if got := logs.lines("cut a torn record"); len(got) != 1 || !strings.Contains(got[0], "offset=0") {
+		t.Errorf("the start logged %q, want one line of the cut at offset 0", got)
+	}
+}
