@@ -307,3 +307,20 @@ func TestCapturesByStatusClass(t *testing.T) {
 		}
 	}
 }
+
+// A walk with text first indexes what the indexer has not yet: a capture
+// just saved is found.
+func TestEachCaptureSearchesWhatIsNotYetIndexed(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	idleForever(db)
+	c := testCapture(1, []byte(`{"city":"Reno"}`))
+	saveCaptures(t, db, c)
+	var got []string
+	if _, err := db.EachCapture(ctx, CaptureFilter{Text: "Reno"}, func(c *Capture) error { got = append(got, c.ID); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, []string{c.ID}) {
+		t.Errorf("the walk found %v, want %s", got, c.ID)
+	}
+}
