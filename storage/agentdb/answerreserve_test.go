@@ -1,10 +1,19 @@
 package agentdb
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"slices"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/calltap/calltap/storage/disktest"
+	"github.com/calltap/calltap/storage/intake"
 )
 
 // Answers spilled into the reserve at a stop are recorded by the next
@@ -57,5 +66,137 @@ func TestAnswerReserveKeepsAnswersForTheNextStart(t *testing.T) {
 	}
 	if err := db.ReserveAnswers(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// spilledAnswer is an answer of c whose frame in the reserve is frame
+// bytes long.
+func spilledAnswer(t *testing.T, c *Capture, frame int) *Capture {
+	t.Helper()
+	u := answeredCapture(c)
+	for range 3 { // the body's length prefix may grow by a byte or two
+		b, _ := intake.AppendFrame(nil, func(b []byte) []byte { return encodeUpdate(b, u) })
+		if len(b) == frame {
+			return u
+		}
+		u.ResponseBody = bytes.Repeat([]byte("a"), len(u.ResponseBody)+frame-len(b))
+	}
+	t.Fatalf("no answer makes a frame of %d bytes", frame)
+	return nil
+}
+
+// The reserve takes answers up to its end, the zero frame that ends them
+// included: one that fits exactly is spilled (and recorded at the next
+// start); one that leaves no room for the zero frame is not, and the
+// reserve keeps its size.
+func TestSpillAnswersUpToTheReserveEnd(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	if err := db.ReserveAnswers(); err != nil {
+		t.Fatal(err)
+	}
+	c := testCapture(1, []byte(`{"n":1}`))
+	if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.SpillAnswers([]*Capture{spilledAnswer(t, c, answerReserveSize)}); err != nil || n != 0 {
+		t.Errorf("an answer as large as the reserve: spilled %d (%v), want 0", n, err)
+	}
+	if fi, err := os.Stat(db.answerReservePath()); err != nil || fi.Size() != answerReserveSize {
+		t.Fatalf("the reserve after the spill: %v, want %d bytes", fi.Size(), answerReserveSize)
+	}
+	fits := spilledAnswer(t, c, answerReserveSize-8)
+	if n, err := db.SpillAnswers([]*Capture{fits}); err != nil || n != 1 {
+		t.Fatalf("an answer that fits exactly: spilled %d (%v), want 1", n, err)
+	}
+	db.Close()
+	db = openIntakeDB(t, path)
+	defer db.Close()
+	if n, err := db.RecoverAnswers(ctx); err != nil || n != 1 {
+		t.Fatalf("recovered %d: %v; want 1", n, err)
+	}
+	if got, err := db.Capture(ctx, c.ID); err != nil || !bytes.Equal(got.ResponseBody, fits.ResponseBody) {
+		t.Errorf("the recovered answer: %v", err)
+	}
+}
+
+// A second ReserveAnswers (a start that did not recover first) leaves the
+// answers a reserve holds: only a missing or short reserve is written.
+func TestReserveAnswersKeepsWhatTheReserveHolds(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	defer db.Close()
+	if err := db.ReserveAnswers(); err != nil {
+		t.Fatal(err)
+	}
+	c := testCapture(1, []byte(`{"n":1}`))
+	if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.SpillAnswers([]*Capture{answeredCapture(c)}); err != nil || n != 1 {
+		t.Fatalf("spilled %d: %v", n, err)
+	}
+	if err := db.ReserveAnswers(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.RecoverAnswers(ctx); err != nil || n != 1 {
+		t.Fatalf("recovered %d: %v; want the 1 spilled before the second ReserveAnswers", n, err)
+	}
+}
+
+// On a disk with less than four times the reserve free, no reserve is
+// made: it must never be what fills the disk.
+func TestReserveAnswersNeedsRoom(t *testing.T) {
+	dir := disktest.Dir(t, 32<<20)
+	db, err := OpenAgent(context.Background(), filepath.Join(dir, "agent.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	disktest.Fill(t, dir, 2*answerReserveSize)
+	if err := db.ReserveAnswers(); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("a reserve with 2 MiB free: %v, want ENOSPC", err)
+	}
+	if _, err := os.Stat(db.answerReservePath()); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the reserve on a nearly full disk: %v, want none", err)
+	}
+}
+
+// The reserve's answers end at the zero frame, at the data's end, or at a
+// frame that does not hold (cut short, or its checksum wrong).
+func TestReservedAnswersEnd(t *testing.T) {
+	frame := func(b []byte, payload string) []byte {
+		b, _ = intake.AppendFrame(b, func(b []byte) []byte { return append(b, payload...) })
+		return b
+	}
+	one := frame(nil, "first")
+	two := frame(one, "second!")
+	cut := func(b []byte, short int) []byte { return b[:len(b)-short] }
+	badSum := frame(one, "second!")
+	badSum[len(badSum)-1] ^= 1
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want []string
+	}{
+		{"nothing", nil, nil},
+		{"the zero frame", make([]byte, 8), nil},
+		{"one, then the zero frame", append(frame(nil, "first"), make([]byte, 8)...), []string{"first"}},
+		{"one, at the end", one, []string{"first"}},
+		{"two, at the end", two, []string{"first", "second!"}},
+		{"one, then one cut short", cut(two, 4), []string{"first"}},
+		{"one, then one cut short by a byte", cut(two, 1), []string{"first"}},
+		{"one, then a header cut short", cut(two, 12), []string{"first"}},
+		{"one, then a wrong checksum", badSum, []string{"first"}},
+	} {
+		var got []string
+		for _, r := range reservedAnswers(tc.data) {
+			got = append(got, string(r))
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -68,7 +70,8 @@ func TestWriteCapturesRoundTrip(t *testing.T) {
 		t.Fatalf("capture read back as %+v", got)
 	}
 	atts, err := db.Attempts(ctx, a.ID)
-	if err != nil || len(atts) != 1 || atts[0].ResponseStatus != 201 {
+	if err != nil || len(atts) != 1 || atts[0].ResponseStatus != 201 || atts[0].N != 1 || !atts[0].At.Equal(a.CreatedAt) ||
+		atts[0].Duration != 1500*time.Microsecond {
 		t.Fatalf("attempts %+v, %v", atts, err)
 	}
 	for _, want := range []*Capture{b, c} {
@@ -209,5 +212,115 @@ func TestMigrateBodiesApart(t *testing.T) {
 	saveCaptures(t, db, c)
 	if c.Seq != 4 {
 		t.Fatalf("new capture got seq %d", c.Seq)
+	}
+}
+
+// An id prefix (the inspector's short ids) selects the captures whose id
+// starts with it, and only those.
+func TestCapturesByIDPrefix(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	a, b, other := testCapture(11, nil), testCapture(12, nil), testCapture(21, nil)
+	saveCaptures(t, db, a, b, other)
+	for prefix, want := range map[string][]string{
+		a.ID[:len(a.ID)-1]:                    {b.ID, a.ID},
+		a.ID:                                  {a.ID},
+		"0193a1b2-0000-7000-8000-00000000002": {other.ID},
+		"ffff":                                nil,
+	} {
+		got, n, err := db.Captures(ctx, CaptureFilter{IDPrefix: prefix, Page: Page{Limit: 10}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ids(got), want) || n != len(want) {
+			t.Errorf("prefix %q: %v (count %d), want %v", prefix, ids(got), n, want)
+		}
+	}
+}
+
+// EachCapture walks, page after page, every capture the filter selects,
+// oldest first, bodies included, each once; an error of fn stops it.
+func TestEachCaptureWalksEverything(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	var cs []*Capture
+	for i := range 450 { // past two pages of 200
+		cs = append(cs, testCapture(i, []byte(fmt.Sprintf(`{"n":%d,"city":"Austin"}`, i))))
+	}
+	saveCaptures(t, db, cs...)
+	var got []*Capture
+	n, err := db.EachCapture(ctx, CaptureFilter{}, func(c *Capture) error { got = append(got, c); return nil })
+	if err != nil || n != len(cs) || len(got) != len(cs) {
+		t.Fatalf("walked %d (%d calls): %v; want %d", n, len(got), err, len(cs))
+	}
+	for i, c := range got {
+		if c.ID != cs[i].ID || !bytes.Equal(c.Body, cs[i].Body) {
+			t.Fatalf("capture %d of the walk: %s %q, want %s %q", i, c.ID, c.Body, cs[i].ID, cs[i].Body)
+		}
+	}
+	// A filter (calls, and the text index) walks only what it selects.
+	var calls []string
+	n, err = db.EachCapture(ctx, CaptureFilter{CallIDs: []string{"call-1", "call-80"}, Text: "Austin"}, func(c *Capture) error {
+		calls = append(calls, c.CallID)
+		return nil
+	})
+	if want := []string{"call-1", "call-1", "call-1", "call-1", "call-1", "call-80", "call-80", "call-80", "call-80", "call-80"}; err != nil || n != len(want) || !slices.Equal(calls, want) {
+		t.Errorf("walked the calls' captures: %v (%d, %v), want %v", calls, n, err, want)
+	}
+	stop := errors.New("stop")
+	n, err = db.EachCapture(ctx, CaptureFilter{}, func(*Capture) error { return stop })
+	if n != 0 || !errors.Is(err, stop) {
+		t.Errorf("a walk fn stops at once: %d, %v", n, err)
+	}
+}
+
+// A status class selects the captures answered in its hundred.
+func TestCapturesByStatusClass(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	statuses := []int{199, 200, 299, 300, 404, 500, 599}
+	var cs, answers []*Capture
+	for i, s := range statuses {
+		c := testCapture(i, nil)
+		cs = append(cs, c)
+		a := answeredCapture(c)
+		a.ResponseStatus = s
+		answers = append(answers, a)
+	}
+	pending := testCapture(len(statuses), nil)
+	saveCaptures(t, db, append(cs, pending)...)
+	if _, err := db.WriteCaptures(ctx, nil, answers); err != nil {
+		t.Fatal(err)
+	}
+	for class, want := range map[string][]int{"1xx": {199}, "2xx": {200, 299}, "3xx": {300}, "4xx": {404}, "5xx": {500, 599}, "none": {0}} {
+		got, _, err := db.Captures(ctx, CaptureFilter{StatusClass: class, Page: Page{Limit: 50}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var statuses []int
+		for _, c := range got {
+			statuses = append(statuses, c.ResponseStatus)
+		}
+		slices.Sort(statuses)
+		if !slices.Equal(statuses, want) {
+			t.Errorf("%s: statuses %v, want %v", class, statuses, want)
+		}
+	}
+}
+
+// A walk with text first indexes what the indexer has not yet: a capture
+// just saved is found.
+func TestEachCaptureSearchesWhatIsNotYetIndexed(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	idleForever(db)
+	c := testCapture(1, []byte(`{"city":"Reno"}`))
+	saveCaptures(t, db, c)
+	var got []string
+	if _, err := db.EachCapture(ctx, CaptureFilter{Text: "Reno"}, func(c *Capture) error { got = append(got, c.ID); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, []string{c.ID}) {
+		t.Errorf("the walk found %v, want %s", got, c.ID)
 	}
 }

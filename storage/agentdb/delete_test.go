@@ -8,6 +8,7 @@ import (
 	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -337,5 +338,89 @@ func TestPruneLetsWritesThrough(t *testing.T) {
 	}
 	if _, n, err := db.Captures(ctx, CaptureFilter{Text: "new", Page: Page{Limit: 1}}); err != nil || n != during {
 		t.Fatalf("search finds %d of the %d captures saved during the prune (%v)", n, during, err)
+	}
+}
+
+// A body of exactly maxIndexedBody bytes kept in a segment is indexed, and
+// its entry goes with it, the newest indexed capture as any other; the
+// deletion counts its request and response bodies.
+func TestDeleteForgetsTheLargestIndexedBody(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	head := `{"w":"quokka `
+	body := []byte(head + strings.Repeat("x", maxIndexedBody-len(head)-2) + `"}`)
+	c := testCapture(1, body)
+	saveCaptures(t, db, c)
+	answer := answeredCapture(c)
+	if _, err := db.WriteCaptures(ctx, nil, []*Capture{answer}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CatchUpSearch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := ftsCount(t, db, "quokka"); n != 1 {
+		t.Fatalf("%d index entries of the body before the delete, want 1", n)
+	}
+	d, err := db.DeleteCaptures(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(len(body) + len(answer.ResponseBody)); d.Captures != 1 || d.Bytes != want {
+		t.Errorf("deleted %+v, want 1 capture of %d bytes", d, want)
+	}
+	if n := ftsCount(t, db, "quokka"); n != 0 {
+		t.Errorf("%d index entries left of the deleted body", n)
+	}
+}
+
+// A call of more captures than one deletion batch goes whole, and the
+// count covers every batch.
+func TestDeleteCallOfManyBatches(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	var cs []*Capture
+	for i := range 2*deleteBatchMax + 1 {
+		c := testCapture(i, []byte(`{"n":1}`))
+		c.CallID = "call-long"
+		cs = append(cs, c)
+	}
+	saveCaptures(t, db, cs...)
+	d, err := db.DeleteCall(ctx, "call-long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Captures != len(cs) {
+		t.Errorf("deleted %+v, want %d captures", d, len(cs))
+	}
+	if _, n, err := db.Captures(ctx, CaptureFilter{CallID: "call-long", Page: Page{Limit: 1}}); err != nil || n != 0 {
+		t.Errorf("%d captures of the call left (%v)", n, err)
+	}
+}
+
+// DeleteBefore deletes the captures saved before t and the media
+// `calltap media` saved before it; a kept capture stays unless asked.
+func TestDeleteBefore(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	var cs []*Capture
+	for i := range 6 {
+		cs = append(cs, testCapture(i, []byte(`{"n":1}`)))
+	}
+	saveCaptures(t, db, cs...)
+	if err := db.SetKeep(ctx, cs[0].ID, true); err != nil {
+		t.Fatal(err)
+	}
+	saveMediaFile(t, db, "", "call-9", "by-cli.mp3", 10) // created at capT0
+	cut := capT0.Add(3 * time.Millisecond)               // after captures 0-2
+	d, err := db.DeleteBefore(ctx, cut, false)
+	if err != nil || d.Captures != 2 || d.Media != 1 {
+		t.Fatalf("deleted %+v (%v), want captures 1 and 2 and the media file", d, err)
+	}
+	left, n, err := db.Captures(ctx, CaptureFilter{Page: Page{Limit: 10}})
+	if want := []string{cs[5].ID, cs[4].ID, cs[3].ID, cs[0].ID}; err != nil || n != 4 || !slices.Equal(ids(left), want) {
+		t.Fatalf("left %v (%v), want %v", ids(left), err, want)
+	}
+	if d, err := db.DeleteBefore(ctx, cut, true); err != nil || d.Captures != 1 {
+		t.Fatalf("with the kept: deleted %+v (%v), want the kept capture", d, err)
 	}
 }

@@ -677,3 +677,79 @@ func TestThirdCopyIsDuplicateOfTheFirst(t *testing.T) {
 		t.Errorf("%d delivery ids still looked up in memory after every record was applied", left)
 	}
 }
+
+// A queued request whose write failed is not a redelivery when the relay
+// sends it again, nor is a later copy of its delivery a duplicate of it:
+// the failed write leaves no trace in the duplicate check.
+func TestIntakeFailedWriteIsNoRedelivery(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
+	defer db.Close()
+	full := true
+	db.intake.log.SetWriteAt(func(f *os.File, b []byte, off int64) (int, error) {
+		if full {
+			return 0, syscall.ENOSPC
+		}
+		return f.WriteAt(b, off)
+	})
+	c := testCapture(1, []byte(`{"a":1}`))
+	c.Queued, c.RelayID = true, "r-1"
+	if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a full disk: %v", err)
+	}
+	full = false
+	w, err := db.LogCaptures(ctx, []*Capture{c}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w[0].Redelivered || w[0].DuplicateOf != "" {
+		t.Fatalf("the request sent again after a failed write: %+v, want a new capture", w[0])
+	}
+	if _, err := db.Capture(ctx, c.ID); err != nil {
+		t.Fatalf("the capture: %v", err)
+	}
+}
+
+// An apply that moves past a log file deletes it when no capture names
+// it, and never the file appended to, though none names it either: what
+// is logged next is in it, and survives a crash.
+func TestIntakeApplyDropsOnlyTheFilesItLeft(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	c := testCapture(1, nil) // no body: no capture names a log file
+	if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Answers of 200 KB (kept in the database's rows) until the log moves
+	// on to its next file.
+	first := db.intake.log.Gen()
+	u := answeredCapture(c)
+	u.ResponseBody = bytes.Repeat([]byte("a"), 200<<10)
+	for db.intake.log.Gen() == first {
+		if _, err := db.LogCaptures(ctx, nil, []*Capture{u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.intake.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(db.intake.log.Path(first)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the log applied and left, named by no capture: %v, want it deleted", err)
+	}
+	if _, err := os.Stat(db.intake.log.Path(db.intake.log.Gen())); err != nil {
+		t.Fatalf("the log appended to: %v", err)
+	}
+	next := testCapture(2, nil)
+	if _, err := db.LogCaptures(ctx, []*Capture{next}, nil); err != nil {
+		t.Fatal(err)
+	}
+	crash(t, db)
+	db = openIntakeDB(t, path)
+	defer db.Close()
+	if _, err := db.Capture(ctx, next.ID); err != nil {
+		t.Fatalf("the capture logged after the apply, after a crash: %v", err)
+	}
+}

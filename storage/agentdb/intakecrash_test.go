@@ -3,6 +3,7 @@ package agentdb
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"github.com/calltap/calltap/storage/intake"
 	"log/slog"
@@ -208,5 +209,99 @@ func TestIntakeDamageBeforeSyncedRecordsIsReported(t *testing.T) {
 	}
 	if _, err := db.Capture(context.Background(), ids[0]); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A store opened without the intake log (calltap's other commands) after
+// the agent was killed applies what the log holds, records the next
+// generation and deletes the log files no capture names; with nothing
+// logged since, a second such open writes nothing.
+func TestOpenWithoutTheLogRecoversIt(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	c := testCapture(1, nil) // no body: no capture names the log
+	if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	gen := db.intake.log.Gen()
+	crash(t, db)
+	for i := range 2 {
+		db, err := OpenAgent(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Capture(ctx, c.ID); err != nil {
+			t.Fatalf("open %d: the logged capture: %v", i, err)
+		}
+		db.Close()
+		if gens, err := intake.Files(BodiesDir(path)); err != nil || len(gens) != 0 {
+			t.Errorf("open %d: logs %v (%v) left, want the applied one deleted", i, gens, err)
+		}
+		ro, err := sql.Open("sqlite3", "file:"+path+"?mode=ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var applied int64
+		if err := ro.QueryRow(`SELECT applied_gen FROM intake_state`).Scan(&applied); err != nil || applied != gen+1 {
+			t.Errorf("open %d: the recorded generation %d (%v), want %d", i, applied, err, gen+1)
+		}
+		ro.Close()
+	}
+}
+
+// A killed agent's log of more records than one apply takes is applied
+// whole at the next open, a batch at a time.
+func TestRecoverAppliesEveryBatch(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	// No apply from here: applyLoop stops (crash, below, as for a kill).
+	in := db.intake
+	close(in.stop)
+	<-in.done
+	var cs []*Capture
+	for i := range 2*applyBatch + 1 {
+		cs = append(cs, testCapture(i, []byte(`{"n":1}`)))
+	}
+	if _, err := db.LogCaptures(ctx, cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	in.stop, in.done = make(chan struct{}), make(chan struct{})
+	close(in.done)
+	crash(t, db)
+	db = openIntakeDB(t, path)
+	defer db.Close()
+	if n := countCaptures(t, db); n != len(cs) {
+		t.Fatalf("%d captures after the restart, want the %d logged", n, len(cs))
+	}
+}
+
+// A log whose only record is torn (a power cut during the first append)
+// is cut to nothing, and the start says so as for any torn record.
+func TestIntakeTornFirstRecordIsCut(t *testing.T) {
+	holdApplies(t)
+	logs := captureLog(t)
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	if start := logSize(db); start != 0 {
+		t.Fatalf("the first record at %d, want 0", start)
+	}
+	if _, err := db.LogCaptures(context.Background(), []*Capture{testCapture(1, []byte(`{"n":1}`))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	file, end := db.intake.log.Path(db.intake.log.Gen()), logSize(db)
+	crash(t, db)
+	zero(t, file, end/2, end-end/2)
+	db = openIntakeDB(t, path)
+	defer db.Close()
+	if n := countCaptures(t, db); n != 0 {
+		t.Fatalf("%d captures from a torn record", n)
+	}
+	if fi, err := os.Stat(file); err == nil && fi.Size() != 0 {
+		t.Errorf("the torn log holds %d bytes, want it cut to 0", fi.Size())
+	}
+	if got := logs.lines("cut a torn record"); len(got) != 1 || !strings.Contains(got[0], "offset=0") {
+		t.Errorf("the start logged %q, want one line of the cut at offset 0", got)
 	}
 }

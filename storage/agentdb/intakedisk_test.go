@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/calltap/calltap/storage/disktest"
 )
@@ -152,6 +153,82 @@ func TestIntakeLogGivesBackItsReserve(t *testing.T) {
 		}
 		if got, err := db.Capture(ctx, testCapture(1, nil).ID); err != nil || string(got.Body) != `{"kept":"in the log"}` {
 			t.Errorf("%s: the capture after the restart: %v", stop, err)
+		}
+	}
+}
+
+// A stop on a full disk is orderly: Close says nothing of the records the
+// log could not apply, and keeps them for the next start.
+func TestCloseOnAFullDiskKeepsTheLog(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	dir := disktest.Dir(t, 48<<20)
+	path := filepath.Join(dir, "agent.db")
+	db := openIntakeDB(t, path)
+	// Headers go into the database's rows (bodies stay in the log): the
+	// apply needs pages the full disk refuses. Fewer than applyBatch, so
+	// that held applies wait.
+	var cs []*Capture
+	for n := range applyBatch - 100 {
+		c := testCapture(n, []byte(`{"n":1}`))
+		c.RequestHeaders = fmt.Sprintf(`[["X-Pad",%q]]`, strings.Repeat("f", 8000))
+		cs = append(cs, c)
+	}
+	if _, err := db.LogCaptures(ctx, cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	free := disktest.Fill(t, dir, 0)
+	if err := db.Close(); err != nil {
+		t.Errorf("Close on a full disk: %v, want an orderly stop", err)
+	}
+	if unapplied(t, path) == 0 {
+		t.Fatal("the log was applied on a full disk: the test needs it not to be")
+	}
+	free()
+	db = openIntakeDB(t, path)
+	defer db.Close()
+	if n := countCaptures(t, db); n != len(cs) {
+		t.Fatalf("%d captures after the restart, want the %d logged", n, len(cs))
+	}
+}
+
+// An apply that fails (the disk full) is tried again after a pause, with
+// nothing new logged and nobody reading: once there is room, the log's
+// records reach the store by themselves.
+func TestIntakeApplyRetriedAfterAFullDisk(t *testing.T) {
+	ctx := context.Background()
+	dir := disktest.Dir(t, 48<<20)
+	db := openIntakeDB(t, filepath.Join(dir, "agent.db"))
+	defer db.Close()
+	free := disktest.Fill(t, dir, 0)
+	// Rows the full disk has no pages for; the records fit in the log's
+	// reserved zeros. Fewer than applyBatch: one apply.
+	var cs []*Capture
+	for n := range applyBatch - 100 {
+		c := testCapture(n, []byte(`{"n":1}`))
+		c.RequestHeaders = fmt.Sprintf(`[["X-Pad",%q]]`, strings.Repeat("f", 8000))
+		cs = append(cs, c)
+	}
+	if _, err := db.LogCaptures(ctx, cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	in := db.intake
+	failed := func() error {
+		in.applyMu.Lock()
+		defer in.applyMu.Unlock()
+		return in.failed
+	}
+	// The deadlines bound a hang (under gremlins' timeout of the package's
+	// tests); each wait takes a second or so.
+	for deadline := time.Now().Add(30 * time.Second); failed() == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) || in.npending.Load() == 0 {
+			t.Fatalf("the apply did not fail on a full disk (pending %d)", in.npending.Load())
+		}
+	}
+	free()
+	for deadline := time.Now().Add(20 * time.Second); in.npending.Load() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records still pending 20 s after the disk had room again (last error %v)", in.npending.Load(), failed())
 		}
 	}
 }

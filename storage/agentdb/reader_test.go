@@ -94,3 +94,25 @@ func TestReaderSaysWhatItLeavesOut(t *testing.T) {
 		t.Fatalf("a store of an older format: behind %+v (%v)", lag, err)
 	}
 }
+
+// A reader's search waits for the agent owning the store to index what
+// it logged (it does once idle): the capture is found.
+func TestReaderSearchWaitsForTheOwnersIndex(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	owner := openIntakeDB(t, path)
+	defer owner.Close()
+	c := testCapture(1, []byte(`{"city":"Tucson"}`))
+	if _, err := owner.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenAgentReader(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, n, err := r.Captures(ctx, CaptureFilter{Text: "Tucson", Page: Page{Limit: 10}})
+	if err != nil || n != 1 || len(got) != 1 || got[0].ID != c.ID {
+		t.Fatalf("the reader's search: %d found (%v), want %s", n, err, c.ID)
+	}
+}

@@ -366,3 +366,64 @@ func closeWithin(t *testing.T, db *AgentStore) {
 		t.Fatal("Close did not return within a minute: the indexer never stopped")
 	}
 }
+
+// The intake log's applies keep to the indexer's pace as a direct write
+// does: with the index held, they stop searchLead past the bound until the
+// indexer moves.
+func TestSearchBacklogBoundsTheApplies(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	defer db.Close()
+	db.SetSearchBacklogMax(0)
+	unlock := lockSearchIndex(t, path)
+	var cs []*Capture
+	for i := range searchLead + 3*applyBatch {
+		cs = append(cs, testCapture(i, []byte(`{"city":"Austin"}`)))
+	}
+	if _, err := db.LogCaptures(ctx, cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	applied := make(chan error, 1)
+	go func() { applied <- db.intake.catchUp(ctx) }()
+	// The lead spent, the applies wait with a few batches pending; then the
+	// indexer goes on. The deadline bounds a hang.
+	held := int64(len(cs) - searchLead)
+	for deadline := time.Now().Add(30 * time.Second); db.intake.npending.Load() > held; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records pending, want the applies to go on to %d", db.intake.npending.Load(), held)
+		}
+	}
+	unlock()
+	if err := <-applied; err != nil {
+		t.Fatal(err)
+	}
+	if n := db.SearchBacklog(); n > searchLead+applyBatch {
+		t.Fatalf("the applies left a backlog of %d, bound 0 + %d (+ a batch)", n, searchLead)
+	}
+}
+
+// What the intake log applies is indexed in the background too, once the
+// writer is idle, with nothing else written and nobody searching.
+func TestSearchIndexesTheApplies(t *testing.T) {
+	ctx := context.Background()
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
+	defer db.Close()
+	if _, err := db.LogCaptures(ctx, []*Capture{testCapture(1, []byte(`{"city":"Austin"}`))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The deadline bounds a hang; the index takes about searchIdle.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var upto int64
+		if err := db.read.QueryRowContext(ctx, `SELECT indexed_upto FROM search.search_progress`).Scan(&upto); err != nil {
+			t.Fatal(err)
+		}
+		if upto == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("indexed up to %d 20 s after the apply, want 1", upto)
+		}
+	}
+}

@@ -135,3 +135,22 @@ func TestSegmentsSyncedBeforeCommit(t *testing.T) {
 		t.Errorf("SyncNormal synced %v", got)
 	}
 }
+
+// The intake log's apply, unsynced under SyncFull, leaves the write
+// connection of a SyncNormal store as it was: NORMAL, not FULL.
+func TestApplyKeepsTheSyncMode(t *testing.T) {
+	ctx := context.Background()
+	for mode, want := range map[storage.SyncMode]int{storage.SyncNormal: 1, storage.SyncFull: 2} {
+		db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"), WithSync(mode))
+		if _, err := db.LogCaptures(ctx, []*Capture{testCapture(1, []byte(`{}`))}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.intake.catchUp(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := synchronous(t, db.write); got != want {
+			t.Errorf("%s: synchronous = %d after an apply, want %d", mode, got, want)
+		}
+		db.Close()
+	}
+}

@@ -1,0 +1,76 @@
+package agentdb
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a log destination safe for the goroutine that writes
+// and the test that reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// RunRetention prunes at once, then every interval, and says what it
+// pruned; a new capture too old by the next pass goes then. With no
+// limit it returns at once.
+func TestRunRetentionPrunesEveryInterval(t *testing.T) {
+	db := openAgentDB(t)
+	saveCaptures(t, db, testCapture(1, []byte(`{"n":1}`)), testCapture(2, []byte(`{"n":2}`)))
+	var logged lockedBuffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		db.RunRetention(ctx, Retention{MaxAge: time.Hour, Pause: time.Millisecond}, 10*time.Millisecond, log)
+	}()
+	// The deadlines bound a hang; each pass takes milliseconds.
+	waitCaptures := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); countCaptures(t, db) != want; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d captures 20 s on, want %d: retention did not prune", countCaptures(t, db), want)
+			}
+		}
+	}
+	waitCaptures(0)
+	saveCaptures(t, db, testCapture(3, []byte(`{"n":3}`)))
+	waitCaptures(0)
+	cancel()
+	<-done
+	// Two passes pruned, and said so; the others, with nothing to prune,
+	// said nothing.
+	out := logged.String()
+	if !strings.Contains(out, `msg="retention: pruned old captures" captures=2 media=0`) ||
+		!strings.Contains(out, `msg="retention: pruned old captures" captures=1 media=0`) ||
+		strings.Count(out, "\n") != 2 {
+		t.Errorf("the log says %q, want the two passes that pruned", out)
+	}
+
+	// No limit: nothing to do, and it returns.
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	db.RunRetention(ctx, Retention{}, time.Millisecond, log)
+	if ctx.Err() != nil {
+		t.Error("RunRetention without a limit ran until its context ended")
+	}
+}
