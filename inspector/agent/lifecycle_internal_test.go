@@ -25,8 +25,8 @@ type loggedRecord struct {
 }
 
 func (l *logged) Enabled(context.Context, slog.Level) bool { return true }
-func (l *logged) WithAttrs([]slog.Attr) slog.Handler        { return l }
-func (l *logged) WithGroup(string) slog.Handler             { return l }
+func (l *logged) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logged) WithGroup(string) slog.Handler            { return l }
 
 func (l *logged) Handle(_ context.Context, r slog.Record) error {
 	rec := loggedRecord{level: r.Level, msg: r.Message, count: -1}
