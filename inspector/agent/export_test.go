@@ -25,3 +25,7 @@ func NewWritingThrough(cfg Config, f WriteCapturesFunc) (*Agent, error) {
 	a.cm.captures = f
 	return a, nil
 }
+
+// LiveRequests is how many live requests served alone or alongside a are
+// still answering (committer.live): none once every answer is in.
+func LiveRequests(a *Agent) int64 { return a.cm.live.Load() }
