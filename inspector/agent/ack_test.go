@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,5 +87,46 @@ func TestSlowAlongsideRequestIsAcknowledged(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d live requests still counted once all are answered", agent.LiveRequests(st.Agent))
 		}
+	}
+}
+
+// warnings keeps the messages an agent logs at Warn and above.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string // guarded by mu
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnings) WithGroup(string) slog.Handler                { return w }
+
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	w.msgs = append(w.msgs, r.Message)
+	w.mu.Unlock()
+	return nil
+}
+
+// A live request with a large body has it written to its file on a
+// goroutine of its own beside the commit: it reaches the handler, is
+// stored whole, and nothing is said to be wrong.
+func TestLargeLiveBodyIsStagedQuietly(t *testing.T) {
+	h := &handler{}
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	warned := &warnings{}
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Logger: slog.New(warned)})
+	body := `{"big":"` + strings.Repeat("x", 1<<20) + `"}`
+	send(t, st.TunnelURL+"/hook", body)
+	if err := st.Agent.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c := captureOf(t, st, body); c.ResponseStatus != 200 {
+		t.Errorf("the large request's capture: answer %d", c.ResponseStatus)
+	}
+	warned.mu.Lock()
+	defer warned.mu.Unlock()
+	if len(warned.msgs) != 0 || h.count() != 1 {
+		t.Errorf("handler got %d requests; warnings %q", h.count(), warned.msgs)
 	}
 }
