@@ -45,3 +45,7 @@ func NewLoadingThrough(cfg Config, f ReadCaptureFunc) (*Agent, error) {
 	a.loader = f
 	return a, nil
 }
+
+// LiveRequests is how many live requests served alone or alongside a are
+// still answering (committer.live): none once every answer is in.
+func LiveRequests(a *Agent) int64 { return a.cm.live.Load() }

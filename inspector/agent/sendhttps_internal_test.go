@@ -40,10 +40,16 @@ func TestSendToHTTPSTarget(t *testing.T) {
 	if !res.tooLarge || !strings.Contains(res.err, "relay's limit of 99 bytes") {
 		t.Errorf("an answer over the relay's limit: too large %v, %q", res.tooLarge, res.err)
 	}
+	res = a.send(ctx, c, nil, relay.Limits{MaxFrame: 120}, nil)
+	if !res.tooLarge || !strings.Contains(res.err, "relay's limit of 120 bytes per frame") {
+		t.Errorf("an answer within the body limits, over the relay's frame: too large %v, %q", res.tooLarge, res.err)
+	}
 	a.cfg.MaxBody = 99
-	res = a.send(ctx, c, nil, relay.Limits{MaxBody: 1000}, nil)
-	if !res.tooLarge || !strings.Contains(res.err, "agent's limit of 99 bytes") {
-		t.Errorf("an answer over the agent's limit: too large %v, %q", res.tooLarge, res.err)
+	for _, relayMax := range []int64{1000, 99} { // the same limit is named the agent's
+		res = a.send(ctx, c, nil, relay.Limits{MaxBody: relayMax}, nil)
+		if !res.tooLarge || !strings.Contains(res.err, "agent's limit of 99 bytes") {
+			t.Errorf("an answer over the agent's limit, the relay's %d: too large %v, %q", relayMax, res.tooLarge, res.err)
+		}
 	}
 	hs.Close()
 	if res := a.send(ctx, c, nil, relay.Limits{}, nil); res.err == "" || res.status != 0 {

@@ -34,6 +34,10 @@ func TestAgentKeepsTargetsUnderItsBasePath(t *testing.T) {
 	if got, want := joinTarget(base, "/.well-known/a..b", "x=1"), h.URL+"/wh/.well-known/a..b?x=1"; got != want {
 		t.Errorf("joinTarget = %q, want %q", got, want)
 	}
+	// The path is passed on as its sender escaped it, not escaped again.
+	if got, want := joinTarget(base, "/a%20b/c%3Bd", ""), h.URL+"/wh/a%20b/c%3Bd"; got != want {
+		t.Errorf("joinTarget of an escaped path = %q, want %q", got, want)
+	}
 
 	ctx := context.Background()
 	db, err := agentdb.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))

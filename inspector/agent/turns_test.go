@@ -28,6 +28,7 @@ type gate struct {
 	mu    sync.Mutex
 	order []int         // guarded by mu
 	held  chan struct{} // closed by open
+	once  sync.Once     // open's
 	at    chan int      // told each seq as it arrives
 }
 
@@ -50,7 +51,8 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "seq %d", v.Seq)
 }
 
-func (g *gate) open() { close(g.held) }
+// open lets held requests through; again, it does nothing.
+func (g *gate) open() { g.once.Do(func() { close(g.held) }) }
 
 func (g *gate) seen() []int {
 	g.mu.Lock()
@@ -200,6 +202,7 @@ func TestDrainDefersLiveRequestsInTheLine(t *testing.T) {
 	g := newGate()
 	hs := httptest.NewServer(g)
 	defer hs.Close()
+	defer g.open() // a failure lets the held request go: Close waits for it
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
 	queueWhileAway(t, st, `{"seq":0,"hold":true}`)
 	g.arrived(t, 0)
