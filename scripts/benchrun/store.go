@@ -247,7 +247,7 @@ const storeGenVersion = "3"
 // rebuilds it.
 func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (string, error) {
 	h := sha256.New()
-	files, err := filepath.Glob(filepath.Join(repo, "storage", "migrations", "agent", "*.sql"))
+	files, err := filepath.Glob(filepath.Join(repo, "storage", "agentdb", "migrations", "*.sql"))
 	if err != nil || len(files) == 0 {
 		return "", fmt.Errorf("no agent migrations under %s: run from the calltap tree or pass --repo", repo)
 	}
