@@ -13,6 +13,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/polltest"
 )
 
 // slowLog keeps whether the relay had the agent's word that a request was
@@ -77,11 +78,8 @@ func TestSlowAlongsideRequestIsAcknowledged(t *testing.T) {
 	}
 
 	g.open()
-	for deadline := time.Now().Add(10 * time.Second); agent.LiveRequests(st.Agent) != 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d live requests still counted once all are answered", agent.LiveRequests(st.Agent))
-		}
-	}
+	polltest.Until(t, 10*time.Second, func() bool { return agent.LiveRequests(st.Agent) == 0 },
+		"live requests still counted once all are answered")
 }
 
 // warnings keeps the messages an agent logs at Warn and above.
