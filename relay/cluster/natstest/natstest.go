@@ -94,7 +94,7 @@ func (c *Cluster) start(i, port, routePort int) {
 		c.t.Fatal(err)
 	}
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
+	if !s.ReadyForConnections(60 * time.Second) {
 		c.t.Fatalf("NATS server %d did not start", i)
 	}
 	c.servers[i] = s
