@@ -50,6 +50,7 @@ type Option func(*options)
 type options struct {
 	sync   storage.SyncMode
 	intake bool
+	disk   intake.Disk // writes and syncs the intake log and body files; a test's option sets another
 }
 
 // WithIntake makes the agent store keep an intake log (see intake.go) for
@@ -89,16 +90,16 @@ type AgentStore struct {
 }
 
 // newStore is the AgentStore on the core sdb, its parts not yet open.
-func newStore(sdb *storage.DB, sync storage.SyncMode) *AgentStore {
+func newStore(sdb *storage.DB, sync storage.SyncMode, bodies *intake.Bodies) *AgentStore {
 	return &AgentStore{sdb: sdb, path: sdb.Path(), sync: sync, write: sdb.Writer(), read: sdb.Reader(),
-		bodies: intake.NewBodies(BodiesDir(sdb.Path()), sync == storage.SyncFull)}
+		bodies: bodies}
 }
 
 // OpenAgent opens (creating if needed) the agent's database at path, its
 // search index and its body files. An index SQLite cannot read is deleted
 // and rebuilt.
 func OpenAgent(ctx context.Context, path string, opts ...Option) (_ *AgentStore, err error) {
-	o := options{sync: storage.SyncFull}
+	o := options{sync: storage.SyncFull, disk: intake.OSDisk{}}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -107,7 +108,8 @@ func OpenAgent(ctx context.Context, path string, opts ...Option) (_ *AgentStore,
 	if err != nil {
 		return nil, err
 	}
-	db := newStore(sdb, o.sync)
+	bodies := intake.NewBodies(BodiesDir(sdb.Path()), o.sync == storage.SyncFull, intake.WithDisk(o.disk))
+	db := newStore(sdb, o.sync, bodies)
 	defer func() {
 		if err != nil {
 			db.closeStore()
@@ -124,7 +126,7 @@ func OpenAgent(ctx context.Context, path string, opts ...Option) (_ *AgentStore,
 	}
 	// What an agent killed before it applied its log left there is applied
 	// now, whoever opens the store, unless that agent's successor holds it.
-	if db.intake, err = openIntake(ctx, db, o.intake); err != nil {
+	if db.intake, err = openIntake(ctx, db, o.intake, o.disk); err != nil {
 		return nil, err
 	}
 	return db, nil

@@ -124,9 +124,9 @@ type intakeLog struct {
 
 // openIntake takes the log folder of db if no live process holds it,
 // applies what a previous owner left there, and, if own, keeps it and
-// starts a new file to append to. It returns nil (and applies nothing)
-// when another process owns the log.
-func openIntake(ctx context.Context, db *AgentStore, own bool) (*intakeLog, error) {
+// starts a new file to append to, written through disk. It returns nil
+// (and applies nothing) when another process owns the log.
+func openIntake(ctx context.Context, db *AgentStore, own bool, disk intake.Disk) (*intakeLog, error) {
 	dir := BodiesDir(db.path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("storage: intake folder: %w", err)
@@ -149,7 +149,7 @@ func openIntake(ctx context.Context, db *AgentStore, own bool) (*intakeLog, erro
 	}
 	in := &intakeLog{db: db, dir: dir, sync: db.sync == storage.SyncFull, lock: lock,
 		byDeliver: map[string]string{}, byRelay: map[string]string{},
-		log:  intake.NewLog(dir, db.sync == storage.SyncFull, db.bodies.SyncDir),
+		log:  intake.NewLog(dir, db.sync == storage.SyncFull, db.bodies.SyncDir, intake.WithDisk(disk)),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		filterDone: make(chan struct{}),
 		committed:  db}

@@ -258,9 +258,10 @@ func TestIntakeFailedWriteLeavesNothing(t *testing.T) {
 	holdApplies(t)
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db := openIntakeDB(t, path)
+	disk := &faultDisk{}
+	db := openIntakeDB(t, path, withDisk(disk))
 	full := true
-	db.intake.log.SetWriteAt(func(f *os.File, b []byte, off int64) (int, error) {
+	disk.setWriteAt(func(f *os.File, b []byte, off int64) (int, error) {
 		if full {
 			// Half the frames reach the file before the disk is full.
 			n, _ := f.WriteAt(b[:len(b)/2], off)
@@ -540,12 +541,13 @@ func TestIntakeRecordCodec(t *testing.T) {
 func TestIntakeSyncsLargeBodiesFirst(t *testing.T) {
 	holdApplies(t)
 	ctx := context.Background()
-	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
+	disk := &faultDisk{}
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"), withDisk(disk))
 	defer db.Close()
 	big := bytes.Repeat([]byte("y"), intake.BodyMin)
 	a, b := testCapture(1, big), testCapture(2, big)
 	var sizes []int64
-	db.bodies.SyncFile = func(f *os.File) error {
+	disk.setSync(func(f *os.File) error {
 		fi, err := f.Stat()
 		if err != nil {
 			return err
@@ -557,7 +559,7 @@ func TestIntakeSyncsLargeBodiesFirst(t *testing.T) {
 			t.Errorf("the segment was synced after the log took records (%d bytes)", logSize(db))
 		}
 		return f.Sync()
-	}
+	})
 	if _, err := db.LogCaptures(ctx, []*Capture{a, b}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -684,10 +686,11 @@ func TestThirdCopyIsDuplicateOfTheFirst(t *testing.T) {
 func TestIntakeFailedWriteIsNoRedelivery(t *testing.T) {
 	holdApplies(t)
 	ctx := context.Background()
-	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
+	disk := &faultDisk{}
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"), withDisk(disk))
 	defer db.Close()
 	full := true
-	db.intake.log.SetWriteAt(func(f *os.File, b []byte, off int64) (int, error) {
+	disk.setWriteAt(func(f *os.File, b []byte, off int64) (int, error) {
 		if full {
 			return 0, syscall.ENOSPC
 		}

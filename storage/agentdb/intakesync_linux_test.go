@@ -15,14 +15,14 @@ import (
 // the file's descriptor at a pipe until undo: an fdatasync of the log in
 // between fails (EINVAL), so an append that syncs is refused and one that
 // does not goes through. undo gives the file its descriptor back.
-func failSyncOnce(t *testing.T, db *AgentStore) (undo func()) {
+func failSyncOnce(t *testing.T, disk *faultDisk) (undo func()) {
 	t.Helper()
 	var p [2]int
 	if err := syscall.Pipe(p[:]); err != nil {
 		t.Fatal(err)
 	}
 	armed, fd, saved := true, -1, -1
-	db.intake.log.SetWriteAt(func(f *os.File, b []byte, off int64) (int, error) {
+	disk.setWriteAt(func(f *os.File, b []byte, off int64) (int, error) {
 		n, err := f.WriteAt(b, off)
 		if err != nil || !armed {
 			return n, err
@@ -44,7 +44,7 @@ func failSyncOnce(t *testing.T, db *AgentStore) (undo func()) {
 		}
 		syscall.Close(p[0])
 		syscall.Close(p[1])
-		db.intake.log.SetWriteAt((*os.File).WriteAt)
+		disk.setWriteAt(nil)
 	}
 }
 
@@ -54,10 +54,11 @@ func failSyncOnce(t *testing.T, db *AgentStore) (undo func()) {
 func TestIntakeSyncsInsertsOnly(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	full := openIntakeDB(t, filepath.Join(dir, "full.db"))
+	fullDisk, normalDisk := &faultDisk{}, &faultDisk{}
+	full := openIntakeDB(t, filepath.Join(dir, "full.db"), withDisk(fullDisk))
 	defer full.Close()
 	c := testCapture(1, []byte(`{"n":1}`))
-	undo := failSyncOnce(t, full)
+	undo := failSyncOnce(t, fullDisk)
 	_, err := full.LogCaptures(ctx, []*Capture{c}, nil)
 	undo()
 	if err == nil || !strings.Contains(err.Error(), "sync the intake log") {
@@ -66,16 +67,16 @@ func TestIntakeSyncsInsertsOnly(t *testing.T) {
 	if _, err := full.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
 		t.Fatal(err)
 	}
-	undo = failSyncOnce(t, full)
+	undo = failSyncOnce(t, fullDisk)
 	_, err = full.LogCaptures(ctx, nil, []*Capture{answeredCapture(c)})
 	undo()
 	if err != nil {
 		t.Errorf("SyncFull, updates alone: %v, want them taken without a sync", err)
 	}
 
-	normal := openIntakeDB(t, filepath.Join(dir, "normal.db"), WithSync(storage.SyncNormal))
+	normal := openIntakeDB(t, filepath.Join(dir, "normal.db"), WithSync(storage.SyncNormal), withDisk(normalDisk))
 	defer normal.Close()
-	undo = failSyncOnce(t, normal)
+	undo = failSyncOnce(t, normalDisk)
 	_, err = normal.LogCaptures(ctx, []*Capture{testCapture(2, []byte(`{"n":2}`))}, nil)
 	undo()
 	if err != nil {

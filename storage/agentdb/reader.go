@@ -58,8 +58,7 @@ func OpenAgentReader(ctx context.Context, path string) (*AgentStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := newStore(sdb, storage.SyncFull)
-	db.bodies = intake.NewBodies(BodiesDir(path), false)
+	db := newStore(sdb, storage.SyncFull, intake.NewBodies(BodiesDir(path), false))
 	db.reader = &reader{owned: intakeOwned(BodiesDir(path))}
 	if db.reader.migrations, err = sdb.PendingMigrations(ctx); err != nil {
 		db.Close()

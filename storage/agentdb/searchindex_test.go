@@ -96,9 +96,9 @@ func TestSearchIndexedWhenIdle(t *testing.T) {
 }
 
 // openAgentAt opens the agent store at path; the test's end closes it.
-func openAgentAt(t *testing.T, path string) *AgentStore {
+func openAgentAt(t *testing.T, path string, opts ...Option) *AgentStore {
 	t.Helper()
-	db, err := OpenAgent(context.Background(), path)
+	db, err := OpenAgent(context.Background(), path, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

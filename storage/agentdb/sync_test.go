@@ -64,10 +64,10 @@ func TestSyncModeOfWriter(t *testing.T) {
 
 // watchSyncs records the files db's body store syncs, and whether the
 // capture with id was visible to a reader at each sync.
-func watchSyncs(t *testing.T, db *AgentStore, id string) (synced func() map[string]bool) {
+func watchSyncs(t *testing.T, disk *faultDisk, db *AgentStore, id string) (synced func() map[string]bool) {
 	mu := sync.Mutex{}
 	seen := map[string]bool{}
-	db.bodies.SyncFile = func(f *os.File) error {
+	disk.setSync(func(f *os.File) error {
 		var n int
 		if err := db.read.QueryRow(`SELECT count(*) FROM captures WHERE id = ?`, id).Scan(&n); err != nil {
 			t.Error(err)
@@ -78,7 +78,7 @@ func watchSyncs(t *testing.T, db *AgentStore, id string) (synced func() map[stri
 		seen[filepath.Base(f.Name())] = true
 		mu.Unlock()
 		return f.Sync()
-	}
+	})
 	return func() map[string]bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -93,9 +93,10 @@ func TestSegmentsSyncedBeforeCommit(t *testing.T) {
 	ctx := context.Background()
 	big := bytes.Repeat([]byte("x"), intake.BodyMin)
 	for _, staged := range []bool{false, true} {
-		db := openAgentAt(t, filepath.Join(t.TempDir(), "agent.db"))
+		disk := &faultDisk{}
+		db := openAgentAt(t, filepath.Join(t.TempDir(), "agent.db"), withDisk(disk))
 		c := testCapture(1, big)
-		synced := watchSyncs(t, db, c.ID)
+		synced := watchSyncs(t, disk, db, c.ID)
 		if staged {
 			if err := db.StageBody(c); err != nil {
 				t.Fatal(err)
@@ -121,13 +122,14 @@ func TestSegmentsSyncedBeforeCommit(t *testing.T) {
 		}
 	}
 
-	db, err := OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"), WithSync(storage.SyncNormal))
+	disk := &faultDisk{}
+	db, err := OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"), WithSync(storage.SyncNormal), withDisk(disk))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	c := testCapture(1, big)
-	synced := watchSyncs(t, db, c.ID)
+	synced := watchSyncs(t, disk, db, c.ID)
 	if _, err := db.WriteCaptures(ctx, []*Capture{c}, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -89,9 +89,9 @@ func KeptApart(n int) bool { return n >= BodyMin }
 
 // Bodies is where a store's large bodies are appended.
 type Bodies struct {
-	dir      string               // the folder (agentdb.BodiesDir)
-	synced   bool                 // storage.SyncFull: segments are synced before a commit names their bodies
-	SyncFile func(*os.File) error // syncs a file; (*os.File).Sync, which tests watch
+	dir    string // the folder (agentdb.BodiesDir)
+	synced bool   // storage.SyncFull: segments are synced before a commit names their bodies
+	disk   Disk   // syncs the segments: OSDisk, unless a test gave another (WithDisk)
 
 	syncMu sync.Mutex // held by SyncWritten: a second call waits for the first's syncs
 
@@ -106,8 +106,8 @@ type Bodies struct {
 
 // NewBodies is the body store in folder dir, synced before commits if
 // synced.
-func NewBodies(dir string, synced bool) *Bodies {
-	return &Bodies{dir: dir, synced: synced, SyncFile: (*os.File).Sync, written: map[*os.File]bool{}}
+func NewBodies(dir string, synced bool, opts ...Option) *Bodies {
+	return &Bodies{dir: dir, synced: synced, disk: newConfig(opts).disk, written: map[*os.File]bool{}}
 }
 
 // ErrSegmentSync marks a failed sync of segments: what was written to them
@@ -130,7 +130,7 @@ func (bs *Bodies) SyncWritten() error {
 	clear(bs.written)
 	bs.mu.Unlock()
 	for _, f := range files {
-		if err := bs.SyncFile(f); err != nil {
+		if err := bs.disk.Sync(f); err != nil {
 			bs.mu.Lock()
 			if bs.f == f {
 				bs.f = nil // the next append starts a new segment
@@ -149,7 +149,7 @@ func (bs *Bodies) SyncDir() error {
 		return err
 	}
 	defer d.Close()
-	return bs.SyncFile(d)
+	return bs.disk.Sync(d)
 }
 
 // reserve returns a span of n bytes (a multiple of directAlign) in the

@@ -97,19 +97,13 @@ type Log struct {
 	preparing bool          // a goroutine prefills generation gen+1's file, to hand it over on nextFile
 	nextFile  chan prepared // capacity 1
 
-	// writeAt puts frames in f: (*os.File).WriteAt; a test's stops
-	// halfway, as a disk that fills up does (SetWriteAt).
-	writeAt func(f *os.File, b []byte, off int64) (int, error)
+	disk Disk // writes the frames: OSDisk, unless a test gave another (WithDisk)
 }
-
-// SetWriteAt makes the log put its frames in the file with w in place of
-// (*os.File).WriteAt: tests stop it halfway, as a full disk does.
-func (l *Log) SetWriteAt(w func(f *os.File, b []byte, off int64) (int, error)) { l.writeAt = w }
 
 // NewLog is the log of folder dir, fdatasynced if sync; syncDir syncs the
 // folder. No file is open until Start.
-func NewLog(dir string, sync bool, syncDir func() error) *Log {
-	return &Log{dir: dir, sync: sync, syncDir: syncDir, nextFile: make(chan prepared, 1), writeAt: (*os.File).WriteAt}
+func NewLog(dir string, sync bool, syncDir func() error, opts ...Option) *Log {
+	return &Log{dir: dir, sync: sync, syncDir: syncDir, nextFile: make(chan prepared, 1), disk: newConfig(opts).disk}
 }
 
 // Path is the file of generation gen.
@@ -270,7 +264,7 @@ func prefill(f *os.File, n int64) error {
 // sync fail (after which the file's pages are in a state no later sync
 // reports truly), the next append starts a new file.
 func (l *Log) Append(buf []byte, sync bool) error {
-	if _, err := l.writeAt(l.f, buf, l.size); err != nil {
+	if _, err := l.disk.WriteAt(l.f, buf, l.size); err != nil {
 		l.takeBack(int64(len(buf)))
 		return fmt.Errorf("storage: append to the intake log: %w", err)
 	}

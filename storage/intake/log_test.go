@@ -21,10 +21,10 @@ func frames(payloads ...string) []byte {
 }
 
 // newTestLog is a synced log in a new folder, appending to generation 1.
-func newTestLog(t *testing.T) *Log {
+func newTestLog(t *testing.T, opts ...Option) *Log {
 	t.Helper()
 	dirSyncs := 0
-	l := NewLog(t.TempDir(), true, func() error { dirSyncs++; return nil })
+	l := NewLog(t.TempDir(), true, func() error { dirSyncs++; return nil }, opts...)
 	if err := l.Start(1); err != nil {
 		t.Fatal(err)
 	}
@@ -128,18 +128,40 @@ func TestAppendAndRead(t *testing.T) {
 	}
 }
 
+// stubDisk writes and syncs through its functions where a test set them,
+// and as OSDisk does where not.
+type stubDisk struct {
+	writeAt func(f *os.File, b []byte, off int64) (int, error)
+	sync    func(f *os.File) error
+}
+
+func (d *stubDisk) WriteAt(f *os.File, b []byte, off int64) (int, error) {
+	if d.writeAt != nil {
+		return d.writeAt(f, b, off)
+	}
+	return OSDisk{}.WriteAt(f, b, off)
+}
+
+func (d *stubDisk) Sync(f *os.File) error {
+	if d.sync != nil {
+		return d.sync(f)
+	}
+	return OSDisk{}.Sync(f)
+}
+
 // A failed write is taken back: zeros again where the file had them, and
 // the next append goes where the failed one began.
 func TestFailedAppendTakenBack(t *testing.T) {
-	l := newTestLog(t)
+	disk := &stubDisk{}
+	l := newTestLog(t, WithDisk(disk))
 	if err := l.Append(frames("first"), true); err != nil {
 		t.Fatal(err)
 	}
 	_, before := l.End()
-	l.SetWriteAt(func(f *os.File, b []byte, off int64) (int, error) {
+	disk.writeAt = func(f *os.File, b []byte, off int64) (int, error) {
 		n, _ := f.WriteAt(b[:len(b)/2], off)
 		return n, syscall.ENOSPC
-	})
+	}
 	if err := l.Append(frames("second", "third"), true); !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "append to the intake log") {
 		t.Fatalf("a full disk: %v", err)
 	}
@@ -153,7 +175,7 @@ func TestFailedAppendTakenBack(t *testing.T) {
 	if int64(len(data)) != FileMax || !bytes.Equal(data[before:before+64], make([]byte, 64)) {
 		t.Fatalf("after the failed append: %d bytes, %q at the end", len(data), data[before:before+64])
 	}
-	l.SetWriteAt((*os.File).WriteAt)
+	disk.writeAt = nil
 	if err := l.Append(frames("fourth"), true); err != nil {
 		t.Fatal(err)
 	}

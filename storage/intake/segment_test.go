@@ -62,17 +62,16 @@ func equal(a, b []int64) bool {
 // once, and a new segment's folder when it starts one; a segment that
 // fails to sync takes no more bodies. An unsynced store syncs nothing.
 func TestSegmentSyncs(t *testing.T) {
-	bs := NewBodies(t.TempDir(), true)
-	defer bs.Close()
 	var synced []string
 	fail := false
-	bs.SyncFile = func(f *os.File) error {
+	bs := NewBodies(t.TempDir(), true, WithDisk(&stubDisk{sync: func(f *os.File) error {
 		synced = append(synced, filepath.Base(f.Name()))
 		if fail {
 			return syscall.EIO
 		}
 		return nil
-	}
+	}}))
+	defer bs.Close()
 	first, _, err := bs.Append([]byte("a"))
 	if err != nil {
 		t.Fatal(err)
@@ -99,9 +98,11 @@ func TestSegmentSyncs(t *testing.T) {
 		t.Fatalf("after a failed sync: %s (%v), want a new segment", next, err)
 	}
 
-	plain := NewBodies(t.TempDir(), false)
+	plain := NewBodies(t.TempDir(), false, WithDisk(&stubDisk{sync: func(*os.File) error {
+		t.Error("an unsynced store synced")
+		return nil
+	}}))
 	defer plain.Close()
-	plain.SyncFile = func(*os.File) error { t.Error("an unsynced store synced"); return nil }
 	plain.Append([]byte("e"))
 	if err := plain.SyncWritten(); err != nil {
 		t.Fatal(err)
