@@ -107,30 +107,15 @@ func cmdCost(ctx context.Context, args []string) error {
 // costSetup starts a relay and an agent with --sync mode and measures
 // every load on them.
 func costSetup(ctx context.Context, bin, dir, mode string, hp *proc, hurl string, warm, dur time.Duration, perf bool, keep string) ([]*costCell, error) {
-	ct, err := newCalltap(ctx, bin, dir, hurl, relayFlagsNoLimits...)
+	ct, pids, err := startCostPair(ctx, bin, dir, mode, hp, hurl)
 	if err != nil {
 		return nil, err
 	}
 	defer ct.stop()
-	ct.agentArgs = []string{"--sync", mode}
-	if err := ct.startRelay(ctx); err != nil {
-		return nil, err
-	}
-	if err := ct.startAgent(ctx, true); err != nil {
-		return nil, err
-	}
-	pids := map[string]int{"relay": ct.relay.pid(), "agent": ct.agent.pid(), "handler": hp.pid()}
-	ev, stamp := jsonEvent2K()
-	hu, _ := url.Parse(hurl)
-	ru, _ := url.Parse(ct.relayURL)
 	var cells []*costCell
 	for _, conns := range []int{1, 32} {
 		c := &costCell{sync: mode, conns: conns}
-		direct := loadSpec{Addr: hu.Host, Path: "/webhooks/voice", Body: ev, Stamp: stamp, ContentType: "application/json",
-			Conns: conns, Warmup: warm, Duration: dur}
-		through := direct
-		through.Addr, through.Path = ru.Host, ct.tunnelPath+"/voice"
-
+		direct, through := costSpecs(ct, hurl, conns, warm, dur)
 		if c.fsync, err = fsyncP50(filepath.Join(dir, "agent")); err != nil {
 			return nil, fmt.Errorf("fsync probe: %w", err)
 		}
@@ -142,8 +127,8 @@ func costSetup(ctx context.Context, bin, dir, mode string, hp *proc, hurl string
 		if err := c.measure(ctx, through, pids, dir); err != nil {
 			return nil, err
 		}
-		if ct.relay.exited() || ct.agent.exited() {
-			return nil, errors.New("the relay or the agent died under load (see their logs in " + dir + ")")
+		if err := ct.alive(); err != nil {
+			return nil, err
 		}
 		if conns == 1 {
 			fmt.Fprintf(os.Stderr, "cost: %-22s through calltap: the inspector lists and finds each\n", c.label())
@@ -160,6 +145,47 @@ func costSetup(ctx context.Context, bin, dir, mode string, hp *proc, hurl string
 		cells = append(cells, c)
 	}
 	return cells, nil
+}
+
+// startCostPair starts a relay and an agent of bin with --sync mode, in
+// dir, in front of the handler hp at hurl, and names the pids of the
+// processes a request runs in. On an error nothing is left running.
+func startCostPair(ctx context.Context, bin, dir, mode string, hp *proc, hurl string) (*calltap, map[string]int, error) {
+	ct, err := newCalltap(ctx, bin, dir, hurl, relayFlagsNoLimits...)
+	if err != nil {
+		return nil, nil, err
+	}
+	ct.agentArgs = []string{"--sync", mode}
+	err = ct.startRelay(ctx)
+	if err == nil {
+		err = ct.startAgent(ctx, true)
+	}
+	if err != nil {
+		ct.stop()
+		return nil, nil, err
+	}
+	return ct, map[string]int{"relay": ct.relay.pid(), "agent": ct.agent.pid(), "handler": hp.pid()}, nil
+}
+
+// alive is an error once the relay or the agent has died (under load).
+func (c *calltap) alive() error {
+	if c.relay.exited() || c.agent.exited() {
+		return errors.New("the relay or the agent died under load (see their logs in " + c.dir + ")")
+	}
+	return nil
+}
+
+// costSpecs are the 2 KB load with conns connections straight to the
+// handler at hurl and through ct's tunnel.
+func costSpecs(ct *calltap, hurl string, conns int, warm, dur time.Duration) (direct, through loadSpec) {
+	ev, stamp := jsonEvent2K()
+	hu, _ := url.Parse(hurl)
+	ru, _ := url.Parse(ct.relayURL)
+	direct = loadSpec{Addr: hu.Host, Path: "/webhooks/voice", Body: ev, Stamp: stamp, ContentType: "application/json",
+		Conns: conns, Warmup: warm, Duration: dur}
+	through = direct
+	through.Addr, through.Path = ru.Host, ct.tunnelPath+"/voice"
+	return direct, through
 }
 
 // visibility sends n requests through the tunnel one at a time, each with
