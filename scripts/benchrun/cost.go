@@ -63,9 +63,14 @@ func cmdCost(ctx context.Context, args []string) error {
 	warm := fs.Duration("warmup", time.Second, "warmup before each window")
 	perf := fs.Bool("perf", false, "also record the relay's and the agent's call stacks and break their CPU down by stage")
 	keep := fs.String("perf-keep", "", "keep the perf record files in this directory")
-	label := fs.String("label", "", "name this build's tables (a baseline's: make bench BENCH_BASELINE=REV); they carry no targets")
+	label := fs.String("label", "", "name this build's tables, which then carry no targets; with --baseline, name the baseline")
+	base := fs.String("baseline", "", "also run a baseline build, in turns with this one, and print after ÷ before (no perf record, no inspector probe)")
+	rounds := fs.Int("rounds", 3, "with --baseline: the interleaved rounds of each load")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *base != "" && (*perf || *rounds < 1) {
+		return errors.New("--baseline takes --rounds 1 or more, and no --perf (a profile is the plain run's)")
 	}
 	if _, err := exec.LookPath("perf"); err != nil {
 		return errors.New("perf is missing: apt-get install -y linux-perf")
@@ -92,6 +97,9 @@ func cmdCost(ctx context.Context, args []string) error {
 	}
 	defer hp.stop()
 
+	if *base != "" {
+		return reportAB(ctx, res, abRun{after: *bin, before: *base, dir: dir, hp: hp, hurl: hurl, warm: *warm, dur: *dur, rounds: *rounds}, *label)
+	}
 	var cells []*costCell
 	for _, mode := range []string{"full", "normal"} {
 		cs, err := costSetup(ctx, *bin, filepath.Join(dir, "sync-"+mode), mode, hp, hurl, *warm, *dur, *perf, *keep)

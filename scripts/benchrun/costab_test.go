@@ -1,0 +1,87 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// measures is one build's rounds: per round, each process's CPU (µs) and
+// system calls per request.
+func measures(rounds ...map[string][2]float64) []*costCell {
+	var ms []*costCell
+	for _, r := range rounds {
+		m := &costCell{cpu: map[string]time.Duration{}, syscalls: map[string]float64{}}
+		for name, v := range r {
+			m.cpu[name] = time.Duration(v[0] * float64(time.Microsecond))
+			m.syscalls[name] = v[1]
+		}
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		xs   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{7}, 7},
+		{[]float64{9, 1, 5}, 5},
+		{[]float64{4, 1, 3, 100}, 3.5},
+	} {
+		if got := median(tc.xs); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.xs, got, tc.want)
+		}
+	}
+}
+
+func TestABRows(t *testing.T) {
+	// The agent: CPU +5% (within) but system calls +20% (not): not met.
+	// The relay: CPU exactly +10% and calls -10%: met. An outlier round
+	// moves no median.
+	cell := &abCell{sync: "full", conns: 32,
+		before: measures(
+			map[string][2]float64{"relay": {100, 10}, "agent": {200, 20}, "handler": {50, 4}},
+			map[string][2]float64{"relay": {100, 10}, "agent": {200, 20}, "handler": {50, 4}},
+			map[string][2]float64{"relay": {900, 90}, "agent": {200, 20}, "handler": {50, 4}},
+		),
+		after: measures(
+			map[string][2]float64{"relay": {110, 9}, "agent": {210, 24}, "handler": {80, 4}},
+			map[string][2]float64{"relay": {1, 1}, "agent": {210, 24}, "handler": {80, 4}},
+			map[string][2]float64{"relay": {110, 9}, "agent": {210, 24}, "handler": {80, 4}},
+		),
+	}
+	rows := abRows([]*abCell{cell}, "7890542")
+	if len(rows) != 5 || !rows[0].Head || rows[4].Note == "" {
+		t.Fatalf("want a head, three processes and a note; got %+v", rows)
+	}
+	if !strings.Contains(rows[4].Note, "7890542") || !strings.Contains(rows[4].Note, "Medians of 3 interleaved rounds") {
+		t.Errorf("note: %s", rows[4].Note)
+	}
+	want := map[string]struct {
+		cells       []string
+		target, met string
+	}{
+		"relay":   {[]string{"--sync full", "c=32", "relay", "100 µs", "110 µs", "+10.0%", "10.0", "9.0", "-10.0%"}, "≤ +10%", "met"},
+		"agent":   {[]string{"--sync full", "c=32", "agent", "200 µs", "210 µs", "+5.0%", "20.0", "24.0", "+20.0%"}, "≤ +10%", "**not met**"},
+		"handler": {[]string{"--sync full", "c=32", "handler", "50 µs", "80 µs", "+60.0%", "4.0", "4.0", "+0.0%"}, "none: the control", ""},
+	}
+	for _, x := range rows[1:4] {
+		w := want[x.Cells[2]]
+		if !slices.Equal(x.Cells, w.cells) || x.Target != w.target || x.Met != w.met {
+			t.Errorf("%s: got %q %q %q, want %q %q %q", x.Cells[2], x.Cells, x.Target, x.Met, w.cells, w.target, w.met)
+		}
+	}
+}
+
+func TestABCompareZero(t *testing.T) {
+	if c := (abCompare{0, 0}); !c.within() || c.pct() != "+0.0%" {
+		t.Errorf("0 → 0: %v %s", c.within(), c.pct())
+	}
+	if c := (abCompare{0, 1}); c.within() {
+		t.Error("0 → 1 counted as within +10%")
+	}
+}
