@@ -13,6 +13,7 @@
 //	benchrun prune     --bin bin/calltap --out FILE    retention: p99 through the tunnel while 10⁵ captures are pruned, and after
 //	benchrun cluster   --bin bin/calltap --out FILE    team relay over NATS: same node vs another, shared queue, NATS bytes
 //	benchrun cost      --bin bin/calltap-prof --out FILE  per 2 KB request: each process's CPU, system calls, context switches; added p50 vs fsync p50; --perf: CPU by stage
+//	                   --baseline BIN [--rounds N]     instead: this build and BIN in N interleaved rounds, after ÷ before
 //	benchrun report    FILE                            the table
 //
 // It is a report, not a test: a missed target is printed, never an exit
