@@ -162,11 +162,26 @@ func (ix *indexer) prepare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := incrementalVacuum(ctx, conn, "search"); err != nil {
+	if err := vacuumAtOpen(ctx, conn, ix.path); err != nil {
 		return err
 	}
 	ix.setPosition(upto, last)
 	return nil
+}
+
+// vacuumAtOpen gives the index's free pages back to the file system (and
+// converts a new index to incremental auto_vacuum). That is a tidy-up: on
+// a full disk, where SQLite has no room for the pages the vacuum moves, it
+// is skipped with a warning, so that the agent still starts (its answer
+// path copes with a full disk) and its user can read their history and
+// free space; the next prune vacuums again. Any other error fails the open.
+func vacuumAtOpen(ctx context.Context, conn *sql.Conn, path string) error {
+	err := incrementalVacuum(ctx, conn, "search")
+	if err != nil && storage.IsDiskFull(err) {
+		slog.Warn("storage: the disk is full: the search index keeps its free pages until the next prune", "path", path, "err", err)
+		return nil
+	}
+	return err
 }
 
 // checkSearchIndex reads the index's state and, when it is not this
