@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"slices"
 	"testing"
@@ -97,5 +98,31 @@ func TestMediaClientRefusesOnlyPrivateAddresses(t *testing.T) {
 	}
 	if err := get("http://255.255.255.255:9/x"); err == nil || errors.Is(err, errPrivateAddress) {
 		t.Errorf("a public address: %v, want a network error, not the refusal", err)
+	}
+}
+
+// A file of exactly MaxBytes is saved, and a download that went well logs
+// no warning.
+func TestMediaSaverFileAtTheLimit(t *testing.T) {
+	hs := mediaHost(t)
+	d := openDisk(t)
+	logged := &lockedBuffer{}
+	s, err := NewMediaSaver(MediaConfig{DB: d.store, Dir: t.TempDir(), AllowPrivate: true, MaxBytes: int64(len("mp3 bytes")),
+		Logger: slog.New(slog.NewTextHandler(logged, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	c := testCapture(`{}`)
+	if _, err := d.store.WriteCaptures(context.Background(), []*agentdb.Capture{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.Save(context.Background(), c.ID, "call-1", callevent.Media{RecordingURL: hs.URL + "/rec"})
+	s.Wait()
+	if f := mediaOf(t, d.store, c.ID)[agentdb.MediaRecording]; f == nil || f.Status != agentdb.MediaSaved || f.Size != 9 {
+		t.Errorf("a 9-byte file with a 9-byte limit: %+v, want saved", f)
+	}
+	if out, _ := logged.read(); out != "" {
+		t.Errorf("logged: %s", out)
 	}
 }
