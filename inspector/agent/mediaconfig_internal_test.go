@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -124,5 +125,57 @@ func TestMediaSaverFileAtTheLimit(t *testing.T) {
 	}
 	if out, _ := logged.read(); out != "" {
 		t.Errorf("logged: %s", out)
+	}
+}
+
+// A replay's media links are pointed at the saved copy of their own kind:
+// by the link itself, or, for a link the service signed anew, by the
+// event's call; a link of a call with nothing saved is left as it is.
+func TestRewriteMediaLinksByKindAndCall(t *testing.T) {
+	hs := mediaHost(t)
+	d := openDisk(t)
+	s, err := NewMediaSaver(MediaConfig{DB: d.store, Dir: t.TempDir(), AllowPrivate: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	c := testCapture(`{}`)
+	if _, err := d.store.WriteCaptures(context.Background(), []*agentdb.Capture{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.Save(context.Background(), c.ID, "call-1", callevent.Media{RecordingURL: hs.URL + "/rec", TranscriptURL: hs.URL + "/t.txt"})
+	s.Wait()
+	saved := mediaOf(t, d.store, c.ID)
+	rec, tr := saved[agentdb.MediaRecording], saved[agentdb.MediaTranscript]
+	if rec == nil || tr == nil || rec.Status != agentdb.MediaSaved || tr.Status != agentdb.MediaSaved {
+		t.Fatalf("media of the call: %v", saved)
+	}
+	const base = "http://127.0.0.1:4040"
+	for _, tc := range []struct {
+		name, call, rec, tr string
+		n                   int
+		wantRec, wantTr     string
+	}{
+		{"the saved links", "call-1", hs.URL + "/rec", hs.URL + "/t.txt", 2, base + MediaPath(rec.ID), base + MediaPath(tr.ID)},
+		{"links signed anew", "call-1", "https://cdn.voice.io/r?sig=2", "https://cdn.voice.io/t?sig=2", 2, base + MediaPath(rec.ID), base + MediaPath(tr.ID)},
+		{"another call's", "call-2", "https://cdn.voice.io/r?sig=3", "https://cdn.voice.io/t?sig=3", 0, "https://cdn.voice.io/r?sig=3", "https://cdn.voice.io/t?sig=3"},
+	} {
+		body := []byte(`{"event":"call.analysis_completed","call":{"call_id":"` + tc.call + `"},"media":{"recording_url":"` + tc.rec + `","transcript_url":"` + tc.tr + `"}}`)
+		out, n, err := RewriteMediaLinks(context.Background(), d.store, body, base+"/")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var p struct {
+			Media struct {
+				RecordingURL  string `json:"recording_url"`
+				TranscriptURL string `json:"transcript_url"`
+			} `json:"media"`
+		}
+		if err := json.Unmarshal(out, &p); err != nil {
+			t.Fatalf("%s: %v: %s", tc.name, err, out)
+		}
+		if n != tc.n || p.Media.RecordingURL != tc.wantRec || p.Media.TranscriptURL != tc.wantTr {
+			t.Errorf("%s: %d rewritten, recording %s, transcript %s; want %d, %s, %s", tc.name, n, p.Media.RecordingURL, p.Media.TranscriptURL, tc.n, tc.wantRec, tc.wantTr)
+		}
 	}
 }
