@@ -1,0 +1,39 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/storage/agentdb"
+)
+
+// A replay made once (the inspector's replay) returns with the handler's
+// answer; one on the service's schedule returns at once, queued, and is
+// delivered in the background.
+func TestReplayOnceAndOnTheSchedule(t *testing.T) {
+	h := &seen{}
+	a := runAgent(t, h)
+	orig := original(t, a, "/hook", `{"n":1}`, nil)
+	ctx := context.Background()
+
+	c, err := a.Replay(ctx, ReplayOptions{ID: orig.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status != agentdb.StatusDelivered || c.ResponseStatus != http.StatusAccepted || c.Attempts != 1 || len(h.all()) != 1 {
+		t.Errorf("once: returned %s, answered %d, %d attempts; the handler had %d requests; want delivered, 202, 1, 1",
+			c.Status, c.ResponseStatus, c.Attempts, len(h.all()))
+	}
+
+	q, err := a.Replay(ctx, ReplayOptions{ID: orig.ID, Retry: "service"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Status != agentdb.StatusPending || q.Attempts != 0 || q.ReplayOf != orig.ID {
+		t.Errorf("on the schedule: returned %s after %d attempts, a replay of %q; want it queued, not yet tried", q.Status, q.Attempts, q.ReplayOf)
+	}
+	polltest.Until(t, 10*time.Second, func() bool { return len(h.all()) == 2 }, "the queued replay to reach the handler")
+}
