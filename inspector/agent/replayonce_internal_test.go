@@ -3,9 +3,11 @@ package agent
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage/agentdb"
 )
@@ -36,4 +38,31 @@ func TestReplayOnceAndOnTheSchedule(t *testing.T) {
 		t.Errorf("on the schedule: returned %s after %d attempts, a replay of %q; want it queued, not yet tried", q.Status, q.Attempts, q.ReplayOf)
 	}
 	polltest.Until(t, 10*time.Second, func() bool { return len(h.all()) == 2 }, "the queued replay to reach the handler")
+}
+
+// The command line's replay on the service's schedule tries a failing
+// handler as often as the service would, and a replay once tries it once.
+func TestReplayAndWaitOnTheSchedule(t *testing.T) {
+	var tries atomic.Int32
+	a := runAgent(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tries.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	orig := original(t, a, "/hook", `{"n":1}`, nil)
+	ctx := context.Background()
+
+	c, err := a.ReplayAndWait(ctx, ReplayOptions{ID: orig.ID, Retry: "service", TimeScale: 0.0001})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Attempts != callevent.MaxAttempts || c.Status != agentdb.StatusFailed || tries.Load() != callevent.MaxAttempts {
+		t.Fatalf("on the schedule: %s after %d attempts, %d tries reached the handler; want failed after %d", c.Status, c.Attempts, tries.Load(), callevent.MaxAttempts)
+	}
+	c, err = a.ReplayAndWait(ctx, ReplayOptions{ID: orig.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Attempts != 1 || c.Status != agentdb.StatusFailed || tries.Load() != callevent.MaxAttempts+1 {
+		t.Errorf("once: %s after %d attempts, %d tries in all; want failed after 1", c.Status, c.Attempts, tries.Load())
+	}
 }
