@@ -51,7 +51,11 @@ func TestReplayAndWaitOnTheSchedule(t *testing.T) {
 	orig := original(t, a, "/hook", `{"n":1}`, nil)
 	ctx := context.Background()
 
-	c, err := a.ReplayAndWait(ctx, ReplayOptions{ID: orig.ID, Retry: "service", TimeScale: 0.0001})
+	// The scaled schedule takes a quarter of a second; the bound stops one
+	// run at the wrong scale (30 s / 0.0001 before the second try).
+	bound, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := a.ReplayAndWait(bound, ReplayOptions{ID: orig.ID, Retry: "service", TimeScale: 0.0001})
 	if err != nil {
 		t.Fatal(err)
 	}
