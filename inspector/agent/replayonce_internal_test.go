@@ -70,3 +70,13 @@ func TestReplayAndWaitOnTheSchedule(t *testing.T) {
 		t.Errorf("once: %s after %d attempts, %d tries in all; want failed after 1", c.Status, c.Attempts, tries.Load())
 	}
 }
+
+// A replay's method or header name holding any of the separators RFC 9110
+// keeps out of tokens is refused, the first of them as surely as the rest.
+func TestValidTokenRefusesEverySeparator(t *testing.T) {
+	for _, sep := range []byte(`()<>@,;:\"/[]?={}`) {
+		if name := "X" + string(sep) + "Y"; validToken(name) {
+			t.Errorf("%q taken for a token", name)
+		}
+	}
+}
