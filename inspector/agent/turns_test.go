@@ -300,3 +300,33 @@ func TestQueuedTurnKeptWhileItCannotBeRead(t *testing.T) {
 		t.Errorf("the live request was answered %s, want the handler's 200 (or 202 queued)", got)
 	}
 }
+
+// A live request that arrives after the drain, behind one at the handler,
+// is answered "queued" at once: not when the one at the handler ends, nor
+// when the relay's forward timeout is about to run out (here both ten
+// minutes away).
+func TestDrainAnswersALateArrivalAtOnce(t *testing.T) {
+	g := newGate()
+	hs := httptest.NewServer(g)
+	defer hs.Close()
+	defer g.open() // a failure lets the held request go: Close waits for it
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL,
+		Relay: func(c *relay.Config) { c.ForwardTimeout = 10 * time.Minute },
+		Agent: func(c *agent.Config) { c.ForwardTimeout = 10 * time.Minute }}) // the held request's too
+	queueWhileAway(t, st, `{"seq":0,"hold":true}`)
+	g.arrived(t, 0)
+	st.Agent.Drain()
+	answered := make(chan int, 1)
+	go func() { code, _ := post(t, st.TunnelURL+"/hook", `{"seq":1}`); answered <- code }()
+	select {
+	case code := <-answered:
+		if code != http.StatusAccepted {
+			t.Errorf("a live request after the drain: %d, want 202", code)
+		}
+	case <-time.After(polltest.MinWait):
+		t.Fatal("a live request after the drain was not answered while the one before it was at the handler")
+	}
+	if seen := g.seen(); fmt.Sprint(seen) != "[0]" {
+		t.Errorf("the drained agent sent %v, want only the one at the handler", seen)
+	}
+}
