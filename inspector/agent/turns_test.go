@@ -330,3 +330,29 @@ func TestDrainAnswersALateArrivalAtOnce(t *testing.T) {
 		t.Errorf("the drained agent sent %v, want only the one at the handler", seen)
 	}
 }
+
+// Once the turn line has run, live requests wait for no turn: the line is
+// empty, and two live requests reach the handler together, the first
+// still held there when the second arrives.
+func TestLiveRequestsRunAlongsideOnceTheLineHasRun(t *testing.T) {
+	g := newGate()
+	hs := httptest.NewServer(g)
+	defer hs.Close()
+	defer g.open() // a failure lets the held request go: Close waits for it
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	queueWhileAway(t, st, `{"seq":0}`)
+	g.arrived(t, 0)
+	polltest.Until(t, 10*time.Second, func() bool { return agent.WaitingTurns(st.Agent) == 0 }, "the turn line to empty once its one request was sent")
+	codes := make(chan int, 2)
+	go func() { code, _ := post(t, st.TunnelURL+"/hook", `{"seq":1,"hold":true}`); codes <- code }()
+	g.arrived(t, 1)
+	go func() { code, _ := post(t, st.TunnelURL+"/hook", `{"seq":2}`); codes <- code }()
+	g.arrived(t, 2) // while seq 1 is held
+	if code := <-codes; code != http.StatusOK {
+		t.Errorf("the second live request: %d, want the handler's 200", code)
+	}
+	g.open()
+	if code := <-codes; code != http.StatusOK {
+		t.Errorf("the held live request: %d, want the handler's 200", code)
+	}
+}
