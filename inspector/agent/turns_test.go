@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -354,5 +355,77 @@ func TestLiveRequestsRunAlongsideOnceTheLineHasRun(t *testing.T) {
 	g.open()
 	if code := <-codes; code != http.StatusOK {
 		t.Errorf("the held live request: %d, want the handler's 200", code)
+	}
+}
+
+// counted is a slog.Handler counting the records whose message begins
+// with prefix.
+type counted struct {
+	prefix string
+	mu     sync.Mutex
+	n      int // guarded by mu
+}
+
+func (c *counted) Enabled(context.Context, slog.Level) bool { return true }
+func (c *counted) WithAttrs([]slog.Attr) slog.Handler       { return c }
+func (c *counted) WithGroup(string) slog.Handler            { return c }
+func (c *counted) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, c.prefix) {
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+func (c *counted) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// A saved request that cannot be read back for its turn is logged once for
+// its whole streak of failed reads, at the first, not at every try.
+func TestUnreadableTurnLoggedOnce(t *testing.T) {
+	g := newGate()
+	hs := httptest.NewServer(g)
+	defer hs.Close()
+	var (
+		mu     sync.Mutex
+		broken = true
+		fails  = make(chan struct{}, 64)
+	)
+	newAgent := func(cfg agent.Config) (*agent.Agent, error) {
+		store := cfg.Store
+		return agent.NewLoadingThrough(cfg, func(ctx context.Context, id string) (*agentdb.Capture, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if broken {
+				select {
+				case fails <- struct{}{}:
+				default:
+				}
+				return nil, fmt.Errorf("storage: commit: %w", syscall.ENOSPC)
+			}
+			return store.Capture(ctx, id)
+		})
+	}
+	logged := &counted{prefix: "reading a saved request back"}
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: newAgent,
+		Agent: func(c *agent.Config) { c.Logger = slog.New(logged) }})
+	queueWhileAway(t, st, `{"seq":0}`)
+	for i := range 3 {
+		select {
+		case <-fails:
+		case <-time.After(polltest.MinWait):
+			t.Fatalf("read %d of the queued request never came", i+1)
+		}
+	}
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	g.arrived(t, 0)
+	if n := logged.count(); n != 1 {
+		t.Errorf("three failed reads logged %d times, want once", n)
 	}
 }
