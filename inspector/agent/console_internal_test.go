@@ -62,6 +62,27 @@ func TestConsoleWritesLinesTogether(t *testing.T) {
 	}
 }
 
+// A flush with nothing held, or a first line that fills the buffer, finds
+// no timer to stop; and every batch gets its own timer: lines that come
+// after one was written are written within consoleDelay too, not held
+// until the buffer fills.
+func TestConsoleWritesLaterLinesInTime(t *testing.T) {
+	out := &lockedBuffer{}
+	c := newConsole(out)
+	c.flush()
+	long := strings.Repeat("x", consoleMax-1)
+	c.line(long)
+	if s, n := out.read(); n != 1 || len(s) != consoleMax {
+		t.Fatalf("a first line filling the buffer: %d writes, %d bytes", n, len(s))
+	}
+	want := long + "\n"
+	for _, l := range []string{"one", "two", "three"} {
+		c.line(l)
+		want += l + "\n"
+		polltest.Until(t, 5*time.Second, func() bool { s, _ := out.read(); return s == want }, "line "+l+" to be written")
+	}
+}
+
 // A request's console line says when, what, its event, the answer's status
 // and time, and flags it: queued, duplicate, its source when not the
 // tunnel, and its error.

@@ -49,3 +49,7 @@ func NewLoadingThrough(cfg Config, f ReadCaptureFunc) (*Agent, error) {
 // LiveRequests is how many live requests served alone or alongside a are
 // still answering (committer.live): none once every answer is in.
 func LiveRequests(a *Agent) int64 { return a.cm.live.Load() }
+
+// WaitingTurns is how many of a's requests are in the turn line or at the
+// handler in their turn (Agent.waiting): none once the line has run.
+func WaitingTurns(a *Agent) int64 { return a.waiting.Load() }

@@ -219,3 +219,76 @@ func TestHandlerClientSendsBodiesWhole(t *testing.T) {
 		}
 	}
 }
+
+// A response body of exactly the limit is an answer, not an error.
+func TestHandlerClientBodyAtTheLimit(t *testing.T) {
+	addr, _ := rawHandler(t, func(br *bufio.Reader, c net.Conn) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789")
+		}
+	})
+	hc := newHandlerClient(5*time.Second, 10)
+	defer hc.closeIdle()
+	resp, err := postTo(t, hc, "http://"+addr+"/", "{}")
+	if err != nil || resp.status != 200 || string(resp.body) != "0123456789" {
+		t.Fatalf("a 10-byte answer with a 10-byte limit: %+v, %v", resp, err)
+	}
+}
+
+// A request without a body is tried again on a new connection when the
+// kept-alive one it went out on had been closed by the handler, as one
+// with a body is.
+func TestHandlerClientRetriesABodilessRequest(t *testing.T) {
+	addr, conns := rawHandler(t, func(br *bufio.Reader, c net.Conn) {
+		if _, err := http.ReadRequest(br); err == nil {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	hc := newHandlerClient(5*time.Second, 1<<20)
+	defer hc.closeIdle()
+	for i := range 3 {
+		req, err := http.NewRequest("GET", "http://"+addr+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.do(context.Background(), req)
+		if err != nil || resp.status != 200 || string(resp.body) != "ok" {
+			t.Fatalf("request %d: %v %+v", i, err, resp)
+		}
+	}
+	if n := conns.Load(); n != 3 {
+		t.Errorf("connections: %d, want 3", n)
+	}
+}
+
+// The pool keeps at most maxIdlePerHost idle connections to a handler and
+// closes any more it is given back.
+func TestHandlerClientIdleLimit(t *testing.T) {
+	addr, _ := rawHandler(t, func(br *bufio.Reader, c net.Conn) { io.Copy(io.Discard, br) })
+	hc := newHandlerClient(5*time.Second, 1<<20)
+	defer hc.closeIdle()
+	conns := make([]*handlerConn, maxIdlePerHost+1)
+	for i := range conns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		conns[i] = &handlerConn{Conn: c, addr: addr, br: bufio.NewReader(c), bw: bufio.NewWriter(c)}
+		hc.put(conns[i])
+	}
+	hc.mu.Lock()
+	n := len(hc.idle[addr])
+	hc.mu.Unlock()
+	if n != maxIdlePerHost {
+		t.Errorf("%d idle connections kept, want %d", n, maxIdlePerHost)
+	}
+	if _, err := conns[maxIdlePerHost].Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("the connection over the limit: write %v, want it closed", err)
+	}
+}

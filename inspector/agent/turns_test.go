@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -298,5 +299,133 @@ func TestQueuedTurnKeptWhileItCannotBeRead(t *testing.T) {
 	g.arrived(t, 1)
 	if got := <-answered; got != "200 seq 1" && !strings.HasPrefix(got, "202 ") {
 		t.Errorf("the live request was answered %s, want the handler's 200 (or 202 queued)", got)
+	}
+}
+
+// A live request that arrives after the drain, behind one at the handler,
+// is answered "queued" at once: not when the one at the handler ends, nor
+// when the relay's forward timeout is about to run out (here both ten
+// minutes away).
+func TestDrainAnswersALateArrivalAtOnce(t *testing.T) {
+	g := newGate()
+	hs := httptest.NewServer(g)
+	defer hs.Close()
+	defer g.open() // a failure lets the held request go: Close waits for it
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL,
+		Relay: func(c *relay.Config) { c.ForwardTimeout = 10 * time.Minute },
+		Agent: func(c *agent.Config) { c.ForwardTimeout = 10 * time.Minute }}) // the held request's too
+	queueWhileAway(t, st, `{"seq":0,"hold":true}`)
+	g.arrived(t, 0)
+	st.Agent.Drain()
+	answered := make(chan int, 1)
+	go func() { code, _ := post(t, st.TunnelURL+"/hook", `{"seq":1}`); answered <- code }()
+	select {
+	case code := <-answered:
+		if code != http.StatusAccepted {
+			t.Errorf("a live request after the drain: %d, want 202", code)
+		}
+	case <-time.After(polltest.MinWait):
+		t.Fatal("a live request after the drain was not answered while the one before it was at the handler")
+	}
+	if seen := g.seen(); fmt.Sprint(seen) != "[0]" {
+		t.Errorf("the drained agent sent %v, want only the one at the handler", seen)
+	}
+}
+
+// Once the turn line has run, live requests wait for no turn: the line is
+// empty, and two live requests reach the handler together, the first
+// still held there when the second arrives.
+func TestLiveRequestsRunAlongsideOnceTheLineHasRun(t *testing.T) {
+	g := newGate()
+	hs := httptest.NewServer(g)
+	defer hs.Close()
+	defer g.open() // a failure lets the held request go: Close waits for it
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	queueWhileAway(t, st, `{"seq":0}`)
+	g.arrived(t, 0)
+	polltest.Until(t, 10*time.Second, func() bool { return agent.WaitingTurns(st.Agent) == 0 }, "the turn line to empty once its one request was sent")
+	codes := make(chan int, 2)
+	go func() { code, _ := post(t, st.TunnelURL+"/hook", `{"seq":1,"hold":true}`); codes <- code }()
+	g.arrived(t, 1)
+	go func() { code, _ := post(t, st.TunnelURL+"/hook", `{"seq":2}`); codes <- code }()
+	g.arrived(t, 2) // while seq 1 is held
+	if code := <-codes; code != http.StatusOK {
+		t.Errorf("the second live request: %d, want the handler's 200", code)
+	}
+	g.open()
+	if code := <-codes; code != http.StatusOK {
+		t.Errorf("the held live request: %d, want the handler's 200", code)
+	}
+}
+
+// counted is a slog.Handler counting the records whose message begins
+// with prefix.
+type counted struct {
+	prefix string
+	mu     sync.Mutex
+	n      int // guarded by mu
+}
+
+func (c *counted) Enabled(context.Context, slog.Level) bool { return true }
+func (c *counted) WithAttrs([]slog.Attr) slog.Handler       { return c }
+func (c *counted) WithGroup(string) slog.Handler            { return c }
+func (c *counted) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, c.prefix) {
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+func (c *counted) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// A saved request that cannot be read back for its turn is logged once for
+// its whole streak of failed reads, at the first, not at every try.
+func TestUnreadableTurnLoggedOnce(t *testing.T) {
+	g := newGate()
+	hs := httptest.NewServer(g)
+	defer hs.Close()
+	var (
+		mu     sync.Mutex
+		broken = true
+		fails  = make(chan struct{}, 64)
+	)
+	newAgent := func(cfg agent.Config) (*agent.Agent, error) {
+		store := cfg.Store
+		return agent.NewLoadingThrough(cfg, func(ctx context.Context, id string) (*agentdb.Capture, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if broken {
+				select {
+				case fails <- struct{}{}:
+				default:
+				}
+				return nil, fmt.Errorf("storage: commit: %w", syscall.ENOSPC)
+			}
+			return store.Capture(ctx, id)
+		})
+	}
+	logged := &counted{prefix: "reading a saved request back"}
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: newAgent,
+		Agent: func(c *agent.Config) { c.Logger = slog.New(logged) }})
+	queueWhileAway(t, st, `{"seq":0}`)
+	for i := range 3 {
+		select {
+		case <-fails:
+		case <-time.After(polltest.MinWait):
+			t.Fatalf("read %d of the queued request never came", i+1)
+		}
+	}
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	g.arrived(t, 0)
+	if n := logged.count(); n != 1 {
+		t.Errorf("three failed reads logged %d times, want once", n)
 	}
 }
