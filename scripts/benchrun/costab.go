@@ -142,20 +142,34 @@ func abRaw(m *costCell) string {
 	return "CPU " + strings.Join(cpu, ", ") + "; system calls " + strings.Join(calls, ", ")
 }
 
-// abCompare is a median of the rounds of each build.
+// abCompare is one figure of a process over the rounds: the median of
+// each build, and each round's after ÷ before.
 type abCompare struct {
 	before, after float64
+	// rounds are the rounds' ratios: the two builds of a round were
+	// measured back to back, so a round's ratio holds still while the
+	// machine's speed drifts from round to round.
+	rounds []float64
 }
 
-// ratio is after ÷ before (1 when both are 0).
+// ratio is the median of the rounds' ratios, or the medians' ratio when
+// there are no rounds.
 func (c abCompare) ratio() float64 {
-	if c.before == 0 {
-		if c.after == 0 {
+	if len(c.rounds) > 0 {
+		return median(c.rounds)
+	}
+	return ratioOf(c.before, c.after)
+}
+
+// ratioOf is after ÷ before (1 when both are 0).
+func ratioOf(before, after float64) float64 {
+	if before == 0 {
+		if after == 0 {
 			return 1
 		}
 		return math.Inf(1)
 	}
-	return c.after / c.before
+	return after / before
 }
 
 func (c abCompare) within() bool { return c.ratio() <= abLimit }
@@ -179,19 +193,22 @@ func median(xs []float64) float64 {
 	}
 }
 
-// abMedians are the medians of one process's CPU (in ns) and system
-// calls per request over the rounds of each build.
+// abMedians compares one process's CPU (in ns) and system calls per
+// request over the rounds.
 func abMedians(c *abCell, name string) (cpu, calls abCompare) {
-	of := func(ms []*costCell, v func(*costCell) float64) float64 {
-		xs := make([]float64, 0, len(ms))
-		for _, m := range ms {
-			xs = append(xs, v(m))
+	compare := func(v func(*costCell) float64) abCompare {
+		var cmp abCompare
+		var before, after []float64
+		for i := range min(len(c.before), len(c.after)) {
+			b, a := v(c.before[i]), v(c.after[i])
+			before, after = append(before, b), append(after, a)
+			cmp.rounds = append(cmp.rounds, ratioOf(b, a))
 		}
-		return median(xs)
+		cmp.before, cmp.after = median(before), median(after)
+		return cmp
 	}
-	cpuOf := func(m *costCell) float64 { return float64(m.cpu[name]) }
-	callsOf := func(m *costCell) float64 { return m.syscalls[name] }
-	return abCompare{of(c.before, cpuOf), of(c.after, cpuOf)}, abCompare{of(c.before, callsOf), of(c.after, callsOf)}
+	return compare(func(m *costCell) float64 { return float64(m.cpu[name]) }),
+		compare(func(m *costCell) float64 { return m.syscalls[name] })
 }
 
 // abRows is the after ÷ before table: per setup, load and process, the
@@ -217,8 +234,9 @@ func abRows(cells []*abCell, before string) []row {
 			rows = append(rows, x)
 		}
 	}
-	rows = append(rows, row{Table: abTable, Note: fmt.Sprintf("Before: %s; after: this build. Medians of %d interleaved rounds, the order "+
-		"alternated (after, before; before, after; …) so that a drift in the machine's speed falls on both alike; each build has its own "+
+	rows = append(rows, row{Table: abTable, Note: fmt.Sprintf("Before: %s; after: this build. %d interleaved rounds, the order "+
+		"alternated (after, before; before, after; …); before and after are each build's median, after÷before the median of the rounds' "+
+		"ratios (a round measures both builds back to back, so its ratio holds while the machine's speed drifts); each build has its own "+
 		"relay and agent, the handler is shared. Per request, in the load's window: CPU of all threads (/proc/PID/stat), system calls "+
 		"(perf stat -e raw_syscalls:sys_enter). Met: CPU and system calls both within +10%%. The handler's code is the same in both "+
 		"builds: its row is the control, its ratio the machine's noise.", before, rounds)})

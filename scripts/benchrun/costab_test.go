@@ -40,8 +40,8 @@ func TestMedian(t *testing.T) {
 
 func TestABRows(t *testing.T) {
 	// The agent: CPU +5% (within) but system calls +20% (not): not met.
-	// The relay: CPU exactly +10% and calls -10%: met. An outlier round
-	// moves no median.
+	// The relay: CPU exactly +10% and calls -10% in each round, the third
+	// on a machine 9 times slower: met, the ratio of each round holding.
 	cell := &abCell{sync: "full", conns: 32,
 		before: measures(
 			map[string][2]float64{"relay": {100, 10}, "agent": {200, 20}, "handler": {50, 4}},
@@ -50,15 +50,15 @@ func TestABRows(t *testing.T) {
 		),
 		after: measures(
 			map[string][2]float64{"relay": {110, 9}, "agent": {210, 24}, "handler": {80, 4}},
-			map[string][2]float64{"relay": {1, 1}, "agent": {210, 24}, "handler": {80, 4}},
 			map[string][2]float64{"relay": {110, 9}, "agent": {210, 24}, "handler": {80, 4}},
+			map[string][2]float64{"relay": {990, 81}, "agent": {210, 24}, "handler": {80, 4}},
 		),
 	}
 	rows := abRows([]*abCell{cell}, "7890542")
 	if len(rows) != 5 || !rows[0].Head || rows[4].Note == "" {
 		t.Fatalf("want a head, three processes and a note; got %+v", rows)
 	}
-	if !strings.Contains(rows[4].Note, "7890542") || !strings.Contains(rows[4].Note, "Medians of 3 interleaved rounds") {
+	if !strings.Contains(rows[4].Note, "7890542") || !strings.Contains(rows[4].Note, "3 interleaved rounds") {
 		t.Errorf("note: %s", rows[4].Note)
 	}
 	want := map[string]struct {
@@ -78,10 +78,16 @@ func TestABRows(t *testing.T) {
 }
 
 func TestABCompareZero(t *testing.T) {
-	if c := (abCompare{0, 0}); !c.within() || c.pct() != "+0.0%" {
+	if c := (abCompare{before: 0, after: 0}); !c.within() || c.pct() != "+0.0%" {
 		t.Errorf("0 → 0: %v %s", c.within(), c.pct())
 	}
-	if c := (abCompare{0, 1}); c.within() {
+	if c := (abCompare{before: 0, after: 1}); c.within() {
 		t.Error("0 → 1 counted as within +10%")
+	}
+	// The rounds' ratios decide, not the medians': a machine that slowed
+	// down in the after half of rounds 2 and 3 moves the medians 3.3×.
+	c := abCompare{before: 100, after: 330, rounds: []float64{1.1, 3.3, 1.1}}
+	if c.pct() != "+10.0%" || !c.within() {
+		t.Errorf("rounds 1.1, 3.3, 1.1: %s", c.pct())
 	}
 }
