@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -754,5 +755,45 @@ func TestIntakeApplyDropsOnlyTheFilesItLeft(t *testing.T) {
 	defer db.Close()
 	if _, err := db.Capture(ctx, next.ID); err != nil {
 		t.Fatalf("the capture logged after the apply, after a crash: %v", err)
+	}
+}
+
+// Captures applied in a batch whose records span two log files reach the
+// search index in the background like any others, before any search asks:
+// the apply that drops the older file tells the indexer what it saved.
+func TestIntakeApplyAcrossLogsIsIndexed(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
+	defer db.Close()
+	c := testCapture(1, []byte(`{"note":"zebra"}`))
+	if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	first := db.intake.log.Gen()
+	u := answeredCapture(c)
+	u.ResponseBody = bytes.Repeat([]byte("a"), 200<<10)
+	for db.intake.log.Gen() == first {
+		if _, err := db.LogCaptures(ctx, nil, []*Capture{u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.intake.catchUp(ctx); err != nil { // one batch, from the first file into the next
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var upto int64
+		if err := db.read.QueryRowContext(ctx, `SELECT indexed_upto FROM search.search_progress`).Scan(&upto); err != nil {
+			t.Fatal(err)
+		}
+		if upto >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the applied capture was never indexed in the background")
+		}
+	}
+	if got := searchIDs(t, db, "zebra"); !slices.Equal(got, []string{c.ID}) {
+		t.Fatalf("search for the applied capture: %v, want [%s]", got, c.ID)
 	}
 }
