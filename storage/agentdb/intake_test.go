@@ -844,3 +844,62 @@ func TestIntakeApplyWaitsForTheIndex(t *testing.T) {
 		t.Fatalf("%d captures once the indexer moved, want %d", n, searchLead+10)
 	}
 }
+
+// While the intake log takes captures, the background indexer leaves a
+// backlog within its bound alone: it indexes once the writer has been idle
+// for its idle time, counted from the latest capture logged, not from the
+// latest apply.
+func TestIntakeLoggingKeepsTheIndexerWaiting(t *testing.T) {
+	for range 5 {
+		if judged := loggingKeepsTheIndexerWaiting(t); judged {
+			return
+		}
+	}
+	t.Fatal("in 5 tries, logging the second capture never took less than the indexer's idle time")
+}
+
+// loggingKeepsTheIndexerWaiting is one try of the test above; it is not
+// judged when logging the second capture took so long that the indexer
+// may have begun before it.
+func loggingKeepsTheIndexerWaiting(t *testing.T) (judged bool) {
+	t.Helper()
+	holdApplies(t)
+	ctx := context.Background()
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
+	defer db.Close()
+	const idle = 600 * time.Millisecond
+	db.index.mu.Lock()
+	db.index.idle = idle
+	db.index.mu.Unlock()
+	if _, err := db.LogCaptures(ctx, []*Capture{testCapture(1, []byte(`{"city":"Austin"}`))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	applying := time.Now()
+	if err := db.intake.catchUp(ctx); err != nil { // applied: a backlog of one, and the indexer waits
+		t.Fatal(err)
+	}
+	time.Sleep(idle / 4) // the writer quiet for a while, not long enough
+	logging := time.Now()
+	if _, err := db.LogCaptures(ctx, []*Capture{testCapture(2, []byte(`{"city":"Austin"}`))}, nil); err != nil {
+		t.Fatal(err) // stays pending: only capture 1 is there to index
+	}
+	if time.Since(applying) >= idle {
+		return false
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var upto int64
+		if err := db.read.QueryRowContext(ctx, `SELECT indexed_upto FROM search.search_progress`).Scan(&upto); err != nil {
+			t.Fatal(err)
+		}
+		if upto > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the backlog was never indexed")
+		}
+	}
+	if quiet := time.Since(logging); quiet < idle {
+		t.Fatalf("indexed %v after a capture was logged, want the writer idle for %v first", quiet, idle)
+	}
+	return true
+}
