@@ -903,3 +903,25 @@ func loggingKeepsTheIndexerWaiting(t *testing.T) (judged bool) {
 	}
 	return true
 }
+
+// applyBatch records waiting are applied at once, without the delay that
+// gathers the records of a quiet spell (here an hour).
+func TestIntakeFullBatchAppliedAtOnce(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
+	defer db.Close()
+	var cs []*Capture
+	for i := range applyBatch {
+		cs = append(cs, testCapture(i, []byte(`{}`)))
+	}
+	if _, err := db.LogCaptures(ctx, cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The deadline bounds a hang.
+	for deadline := time.Now().Add(10 * time.Second); db.intake.npending.Load() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of a full batch still pending after 10 s", db.intake.npending.Load())
+		}
+	}
+}
