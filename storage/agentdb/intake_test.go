@@ -925,3 +925,80 @@ func TestIntakeFullBatchAppliedAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// An apply drops only the log files wholly before the position it
+// reached: the file it stopped in still holds records to apply, even once
+// the log appends to a newer one. Here the next batch cannot be applied
+// (the search backlog is past its bound, the writer's lead spent) and the
+// process is killed; the next open applies them from that file.
+func TestIntakeApplyKeepsTheFileItStoppedIn(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	in := db.intake
+	close(in.stop) // no applyLoop: the test applies
+	<-in.done
+	idleForever(db) // the indexer leaves the backlog alone
+	direct := testCapture(0, []byte(`{}`))
+	saveCaptures(t, db, direct)
+	logOne := func(inserts, updates []*Capture) {
+		t.Helper()
+		if _, err := db.LogCaptures(ctx, inserts, updates); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first batch: one insert (no body: no capture names a log file),
+	// answers of 200 KB into the second file, small ones to applyBatch.
+	c := testCapture(1, nil)
+	logOne([]*Capture{c}, nil)
+	big, small := answeredCapture(c), answeredCapture(c)
+	big.ResponseBody = bytes.Repeat([]byte("a"), 200<<10)
+	records := 1
+	for gen := in.log.Gen(); in.log.Gen() == gen; records++ {
+		logOne(nil, []*Capture{big})
+	}
+	for ; records < applyBatch; records++ {
+		logOne(nil, []*Capture{small})
+	}
+	// After it, in the same file: an answer only it holds; then the log
+	// moves on to a third file.
+	answer := answeredCapture(direct)
+	logOne(nil, []*Capture{answer})
+	stoppedIn := in.log.Gen()
+	for in.log.Gen() == stoppedIn {
+		logOne(nil, []*Capture{big})
+	}
+	// A backlog past the bound, and a lead of one batch left to the
+	// writer: the second batch waits for an indexer that never moves.
+	db.SetSearchBacklogMax(0)
+	db.index.mu.Lock()
+	db.index.credit = applyBatch
+	db.index.mu.Unlock()
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if err := in.catchUp(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("applying with the index held past its bound: %v, want the second batch to wait", err)
+	}
+	if in.applied.gen != stoppedIn {
+		t.Fatalf("the first batch ended in log %d, want %d", in.applied.gen, stoppedIn)
+	}
+	// Killed: nothing more applied.
+	in.mu.Lock()
+	in.closed = true
+	in.mu.Unlock()
+	in.log.Close()
+	in.lock.Close()
+	db.intake = nil
+	if err := db.closeStore(); err != nil {
+		t.Fatal(err)
+	}
+	db = openIntakeDB(t, path)
+	defer db.Close()
+	got, err := db.Capture(ctx, answer.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ResponseStatus != answer.ResponseStatus {
+		t.Fatalf("the answer logged after the applied batch, after a kill: status %d, want %d", got.ResponseStatus, answer.ResponseStatus)
+	}
+}
