@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/calltap/calltap/storage"
 )
 
 // lockedBuffer is a log destination safe for the goroutine that writes
@@ -72,5 +75,37 @@ func TestRunRetentionPrunesEveryInterval(t *testing.T) {
 	db.RunRetention(ctx, Retention{}, time.Millisecond, log)
 	if ctx.Err() != nil {
 		t.Error("RunRetention without a limit ran until its context ended")
+	}
+}
+
+// Prune pauses between two batches of deletions: for Pause, or 5 ms when
+// none is given. (The pauses are a least time; the deletions add theirs.)
+func TestPrunePausesBetweenBatches(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		batches int
+		pause   time.Duration // Retention.Pause
+		least   time.Duration // what the pauses take
+	}{
+		{batches: 3, pause: 150 * time.Millisecond, least: 2 * 150 * time.Millisecond},
+		{batches: 41, pause: 0, least: 40 * 5 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		db := openAgentAt(t, filepath.Join(t.TempDir(), "agent.db"), WithSync(storage.SyncNormal))
+		n := (tc.batches-1)*deleteBatchMax + 1
+		cs := make([]*Capture, n)
+		for i := range cs {
+			cs[i] = testCapture(i, []byte(`{}`))
+		}
+		saveCaptures(t, db, cs...)
+		start := time.Now()
+		d, err := db.Prune(ctx, Retention{MaxAge: time.Hour, Pause: tc.pause}, cs[n-1].CreatedAt.Add(2*time.Hour))
+		took := time.Since(start)
+		if err != nil || d.Captures != n {
+			t.Fatalf("pause %v: pruned %d (%v), want %d", tc.pause, d.Captures, err, n)
+		}
+		if took < tc.least {
+			t.Errorf("pause %v: %d batches pruned in %v, want the pauses between them to take %v", tc.pause, tc.batches, took, tc.least)
+		}
 	}
 }
