@@ -3,6 +3,7 @@ package agentdb
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/intake"
 )
 
 // lockedBuffer is a log destination safe for the goroutine that writes
@@ -106,6 +108,54 @@ func TestPrunePausesBetweenBatches(t *testing.T) {
 		}
 		if took < tc.least {
 			t.Errorf("pause %v: %d batches pruned in %v, want the pauses between them to take %v", tc.pause, tc.batches, took, tc.least)
+		}
+	}
+}
+
+// Pruning for size measures again after each round: where the first
+// round's estimate (bodies and rowOverhead each) freed less than the
+// excess, the next round takes what is left, and the store ends under
+// the limit, the oldest gone first.
+func TestPruneToMaxBytesInRounds(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	// The oldest are small: each frees less than rowOverhead on disk.
+	const small, large = 20, 12
+	var cs []*Capture
+	for i := range small + large {
+		body := []byte(`{}`)
+		if i >= small {
+			body = bytes.Repeat([]byte{0xff, byte(i)}, intake.BodyMin/2) // not UTF-8: not indexed
+		}
+		cs = append(cs, testCapture(i, body))
+	}
+	saveCaptures(t, db, cs...)
+	if err := db.CatchUpSearch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A prune under no real limit hands back what the writes left (WAL,
+	// free pages): the size measured next is the one Prune starts from.
+	if _, err := db.Prune(ctx, Retention{MaxBytes: 1 << 40}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	used, err := db.DiskUsage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An excess the estimate of the small ones and 4 large ones just
+	// covers: the first round deletes those, and frees less.
+	limit := used - (small*(2+rowOverhead) + 4*(intake.BodyMin+rowOverhead) - 1000)
+	d, err := db.Prune(ctx, Retention{MaxBytes: limit}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after, err := db.DiskUsage(); err != nil || after > limit {
+		t.Fatalf("pruned %d captures: usage %d (%v), over the limit %d", d.Captures, after, err, limit)
+	}
+	for i, c := range cs {
+		_, err := db.Capture(ctx, c.ID)
+		if gone := i < d.Captures; gone != errors.Is(err, ErrNotFound) {
+			t.Fatalf("pruned %d: capture %d: %v", d.Captures, i, err)
 		}
 	}
 }
