@@ -159,3 +159,33 @@ func TestPruneToMaxBytesInRounds(t *testing.T) {
 		}
 	}
 }
+
+// Pruning for size deletes what its estimate says covers the excess, not
+// more: a store a few small captures over its limit keeps the others.
+func TestPruneToMaxBytesKeepsTheRest(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	const n = 200
+	var cs []*Capture
+	for i := range n {
+		cs = append(cs, testCapture(i, []byte(`{}`)))
+	}
+	saveCaptures(t, db, cs...)
+	if err := db.CatchUpSearch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Prune(ctx, Retention{MaxBytes: 1 << 40}, time.Now()); err != nil { // see TestPruneToMaxBytesInRounds
+		t.Fatal(err)
+	}
+	used, err := db.DiskUsage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := db.Prune(ctx, Retention{MaxBytes: used - 10*(2+rowOverhead)}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Captures < 10 || d.Captures > n/2 {
+		t.Fatalf("a store 10 small captures over its limit: pruned %d of %d, want at least 10 and most kept", d.Captures, n)
+	}
+}
