@@ -189,3 +189,33 @@ func TestPruneToMaxBytesKeepsTheRest(t *testing.T) {
 		t.Fatalf("a store 10 small captures over its limit: pruned %d of %d, want at least 10 and most kept", d.Captures, n)
 	}
 }
+
+// RunRetention's passes that prune nothing log nothing; the one that
+// prunes says what.
+func TestRunRetentionQuietWhenNothingGoes(t *testing.T) {
+	db := openAgentDB(t)
+	const age = time.Hour
+	const ripens = 300 * time.Millisecond // the capture is too old from then on: passes before find nothing
+	c := testCapture(1, []byte(`{"n":1}`))
+	c.CreatedAt = time.Now().Add(-age + ripens)
+	saveCaptures(t, db, c)
+	var logged lockedBuffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		db.RunRetention(ctx, Retention{MaxAge: age, Pause: time.Millisecond}, 5*time.Millisecond, log)
+	}()
+	for deadline := time.Now().Add(20 * time.Second); countCaptures(t, db) != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) { // bounds a hang
+			t.Fatal("the capture was not pruned 20 s on")
+		}
+	}
+	cancel()
+	<-done
+	lines := strings.Split(strings.TrimSuffix(logged.String(), "\n"), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], `msg="retention: pruned old captures" captures=1 media=0`) {
+		t.Errorf("the log has %d lines, the first %q; want only the pass that pruned", len(lines), lines[0])
+	}
+}
