@@ -3,9 +3,11 @@ package agentdb
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -425,5 +427,61 @@ func TestSearchIndexesTheApplies(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("indexed up to %d 20 s after the apply, want 1", upto)
 		}
+	}
+}
+
+// A store reopened with captures its index lacks indexes them in the
+// background from the start, before anything is written or searched.
+func TestReopenIndexesTheBacklog(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openAgentAt(t, path)
+	saveCaptures(t, db, testCapture(1, []byte(`{"n":1}`)))
+	if err := db.CatchUpSearch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	idleForever(db) // the next two stay out of the index
+	saveCaptures(t, db, testCapture(2, []byte(`{"n":2}`)), testCapture(3, []byte(`{"n":3}`)))
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openAgentAt(t, path)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var upto int64
+		if err := db.read.QueryRowContext(ctx, `SELECT indexed_upto FROM search.search_progress`).Scan(&upto); err != nil {
+			t.Fatal(err)
+		}
+		if upto == 3 {
+			break
+		}
+		if time.Now().After(deadline) { // bounds a hang
+			t.Fatalf("indexed up to %d 20 s after the reopen, want 3", upto)
+		}
+	}
+}
+
+// Deleting a damaged index removes its files, and says so when one of
+// them cannot go.
+func TestRemoveSearchIndex(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.db")
+	index := SearchIndexPath(path)
+	for _, suffix := range []string{"", "-wal"} {
+		if err := os.WriteFile(index+suffix, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := removeSearchIndex(path); err != nil {
+		t.Fatal(err)
+	}
+	for _, suffix := range []string{"", "-wal"} {
+		if _, err := os.Stat(index + suffix); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s after the removal: %v", index+suffix, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(index+"-shm", "inside"), 0o700); err != nil { // cannot be removed
+		t.Fatal(err)
+	}
+	if err := removeSearchIndex(path); err == nil || !strings.Contains(err.Error(), "remove the damaged search index") {
+		t.Fatalf("removing an index whose -shm cannot go: %v", err)
 	}
 }
