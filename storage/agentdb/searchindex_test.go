@@ -485,3 +485,66 @@ func TestRemoveSearchIndex(t *testing.T) {
 		t.Fatalf("removing an index whose -shm cannot go: %v", err)
 	}
 }
+
+// A writer within the backlog's bound never waits, whatever credit it has
+// left; past it, with its credit spent, it waits for the indexer.
+func TestSearchBoundAndCredit(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openAgentAt(t, path)
+	var cs []*Capture
+	for i := range 10 {
+		cs = append(cs, testCapture(i, []byte(`{"n":1}`)))
+	}
+	saveCaptures(t, db, cs...)
+	if err := db.CatchUpSearch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Within (a backlog of 0, a bound of 0), no credit: it saves at once.
+	db.SetSearchBacklogMax(0)
+	db.index.mu.Lock()
+	db.index.credit = 0
+	db.index.mu.Unlock()
+	short, cancel := context.WithTimeout(ctx, 5*time.Second) // bounds a hang
+	defer cancel()
+	if _, err := db.WriteCaptures(short, []*Capture{testCapture(10, []byte(`{"n":1}`))}, nil); err != nil {
+		t.Fatalf("a write within the bound: %v", err)
+	}
+	// Past the bound, the index held: the lead, then nothing more.
+	unlock := lockSearchIndex(t, path)
+	defer unlock()
+	saveCaptures(t, db, testCapture(100, []byte(`{"n":1}`))) // past the bound, whether or not the indexer took the last one
+	db.index.mu.Lock()
+	db.index.credit = 5
+	db.index.mu.Unlock()
+	var lead []*Capture
+	for i := 11; i < 16; i++ {
+		lead = append(lead, testCapture(i, []byte(`{"n":1}`)))
+	}
+	if _, err := db.WriteCaptures(ctx, lead, nil); err != nil {
+		t.Fatal(err)
+	}
+	spent, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := db.WriteCaptures(spent, []*Capture{testCapture(16, []byte(`{"n":1}`))}, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a write past the bound with no credit left, the index held: %v, want it to wait", err)
+	}
+}
+
+// Each capture the indexer indexes is one more the writer may save past
+// the bound, up to searchLead; a position that goes back gives nothing.
+func TestIndexingGivesCredit(t *testing.T) {
+	ix := &indexer{upto: 100, moved: make(chan struct{})}
+	ix.setPosition(150, 200)
+	if ix.credit != 50 {
+		t.Fatalf("50 indexed: credit %d, want 50", ix.credit)
+	}
+	ix.setPosition(140, 200)
+	if ix.credit != 50 || ix.upto != 140 {
+		t.Fatalf("a position back by 10: credit %d, upto %d; want 50, 140", ix.credit, ix.upto)
+	}
+	ix.setPosition(140+2*searchLead, 200+2*searchLead)
+	if ix.credit != searchLead {
+		t.Fatalf("%d indexed: credit %d, want the lead %d", 2*searchLead, ix.credit, searchLead)
+	}
+}
