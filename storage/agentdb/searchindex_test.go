@@ -548,3 +548,49 @@ func TestIndexingGivesCredit(t *testing.T) {
 		t.Fatalf("%d indexed: credit %d, want the lead %d", 2*searchLead, ix.credit, searchLead)
 	}
 }
+
+// A backlog within its bound, up to the bound itself, waits for the
+// writer to be idle: the indexer leaves it alone meanwhile.
+func TestIndexerLeavesABacklogAtItsBound(t *testing.T) {
+	db := openAgentDB(t)
+	idleForever(db)
+	db.SetSearchBacklogMax(2)
+	saveCaptures(t, db, testCapture(1, []byte(`{"n":1}`)), testCapture(2, []byte(`{"n":2}`)))
+	// A while to see that nothing happens: an indexer that went on would
+	// have in milliseconds.
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if n := db.SearchBacklog(); n != 2 {
+			t.Fatalf("a backlog at its bound of 2, the writer not idle: %d left, want the indexer to wait", n)
+		}
+	}
+}
+
+// Indexing that works logs nothing.
+func TestBackgroundIndexingLogsNothing(t *testing.T) {
+	ctx := context.Background()
+	logs := captureLog(t)
+	db, err := OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	saveCaptures(t, db, testCapture(1, []byte(`{"n":1}`)))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var upto int64
+		if err := db.read.QueryRowContext(ctx, `SELECT indexed_upto FROM search.search_progress`).Scan(&upto); err != nil {
+			t.Fatal(err)
+		}
+		if upto == 1 {
+			break
+		}
+		if time.Now().After(deadline) { // bounds a hang
+			t.Fatal("the capture was not indexed 10 s on")
+		}
+	}
+	if err := db.Close(); err != nil { // the indexer has stopped: what it logged is all there
+		t.Fatal(err)
+	}
+	if got := logs.lines("indexing captures for search"); len(got) > 0 {
+		t.Fatalf("indexing that worked logged %q", got)
+	}
+}
