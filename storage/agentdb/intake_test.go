@@ -799,30 +799,25 @@ func TestIntakeApplyAcrossLogsIsIndexed(t *testing.T) {
 }
 
 // An apply keeps to the indexer's pace as a direct write does: with the
-// index held, the writer's lead spent and the backlog past its bound,
-// records logged stay pending until the indexer moves (here until the
-// caller gives up), and then they are applied.
+// backlog past its bound, the writer's lead spent and the index held by
+// another connection, records logged stay pending until the indexer moves
+// (here until the caller gives up), and then they are applied.
 func TestIntakeApplyWaitsForTheIndex(t *testing.T) {
 	holdApplies(t)
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
 	db := openIntakeDB(t, path)
 	defer db.Close()
-	db.SetSearchBacklogMax(0)
 	unlock := lockSearchIndex(t, path)
 	defer unlock() // before Close, which applies what is pending
-	// Direct writes spend the lead: a backlog of searchLead past a bound of 0.
-	for n := 0; n < searchLead; n += searchLead / 4 {
-		var cs []*Capture
-		for i := n; i < n+searchLead/4; i++ {
-			cs = append(cs, testCapture(i, []byte(`{"city":"Austin"}`)))
-		}
-		if _, err := db.WriteCaptures(ctx, cs, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	saveCaptures(t, db, testCapture(0, []byte(`{"city":"Austin"}`)))
+	// A backlog of one past a bound of 0, the lead spent, the index held.
+	db.SetSearchBacklogMax(0)
+	db.index.mu.Lock()
+	db.index.credit = 0
+	db.index.mu.Unlock()
 	var logged []*Capture
-	for i := searchLead; i < searchLead+10; i++ { // fewer than applyBatch: applyLoop waits applyDelay
+	for i := 1; i <= 10; i++ { // fewer than applyBatch: applyLoop waits applyDelay
 		logged = append(logged, testCapture(i, []byte(`{"city":"Austin"}`)))
 	}
 	if _, err := db.LogCaptures(ctx, logged, nil); err != nil {
@@ -831,17 +826,17 @@ func TestIntakeApplyWaitsForTheIndex(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	if err := db.intake.catchUp(short); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("applying past the bound with the index held: %v, want it to wait until the deadline", err)
+		t.Fatalf("applying past the bound with the lead spent and the index held: %v, want it to wait until the deadline", err)
 	}
-	if n, backlog := db.intake.npending.Load(), db.SearchBacklog(); n != 10 || backlog != searchLead {
-		t.Fatalf("%d records pending and a backlog of %d with the index held, want 10 and %d", n, backlog, searchLead)
+	if n, backlog := db.intake.npending.Load(), db.SearchBacklog(); n != 10 || backlog != 1 {
+		t.Fatalf("%d records pending and a backlog of %d, want 10 and 1", n, backlog)
 	}
-	unlock()
+	unlock() // the indexer moves
 	if err := db.intake.catchUp(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := countCaptures(t, db); n != searchLead+10 {
-		t.Fatalf("%d captures once the indexer moved, want %d", n, searchLead+10)
+	if n := countCaptures(t, db); n != 11 {
+		t.Fatalf("%d captures once the indexer moved, want 11", n)
 	}
 }
 
