@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -68,4 +69,30 @@ func TestCanceledWriteRollsBack(t *testing.T) {
 		t.Fatalf("%d captures saved by the canceled write", n)
 	}
 	saveCaptures(t, db, testCapture(2, []byte(`{"n":2}`)))
+}
+
+// The writer's one-row query reports a row it cannot scan as asked (too
+// few columns, a destination it does not fill) rather than "no row".
+func TestWriterQueryRowReportsWhatItCannotScan(t *testing.T) {
+	db := openAgentDB(t)
+	var n, m int64
+	var f float64
+	for _, tc := range []struct {
+		dest []any
+		want string
+	}{
+		{[]any{&n, &m}, "1 columns for 2 destinations"},
+		{[]any{&f}, "cannot scan into *float64"},
+	} {
+		err := db.writeRaw(context.Background(), func(w *rawConn) error {
+			ok, err := w.queryRow(`SELECT 1`, nil, tc.dest...)
+			if ok {
+				t.Errorf("%s: a row scanned", tc.want)
+			}
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("a row it cannot scan: %v, want %q", err, tc.want)
+		}
+	}
 }
