@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -220,5 +221,54 @@ func TestRunRetentionQuietWhenNothingGoes(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(logged.String(), "\n"), "\n")
 	if len(lines) != 1 || !strings.Contains(lines[0], `msg="retention: pruned old captures" captures=1 media=0`) {
 		t.Errorf("the log has %d lines, the first %q; want only the pass that pruned", len(lines), lines[0])
+	}
+}
+
+// A vacuum hands back the search index's pages beside the capture writer
+// (the index is not the writer's), and the store's only between the
+// writer's transactions: while the writer holds its gate, the index's WAL
+// is truncated and the vacuum waits for the gate to finish the store.
+func TestVacuumWaitsForTheWriterOnlyForTheStore(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openAgentAt(t, path)
+	saveCaptures(t, db, testCapture(1, []byte(`{"city":"Denver"}`)), testCapture(2, []byte(`{"city":"Austin"}`)))
+	if err := db.CatchUpSearch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	indexWAL := SearchIndexPath(path) + "-wal"
+	if fi, err := os.Stat(indexWAL); err != nil || fi.Size() == 0 {
+		t.Fatalf("the index's WAL before the vacuum: %v, %v; the test needs one", fi, err)
+	}
+	db.writeGate.Lock() // the capture writer, mid-transaction
+	locked := true
+	defer func() {
+		if locked {
+			db.writeGate.Unlock()
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { done <- db.vacuum(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		fi, err := os.Stat(indexWAL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() == 0 {
+			break
+		}
+		if time.Now().After(deadline) { // bounds a hang
+			t.Fatal("the index's WAL was not truncated while the writer held its gate")
+		}
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the vacuum finished (%v) while the writer held its gate", err)
+	default:
+	}
+	db.writeGate.Unlock()
+	locked = false
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
