@@ -3,6 +3,7 @@ package agentdb
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"log/slog"
 	"os"
@@ -270,5 +271,76 @@ func TestVacuumWaitsForTheWriterOnlyForTheStore(t *testing.T) {
 	locked = false
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A vacuum truncates the store's WAL once a reader in its way is done,
+// trying for a while; a reader that stays is left alone: the vacuum gives
+// up and returns (the next prune tries again).
+func TestVacuumTriesTheWALForAWhile(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openAgentAt(t, path)
+	saveCaptures(t, db, testCapture(1, []byte(`{"n":1}`)))
+	// Each try waits 20 ms for the reader, not busyTimeout.
+	if _, err := db.index.db.ExecContext(ctx, `PRAGMA busy_timeout = 20`); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := sql.Open("sqlite3", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	hold := func() *sql.Tx { // a reader's snapshot, in the WAL
+		t.Helper()
+		tx, err := reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := tx.QueryRow(`SELECT count(*) FROM captures`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	done := make(chan error, 1)
+
+	// A reader that stays, its snapshot older than the last commit: the
+	// WAL cannot all be copied back, nor start over.
+	tx := hold()
+	saveCaptures(t, db, testCapture(2, []byte(`{"n":2}`)))
+	go func() { done <- db.vacuum(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second): // bounds a hang
+		tx.Rollback()
+		t.Fatal("the vacuum kept waiting for a reader that stayed")
+	}
+	tx.Rollback()
+
+	// A reader done a little later (the store's WAL alone: the index's
+	// goes first in a vacuum, and takes its own time).
+	tx = hold()
+	saveCaptures(t, db, testCapture(3, []byte(`{"n":3}`)))
+	conn, err := db.index.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	go func() { done <- truncateWAL(ctx, conn, "main") }()
+	time.Sleep(100 * time.Millisecond) // the reader in the way for a while
+	tx.Rollback()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != 0 {
+		t.Fatalf("the store's WAL after the reader was done: %d bytes, want it truncated", fi.Size())
 	}
 }
