@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/calltap/calltap/storage/intake"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -422,5 +423,45 @@ func TestDeleteBefore(t *testing.T) {
 	}
 	if d, err := db.DeleteBefore(ctx, cut, true); err != nil || d.Captures != 1 {
 		t.Fatalf("with the kept: deleted %+v (%v), want the kept capture", d, err)
+	}
+}
+
+// A deletion's files go quietly; only one that could not be removed (here
+// a directory holding something, in the media file's or the segment's
+// place) is logged, by name. One already gone is not a failure.
+func TestReleaseFilesWarnsOnlyWhatFailed(t *testing.T) {
+	logs := captureLog(t)
+	dir := t.TempDir()
+	mkfile := func(name string, n int) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), make([]byte, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkstuck := func(name string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(dir, name, "inside"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkfile("gone.wav", 10)
+	mkstuck("stuck.wav")
+	removeMediaFiles(dir, []mediaGone{{file: "gone.wav"}, {file: "stuck.wav"}, {file: "never.wav"}})
+	if _, err := os.Stat(filepath.Join(dir, "gone.wav")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a deleted media file is still there: %v", err)
+	}
+	if got := logs.lines("remove a deleted media file"); len(got) != 1 || !strings.Contains(got[0], "stuck.wav") {
+		t.Errorf("media warnings %q, want one naming stuck.wav", got)
+	}
+
+	mkfile("freed.seg", 3*4096)
+	mkstuck("stuck.seg")
+	segs := releaseBodies(dir, []*doomed{{file: "freed.seg", offset: 4096, size: 4096},
+		{file: "stuck.seg", size: 4096}, {file: "never.seg", size: 4096}, {file: ""}})
+	if want := map[string]bool{"freed.seg": true, "stuck.seg": true, "never.seg": true}; !maps.Equal(segs, want) {
+		t.Errorf("segments %v, want %v", segs, want)
+	}
+	if got := logs.lines("free a deleted body's space"); len(got) != 1 || !strings.Contains(got[0], "stuck.seg") {
+		t.Errorf("segment warnings %q, want one naming stuck.seg", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -754,5 +755,245 @@ func TestIntakeApplyDropsOnlyTheFilesItLeft(t *testing.T) {
 	defer db.Close()
 	if _, err := db.Capture(ctx, next.ID); err != nil {
 		t.Fatalf("the capture logged after the apply, after a crash: %v", err)
+	}
+}
+
+// Captures applied in a batch whose records span two log files reach the
+// search index in the background like any others, before any search asks:
+// the apply that drops the older file tells the indexer what it saved.
+func TestIntakeApplyAcrossLogsIsIndexed(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
+	defer db.Close()
+	c := testCapture(1, []byte(`{"note":"zebra"}`))
+	if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	first := db.intake.log.Gen()
+	u := answeredCapture(c)
+	u.ResponseBody = bytes.Repeat([]byte("a"), 200<<10)
+	for db.intake.log.Gen() == first {
+		if _, err := db.LogCaptures(ctx, nil, []*Capture{u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.intake.catchUp(ctx); err != nil { // one batch, from the first file into the next
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var upto int64
+		if err := db.read.QueryRowContext(ctx, `SELECT indexed_upto FROM search.search_progress`).Scan(&upto); err != nil {
+			t.Fatal(err)
+		}
+		if upto >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the applied capture was never indexed in the background")
+		}
+	}
+	if got := searchIDs(t, db, "zebra"); !slices.Equal(got, []string{c.ID}) {
+		t.Fatalf("search for the applied capture: %v, want [%s]", got, c.ID)
+	}
+}
+
+// An apply keeps to the indexer's pace as a direct write does: with the
+// backlog past its bound, the writer's lead spent and the index held by
+// another connection, records logged stay pending until the indexer moves
+// (here until the caller gives up), and then they are applied.
+func TestIntakeApplyWaitsForTheIndex(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	defer db.Close()
+	unlock := lockSearchIndex(t, path)
+	defer unlock() // before Close, which applies what is pending
+	saveCaptures(t, db, testCapture(0, []byte(`{"city":"Austin"}`)))
+	// A backlog of one past a bound of 0, the lead spent, the index held.
+	db.SetSearchBacklogMax(0)
+	db.index.mu.Lock()
+	db.index.credit = 0
+	db.index.mu.Unlock()
+	var logged []*Capture
+	for i := 1; i <= 10; i++ { // fewer than applyBatch: applyLoop waits applyDelay
+		logged = append(logged, testCapture(i, []byte(`{"city":"Austin"}`)))
+	}
+	if _, err := db.LogCaptures(ctx, logged, nil); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if err := db.intake.catchUp(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("applying past the bound with the lead spent and the index held: %v, want it to wait until the deadline", err)
+	}
+	if n, backlog := db.intake.npending.Load(), db.SearchBacklog(); n != 10 || backlog != 1 {
+		t.Fatalf("%d records pending and a backlog of %d, want 10 and 1", n, backlog)
+	}
+	unlock() // the indexer moves
+	if err := db.intake.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := countCaptures(t, db); n != 11 {
+		t.Fatalf("%d captures once the indexer moved, want 11", n)
+	}
+}
+
+// While the intake log takes captures, the background indexer leaves a
+// backlog within its bound alone: it indexes once the writer has been idle
+// for its idle time, counted from the latest capture logged, not from the
+// latest apply.
+func TestIntakeLoggingKeepsTheIndexerWaiting(t *testing.T) {
+	for range 5 {
+		if judged := loggingKeepsTheIndexerWaiting(t); judged {
+			return
+		}
+	}
+	t.Fatal("in 5 tries, logging the second capture never took less than the indexer's idle time")
+}
+
+// loggingKeepsTheIndexerWaiting is one try of the test above; it is not
+// judged when logging the second capture took so long that the indexer
+// may have begun before it.
+func loggingKeepsTheIndexerWaiting(t *testing.T) (judged bool) {
+	t.Helper()
+	holdApplies(t)
+	ctx := context.Background()
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
+	defer db.Close()
+	const idle = 600 * time.Millisecond
+	db.index.mu.Lock()
+	db.index.idle = idle
+	db.index.mu.Unlock()
+	if _, err := db.LogCaptures(ctx, []*Capture{testCapture(1, []byte(`{"city":"Austin"}`))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	applying := time.Now()
+	if err := db.intake.catchUp(ctx); err != nil { // applied: a backlog of one, and the indexer waits
+		t.Fatal(err)
+	}
+	time.Sleep(idle / 4) // the writer quiet for a while, not long enough
+	logging := time.Now()
+	if _, err := db.LogCaptures(ctx, []*Capture{testCapture(2, []byte(`{"city":"Austin"}`))}, nil); err != nil {
+		t.Fatal(err) // stays pending: only capture 1 is there to index
+	}
+	if time.Since(applying) >= idle {
+		return false
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var upto int64
+		if err := db.read.QueryRowContext(ctx, `SELECT indexed_upto FROM search.search_progress`).Scan(&upto); err != nil {
+			t.Fatal(err)
+		}
+		if upto > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the backlog was never indexed")
+		}
+	}
+	if quiet := time.Since(logging); quiet < idle {
+		t.Fatalf("indexed %v after a capture was logged, want the writer idle for %v first", quiet, idle)
+	}
+	return true
+}
+
+// applyBatch records waiting are applied at once, without the delay that
+// gathers the records of a quiet spell (here an hour).
+func TestIntakeFullBatchAppliedAtOnce(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
+	defer db.Close()
+	var cs []*Capture
+	for i := range applyBatch {
+		cs = append(cs, testCapture(i, []byte(`{}`)))
+	}
+	if _, err := db.LogCaptures(ctx, cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The deadline bounds a hang.
+	for deadline := time.Now().Add(10 * time.Second); db.intake.npending.Load() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of a full batch still pending after 10 s", db.intake.npending.Load())
+		}
+	}
+}
+
+// An apply drops only the log files wholly before the position it
+// reached: the file it stopped in still holds records to apply, even once
+// the log appends to a newer one. Here the next batch cannot be applied
+// (the search backlog is past its bound, the writer's lead spent) and the
+// process is killed; the next open applies them from that file.
+func TestIntakeApplyKeepsTheFileItStoppedIn(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openIntakeDB(t, path)
+	in := db.intake
+	close(in.stop) // no applyLoop: the test applies
+	<-in.done
+	idleForever(db) // the indexer leaves the backlog alone
+	direct := testCapture(0, []byte(`{}`))
+	saveCaptures(t, db, direct)
+	logOne := func(inserts, updates []*Capture) {
+		t.Helper()
+		if _, err := db.LogCaptures(ctx, inserts, updates); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first batch: one insert (no body: no capture names a log file),
+	// answers of 200 KB into the second file, small ones to applyBatch.
+	c := testCapture(1, nil)
+	logOne([]*Capture{c}, nil)
+	big, small := answeredCapture(c), answeredCapture(c)
+	big.ResponseBody = bytes.Repeat([]byte("a"), 200<<10)
+	records := 1
+	for gen := in.log.Gen(); in.log.Gen() == gen; records++ {
+		logOne(nil, []*Capture{big})
+	}
+	for ; records < applyBatch; records++ {
+		logOne(nil, []*Capture{small})
+	}
+	// After it, in the same file: an answer only it holds; then the log
+	// moves on to a third file.
+	answer := answeredCapture(direct)
+	logOne(nil, []*Capture{answer})
+	stoppedIn := in.log.Gen()
+	for in.log.Gen() == stoppedIn {
+		logOne(nil, []*Capture{big})
+	}
+	// A backlog past the bound, and a lead of one batch left to the
+	// writer: the second batch waits for an indexer that never moves.
+	db.SetSearchBacklogMax(0)
+	db.index.mu.Lock()
+	db.index.credit = applyBatch
+	db.index.mu.Unlock()
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if err := in.catchUp(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("applying with the index held past its bound: %v, want the second batch to wait", err)
+	}
+	if in.applied.gen != stoppedIn {
+		t.Fatalf("the first batch ended in log %d, want %d", in.applied.gen, stoppedIn)
+	}
+	// Killed: nothing more applied.
+	in.mu.Lock()
+	in.closed = true
+	in.mu.Unlock()
+	in.log.Close()
+	in.lock.Close()
+	db.intake = nil
+	if err := db.closeStore(); err != nil {
+		t.Fatal(err)
+	}
+	db = openIntakeDB(t, path)
+	defer db.Close()
+	got, err := db.Capture(ctx, answer.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ResponseStatus != answer.ResponseStatus {
+		t.Fatalf("the answer logged after the applied batch, after a kill: status %d, want %d", got.ResponseStatus, answer.ResponseStatus)
 	}
 }

@@ -116,3 +116,82 @@ func TestReaderSearchWaitsForTheOwnersIndex(t *testing.T) {
 		t.Fatalf("the reader's search: %d found (%v), want %s", n, err, c.ID)
 	}
 }
+
+// Behind counts only what a killed agent logged past the position it had
+// applied to, in the log file it stopped in; a log it had applied whole
+// leaves nothing out.
+func TestReaderCountsOnlyWhatIsNotApplied(t *testing.T) {
+	holdApplies(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	behind := func() Lag {
+		t.Helper()
+		r, err := OpenAgentReader(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		lag, err := r.Behind(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lag
+	}
+	db := openIntakeDB(t, path)
+	a := testCapture(1, []byte(`{"n":1}`))
+	if _, err := db.LogCaptures(ctx, []*Capture{a, testCapture(2, []byte(`{"n":2}`))}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.intake.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	crash(t, db)
+	if lag := behind(); lag.Requests != 0 || lag.Answers != 0 {
+		t.Fatalf("a log applied whole: behind %+v, want nothing", lag)
+	}
+
+	db = openIntakeDB(t, path)
+	if _, err := db.LogCaptures(ctx, []*Capture{testCapture(3, []byte(`{"n":3}`))}, []*Capture{answeredCapture(a)}); err != nil {
+		t.Fatal(err)
+	}
+	if db.intake.log.Gen() != db.intake.applied.gen {
+		t.Fatalf("the log moved to file %d; the test needs the records in the applied one (%d)", db.intake.log.Gen(), db.intake.applied.gen)
+	}
+	crash(t, db)
+	if lag := behind(); lag.Requests != 1 || lag.Answers != 1 {
+		t.Fatalf("two captures applied, one more and an answer logged: behind %+v, want 1 request and 1 answer", lag)
+	}
+}
+
+// Behind counts the captures the full-text index lacks: those saved after
+// the index last moved, none once it has caught up.
+func TestReaderCountsTheUnindexed(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openAgentAt(t, path)
+	saveCaptures(t, db, testCapture(1, []byte(`{"n":1}`)), testCapture(2, []byte(`{"n":2}`)), testCapture(3, []byte(`{"n":3}`)))
+	if err := db.CatchUpSearch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	unindexed := func() int64 {
+		t.Helper()
+		r, err := OpenAgentReader(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		lag, err := r.Behind(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lag.Unindexed
+	}
+	if n := unindexed(); n != 0 {
+		t.Fatalf("an index caught up: %d unindexed, want 0", n)
+	}
+	idleForever(db) // the two next stay out of the index
+	saveCaptures(t, db, testCapture(4, []byte(`{"n":4}`)), testCapture(5, []byte(`{"n":5}`)))
+	if n := unindexed(); n != 2 {
+		t.Fatalf("two captures saved after the index moved: %d unindexed, want 2", n)
+	}
+}

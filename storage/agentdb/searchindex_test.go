@@ -3,9 +3,11 @@ package agentdb
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -425,5 +427,170 @@ func TestSearchIndexesTheApplies(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("indexed up to %d 20 s after the apply, want 1", upto)
 		}
+	}
+}
+
+// A store reopened with captures its index lacks indexes them in the
+// background from the start, before anything is written or searched.
+func TestReopenIndexesTheBacklog(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openAgentAt(t, path)
+	saveCaptures(t, db, testCapture(1, []byte(`{"n":1}`)))
+	if err := db.CatchUpSearch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	idleForever(db) // the next two stay out of the index
+	saveCaptures(t, db, testCapture(2, []byte(`{"n":2}`)), testCapture(3, []byte(`{"n":3}`)))
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openAgentAt(t, path)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var upto int64
+		if err := db.read.QueryRowContext(ctx, `SELECT indexed_upto FROM search.search_progress`).Scan(&upto); err != nil {
+			t.Fatal(err)
+		}
+		if upto == 3 {
+			break
+		}
+		if time.Now().After(deadline) { // bounds a hang
+			t.Fatalf("indexed up to %d 20 s after the reopen, want 3", upto)
+		}
+	}
+}
+
+// Deleting a damaged index removes its files, and says so when one of
+// them cannot go.
+func TestRemoveSearchIndex(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.db")
+	index := SearchIndexPath(path)
+	for _, suffix := range []string{"", "-wal"} {
+		if err := os.WriteFile(index+suffix, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := removeSearchIndex(path); err != nil {
+		t.Fatal(err)
+	}
+	for _, suffix := range []string{"", "-wal"} {
+		if _, err := os.Stat(index + suffix); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s after the removal: %v", index+suffix, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(index+"-shm", "inside"), 0o700); err != nil { // cannot be removed
+		t.Fatal(err)
+	}
+	if err := removeSearchIndex(path); err == nil || !strings.Contains(err.Error(), "remove the damaged search index") {
+		t.Fatalf("removing an index whose -shm cannot go: %v", err)
+	}
+}
+
+// A writer within the backlog's bound never waits, whatever credit it has
+// left; past it, with its credit spent, it waits for the indexer.
+func TestSearchBoundAndCredit(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "agent.db")
+	db := openAgentAt(t, path)
+	var cs []*Capture
+	for i := range 10 {
+		cs = append(cs, testCapture(i, []byte(`{"n":1}`)))
+	}
+	saveCaptures(t, db, cs...)
+	if err := db.CatchUpSearch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Within (a backlog of 0, a bound of 0), no credit: it saves at once.
+	db.SetSearchBacklogMax(0)
+	db.index.mu.Lock()
+	db.index.credit = 0
+	db.index.mu.Unlock()
+	short, cancel := context.WithTimeout(ctx, 5*time.Second) // bounds a hang
+	defer cancel()
+	if _, err := db.WriteCaptures(short, []*Capture{testCapture(10, []byte(`{"n":1}`))}, nil); err != nil {
+		t.Fatalf("a write within the bound: %v", err)
+	}
+	// Past the bound, the index held: the lead, then nothing more.
+	unlock := lockSearchIndex(t, path)
+	defer unlock()
+	saveCaptures(t, db, testCapture(100, []byte(`{"n":1}`))) // past the bound, whether or not the indexer took the last one
+	db.index.mu.Lock()
+	db.index.credit = 5
+	db.index.mu.Unlock()
+	var lead []*Capture
+	for i := 11; i < 16; i++ {
+		lead = append(lead, testCapture(i, []byte(`{"n":1}`)))
+	}
+	if _, err := db.WriteCaptures(ctx, lead, nil); err != nil {
+		t.Fatal(err)
+	}
+	spent, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := db.WriteCaptures(spent, []*Capture{testCapture(16, []byte(`{"n":1}`))}, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a write past the bound with no credit left, the index held: %v, want it to wait", err)
+	}
+}
+
+// Each capture the indexer indexes is one more the writer may save past
+// the bound, up to searchLead; a position that goes back gives nothing.
+func TestIndexingGivesCredit(t *testing.T) {
+	ix := &indexer{upto: 100, moved: make(chan struct{})}
+	ix.setPosition(150, 200)
+	if ix.credit != 50 {
+		t.Fatalf("50 indexed: credit %d, want 50", ix.credit)
+	}
+	ix.setPosition(140, 200)
+	if ix.credit != 50 || ix.upto != 140 {
+		t.Fatalf("a position back by 10: credit %d, upto %d; want 50, 140", ix.credit, ix.upto)
+	}
+	ix.setPosition(140+2*searchLead, 200+2*searchLead)
+	if ix.credit != searchLead {
+		t.Fatalf("%d indexed: credit %d, want the lead %d", 2*searchLead, ix.credit, searchLead)
+	}
+}
+
+// A backlog within its bound, up to the bound itself, waits for the
+// writer to be idle: the indexer leaves it alone meanwhile.
+func TestIndexerLeavesABacklogAtItsBound(t *testing.T) {
+	db := openAgentDB(t)
+	idleForever(db)
+	db.SetSearchBacklogMax(2)
+	saveCaptures(t, db, testCapture(1, []byte(`{"n":1}`)), testCapture(2, []byte(`{"n":2}`)))
+	// A while to see that nothing happens: an indexer that went on would
+	// have in milliseconds.
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if n := db.SearchBacklog(); n != 2 {
+			t.Fatalf("a backlog at its bound of 2, the writer not idle: %d left, want the indexer to wait", n)
+		}
+	}
+}
+
+// Indexing that works logs nothing.
+func TestBackgroundIndexingLogsNothing(t *testing.T) {
+	ctx := context.Background()
+	logs := captureLog(t)
+	db, err := OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	saveCaptures(t, db, testCapture(1, []byte(`{"n":1}`)))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var upto int64
+		if err := db.read.QueryRowContext(ctx, `SELECT indexed_upto FROM search.search_progress`).Scan(&upto); err != nil {
+			t.Fatal(err)
+		}
+		if upto == 1 {
+			break
+		}
+		if time.Now().After(deadline) { // bounds a hang
+			t.Fatal("the capture was not indexed 10 s on")
+		}
+	}
+	if err := db.Close(); err != nil { // the indexer has stopped: what it logged is all there
+		t.Fatal(err)
+	}
+	if got := logs.lines("indexing captures for search"); len(got) > 0 {
+		t.Fatalf("indexing that worked logged %q", got)
 	}
 }
