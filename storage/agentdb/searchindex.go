@@ -371,42 +371,58 @@ func (ix *indexer) run() {
 			return
 		case <-ix.wake:
 		}
-		for {
-			ix.mu.Lock()
-			backlog, bound, wait := ix.last-ix.upto, ix.bound, ix.idle-time.Since(ix.lastWrite)
-			ix.mu.Unlock()
-			if backlog <= 0 {
-				break
-			}
-			if backlog <= bound && wait > 0 {
-				idle.Reset(wait)
-				select {
-				case <-ix.stop:
-					idle.Stop()
-					return
-				case <-idle.C:
-				}
-				continue
-			}
-			if _, err := ix.index(context.Background(), searchChunk); err != nil {
-				if storage.IsCorrupt(err) && !errors.Is(err, storage.ErrDamaged) { // not the index's: the store's
-					err = &storage.DamagedError{Path: ix.store, Advice: storage.RecoverAdvice(ix.store), Err: err}
-				}
-				// Tried again after the next commit, but not at once: a
-				// failure that lasts (a full disk) is not retried, and
-				// logged, at the pace of requests. A search reports it.
-				ix.fail(err)
-				slog.Warn("storage: indexing captures for search", "err", err)
-				idle.Reset(searchRetry)
-				select {
-				case <-ix.stop:
-					idle.Stop()
-					return
-				case <-idle.C:
-				}
-				break
-			}
+		if !ix.work(idle) {
+			return
 		}
+	}
+}
+
+// work indexes the backlog, a chunk at a time, while the writer is idle or
+// the backlog is over its bound. It reports false when the store is
+// closing: that does not wait for the backlog, which may be minutes of
+// large bodies; the next start indexes it.
+func (ix *indexer) work(idle *time.Timer) bool {
+	for {
+		ix.mu.Lock()
+		backlog, bound, wait := ix.last-ix.upto, ix.bound, ix.idle-time.Since(ix.lastWrite)
+		ix.mu.Unlock()
+		if backlog <= 0 {
+			return true
+		}
+		if backlog <= bound && wait > 0 {
+			if !ix.sleep(idle, wait) {
+				return false
+			}
+			continue
+		}
+		select {
+		case <-ix.stop:
+			return false
+		default:
+		}
+		if _, err := ix.index(context.Background(), searchChunk); err != nil {
+			if storage.IsCorrupt(err) && !errors.Is(err, storage.ErrDamaged) { // not the index's: the store's
+				err = &storage.DamagedError{Path: ix.store, Advice: storage.RecoverAdvice(ix.store), Err: err}
+			}
+			// Tried again after the next commit, but not at once: a
+			// failure that lasts (a full disk) is not retried, and
+			// logged, at the pace of requests. A search reports it.
+			ix.fail(err)
+			slog.Warn("storage: indexing captures for search", "err", err)
+			return ix.sleep(idle, searchRetry)
+		}
+	}
+}
+
+// sleep waits d on idle; it reports false if the store closes meanwhile.
+func (ix *indexer) sleep(idle *time.Timer, d time.Duration) bool {
+	idle.Reset(d)
+	select {
+	case <-ix.stop:
+		idle.Stop()
+		return false
+	case <-idle.C:
+		return true
 	}
 }
 
