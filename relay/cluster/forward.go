@@ -207,11 +207,20 @@ func (c *Cluster) Kick(ctx context.Context, tunnelID string) error {
 	}
 	m := nats.NewMsg(kickSubject(node))
 	m.Header.Set(hdrTunnel, tunnelID)
-	if _, err := c.nc.RequestMsgWithContext(ctx, m); err != nil {
+	_, err = c.nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
 		// A holder of an older calltap hears only the kick to every
-		// node; one that is gone or cut off learns of the queue when it
-		// counts again (its drain, its lease regained, findQueued).
+		// node; one cut off learns of the queue when it counts again
+		// (its drain, its lease regained, findQueued).
 		c.kickAll(tunnelID)
+	}
+	if errors.Is(err, nats.ErrNoResponders) {
+		// Gone (its requests are queued because it is: ErrNodeGone), or
+		// of an older calltap, which the kick to every node reaches:
+		// nobody to wait for.
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("tell node %s: %w", node, err)
 	}
 	return nil
