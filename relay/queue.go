@@ -79,7 +79,7 @@ func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, 
 		// goes, or a live request its sender sends after the 202 may
 		// reach the handler first (chaos run, team seed 3301). Kick
 		// reads the holder after the store, and the node taking a
-		// tunnel counts its queue after its hold is stored (serveConnect):
+		// tunnel counts its queue after its hold is stored (takeTunnel):
 		// either Kick's read finds the hold and the holder counts at
 		// Kick's word, or the read came before the hold, so the store
 		// did too, and the holder's own count finds the request.
