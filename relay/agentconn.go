@@ -93,21 +93,8 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		acked:   make(chan int64, drainWindow),
 	}
 	ac.setPeerMax(agentMax)
-	// Other nodes forward this tunnel's requests here from now on; what
-	// they queued before is in the shared queue.
-	release, err := s.cfg.Cluster.Hold(r.Context(), t.id, require)
-	if err != nil {
-		s.log.Warn("could not tell the other nodes this tunnel is here", "tunnel", t.id, "err", err)
-		release = func() {}
-	}
+	release, old, queued := s.takeTunnel(r.Context(), t, ac, require)
 	defer release()
-	s.recount(r.Context(), t)
-	t.mu.Lock()
-	old := t.agent
-	t.agent = ac
-	t.require = require
-	queued := t.queued
-	t.mu.Unlock()
 	if old != nil {
 		old.goAway(GoAway{Reason: GoAwayReplaced, Message: "another agent connected with the same token and took over this tunnel"})
 	}
@@ -133,19 +120,53 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	ac.close(err)
 	ac.failPending()
 	loops.Wait()
+	s.leaveTunnel(t, ac)
+	s.metrics.agentsConnected.Add(-1)
+	log.Info("agent disconnected", "reason", ac.cause())
+}
+
+// takeTunnel makes ac the agent of t, here and in the cluster, and returns
+// the release of its hold, the agent it replaced, and t's queue count.
+//
+// Other nodes forward t's requests here from the hold on; what they
+// queued before is in the shared queue. It is counted after the hold is
+// stored, never before: a node that queued a request reads the holder
+// after storing it (enqueue), so either it finds this hold and tells this
+// node, whose kicks count from the start (taking), or its request was
+// stored before the hold and this count finds it.
+func (s *Server) takeTunnel(ctx context.Context, t *tunnel, ac *agentConn, require []HeaderField) (release func(), old *agentConn, queued int) {
 	t.mu.Lock()
+	t.taking++
+	t.mu.Unlock()
+	release, err := s.cfg.Cluster.Hold(ctx, t.id, require)
+	if err != nil {
+		s.log.Warn("could not tell the other nodes this tunnel is here", "tunnel", t.id, "err", err)
+		release = func() {}
+	}
+	s.recount(ctx, t)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.taking--
+	old = t.agent
+	t.agent = ac
+	t.require = require
+	return release, old, t.queued
+}
+
+// leaveTunnel takes ac off t once its connection is over.
+func (s *Server) leaveTunnel(t *tunnel, ac *agentConn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.agent == ac {
 		t.agent = nil
 	}
-	if s.shared && t.agent == nil {
+	if s.shared && t.agent == nil && t.taking == 0 {
 		// The stream counts this tunnel's queue, and the node its agent
 		// reaches next recounts it: a count left here would never come
-		// down. This node's inserts under way keep their places.
+		// down. This node's inserts under way keep their places. An
+		// agent taking the tunnel here counts it itself.
 		t.queued, t.queuedBytes = t.storing, 0
 	}
-	t.mu.Unlock()
-	s.metrics.agentsConnected.Add(-1)
-	log.Info("agent disconnected", "reason", ac.cause())
 }
 
 // hijackBatch hands the upgrader a batchConn over the hijacked connection,

@@ -36,8 +36,13 @@ type Cluster interface {
 	// tunnels' requests: a live request delivered then would overtake
 	// them. A node without its lease queues what it takes instead.
 	Leased() bool
-	// Kick tells the node holding tunnelID, if any, that its queue grew.
-	Kick(tunnelID string)
+	// Kick tells the node holding tunnelID, if any, that its queue grew,
+	// and returns once that node has counted the queue again: a live
+	// request it takes after that waits behind what was queued. It reads
+	// the holder from the shared state itself, not from the mirror, which
+	// may lag. An error says the holder could not be told in time; it
+	// learns of the queue later (its drain looks again).
+	Kick(ctx context.Context, tunnelID string) error
 	// Serve receives the other nodes' forwards and kicks, and learns of
 	// tunnels taken over by other nodes, until ctx ends.
 	Serve(ctx context.Context, h NodeHandlers) error
@@ -239,7 +244,7 @@ func (s *Server) kicked(tunnelID string) {
 	s.mu.Lock()
 	t := s.tunnels[tunnelID]
 	s.mu.Unlock()
-	if t == nil || !t.held() {
+	if t == nil || !t.counts() {
 		// Only the node holding the agent counts a tunnel's queue (it
 		// drains it); elsewhere the count would never come down again.
 		return

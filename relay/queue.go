@@ -73,8 +73,19 @@ func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, 
 		// agent drains it: a count kept here would only ever rise, and
 		// refuse requests the stream has room for.
 		t.countOut()
-		// The agent may have reached another node while this was stored.
-		s.cfg.Cluster.Kick(t.id)
+		// The agent may be on another node already: this node's mirror
+		// of the holders lags, and the agent may have arrived while this
+		// was stored. Its node must count this request before the 202
+		// goes, or a live request its sender sends after the 202 may
+		// reach the handler first (chaos run, team seed 3301). Kick
+		// reads the holder after the store, and the node taking a
+		// tunnel counts its queue after its hold is stored (takeTunnel):
+		// either Kick's read finds the hold and the holder counts at
+		// Kick's word, or the read came before the hold, so the store
+		// did too, and the holder's own count finds the request.
+		if err := s.cfg.Cluster.Kick(context.WithoutCancel(ctx), t.id); err != nil {
+			log.Warn("could not tell the node holding the agent that its queue grew; answering 202 all the same", "err", err)
+		}
 	}
 	log.Info("queued for offline agent", "method", req.Method, "uri", req.URI)
 	s.answerQueued(w, req.ID, "queued: the agent is offline; the request will be delivered when it reconnects")
@@ -293,6 +304,10 @@ func (s *Server) recount(ctx context.Context, t *tunnel) {
 	if !s.shared {
 		return // one node counts exactly
 	}
+	// Counts are written in the order they were read: one read before a
+	// request was stored must not overwrite one read after (a kick's).
+	t.recounting.Lock()
+	defer t.recounting.Unlock()
 	st, err := s.cfg.Store.TunnelQueueStats(ctx, t.id)
 	if err != nil {
 		return

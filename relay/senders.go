@@ -138,6 +138,14 @@ func (t *tunnel) held() bool {
 	return t.agent != nil
 }
 
+// counts reports whether this node counts t's queue: an agent holds t
+// here, or is taking it (its hold is stored, its count under way).
+func (t *tunnel) counts() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.agent != nil || t.taking > 0
+}
+
 // refuse answers e to a sender whose body was not read whole, and closes
 // the connection: the answer goes out at once, whatever the body does
 // (net/http would otherwise read up to 256 KiB of it first, for as long as

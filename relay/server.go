@@ -181,8 +181,13 @@ type tunnel struct {
 	id   string
 	name string
 
+	// recounting is held across recount's read of the shared queue and
+	// its write of queued. Lock order: recounting, then mu.
+	recounting sync.Mutex
+
 	mu          sync.Mutex
 	agent       *agentConn    // guarded by mu; nil while no agent holds the tunnel
+	taking      int           // guarded by mu; agents between their hold and taking the tunnel (serveConnect)
 	queued      int           // guarded by mu; rows in the offline queue, counting inserts under way
 	queuedBytes int64         // guarded by mu
 	storing     int           // guarded by mu; inserts under way, counted in queued

@@ -33,7 +33,7 @@ func (soloNode) Forward(context.Context, string, string, *Request) (*Answer, err
 func (soloNode) Leased() bool { return true }
 
 // Kick does nothing: the enqueuing node is the one that drains.
-func (soloNode) Kick(string) {}
+func (soloNode) Kick(context.Context, string) error { return nil }
 
 // Serve waits for ctx: no other node sends anything.
 func (soloNode) Serve(ctx context.Context, _ NodeHandlers) error {

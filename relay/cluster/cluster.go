@@ -11,7 +11,9 @@
 // A request that lands on a node other than the one holding its agent is
 // handed to that node over NATS on calltap.node.<node>.forward (forward.go
 // has the exchange, relay/protocol.go the layout), and a node that queued a
-// request publishes calltap.kick.<tunnel> so the holder drains it. Every
+// request asks the holder, on calltap.node.<node>.kick, to count its queue
+// again and drain it, and waits for its word (calltap.kick.<tunnel>, to
+// every node, when the holder does not answer). Every
 // node mirrors the two small buckets through watches: looking up a token or
 // a holder costs no round trip.
 package cluster
@@ -44,6 +46,10 @@ const (
 )
 
 func nodeSubject(node string) string { return "calltap.node." + node + ".forward" }
+
+// kickSubject is where a node hears, and answers once it has counted,
+// that another node queued a request for a tunnel it holds (Kick).
+func kickSubject(node string) string { return "calltap.node." + node + ".kick" }
 
 // Message headers.
 const (

@@ -173,9 +173,61 @@ func (c *Cluster) sendGo(ctx context.Context, subject string) error {
 	return c.nc.PublishMsg(g)
 }
 
-// Kick tells every node that tunnelID's queue grew; the one holding its
-// agent drains it.
-func (c *Cluster) Kick(tunnelID string) {
+// Kick tells the node holding tunnelID that its queue grew, and returns
+// once that node has counted the queue again (relay.Cluster). The holder is
+// read from the bucket's stream leader, after the request was stored: the
+// mirror may not have heard of an agent that reached another node a moment
+// ago (chaos run, team seed 3301: a live request sent after a 202 reached
+// the handler before the queued one, which waited for the kick). Only a
+// node that queued a request pays the two round trips; live forwarding
+// none.
+func (c *Cluster) Kick(ctx context.Context, tunnelID string) error {
+	// Two operations' worth, as for the store.
+	ctx, cancel := context.WithTimeout(ctx, 2*c.timeout)
+	defer cancel()
+	node, err := c.holderNow(ctx, tunnelID)
+	switch {
+	case err != nil:
+		c.kickAll(tunnelID)
+		return fmt.Errorf("read which node holds the tunnel: %w", err)
+	case node == "":
+		// Nobody holds it: the node an agent reaches next counts the
+		// queue once its hold is stored, which is after this read.
+		return nil
+	case node == c.node:
+		// An agent is taking the tunnel here: its hold is stored, and it
+		// has not counted yet, or it holds it by now.
+		c.holders.mu.Lock()
+		kicked := c.kicked
+		c.holders.mu.Unlock()
+		if kicked != nil {
+			kicked(tunnelID)
+		}
+		return nil
+	}
+	m := nats.NewMsg(kickSubject(node))
+	m.Header.Set(hdrTunnel, tunnelID)
+	_, err = c.nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		// A holder of an older calltap hears only the kick to every
+		// node; one cut off learns of the queue when it counts again
+		// (its drain, its lease regained, findQueued).
+		c.kickAll(tunnelID)
+	}
+	if errors.Is(err, nats.ErrNoResponders) {
+		// Gone (its requests are queued because it is: ErrNodeGone), or
+		// of an older calltap, which the kick to every node reaches:
+		// nobody to wait for.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("tell node %s: %w", node, err)
+	}
+	return nil
+}
+
+// kickAll tells every node that tunnelID's queue grew, and waits for none.
+func (c *Cluster) kickAll(tunnelID string) {
 	if err := c.nc.Publish(subjectKick+tunnelID, nil); err != nil {
 		// The holder finds the queue anyway when it next looks (its drain
 		// recounts a queue it believes empty): a lost kick costs time only.
@@ -228,10 +280,22 @@ func (c *Cluster) Serve(ctx context.Context, h relay.NodeHandlers) error {
 		fwd.Unsubscribe()
 		return err
 	}
+	// The answer goes once the queue is counted: the asking node answers
+	// its sender 202 only then (Kick).
+	asked, err := c.nc.Subscribe(kickSubject(c.node), func(m *nats.Msg) {
+		h.Kicked(m.Header.Get(hdrTunnel))
+		m.Respond(nil)
+	})
+	if err != nil {
+		fwd.Unsubscribe()
+		kick.Unsubscribe()
+		return err
+	}
 	<-ctx.Done()
 	c.drain(fwd)
 	c.serving.handling.Wait()
 	kick.Unsubscribe()
+	asked.Unsubscribe()
 	c.holders.mu.Lock()
 	c.takenOver, c.kicked = nil, nil
 	c.holders.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/calltap/calltap/relay"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -70,6 +71,30 @@ func (h *holders) apply(e jetstream.KeyValueEntry) {
 	if lost && takenOver != nil {
 		takenOver(id)
 	}
+}
+
+// holderNow reads which node holds tunnelID's agent from the leader of
+// the bucket's stream: the mirror, and a KeyValue Get (a direct get, which
+// any replica answers), may not have heard of a hold stored a moment ago.
+// The jetstream package reads direct whenever the stream allows it, which
+// a bucket does; nats.go's older JetStream context reads the leader unless
+// told otherwise.
+func (h *holders) holderNow(ctx context.Context, tunnelID string) (string, error) {
+	js, err := h.nc.JetStream()
+	if err != nil {
+		return "", err
+	}
+	m, err := js.GetLastMsg("KV_"+bucketTunnels, "$KV."+bucketTunnels+"."+tunnelID, nats.Context(ctx))
+	if errors.Is(err, nats.ErrMsgNotFound) {
+		return "", nil
+	} else if err != nil {
+		return "", err
+	}
+	var hd relay.Holding
+	if len(m.Data) == 0 || json.Unmarshal(m.Data, &hd) != nil {
+		return "", nil // deleted or purged (an empty value), or unreadable: nobody named
+	}
+	return hd.Node, nil
 }
 
 // Holder says which node holds tunnelID's agent.
