@@ -21,6 +21,7 @@ import (
 	"github.com/calltap/calltap/inspector/voice/service"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -191,7 +192,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 	var progress []agent.BackfillProgress
 	res, err := st.Agent.Backfill(ctx, c, agent.BackfillOptions{
 		Since: time.Hour, Forward: true,
-		Header:   relay.Header{{Name: "Authorization", Value: "Bearer client-secret"}},
+		Header:   wire.Header{{Name: "Authorization", Value: "Bearer client-secret"}},
 		Progress: func(p agent.BackfillProgress) { progress = append(progress, p) },
 	})
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/tunnel"
+	"github.com/calltap/calltap/relay/wire"
 )
 
 // benchEvent is a call event of about 2 KB whose delivery id differs per
@@ -113,10 +115,10 @@ func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
 // store and no local handler: what is left is the relay's own cost.
 type instantAgent struct{ reply []byte }
 
-func (a instantAgent) ServeTunnel(r *relay.Request, s *relay.Stream) {
+func (a instantAgent) ServeTunnel(r *wire.Request, s *tunnel.Stream) {
 	s.Ack()
 	if !r.Queued {
-		s.Respond(&relay.Response{Status: http.StatusOK, Header: relay.Header{{"Content-Type", "application/json"}}, Body: a.reply})
+		s.Respond(&wire.Response{Status: http.StatusOK, Header: wire.Header{{Name: "Content-Type", Value: "application/json"}}, Body: a.reply})
 	}
 	s.Release()
 }
@@ -141,10 +143,10 @@ func BenchmarkRelay(b *testing.B) {
 			defer cancel()
 			connected := make(chan struct{})
 			var once sync.Once
-			c, err := relay.NewClient(relay.ClientConfig{RelayURL: st.RelayURL, Token: st.Token,
+			c, err := tunnel.NewClient(tunnel.Config{RelayURL: st.RelayURL, Token: st.Token,
 				Handler: instantAgent{reply: []byte(`{"received":true}`)},
-				OnState: func(cs relay.ConnState) {
-					if cs.State == relay.StateConnected {
+				OnState: func(cs tunnel.ConnState) {
+					if cs.State == tunnel.StateConnected {
 						once.Do(func() { close(connected) })
 					}
 				}})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/wire"
 )
 
 // Cluster is how a relay node reaches the others that share its Store
@@ -25,11 +26,11 @@ type Cluster interface {
 	// Hold records that this node now holds tunnelID's agent, which
 	// requires require of every sender. release gives the tunnel up,
 	// unless another node has taken it meanwhile.
-	Hold(ctx context.Context, tunnelID string, require []HeaderField) (release func(), err error)
+	Hold(ctx context.Context, tunnelID string, require []wire.HeaderField) (release func(), err error)
 	// Forward hands req to node and returns its answer; ErrNodeGone when
 	// no node by that name is serving and its lease has lapsed (Leased),
 	// so that it delivers nothing live any more.
-	Forward(ctx context.Context, node, tunnelID string, req *Request) (*Answer, error)
+	Forward(ctx context.Context, node, tunnelID string, req *wire.Request) (*wire.Answer, error)
 	// Leased reports whether this node may deliver live requests to the
 	// agents it holds. A node cut off from the others stops (its lease
 	// lapses) before any other node can take it for gone and queue its
@@ -59,8 +60,8 @@ type ClusterStats struct {
 // Holding is where a tunnel's agent is. Node is "" while no agent holds
 // it; Require stays what its last agent asked of senders.
 type Holding struct {
-	Node    string        `json:"node"`
-	Require []HeaderField `json:"require,omitempty"`
+	Node    string             `json:"node"`
+	Require []wire.HeaderField `json:"require,omitempty"`
 }
 
 // NodeHandlers are a Server's answers to the other nodes.
@@ -71,7 +72,7 @@ type NodeHandlers struct {
 	// answered anything but 2xx must reach the handler only through its
 	// own retry. A zero takeBy sets no limit (a node of an older calltap
 	// sends none).
-	Forward   func(ctx context.Context, tunnelID string, req *Request, takeBy time.Time) *Answer
+	Forward   func(ctx context.Context, tunnelID string, req *wire.Request, takeBy time.Time) *wire.Answer
 	Kicked    func(tunnelID string)
 	TakenOver func(tunnelID string) // another node holds a tunnel this one holds
 	Revoked   func(tunnelID string) // its token was revoked, on any node
@@ -103,14 +104,6 @@ var ErrNodeGone = errors.New("relay: the node holding the agent is gone")
 // reaches the handler never.)
 var ErrAnswerLost = errors.New("relay: the node holding the agent took the request, but its answer was lost")
 
-// Answer is what a node answered a forwarded request: status, headers and
-// body as its sender is to get them.
-type Answer struct {
-	Status int
-	Header Header
-	Body   []byte
-}
-
 // serveClustered runs Cluster.Serve until ctx ends.
 func (s *Server) serveClustered(ctx context.Context) error {
 	return s.cfg.Cluster.Serve(ctx, NodeHandlers{Forward: s.serveForwarded, Kicked: s.kicked, TakenOver: s.takenOver, Revoked: s.dropTunnel, Regained: s.regained})
@@ -140,7 +133,7 @@ func (s *Server) remoteHolder(t *tunnel) string {
 // requiredHeaders are what senders of t must present: what the agent asked
 // for on connecting to this node, or, in a cluster with no agent here, to
 // whichever node it reached last.
-func (s *Server) requiredHeaders(t *tunnel) []HeaderField {
+func (s *Server) requiredHeaders(t *tunnel) []wire.HeaderField {
 	t.mu.Lock()
 	require, here := t.require, t.agent != nil
 	t.mu.Unlock()
@@ -153,7 +146,7 @@ func (s *Server) requiredHeaders(t *tunnel) []HeaderField {
 // forwardToNode hands a request to the node holding its agent and relays
 // that node's answer. A node that is gone leaves the request to the
 // shared queue, which any node drains.
-func (s *Server) forwardToNode(w http.ResponseWriter, r *http.Request, t *tunnel, node string, req *Request, log reqLogger) {
+func (s *Server) forwardToNode(w http.ResponseWriter, r *http.Request, t *tunnel, node string, req *wire.Request, log reqLogger) {
 	// The holding node answers within its forward timeout; the margin is
 	// for the hop.
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ForwardTimeout+5*time.Second)
@@ -195,7 +188,7 @@ func (s *Server) forwardToNode(w http.ResponseWriter, r *http.Request, t *tunnel
 // serveForwarded answers a request another node took for a tunnel whose
 // agent is here: live, or queued when the agent has left or is draining,
 // exactly as if its sender had come here. It never forwards again.
-func (s *Server) serveForwarded(ctx context.Context, tunnelID string, req *Request, takeBy time.Time) *Answer {
+func (s *Server) serveForwarded(ctx context.Context, tunnelID string, req *wire.Request, takeBy time.Time) *wire.Answer {
 	s.metrics.crossIn.Add(1)
 	s.busy.Add(1)
 	defer s.busy.Add(-1)
@@ -225,7 +218,7 @@ func (s *Server) serveForwarded(ctx context.Context, tunnelID string, req *Reque
 
 // take delivers or queues a forwarded request, if its sender's node still
 // waits for it (takeBy).
-func (s *Server) take(w http.ResponseWriter, ctx context.Context, t *tunnel, req *Request, takeBy time.Time) {
+func (s *Server) take(w http.ResponseWriter, ctx context.Context, t *tunnel, req *wire.Request, takeBy time.Time) {
 	log := reqLogger{s.log, t.id, req.ID}
 	if !takeBy.IsZero() && !time.Now().Before(takeBy) {
 		// Delivered or queued now, it would reach the handler behind the
@@ -235,7 +228,7 @@ func (s *Server) take(w http.ResponseWriter, ctx context.Context, t *tunnel, req
 		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay node holding the agent could not take the request in time; it did not reach the local handler; retry"))
 		return
 	}
-	s.deliver(w, ctx, t, req, nil, log)
+	s.forwardOrQueue(w, ctx, t, req, nil, log)
 }
 
 // kicked wakes the drain of a tunnel held here whose queue another node
@@ -266,17 +259,17 @@ func (s *Server) recountAndWake(t *tunnel) {
 // holds: the same token connected there, and the newest agent wins, as on
 // one node.
 func (s *Server) takenOver(tunnelID string) {
-	s.sendAway(tunnelID, false, GoAway{Reason: GoAwayReplaced, Message: "another agent connected with the same token to another relay node and took over this tunnel"})
+	s.sendAway(tunnelID, false, wire.GoAway{Reason: wire.GoAwayReplaced, Message: "another agent connected with the same token to another relay node and took over this tunnel"})
 }
 
 // ErrorAnswer is e as a node answers it: the error envelope, with e's status.
-func ErrorAnswer(e *api.Error) *Answer {
+func ErrorAnswer(e *api.Error) *wire.Answer {
 	rec := &answerWriter{header: http.Header{}, body: &bytes.Buffer{}}
 	api.WriteError(rec, e)
 	return rec.answer()
 }
 
-func (a *answerWriter) answer() *Answer {
+func (a *answerWriter) answer() *wire.Answer {
 	if a.status == 0 {
 		// Nothing was written: no handler answered, and neither did the
 		// relay. The sender retries; a 200 would tell it a handler had.
@@ -284,13 +277,7 @@ func (a *answerWriter) answer() *Answer {
 		a.body.Reset()
 		api.WriteError(a, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay node holding the agent gave no answer; retry"))
 	}
-	out := &Answer{Status: a.status, Body: a.body.Bytes()}
-	for _, name := range sortedKeys(a.header) {
-		for _, v := range a.header[name] {
-			out.Header = append(out.Header, HeaderField{name, v})
-		}
-	}
-	return out
+	return &wire.Answer{Status: a.status, Header: wire.HeaderFrom(a.header, ""), Body: a.body.Bytes()}
 }
 
 // answerWriter records what the local path answers a forwarded request.

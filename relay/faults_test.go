@@ -13,7 +13,9 @@ import (
 
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/frameconn"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/gorilla/websocket"
 )
 
@@ -21,9 +23,9 @@ import (
 // hand, to misbehave in ways the real client never does.
 func rawAgent(t *testing.T, st *inspectortest.Stack, token string) *websocket.Conn {
 	t.Helper()
-	d := websocket.Dialer{Subprotocols: []string{relay.Subprotocol}}
+	d := websocket.Dialer{Subprotocols: []string{wire.Subprotocol}}
 	h := http.Header{"Authorization": {"Bearer " + token}}
-	ws, resp, err := d.Dial(strings.Replace(st.RelayURL, "http", "ws", 1)+relay.ConnectPath, h)
+	ws, resp, err := d.Dial(strings.Replace(st.RelayURL, "http", "ws", 1)+wire.ConnectPath, h)
 	if err != nil {
 		t.Fatalf("dial: %v (%v)", err, resp)
 	}
@@ -134,7 +136,7 @@ func TestMisbehavingAgentsAffectOnlyThemselves(t *testing.T) {
 
 func TestDeadAgentFallsBackToQueue(t *testing.T) {
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: "http://127.0.0.1:1", NoAgent: true, Relay: func(c *relay.Config) {
-		c.Keepalive = relay.Keepalive{PongWait: 300 * time.Millisecond, WriteWait: 300 * time.Millisecond}
+		c.Keepalive = frameconn.Keepalive{PongWait: 300 * time.Millisecond, WriteWait: 300 * time.Millisecond}
 	}})
 	// An agent that stops reading (a laptop asleep) never answers pings.
 	rawAgent(t, st, st.Token)

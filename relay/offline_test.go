@@ -17,6 +17,8 @@ import (
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/tunnel"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
 )
@@ -138,7 +140,7 @@ func TestSecondAgentTakesOver(t *testing.T) {
 	rec, h := startHandler(t, nil)
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
 	first := st.ClientErr
-	second, err := relay.NewClient(relay.ClientConfig{RelayURL: st.RelayURL, Token: st.Token, Handler: replyHandler{}})
+	second, err := tunnel.NewClient(tunnel.Config{RelayURL: st.RelayURL, Token: st.Token, Handler: replyHandler{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +149,7 @@ func TestSecondAgentTakesOver(t *testing.T) {
 	go second.Run(ctx)
 	select {
 	case err := <-first:
-		if !errors.Is(err, relay.ErrReplaced) {
+		if !errors.Is(err, tunnel.ErrReplaced) {
 			t.Fatalf("older agent ended with %v, want ErrReplaced", err)
 		}
 		if !strings.Contains(err.Error(), "took over") {
@@ -168,15 +170,15 @@ func TestSecondAgentTakesOver(t *testing.T) {
 // replyHandler answers every request itself with 299 "second".
 type replyHandler struct{}
 
-func (replyHandler) ServeTunnel(r *relay.Request, s *relay.Stream) {
+func (replyHandler) ServeTunnel(r *wire.Request, s *tunnel.Stream) {
 	s.Ack()
-	s.Respond(&relay.Response{Status: 299, Body: []byte("second")})
+	s.Respond(&wire.Response{Status: 299, Body: []byte("second")})
 	s.Release()
 }
 
 func TestRequireHeader(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Client: func(c *relay.ClientConfig) {
+	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Client: func(c *tunnel.Config) {
 		c.RequireHeaders = []string{"Authorization: Bearer s3cret"}
 	}})
 	resp, body := post(t, st.TunnelURL, "{}")

@@ -10,17 +10,19 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/frameconn"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/relaystate"
 )
 
 // enqueue keeps a request for an absent agent, or refuses it in reject mode.
-func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, req *Request, log reqLogger) {
+func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, req *wire.Request, log reqLogger) {
 	if s.cfg.Offline == OfflineReject {
 		w.Header().Set("Retry-After", "30")
 		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeAgentOffline, "no agent is connected to this tunnel; retry later"))
 		return
 	}
-	head := appendHeader(nil, req.Header)
+	head := wire.AppendHeader(nil, req.Header)
 	size := int64(len(req.Body) + len(head) + len(req.URI))
 	t.mu.Lock()
 	if t.queued >= s.cfg.QueueMaxCount || t.queuedBytes+size > s.cfg.QueueMaxBytes {
@@ -158,7 +160,7 @@ func (ac *agentConn) dequeue(seqs []int64) {
 		<-ac.window
 	}
 	if left == 0 {
-		ac.trySend(outFrame{head: appendJSON(nil, frameNotice, Notice{Rejected: t.rejected.Load()})})
+		ac.TrySend(frameconn.Frame{Head: wire.AppendNotice(nil, wire.Notice{Rejected: t.rejected.Load()})})
 	}
 }
 
@@ -184,7 +186,7 @@ func (ac *agentConn) drainLoop() {
 				wait.Stop()
 				ac.dequeueAcked(seq)
 				continue
-			case <-ac.done:
+			case <-ac.Done():
 				wait.Stop()
 				ac.flushAcked()
 				return
@@ -210,7 +212,7 @@ func (ac *agentConn) drainLoop() {
 				ac.srv.recount(ctx, t)
 			case seq := <-ac.acked:
 				ac.dequeueAcked(seq)
-			case <-ac.done:
+			case <-ac.Done():
 				ac.flushAcked()
 				return
 			}
@@ -224,12 +226,12 @@ func (ac *agentConn) drainLoop() {
 					break room
 				case seq := <-ac.acked:
 					ac.dequeueAcked(seq)
-				case <-ac.done:
+				case <-ac.Done():
 					ac.flushAcked()
 					return
 				}
 			}
-			hdr, err := decodeHeaderBytes(q.Headers)
+			hdr, err := wire.DecodeHeader(q.Headers)
 			if err != nil {
 				ac.srv.log.Error("queued request unreadable; dropping", "tunnel", t.id, "id", q.ID, "err", err)
 				ac.srv.cfg.Store.Dequeue(ctx, q.Seq)
@@ -237,7 +239,7 @@ func (ac *agentConn) drainLoop() {
 				<-ac.window
 				continue
 			}
-			req := &Request{Stream: ac.nextStream.Add(1), Queued: true, ArrivedAt: q.ArrivedAt, ID: q.ID, Method: q.Method, URI: q.URI, Header: hdr}
+			req := &wire.Request{Stream: ac.nextStream.Add(1), Queued: true, ArrivedAt: q.ArrivedAt, ID: q.ID, Method: q.Method, URI: q.URI, Header: hdr}
 			if !ac.admit() {
 				// The agent is stopping: what it was not sent stays
 				// queued; acks of what it was sent still come.
@@ -248,9 +250,9 @@ func (ac *agentConn) drainLoop() {
 			ac.mu.Lock()
 			ac.queued[req.Stream] = q.Seq
 			ac.mu.Unlock()
-			err = ac.send(outFrame{head: appendRequestHead(nil, req), body: q.Body}, nil)
+			err = ac.Send(frameconn.Frame{Head: wire.AppendRequestHead(nil, req), Body: q.Body}, nil)
 			ac.admitted()
-			if errors.Is(err, errFrameTooLarge) {
+			if errors.Is(err, wire.ErrFrameTooLarge) {
 				// This agent reads smaller frames than the relay took: the
 				// request stays queued, for an agent that reads it, rather
 				// than stalling every request behind it.
@@ -275,7 +277,7 @@ func (ac *agentConn) awaitClose() {
 		select {
 		case seq := <-ac.acked:
 			ac.dequeueAcked(seq)
-		case <-ac.done:
+		case <-ac.Done():
 			ac.flushAcked()
 			return
 		}
@@ -315,10 +317,4 @@ func (s *Server) recount(ctx context.Context, t *tunnel) {
 	t.mu.Lock()
 	t.queued, t.queuedBytes = st.Count+t.storing, st.Bytes
 	t.mu.Unlock()
-}
-
-func decodeHeaderBytes(b []byte) (Header, error) {
-	d := newDecoder(b)
-	h := d.header()
-	return h, d.Err()
 }

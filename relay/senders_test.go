@@ -17,6 +17,8 @@ import (
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/tunnel"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/gorilla/websocket"
 )
 
@@ -27,7 +29,7 @@ func TestRefusedSendersCountAgainstRateLimit(t *testing.T) {
 			// A token every 100 s: none comes back while the test runs.
 			c.RateLimit, c.RateBurst = 0.01, 5
 		},
-		Client: func(c *relay.ClientConfig) { c.RequireHeaders = []string{"X-Secret: s3cret"} },
+		Client: func(c *tunnel.Config) { c.RequireHeaders = []string{"X-Secret: s3cret"} },
 	})
 	for i := 0; i < 5; i++ {
 		resp, body := post(t, st.TunnelURL, "{}")
@@ -92,9 +94,9 @@ func TestRefusalNoticesAreCoalesced(t *testing.T) {
 			c.RateLimit, c.RateBurst = 1e6, 1e6
 			c.NoticeInterval = interval
 		}})
-	d := websocket.Dialer{Subprotocols: []string{relay.Subprotocol}}
-	hdr := http.Header{"Authorization": {"Bearer " + st.Token}, relay.RequireHeaderHeader: {"X-Secret: s3cret"}}
-	ws, resp, err := d.Dial(strings.Replace(st.RelayURL, "http", "ws", 1)+relay.ConnectPath, hdr)
+	d := websocket.Dialer{Subprotocols: []string{wire.Subprotocol}}
+	hdr := http.Header{"Authorization": {"Bearer " + st.Token}, wire.RequireHeaderHeader: {"X-Secret: s3cret"}}
+	ws, resp, err := d.Dial(strings.Replace(st.RelayURL, "http", "ws", 1)+wire.ConnectPath, hdr)
 	if err != nil {
 		t.Fatalf("dial: %v (%v)", err, resp)
 	}
@@ -118,7 +120,7 @@ func TestRefusalNoticesAreCoalesced(t *testing.T) {
 			continue
 		}
 		notices++
-		var nt relay.Notice
+		var nt wire.Notice
 		if err := json.Unmarshal(b[1:], &nt); err != nil {
 			t.Fatal(err)
 		}

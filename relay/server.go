@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/frameconn"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/relaystate"
 	"github.com/gorilla/websocket"
 )
@@ -43,7 +45,7 @@ type Config struct {
 	MaxBody        int64         // 10 MiB → 413
 	MaxHeaderBytes int           // 64 KiB → 431
 	MaxFrame       int64         // MaxBody + 1 MiB
-	Keepalive      Keepalive
+	Keepalive      frameconn.Keepalive
 	AuthTimeout    time.Duration // 10 s: an agent (or anyone) must finish its request head by then
 
 	Offline       string        // OfflineQueue (default) or OfflineReject
@@ -102,7 +104,7 @@ func (c Config) withDefaults() Config {
 	if c.MaxFrame <= 0 {
 		c.MaxFrame = c.MaxBody + 1<<20
 	}
-	c.Keepalive = c.Keepalive.withDefaults()
+	c.Keepalive = c.Keepalive.WithDefaults()
 	if c.AuthTimeout <= 0 {
 		c.AuthTimeout = 10 * time.Second
 	}
@@ -186,13 +188,13 @@ type tunnel struct {
 	recounting sync.Mutex
 
 	mu          sync.Mutex
-	agent       *agentConn    // guarded by mu; nil while no agent holds the tunnel
-	taking      int           // guarded by mu; agents between their hold and taking the tunnel (serveConnect)
-	queued      int           // guarded by mu; rows in the offline queue, counting inserts under way
-	queuedBytes int64         // guarded by mu
-	storing     int           // guarded by mu; inserts under way, counted in queued
-	require     []HeaderField // guarded by mu; set by the agent holding (or last holding) the tunnel
-	limiter     tokenBucket   // guarded by mu
+	agent       *agentConn         // guarded by mu; nil while no agent holds the tunnel
+	taking      int                // guarded by mu; agents between their hold and taking the tunnel (serveConnect)
+	queued      int                // guarded by mu; rows in the offline queue, counting inserts under way
+	queuedBytes int64              // guarded by mu
+	storing     int                // guarded by mu; inserts under way, counted in queued
+	require     []wire.HeaderField // guarded by mu; set by the agent holding (or last holding) the tunnel
+	limiter     tokenBucket        // guarded by mu
 
 	// Refusals reach the agent as a count, at most one notice per
 	// noticeEvery: a flood of refused senders must not become a flood of
@@ -242,7 +244,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.abandon, s.giveUp = context.WithCancel(context.Background())
 	s.upgrader = websocket.Upgrader{
-		Subprotocols:     []string{Subprotocol},
+		Subprotocols:     []string{wire.Subprotocol},
 		HandshakeTimeout: cfg.AuthTimeout,
 		// Reads reuse the HTTP server's buffer; write buffers come from a
 		// pool and are held only while a message is being written, so an
@@ -430,12 +432,12 @@ func (s *Server) dropRevoked(ctx context.Context) {
 // dropTunnel sends away the agent of a revoked token and forgets its
 // tunnel, whose URL then answers 404.
 func (s *Server) dropTunnel(id string) {
-	s.sendAway(id, true, GoAway{Reason: GoAwayRevoked, Message: "the token of this tunnel was revoked"})
+	s.sendAway(id, true, wire.GoAway{Reason: wire.GoAwayRevoked, Message: "the token of this tunnel was revoked"})
 }
 
 // sendAway tells the agent holding tunnel id here, if any, to go, and
 // forgets the tunnel if forget is set.
-func (s *Server) sendAway(id string, forget bool, g GoAway) {
+func (s *Server) sendAway(id string, forget bool, g wire.GoAway) {
 	s.mu.Lock()
 	t := s.tunnels[id]
 	if forget {
@@ -487,7 +489,7 @@ func (s *Server) sendAgentsAway() {
 		ac := t.agent
 		t.mu.Unlock()
 		if ac != nil {
-			ac.goAway(GoAway{Reason: GoAwayShutdown, Message: "relay shutting down"})
+			ac.goAway(wire.GoAway{Reason: wire.GoAwayShutdown, Message: "relay shutting down"})
 		}
 	}
 	s.conns.Wait()
@@ -556,8 +558,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.refuseStopping(w)
 			return
 		}
-		s.serveTunnel(w, r)
-	case p == ConnectPath:
+		s.serveSender(w, r)
+	case p == wire.ConnectPath:
 		if s.draining.Load() {
 			s.refuseStopping(w)
 			return

@@ -19,6 +19,8 @@ import (
 	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/tunnel"
+	"github.com/calltap/calltap/relay/wire"
 )
 
 // seen is what the local handler received.
@@ -273,18 +275,18 @@ func TestTunnelErrors(t *testing.T) {
 func TestWrongTokenIsRefusedAndClientStops(t *testing.T) {
 	_, h := startHandler(t, nil)
 	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
-	c, err := relay.NewClient(relay.ClientConfig{RelayURL: st.RelayURL, Token: "ct_wrong", Handler: nopHandler{}})
+	c, err := tunnel.NewClient(tunnel.Config{RelayURL: st.RelayURL, Token: "ct_wrong", Handler: nopHandler{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err = c.Run(ctx)
-	if !errors.Is(err, relay.ErrUnauthorized) {
+	if !errors.Is(err, tunnel.ErrUnauthorized) {
 		t.Fatalf("Run = %v, want ErrUnauthorized", err)
 	}
 	// The handshake itself answers 401 in the envelope.
-	req, _ := http.NewRequest("GET", st.RelayURL+relay.ConnectPath, nil)
+	req, _ := http.NewRequest("GET", st.RelayURL+wire.ConnectPath, nil)
 	req.Header.Set("Authorization", "Bearer ct_wrong")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -299,7 +301,7 @@ func TestWrongTokenIsRefusedAndClientStops(t *testing.T) {
 
 type nopHandler struct{}
 
-func (nopHandler) ServeTunnel(r *relay.Request, s *relay.Stream) { s.Release() }
+func (nopHandler) ServeTunnel(r *wire.Request, s *tunnel.Stream) { s.Release() }
 
 func TestRelayRestartKeepsURL(t *testing.T) {
 	rec, h := startHandler(t, nil)
@@ -308,7 +310,7 @@ func TestRelayRestartKeepsURL(t *testing.T) {
 		t.Fatalf("before restart: %d %s", resp.StatusCode, body)
 	}
 	st.StopRelay()
-	polltest.Until(t, 10*time.Second, func() bool { return st.Agent.TunnelState().State != relay.StateConnected }, "agent did not notice the relay going away")
+	polltest.Until(t, 10*time.Second, func() bool { return st.Agent.TunnelState().State != tunnel.StateConnected }, "agent did not notice the relay going away")
 	st.StartRelay()
 	st.WaitConnected()
 	if resp, body := post(t, st.TunnelURL+"/after", "{}"); resp.StatusCode != 201 {
