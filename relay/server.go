@@ -88,65 +88,43 @@ type Config struct {
 // the defaults of `calltap relay`'s flags.
 func DefaultConfig() Config { return Config{}.withDefaults() }
 
+// defaultTo sets *v to d when it is zero or negative: not set.
+func defaultTo[T int | int64 | float64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
+// withDefaults gives every zero (or negative) field its default; see the
+// comments on Config.
 func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.ForwardTimeout <= 0 {
-		c.ForwardTimeout = 30 * time.Second
-	}
-	if c.MaxBody <= 0 {
-		c.MaxBody = 10 << 20
-	}
-	if c.MaxHeaderBytes <= 0 {
-		c.MaxHeaderBytes = 64 << 10
-	}
-	if c.MaxFrame <= 0 {
-		c.MaxFrame = c.MaxBody + 1<<20
-	}
-	c.Keepalive = c.Keepalive.WithDefaults()
-	if c.AuthTimeout <= 0 {
-		c.AuthTimeout = 10 * time.Second
-	}
 	if c.Offline == "" {
 		c.Offline = OfflineQueue
 	}
-	if c.QueueMaxCount <= 0 {
-		c.QueueMaxCount = 10000
-	}
-	if c.QueueMaxBytes <= 0 {
-		c.QueueMaxBytes = 256 << 20
-	}
-	if c.QueueMaxAge <= 0 {
-		c.QueueMaxAge = 72 * time.Hour
-	}
-	if c.RateLimit <= 0 {
-		c.RateLimit = 50
-	}
-	if c.RateBurst <= 0 {
-		c.RateBurst = 200
-	}
-	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = 256
-	}
-	if c.BodyGrace <= 0 {
-		c.BodyGrace = 2 * time.Second
-	}
-	if c.MinBodyRate <= 0 {
-		c.MinBodyRate = 16 << 10
-	}
-	if c.MaxSlowBodies <= 0 {
-		c.MaxSlowBodies = 32
-	}
-	if c.LingerTime <= 0 {
-		c.LingerTime = 10 * time.Second
-	}
-	if c.LingerBytes <= 0 {
-		c.LingerBytes = 64 << 20
-	}
-	if c.NoticeInterval <= 0 {
-		c.NoticeInterval = time.Second
-	}
+	c.Keepalive = c.Keepalive.WithDefaults()
+	// What one request may be, and how long its parts may take.
+	defaultTo(&c.ForwardTimeout, 30*time.Second)
+	defaultTo(&c.AuthTimeout, 10*time.Second)
+	defaultTo(&c.MaxBody, 10<<20)
+	defaultTo(&c.MaxHeaderBytes, 64<<10)
+	defaultTo(&c.MaxFrame, c.MaxBody+1<<20)
+	// What an offline tunnel keeps.
+	defaultTo(&c.QueueMaxCount, 10000)
+	defaultTo(&c.QueueMaxBytes, 256<<20)
+	defaultTo(&c.QueueMaxAge, 72*time.Hour)
+	// What one tunnel's senders may ask of the relay at once.
+	defaultTo(&c.RateLimit, 50)
+	defaultTo(&c.RateBurst, 200)
+	defaultTo(&c.MaxInFlight, 256)
+	defaultTo(&c.BodyGrace, 2*time.Second)
+	defaultTo(&c.MinBodyRate, 16<<10)
+	defaultTo(&c.MaxSlowBodies, 32)
+	defaultTo(&c.LingerTime, 10*time.Second)
+	defaultTo(&c.LingerBytes, 64<<20)
+	defaultTo(&c.NoticeInterval, time.Second)
 	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
 	return c
 }
