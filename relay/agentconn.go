@@ -202,7 +202,7 @@ type agentConn struct {
 
 	nextStream atomic.Uint64
 
-	mu      sync.Mutex
+	mu      sync.Mutex          // guards pending and queued; held for map reads and writes only
 	pending map[uint64]*pending // guarded by mu: live requests by stream
 	queued  map[uint64]int64    // guarded by mu: queued requests sent, stream → queue seq
 	window  chan struct{}       // semaphore of queued requests awaiting ack

@@ -242,10 +242,10 @@ type bodyPacer struct {
 	n          int64   // bytes read; only Read's goroutine touches it
 	timer      *time.Timer
 
-	mu   sync.Mutex
-	slow bool // holds a place in slowBodies
-	cut  bool // found no place: the deadline is past for good
-	done bool
+	mu   sync.Mutex // guards slow, cut and done: Read's goroutine and the timer's
+	slow bool       // guarded by mu; holds a place in slowBodies
+	cut  bool       // guarded by mu; found no place: the deadline is past for good
+	done bool       // guarded by mu; the body was read to its end, or failed
 }
 
 func (p *bodyPacer) Read(b []byte) (int, error) {

@@ -140,7 +140,7 @@ type Server struct {
 	// hold is only an estimate.
 	shared bool
 
-	mu      sync.Mutex
+	mu      sync.Mutex         // guards tunnels and closing
 	tunnels map[string]*tunnel // guarded by mu; by tunnel id
 	closing bool               // guarded by mu
 	conns   sync.WaitGroup     // agent connections, each with its loops; added to under mu while !closing
@@ -165,7 +165,7 @@ type tunnel struct {
 	// its write of queued. Lock order: recounting, then mu.
 	recounting sync.Mutex
 
-	mu          sync.Mutex
+	mu          sync.Mutex         // guards the fields marked so below; after recounting
 	agent       *agentConn         // guarded by mu; nil while no agent holds the tunnel
 	taking      int                // guarded by mu; agents between their hold and taking the tunnel (serveConnect)
 	queued      int                // guarded by mu; rows in the offline queue, counting inserts under way

@@ -25,9 +25,9 @@ import (
 type batchConn struct {
 	net.Conn
 
-	mu   sync.Mutex
-	hold bool   // guarded by mu: set by the writer for the length of a batch
-	buf  []byte // guarded by mu: bytes written during the hold, not yet sent
+	mu   sync.Mutex // guards hold and buf: the writer's batch, and a close frame written outside it
+	hold bool       // guarded by mu: set by the writer for the length of a batch
+	buf  []byte     // guarded by mu: bytes written during the hold, not yet sent
 }
 
 // batchFlushAt sends the buffer early once it holds this much: beyond it a

@@ -79,14 +79,17 @@ type Conn struct {
 	peerMax  atomic.Int64 // the largest frame the peer reads; larger sends are refused
 	keep     Keepalive
 
-	writeMu sync.Mutex    // held while frames are written; see above
+	// writeMu is held by the writer while frames are written (see above):
+	// it guards the websocket's writer side and every dequeue of sendq.
+	// Frame.Written callbacks run under it.
+	writeMu sync.Mutex
 	sendq   chan Frame    // bounded; dequeued only under writeMu
 	wake    chan struct{} // cap 1: tells sendLoop that sendq has frames
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close
-	mu        sync.Mutex
-	closeErr  error // guarded by mu: why the connection ended
+	mu        sync.Mutex    // guards closeErr
+	closeErr  error         // guarded by mu: why the connection ended
 }
 
 func newConn(ws *websocket.Conn, bc *batchConn, maxFrame int64, keep Keepalive) *Conn {
@@ -140,8 +143,9 @@ func (c *Conn) PeerMax() int64 { return c.peerMax.Load() }
 
 // Send writes a frame, or queues it for sendLoop while another writer is
 // busy, waiting while the queue is full (backpressure) until the
-// connection closes or cancel is closed. The frame's written callback runs
-// exactly once whatever happens.
+// connection closes or cancel is closed. The frame's Written callback runs
+// exactly once whatever happens: under writeMu when this sender writes the
+// frame itself, else on the goroutine that writes or drops it.
 func (c *Conn) Send(f Frame, cancel <-chan struct{}) error {
 	return c.SendAll([]Frame{f}, cancel)
 }
@@ -152,7 +156,8 @@ func (c *Conn) SetPeerMax(n int64) { c.peerMax.Store(n) }
 // SendAll sends frames in order, as one batch when it can write them
 // itself. A frame larger than the peer reads is refused (wire.ErrFrameTooLarge),
 // with the frames after it: written, it would make the peer close the
-// connection.
+// connection. Written callbacks run as for Send, under writeMu when this
+// sender writes the batch itself.
 func (c *Conn) SendAll(fs []Frame, cancel <-chan struct{}) error {
 	peerMax := c.peerMax.Load()
 	for i, f := range fs {
@@ -231,7 +236,8 @@ func (c *Conn) signal() {
 }
 
 // SendLoop writes what senders queued while another writer was busy, and
-// pings at 9/10 of the pong wait.
+// pings at 9/10 of the pong wait. It runs the queued frames' Written
+// callbacks holding writeMu.
 func (c *Conn) SendLoop() {
 	ping := time.NewTicker(c.keep.PongWait * 9 / 10)
 	defer ping.Stop()
@@ -259,7 +265,8 @@ func (c *Conn) SendLoop() {
 }
 
 // writeQueued writes what is in sendq, in batches, until it is empty; batch
-// is reused. The caller holds writeMu.
+// is reused. The caller holds writeMu, under which the frames' Written
+// callbacks run.
 func (c *Conn) writeQueued(batch []Frame) ([]Frame, error) {
 	for {
 		batch = batch[:0]
@@ -285,7 +292,8 @@ func (c *Conn) writeQueued(batch []Frame) ([]Frame, error) {
 
 // Flush returns once the frames queued before it are written (each write
 // has its deadline), or the connection has failed: a stopping end writes
-// its close after its last answers, never ahead of them.
+// its close after its last answers, never ahead of them. The frames'
+// Written callbacks run here, holding writeMu.
 func (c *Conn) Flush() {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
@@ -300,7 +308,8 @@ const maxBatchFrames = 128
 // deadline (a peer that stops reading is dropped instead of blocking us),
 // into the batchConn's buffer, which reaches the socket in one system call.
 // The written callbacks run after that, when the bytes have left the
-// process. The caller holds writeMu. An error closes the connection.
+// process, still under writeMu, which the caller holds. An error closes the
+// connection.
 func (c *Conn) writeBatch(fs []Frame) error {
 	c.bc.begin()
 	var err error
