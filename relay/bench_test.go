@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/tunnel"
 	"github.com/calltap/calltap/relay/wire"
@@ -50,7 +50,7 @@ func BenchmarkTunnel(b *testing.B) {
 				w.Write(reply)
 			}))
 			defer h.Close()
-			st := inspectortest.Start(b, inspectortest.Options{ForwardTo: h.URL + "/webhooks", Relay: func(c *relay.Config) {
+			st := stacktest.Start(b, stacktest.Options{ForwardTo: h.URL + "/webhooks", Relay: func(c *relay.Config) {
 				// The abuse limits would throttle a benchmark: that is their job.
 				c.RateLimit, c.RateBurst, c.MaxInFlight = 1e9, 1e9, 1e5
 			}})
@@ -136,7 +136,7 @@ func BenchmarkRelay(b *testing.B) {
 		{"1MiB/c=32", 1 << 20, 32},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			st := inspectortest.Start(b, inspectortest.Options{NoAgent: true, Relay: func(c *relay.Config) {
+			st := stacktest.Start(b, stacktest.Options{NoAgent: true, Relay: func(c *relay.Config) {
 				c.RateLimit, c.RateBurst, c.MaxInFlight = 1e9, 1e9, 1e5
 			}})
 			ctx, cancel := context.WithCancel(context.Background())

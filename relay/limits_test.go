@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/relay/tunnel"
@@ -20,7 +20,7 @@ import (
 
 // notConnected reports the first state change other than "connected" that
 // the agent's client went through: a reconnect shows up as one.
-func notConnected(st *inspectortest.Stack) (tunnel.ConnState, bool) {
+func notConnected(st *stacktest.Stack) (tunnel.ConnState, bool) {
 	for {
 		select {
 		case cs := <-st.States:
@@ -52,7 +52,7 @@ func TestLargeAnswerFailsAloneAndTunnelStaysUp(t *testing.T) {
 		fmt.Fprintf(w, "answer for %s", r.URL.Path)
 	})
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.MaxBody = maxBody }})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.MaxBody = maxBody }})
 
 	const n = 8
 	var wg sync.WaitGroup
@@ -119,7 +119,7 @@ func TestLargeAnswerFailsAloneAndTunnelStaysUp(t *testing.T) {
 // written to the websocket, which the agent would close.
 func TestRequestLargerThanAgentReadsIsRefused(t *testing.T) {
 	_, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL,
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL,
 		Relay:  func(c *relay.Config) { c.MaxBody = 4 << 20 },
 		Client: func(c *tunnel.Config) { c.MaxFrame = 1 << 20 },
 	})
@@ -166,7 +166,7 @@ func (bigAnswerer) ServeTunnel(r *wire.Request, s *tunnel.Stream) {
 // Stream.Respond refuses, by itself, to write what the relay would not
 // read: the request fails alone and the connection stays.
 func TestRespondKeepsWithinRelayLimits(t *testing.T) {
-	st := inspectortest.Start(t, inspectortest.Options{NoAgent: true, Relay: func(c *relay.Config) { c.MaxBody = 1 << 20 }})
+	st := stacktest.Start(t, stacktest.Options{NoAgent: true, Relay: func(c *relay.Config) { c.MaxBody = 1 << 20 }})
 	var connects, losses atomic.Int32
 	c, err := tunnel.NewClient(tunnel.Config{RelayURL: st.RelayURL, Token: st.Token, Handler: bigAnswerer{},
 		OnState: func(cs tunnel.ConnState) {
@@ -204,7 +204,7 @@ func TestRespondKeepsWithinRelayLimits(t *testing.T) {
 // in order, over a connection that stays up.
 func TestQueuedRequestLargerThanAgentReadsDoesNotStallTheQueue(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, NoAgent: true,
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, NoAgent: true,
 		Relay:  func(c *relay.Config) { c.MaxBody = 4 << 20 },
 		Client: func(c *tunnel.Config) { c.MaxFrame = 1 << 20 },
 	})

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/relay/tunnel"
@@ -24,7 +24,7 @@ import (
 
 func TestRefusedSendersCountAgainstRateLimit(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL,
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL,
 		Relay: func(c *relay.Config) {
 			// A token every 100 s: none comes back while the test runs.
 			c.RateLimit, c.RateBurst = 0.01, 5
@@ -89,7 +89,7 @@ func floodRefused(t *testing.T, url string, n int) {
 
 func TestRefusalNoticesAreCoalesced(t *testing.T) {
 	const interval = 300 * time.Millisecond
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: "http://127.0.0.1:1", NoAgent: true,
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: "http://127.0.0.1:1", NoAgent: true,
 		Relay: func(c *relay.Config) {
 			c.RateLimit, c.RateBurst = 1e6, 1e6
 			c.NoticeInterval = interval
@@ -215,7 +215,7 @@ func (s *slowSender) closeAll() {
 
 func TestSlowBodiesDoNotLockTheTunnel(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) {
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) {
 		c.RateLimit, c.RateBurst = 1e6, 1e6
 		c.MaxInFlight = 8
 		c.BodyGrace = 200 * time.Millisecond
@@ -292,7 +292,7 @@ func rawPost(t *testing.T, addr, target string) (int, string) {
 
 func TestDotSegmentsAreRefused(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL + "/wh"})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL + "/wh"})
 	prefix := "/t/" + st.TunnelID
 	for _, p := range []string{
 		"/../../admin",

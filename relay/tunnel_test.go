@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/relay/tunnel"
@@ -69,7 +69,7 @@ func startHandler(t *testing.T, fn func(http.ResponseWriter, *http.Request)) (*r
 
 func TestTunnelCarriesRequestByteExact(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL + "/webhooks"})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL + "/webhooks"})
 
 	body := make([]byte, 4096)
 	rand.Read(body)
@@ -169,7 +169,7 @@ func TestTunnelManyInFlight(t *testing.T) {
 		inside.Add(-1)
 		io.WriteString(w, r.URL.Query().Get("i"))
 	})
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
 	const n = 50
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -204,7 +204,7 @@ func TestTunnelManyInFlight(t *testing.T) {
 
 func TestTunnelTenMiBBody(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
 	body := make([]byte, 10<<20)
 	rand.Read(body)
 	resp, err := http.Post(st.TunnelURL+"/big", "application/octet-stream", bytes.NewReader(body))
@@ -254,7 +254,7 @@ func TestTunnelErrors(t *testing.T) {
 			}
 		}
 	})
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.ForwardTimeout = 300 * time.Millisecond }})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.ForwardTimeout = 300 * time.Millisecond }})
 
 	resp, body := post(t, st.RelayURL+"/t/0123456789abcdef0123456789abcdef/x", "{}")
 	if resp.StatusCode != 404 || errorCode(t, body) != "not_found" {
@@ -274,7 +274,7 @@ func TestTunnelErrors(t *testing.T) {
 
 func TestWrongTokenIsRefusedAndClientStops(t *testing.T) {
 	_, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
 	c, err := tunnel.NewClient(tunnel.Config{RelayURL: st.RelayURL, Token: "ct_wrong", Handler: nopHandler{}})
 	if err != nil {
 		t.Fatal(err)
@@ -305,7 +305,7 @@ func (nopHandler) ServeTunnel(r *wire.Request, s *tunnel.Stream) { s.Release() }
 
 func TestRelayRestartKeepsURL(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
 	if resp, body := post(t, st.TunnelURL+"/before", "{}"); resp.StatusCode != 201 {
 		t.Fatalf("before restart: %d %s", resp.StatusCode, body)
 	}

@@ -1,8 +1,8 @@
-// Package inspectortest starts a whole calltap stack in one process for
+// Package stacktest starts a whole calltap stack in one process for
 // tests: a relay, an agent connected to it through a real websocket, and the
 // inspector's HTTP server, each on its own 127.0.0.1:0 socket with SQLite in
 // the test's temporary directory. Nothing is mocked.
-package inspectortest
+package stacktest
 
 import (
 	"context"
