@@ -202,6 +202,9 @@ var (
 	ErrRevoked      = errors.New("the token was revoked on the relay")
 )
 
+// errGoingAway is a goaway that leaves the agent free to reconnect.
+var errGoingAway = errors.New("the relay is going away")
+
 // relayError is the relay's refusal (a goaway, or a 401 at the handshake)
 // as an error: it says the relay's message when there is one, else kind's
 // text, never both (they say the same thing: "took over the tunnel (...
@@ -564,6 +567,8 @@ func (cc *clientConn) readGoAway(b []byte) error {
 	case wire.GoAwayRevoked:
 		return &relayError{kind: ErrRevoked, message: g.Message}
 	default:
-		return fmt.Errorf("relay going away: %s", g.Message)
+		// The message says why ("relay shutting down"): said after
+		// "relay going away: " it would say it twice.
+		return &relayError{kind: errGoingAway, message: g.Message}
 	}
 }
