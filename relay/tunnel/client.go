@@ -197,7 +197,7 @@ type Config struct {
 
 // Errors that end Client.Run: retrying would not help.
 var (
-	ErrUnauthorized = errors.New("the relay refused the token (wrong or revoked)")
+	ErrUnauthorized = errors.New("the relay refused the token") // followed by the relay's reason, when it gives one
 	ErrReplaced     = errors.New("another agent connected with the same token and took over the tunnel")
 	ErrRevoked      = errors.New("the token was revoked on the relay")
 )
@@ -205,10 +205,10 @@ var (
 // errGoingAway is a goaway that leaves the agent free to reconnect.
 var errGoingAway = errors.New("the relay is going away")
 
-// relayError is the relay's refusal (a goaway, or a 401 at the handshake)
-// as an error: it says the relay's message when there is one, else kind's
-// text, never both (they say the same thing: "took over the tunnel (...
-// took over this tunnel)"), and errors.Is finds kind.
+// relayError is the relay's goaway as an error: it says the relay's
+// message when there is one, else kind's text, never both (they say the
+// same thing: "took over the tunnel (... took over this tunnel)"), and
+// errors.Is finds kind.
 type relayError struct {
 	kind    error
 	message string // the relay's; may be empty
@@ -348,7 +348,12 @@ func (c *Client) connectOnce(ctx context.Context, wsURL string) (bool, error) {
 			defer resp.Body.Close()
 			msg := errorMessage(resp.Body)
 			if resp.StatusCode == http.StatusUnauthorized {
-				return false, &relayError{kind: ErrUnauthorized, message: msg}
+				if msg == "" {
+					return false, ErrUnauthorized
+				}
+				// The reason ("token is not valid or was revoked") says
+				// what went wrong; ErrUnauthorized's text, who said so.
+				return false, fmt.Errorf("%w: %s", ErrUnauthorized, msg)
 			}
 			return false, fmt.Errorf("relay answered %s: %s", resp.Status, msg)
 		}
