@@ -521,18 +521,7 @@ func (cc *clientConn) readHello(b []byte) error {
 // aliases, for the Stream to release; or releases buf and says why the
 // request has no place here.
 func (cc *clientConn) readRequest(buf *bytes.Buffer) error {
-	err := fmt.Errorf("%w: request before hello", wire.ErrMalformed)
-	var req *wire.Request
-	if cc.helloSeen {
-		req, err = wire.DecodeRequest(buf.Bytes())
-	}
-	if err == nil {
-		select {
-		case <-cc.left:
-			err = fmt.Errorf("%w: request after goaway left", wire.ErrMalformed)
-		default:
-		}
-	}
+	req, err := cc.decodeRequest(buf.Bytes())
 	if err != nil {
 		frameconn.PutBuf(buf)
 		return err
@@ -540,6 +529,24 @@ func (cc *clientConn) readRequest(buf *bytes.Buffer) error {
 	cc.streams.Add(1)
 	cc.client.cfg.Handler.ServeTunnel(req, &Stream{c: cc, stream: req.Stream, queued: req.Queued, buf: buf})
 	return nil
+}
+
+// decodeRequest parses a request frame, or says why it has no place here:
+// before the hello, or after the goaway that answers our leave.
+func (cc *clientConn) decodeRequest(b []byte) (*wire.Request, error) {
+	if !cc.helloSeen {
+		return nil, fmt.Errorf("%w: request before hello", wire.ErrMalformed)
+	}
+	req, err := wire.DecodeRequest(b)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-cc.left:
+		return nil, fmt.Errorf("%w: request after goaway left", wire.ErrMalformed)
+	default:
+	}
+	return req, nil
 }
 
 // readNotice shows the relay's counters.
