@@ -39,7 +39,7 @@ lint:
 # the whole suite with the race detector, then short fuzzes.
 test: check-tools vet lint
 	$(GO) test -race -count=1 -timeout 20m ./...
-	$(GO) test -run '^$$' -fuzz FuzzDecodeFrame -fuzztime 15s ./relay/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeFrame -fuzztime 15s ./relay/wire/
 	$(GO) test -run '^$$' -fuzz FuzzPathRule -fuzztime 15s ./relay/tunnelpath/
 	$(GO) test -run '^$$' -fuzz FuzzImport -fuzztime 15s ./inspector/
 

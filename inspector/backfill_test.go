@@ -13,14 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector/agent"
-	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/inspector/voice/emulator"
 	"github.com/calltap/calltap/inspector/voice/emulator/emulatortest"
 	"github.com/calltap/calltap/inspector/voice/service"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -164,7 +165,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 	t.Parallel()
 	ctx := bfCtx(t)
 	h := newBFHandler(t)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.Offline = relay.OfflineReject }})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.Offline = relay.OfflineReject }})
 	base, c := bfEmulator(t, 0.0005)
 
 	// While online, a call comes through the tunnel as usual.
@@ -191,7 +192,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 	var progress []agent.BackfillProgress
 	res, err := st.Agent.Backfill(ctx, c, agent.BackfillOptions{
 		Since: time.Hour, Forward: true,
-		Header:   relay.Header{{Name: "Authorization", Value: "Bearer client-secret"}},
+		Header:   wire.Header{{Name: "Authorization", Value: "Bearer client-secret"}},
 		Progress: func(p agent.BackfillProgress) { progress = append(progress, p) },
 	})
 	if err != nil {
@@ -288,7 +289,7 @@ func TestEndToEndFromTheServiceToTheHandler(t *testing.T) {
 	const scale = 0.001
 	ctx := bfCtx(t)
 	h := newBFHandler(t)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
 	base, c := bfEmulator(t, scale)
 
 	completed := bfDispatch(t, base, map[string]any{"to_number": "+12025550143", "event_webhook_url": st.TunnelURL + "/hooks"})
@@ -391,7 +392,7 @@ func TestEndToEndFromTheServiceToTheHandler(t *testing.T) {
 }
 
 func TestBackfillNeedsAHandlerToForward(t *testing.T) {
-	st := inspectortest.Start(t, inspectortest.Options{})
+	st := stacktest.Start(t, stacktest.Options{})
 	_, c := bfEmulator(t, 0.001)
 	if _, err := st.Agent.Backfill(bfCtx(t), c, agent.BackfillOptions{Forward: true}); err == nil || !strings.Contains(err.Error(), "--forward-to") {
 		t.Fatalf("forward without a handler: %v", err)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -55,7 +55,7 @@ func TestDamagedStoreAnswersClearly(t *testing.T) {
 	h := &handler{}
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	s := inspectortest.Start(t, inspectortest.Options{ForwardTo: srv.URL, Dir: dir})
+	s := stacktest.Start(t, stacktest.Options{ForwardTo: srv.URL, Dir: dir})
 	status, env := do(t, "GET", s.InspectorURL+"/api/v1/ext/webhooks/", "")
 	if status != http.StatusInternalServerError || env.Error == nil || env.Error.Code != "store_damaged" {
 		t.Fatalf("listing a damaged store: %d %+v", status, env)

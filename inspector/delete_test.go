@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 )
 
 // Deleting through the JSON API: a foreign Origin is refused in the
@@ -20,7 +20,7 @@ func TestDeleteAndKeepThroughTheAPI(t *testing.T) {
 	h := &handler{}
 	hs := httptest.NewServer(h)
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL + "/hooks"})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL + "/hooks"})
 	send(t, st.TunnelURL+"/voice", event("call.started", "c-1", 1))
 	send(t, st.TunnelURL+"/voice", event("call.ended", "c-1", 2))
 	send(t, st.TunnelURL+"/voice", event("call.started", "c-2", 3))

@@ -8,7 +8,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -66,7 +66,7 @@ func (o *ExportOptions) clean(c *agentdb.Capture) (*agentdb.Capture, error) {
 		body    *[]byte
 		what    string
 	}{{&out.RequestHeaders, &out.Body, "request"}, {&out.ResponseHeaders, &out.ResponseBody, "answer"}} {
-		var h relay.Header
+		var h wire.Header
 		if *part.headers != "" {
 			if err := h.UnmarshalJSON([]byte(*part.headers)); err != nil {
 				return nil, fmt.Errorf("capture %s: %s headers: %w", c.ID, part.what, err)
@@ -98,7 +98,7 @@ func (o *ExportOptions) clean(c *agentdb.Capture) (*agentdb.Capture, error) {
 // scrubs the rest with the Redactor, and, given the body's new length,
 // sets Content-Length to it.
 func (o *ExportOptions) cleanHeaders(stored string, bodyLen *int) (string, error) {
-	var h relay.Header
+	var h wire.Header
 	if err := h.UnmarshalJSON([]byte(stored)); err != nil {
 		return "", err
 	}

@@ -13,8 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/calltap/calltap/inspector/agent"
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -115,7 +115,7 @@ func ExportHAR(ctx context.Context, db *agentdb.AgentStore, o ExportOptions, ver
 }
 
 func harEntryOf(c *agentdb.Capture) harEntry {
-	var reqH, respH relay.Header
+	var reqH, respH wire.Header
 	_ = reqH.UnmarshalJSON([]byte(c.RequestHeaders))
 	if c.ResponseHeaders != "" {
 		_ = respH.UnmarshalJSON([]byte(c.ResponseHeaders))
@@ -157,7 +157,7 @@ func harEntryOf(c *agentdb.Capture) harEntry {
 	return e
 }
 
-func harHeaders(h relay.Header) []harNameValue {
+func harHeaders(h wire.Header) []harNameValue {
 	out := make([]harNameValue, len(h))
 	for i, f := range h {
 		out[i] = harPair(f.Name, f.Value)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
 )
@@ -329,7 +329,7 @@ func parseDuration(ms float64) (time.Duration, error) {
 
 // checkHeaders checks names are HTTP tokens and values hold no line break
 // or NUL, as a request on the wire can have them.
-func checkHeaders(h relay.Header) error {
+func checkHeaders(h wire.Header) error {
 	if len(h) > maxHeaders {
 		return fmt.Errorf("%d fields, at most %d", len(h), maxHeaders)
 	}

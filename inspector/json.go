@@ -8,8 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -77,8 +77,8 @@ type Detail struct {
 	Payload              json.RawMessage     `json:"payload"`
 	ResponseBody         string              `json:"response_body"`
 	ResponseBodyEncoding string              `json:"response_body_encoding"`
-	RequestHeaders       relay.Header        `json:"request_headers"`
-	ResponseHeaders      relay.Header        `json:"response_headers"`
+	RequestHeaders       wire.Header         `json:"request_headers"`
+	ResponseHeaders      wire.Header         `json:"response_headers"`
 	Body                 string              `json:"body"`
 	BodyEncoding         string              `json:"body_encoding"`
 	Target               string              `json:"target"`
@@ -112,9 +112,9 @@ func detailOf(c *agentdb.Capture, attempts []agentdb.Attempt, replays []*agentdb
 	}
 	d.Body, d.BodyEncoding = encodeBody(c.Body)
 	d.ResponseBody, d.ResponseBodyEncoding = encodeBody(c.ResponseBody)
-	d.RequestHeaders = relay.Header{}
+	d.RequestHeaders = wire.Header{}
 	_ = d.RequestHeaders.UnmarshalJSON([]byte(c.RequestHeaders))
-	d.ResponseHeaders = relay.Header{}
+	d.ResponseHeaders = wire.Header{}
 	if c.ResponseHeaders != "" {
 		_ = d.ResponseHeaders.UnmarshalJSON([]byte(c.ResponseHeaders))
 	}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector/agent"
-	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay/polltest"
 )
@@ -41,7 +41,7 @@ func TestMediaSavedAndReplayRewritten(t *testing.T) {
 	hs := httptest.NewServer(h)
 	defer hs.Close()
 	dir := t.TempDir()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Dir: dir, Agent: func(c *agent.Config) {
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, Dir: dir, Agent: func(c *agent.Config) {
 		c.MediaDir = filepath.Join(dir, "media")
 		c.AllowPrivateMedia = true
 		c.RewriteMedia = true

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay/polltest"
 )
@@ -42,7 +42,7 @@ func TestReplayWithServiceRetrySchedule(t *testing.T) {
 	ok := &scripted{}
 	hs := httptest.NewServer(ok)
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
 	send(t, st.TunnelURL, event("call.ended", "c-9", 9))
 	_, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/", "")
 	var p page

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
 )
@@ -20,7 +20,7 @@ func TestAPITakesAnyID(t *testing.T) {
 	h := &handler{}
 	hs := httptest.NewServer(h)
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL + "/hooks"})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL + "/hooks"})
 	twice := event("call.started", "c-1", 1)
 	send(t, st.TunnelURL+"/voice", twice)
 	send(t, st.TunnelURL+"/voice", twice) // the service's retry: a duplicate

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector"
-	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 )
@@ -120,7 +120,7 @@ func TestPagingRules(t *testing.T) {
 	h := &handler{}
 	hs := httptest.NewServer(h)
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Relay: func(c *relay.Config) { c.RateBurst = 1000 }})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, Relay: func(c *relay.Config) { c.RateBurst = 1000 }})
 	const n = 230
 	for i := 0; i < n; i++ {
 		kind := "call.started"
@@ -191,7 +191,7 @@ func TestDetailReplayAndHistory(t *testing.T) {
 	other := &handler{}
 	os := httptest.NewServer(other)
 	defer os.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL + "/hooks"})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL + "/hooks"})
 	send(t, st.TunnelURL+"/voice?x=1", event("call.ended", "c-1", 1))
 
 	_, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/", "")
@@ -274,7 +274,7 @@ func TestInspectorRefusesForeignHostAndOrigin(t *testing.T) {
 	h := &handler{}
 	hs := httptest.NewServer(h)
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
 	api := st.InspectorURL + "/api/v1/ext/webhooks/"
 	if code, env := do(t, "GET", api, "", "Host", "evil.example"); code != 403 || env.Error.Code != "forbidden" {
 		t.Errorf("foreign Host: %d", code)
@@ -301,7 +301,7 @@ func TestInspectorToken(t *testing.T) {
 	h := &handler{}
 	hs := httptest.NewServer(h)
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
 	srv := httptest.NewServer(inspector.NewServer(inspector.ServerConfig{Agent: st.Agent, Token: "s3cret"}))
 	defer srv.Close()
 	api := srv.URL + "/api/v1/ext/webhooks/"
@@ -353,7 +353,7 @@ func TestLiveRequestNotSavedIsRefused(t *testing.T) {
 	h := &handler{}
 	hs := httptest.NewServer(h)
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
 	send(t, st.TunnelURL+"/hook", event("call.started", "call-1", 1))
 	st.AgentDB.Close() // every write fails from now on
 	resp, err := http.Post(st.TunnelURL+"/hook", "application/json", strings.NewReader(event("call.ended", "call-1", 2)))
@@ -373,7 +373,7 @@ func TestInspectorOriginMustBeItsOwn(t *testing.T) {
 	h := &handler{}
 	hs := httptest.NewServer(h)
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
 	srv := httptest.NewServer(inspector.NewServer(inspector.ServerConfig{Agent: st.Agent,
 		AllowedHosts: []string{"inspector.test", "https://inspector.example.com"}}))
 	defer srv.Close()
@@ -469,7 +469,7 @@ func TestExportAndReplayCallThroughTheAPI(t *testing.T) {
 	h := &handler{}
 	hs := httptest.NewServer(h)
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL + "/hooks"})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL + "/hooks"})
 	send(t, st.TunnelURL+"/voice", event("call.started", "c-9", 1))
 	send(t, st.TunnelURL+"/voice", event("call.ended", "c-9", 2))
 	send(t, st.TunnelURL+"/voice", event("call.started", "c-10", 3))

@@ -4,12 +4,10 @@
 package relay
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,52 +16,19 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/frameconn"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/relaystate"
 	"github.com/gorilla/websocket"
 )
 
-// serveConnect upgrades an agent's connection after checking its token.
+// serveConnect upgrades an agent's connection after checking its token
+// and handshake, and serves it until it ends.
 func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
-		s.fail(w, api.Errorf(http.StatusUnauthorized, api.CodeUnauthorized, "missing bearer token"))
+	hs, e := s.readHandshake(r)
+	if e != nil {
+		s.fail(w, e)
 		return
-	}
-	tok, err := s.cfg.Store.Authenticate(r.Context(), token)
-	if errors.Is(err, relaystate.ErrNotFound) {
-		s.fail(w, api.Errorf(http.StatusUnauthorized, api.CodeUnauthorized, "token is not valid or was revoked"))
-		return
-	} else if err != nil {
-		s.log.Error("authenticate", "err", err)
-		s.fail(w, api.Errorf(http.StatusInternalServerError, api.CodeInternal, "internal error"))
-		return
-	}
-	if !websocket.IsWebSocketUpgrade(r) {
-		s.fail(w, api.Invalid("expected a websocket upgrade"))
-		return
-	}
-	if !offers(r, Subprotocol) {
-		s.fail(w, api.Invalid("this relay speaks %s; upgrade calltap", Subprotocol))
-		return
-	}
-	var require []HeaderField
-	for _, v := range r.Header.Values(RequireHeaderHeader) {
-		name, value, ok := strings.Cut(v, ":")
-		if !ok || strings.TrimSpace(name) == "" {
-			s.fail(w, api.Invalid("%s must be 'Name: value'", RequireHeaderHeader))
-			return
-		}
-		require = append(require, HeaderField{strings.TrimSpace(name), strings.TrimSpace(value)})
-	}
-	// An agent that does not say reads what calltap's agents always did.
-	agentMax := int64(DefaultMaxFrame)
-	if v := r.Header.Get(MaxFrameHeader); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			s.fail(w, api.Invalid("%s must be a positive number of bytes", MaxFrameHeader))
-			return
-		}
-		agentMax = n
 	}
 	s.mu.Lock()
 	closing := s.closing
@@ -77,14 +42,65 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.conns.Done()
-	hw := &hijackBatch{ResponseWriter: w}
-	ws, err := s.upgrader.Upgrade(hw, r, nil)
+	conn, err := frameconn.Accept(&s.upgrader, w, r, s.cfg.MaxFrame, s.cfg.Keepalive)
 	if err != nil {
 		return // the upgrader answered already
 	}
+	s.serveAgent(r, conn, hs)
+}
+
+// handshake is what an agent's upgrade request says.
+type handshake struct {
+	tok      *relaystate.Token
+	require  []wire.HeaderField // headers every sender must present
+	agentMax int64              // the largest frame the agent reads
+}
+
+// readHandshake checks an agent's upgrade request: its token, the
+// protocol it speaks, and what it asks of the relay.
+func (s *Server) readHandshake(r *http.Request) (*handshake, *api.Error) {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		return nil, api.Errorf(http.StatusUnauthorized, api.CodeUnauthorized, "missing bearer token")
+	}
+	tok, err := s.cfg.Store.Authenticate(r.Context(), token)
+	if errors.Is(err, relaystate.ErrNotFound) {
+		return nil, api.Errorf(http.StatusUnauthorized, api.CodeUnauthorized, "token is not valid or was revoked")
+	} else if err != nil {
+		s.log.Error("authenticate", "err", err)
+		return nil, api.Errorf(http.StatusInternalServerError, api.CodeInternal, "internal error")
+	}
+	if !websocket.IsWebSocketUpgrade(r) {
+		return nil, api.Invalid("expected a websocket upgrade")
+	}
+	if !offers(r, wire.Subprotocol) {
+		return nil, api.Invalid("this relay speaks %s; upgrade calltap", wire.Subprotocol)
+	}
+	hs := &handshake{tok: tok, agentMax: wire.DefaultMaxFrame} // an agent that does not say reads what calltap's agents always did
+	for _, v := range r.Header.Values(wire.RequireHeaderHeader) {
+		name, value, ok := strings.Cut(v, ":")
+		if !ok || strings.TrimSpace(name) == "" {
+			return nil, api.Invalid("%s must be 'Name: value'", wire.RequireHeaderHeader)
+		}
+		hs.require = append(hs.require, wire.HeaderField{Name: strings.TrimSpace(name), Value: strings.TrimSpace(value)})
+	}
+	if v := r.Header.Get(wire.MaxFrameHeader); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, api.Invalid("%s must be a positive number of bytes", wire.MaxFrameHeader)
+		}
+		hs.agentMax = n
+	}
+	return hs, nil
+}
+
+// serveAgent makes the agent on conn its tunnel's, and serves it until the
+// connection ends.
+func (s *Server) serveAgent(r *http.Request, conn *frameconn.Conn, hs *handshake) {
+	tok, require, agentMax := hs.tok, hs.require, hs.agentMax
 	t := s.tunnelFor(tok.TunnelID, tok.Name)
 	ac := &agentConn{
-		wsConn:  newWSConn(ws, hw.bc, s.cfg.MaxFrame, s.cfg.Keepalive),
+		Conn:    conn,
 		srv:     s,
 		t:       t,
 		pending: map[uint64]*pending{},
@@ -92,37 +108,37 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		window:  make(chan struct{}, drainWindow),
 		acked:   make(chan int64, drainWindow),
 	}
-	ac.setPeerMax(agentMax)
+	ac.SetPeerMax(agentMax)
 	release, old, queued := s.takeTunnel(r.Context(), t, ac, require)
 	defer release()
 	if old != nil {
-		old.goAway(GoAway{Reason: GoAwayReplaced, Message: "another agent connected with the same token and took over this tunnel"})
+		old.goAway(wire.GoAway{Reason: wire.GoAwayReplaced, Message: "another agent connected with the same token and took over this tunnel"})
 	}
 	s.mu.Lock()
-	closing = s.closing
+	closing := s.closing
 	s.mu.Unlock()
 	if closing {
 		// shutdown may have looked for agents before this one took its
 		// tunnel: send it away here, or Run would wait for it for good.
-		ac.goAway(GoAway{Reason: GoAwayShutdown, Message: "relay shutting down"})
+		ac.goAway(wire.GoAway{Reason: wire.GoAwayShutdown, Message: "relay shutting down"})
 	}
 	s.metrics.agentsConnected.Add(1)
 	log := s.log.With("tunnel", t.id, "name", t.name)
 	log.Info("agent connected", "remote", r.RemoteAddr, "queued", queued)
 	var loops sync.WaitGroup
-	loops.Go(ac.sendLoop)
-	ac.trySend(outFrame{head: appendJSON(nil, frameHello, Hello{
+	loops.Go(ac.SendLoop)
+	ac.TrySend(frameconn.Frame{Head: wire.AppendHello(nil, &wire.Hello{
 		TunnelID: t.id, Name: t.name, PublicURL: s.TunnelURL(t.id), MaxBody: s.cfg.MaxBody, MaxFrame: s.cfg.MaxFrame, Queued: queued, Version: s.cfg.Version,
 		ForwardTimeoutMS: s.cfg.ForwardTimeout.Milliseconds(), Leave: true,
 	})})
 	loops.Go(ac.drainLoop)
-	err = ac.readLoop()
-	ac.close(err)
+	err := ac.readLoop()
+	ac.Close(err)
 	ac.failPending()
 	loops.Wait()
 	s.leaveTunnel(t, ac)
 	s.metrics.agentsConnected.Add(-1)
-	log.Info("agent disconnected", "reason", ac.cause())
+	log.Info("agent disconnected", "reason", ac.Cause())
 }
 
 // takeTunnel makes ac the agent of t, here and in the cluster, and returns
@@ -134,7 +150,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 // after storing it (enqueue), so either it finds this hold and tells this
 // node, whose kicks count from the start (taking), or its request was
 // stored before the hold and this count finds it.
-func (s *Server) takeTunnel(ctx context.Context, t *tunnel, ac *agentConn, require []HeaderField) (release func(), old *agentConn, queued int) {
+func (s *Server) takeTunnel(ctx context.Context, t *tunnel, ac *agentConn, require []wire.HeaderField) (release func(), old *agentConn, queued int) {
 	t.mu.Lock()
 	t.taking++
 	t.mu.Unlock()
@@ -169,26 +185,6 @@ func (s *Server) leaveTunnel(t *tunnel, ac *agentConn) {
 	}
 }
 
-// hijackBatch hands the upgrader a batchConn over the hijacked connection,
-// so that sendLoop can batch its writes.
-type hijackBatch struct {
-	http.ResponseWriter
-	bc *batchConn // set by Hijack
-}
-
-func (h *hijackBatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	hj, ok := h.ResponseWriter.(http.Hijacker)
-	if !ok {
-		return nil, nil, errors.New("relay: connection cannot be hijacked")
-	}
-	conn, brw, err := hj.Hijack()
-	if err != nil {
-		return nil, nil, err
-	}
-	h.bc = newBatchConn(conn)
-	return h.bc, brw, nil
-}
-
 func offers(r *http.Request, proto string) bool {
 	for _, p := range websocket.Subprotocols(r) {
 		if p == proto {
@@ -200,13 +196,13 @@ func offers(r *http.Request, proto string) bool {
 
 // agentConn is the relay's end of one agent's websocket.
 type agentConn struct {
-	*wsConn
+	*frameconn.Conn
 	srv *Server
 	t   *tunnel
 
 	nextStream atomic.Uint64
 
-	mu      sync.Mutex
+	mu      sync.Mutex          // guards pending and queued; held for map reads and writes only
 	pending map[uint64]*pending // guarded by mu: live requests by stream
 	queued  map[uint64]int64    // guarded by mu: queued requests sent, stream → queue seq
 	window  chan struct{}       // semaphore of queued requests awaiting ack
@@ -249,7 +245,7 @@ func (ac *agentConn) leave() {
 		t.agent = nil
 	}
 	t.mu.Unlock()
-	ac.send(outFrame{head: appendGoAway(nil, GoAway{Reason: GoAwayLeft, Message: "no more requests on this connection"})}, nil)
+	ac.Send(frameconn.Frame{Head: wire.AppendGoAway(nil, wire.GoAway{Reason: wire.GoAwayLeft, Message: "no more requests on this connection"})}, nil)
 }
 
 // pending is a live request waiting for its ack and response.
@@ -260,29 +256,29 @@ type pending struct {
 
 // response is a decoded response frame and the buffer behind it.
 type response struct {
-	*Response
+	*wire.Response
 	buf *bytes.Buffer
 }
 
-func (r *response) release() { putBuf(r.buf) }
+func (r *response) release() { frameconn.PutBuf(r.buf) }
 
 // goAway tells the agent why it is being dropped, then closes.
-func (ac *agentConn) goAway(g GoAway) {
+func (ac *agentConn) goAway(g wire.GoAway) {
 	done := make(chan struct{})
-	err := ac.send(outFrame{head: appendGoAway(nil, g), written: func() { close(done) }}, nil)
+	err := ac.Send(frameconn.Frame{Head: wire.AppendGoAway(nil, g), Written: func() { close(done) }}, nil)
 	if err == nil {
 		select {
 		case <-done:
 		case <-time.After(2 * time.Second):
 		}
 	}
-	ac.writeClose(websocket.CloseNormalClosure, g.Message)
-	ac.close(fmt.Errorf("goaway: %s", g.Message))
+	ac.WriteClose(websocket.CloseNormalClosure, g.Message)
+	ac.Close(fmt.Errorf("goaway: %s", g.Message))
 }
 
 // roundTrip sends req and waits for the agent's ack and response. acked
 // reports whether the agent said it saved the request.
-func (ac *agentConn) roundTrip(ctx context.Context, req *Request, buf *bytes.Buffer) (*response, bool, error) {
+func (ac *agentConn) roundTrip(ctx context.Context, req *wire.Request, buf *bytes.Buffer) (*response, bool, error) {
 	if !ac.admit() {
 		return nil, false, errAgentLeft // buf is still the caller's
 	}
@@ -297,10 +293,10 @@ func (ac *agentConn) roundTrip(ctx context.Context, req *Request, buf *bytes.Buf
 		ac.mu.Unlock()
 	}()
 	written := make(chan struct{})
-	err := ac.send(outFrame{head: appendRequestHead(nil, req), body: req.Body, written: func() { close(written) }}, ctx.Done())
+	err := ac.Send(frameconn.Frame{Head: wire.AppendRequestHead(nil, req), Body: req.Body, Written: func() { close(written) }}, ctx.Done())
 	ac.admitted()
 	// The body buffer belongs to the frame until sendLoop is done with it.
-	defer func() { <-written; putBuf(buf) }()
+	defer func() { <-written; frameconn.PutBuf(buf) }()
 	if err != nil {
 		return nil, false, err
 	}
@@ -317,14 +313,14 @@ func (ac *agentConn) roundTrip(ctx context.Context, req *Request, buf *bytes.Buf
 		return r, true, nil
 	case <-ctx.Done():
 		return nil, isAcked(), ctx.Err()
-	case <-ac.done:
+	case <-ac.Done():
 		// A response may have landed just before the close.
 		select {
 		case r := <-p.resp:
 			return r, true, nil
 		default:
 		}
-		return nil, isAcked(), errConnClosed
+		return nil, isAcked(), frameconn.ErrClosed
 	}
 }
 
@@ -340,45 +336,45 @@ func (ac *agentConn) failPending() {
 // readLoop is the connection's only reader.
 func (ac *agentConn) readLoop() error {
 	for {
-		buf, err := ac.readFrame()
+		buf, err := ac.ReadFrame()
 		if err != nil {
 			return err
 		}
 		b := buf.Bytes()
 		switch b[0] {
-		case frameLeave:
-			putBuf(buf)
+		case wire.FrameLeave:
+			frameconn.PutBuf(buf)
 			go ac.leave() // it may wait for a request frame being sent
-		case frameAck:
-			stream, err := decodeAck(b)
-			putBuf(buf)
+		case wire.FrameAck:
+			stream, err := wire.DecodeAck(b)
+			frameconn.PutBuf(buf)
 			if err != nil {
 				return err
 			}
-			ac.handleAck(stream)
-		case frameResponse:
-			r, err := decodeResponse(b)
+			ac.handleAck(stream.Stream)
+		case wire.FrameResponse:
+			r, err := wire.DecodeResponse(b)
 			if err != nil {
-				putBuf(buf)
+				frameconn.PutBuf(buf)
 				return err
 			}
 			ac.mu.Lock()
 			p := ac.pending[r.Stream]
 			ac.mu.Unlock()
 			if p == nil {
-				putBuf(buf) // the sender gave up, or a response to a queued request
+				frameconn.PutBuf(buf) // the sender gave up, or a response to a queued request
 				continue
 			}
 			select {
 			case p.resp <- &response{Response: r, buf: buf}:
 			default:
-				putBuf(buf)
-				return fmt.Errorf("%w: two responses for stream %d", errMalformed, r.Stream)
+				frameconn.PutBuf(buf)
+				return fmt.Errorf("%w: two responses for stream %d", wire.ErrMalformed, r.Stream)
 			}
 		default:
 			typ := b[0] // b is the buffer's: read it before the buffer goes back
-			putBuf(buf)
-			return fmt.Errorf("%w: unexpected frame type 0x%02x from agent", errMalformed, typ)
+			frameconn.PutBuf(buf)
+			return fmt.Errorf("%w: unexpected frame type 0x%02x from agent", wire.ErrMalformed, typ)
 		}
 	}
 }

@@ -13,8 +13,10 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/tunnel"
+	"github.com/calltap/calltap/relay/wire"
 )
 
 // benchEvent is a call event of about 2 KB whose delivery id differs per
@@ -48,7 +50,7 @@ func BenchmarkTunnel(b *testing.B) {
 				w.Write(reply)
 			}))
 			defer h.Close()
-			st := inspectortest.Start(b, inspectortest.Options{ForwardTo: h.URL + "/webhooks", Relay: func(c *relay.Config) {
+			st := stacktest.Start(b, stacktest.Options{ForwardTo: h.URL + "/webhooks", Relay: func(c *relay.Config) {
 				// The abuse limits would throttle a benchmark: that is their job.
 				c.RateLimit, c.RateBurst, c.MaxInFlight = 1e9, 1e9, 1e5
 			}})
@@ -113,10 +115,10 @@ func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
 // store and no local handler: what is left is the relay's own cost.
 type instantAgent struct{ reply []byte }
 
-func (a instantAgent) ServeTunnel(r *relay.Request, s *relay.Stream) {
+func (a instantAgent) ServeTunnel(r *wire.Request, s *tunnel.Stream) {
 	s.Ack()
 	if !r.Queued {
-		s.Respond(&relay.Response{Status: http.StatusOK, Header: relay.Header{{"Content-Type", "application/json"}}, Body: a.reply})
+		s.Respond(&wire.Response{Status: http.StatusOK, Header: wire.Header{{Name: "Content-Type", Value: "application/json"}}, Body: a.reply})
 	}
 	s.Release()
 }
@@ -134,17 +136,17 @@ func BenchmarkRelay(b *testing.B) {
 		{"1MiB/c=32", 1 << 20, 32},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			st := inspectortest.Start(b, inspectortest.Options{NoAgent: true, Relay: func(c *relay.Config) {
+			st := stacktest.Start(b, stacktest.Options{NoAgent: true, Relay: func(c *relay.Config) {
 				c.RateLimit, c.RateBurst, c.MaxInFlight = 1e9, 1e9, 1e5
 			}})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			connected := make(chan struct{})
 			var once sync.Once
-			c, err := relay.NewClient(relay.ClientConfig{RelayURL: st.RelayURL, Token: st.Token,
+			c, err := tunnel.NewClient(tunnel.Config{RelayURL: st.RelayURL, Token: st.Token,
 				Handler: instantAgent{reply: []byte(`{"received":true}`)},
-				OnState: func(cs relay.ConnState) {
-					if cs.State == relay.StateConnected {
+				OnState: func(cs tunnel.ConnState) {
+					if cs.State == tunnel.StateConnected {
 						once.Do(func() { close(connected) })
 					}
 				}})

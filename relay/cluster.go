@@ -12,104 +12,8 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/wire"
 )
-
-// Cluster is how a relay node reaches the others that share its Store
-// (relay/cluster implements it over NATS). A single node has none.
-type Cluster interface {
-	// Self names this node among the others.
-	Self() string
-	// Holder says which node holds tunnelID's agent, from a local
-	// mirror: no round trip.
-	Holder(tunnelID string) Holding
-	// Hold records that this node now holds tunnelID's agent, which
-	// requires require of every sender. release gives the tunnel up,
-	// unless another node has taken it meanwhile.
-	Hold(ctx context.Context, tunnelID string, require []HeaderField) (release func(), err error)
-	// Forward hands req to node and returns its answer; ErrNodeGone when
-	// no node by that name is serving and its lease has lapsed (Leased),
-	// so that it delivers nothing live any more.
-	Forward(ctx context.Context, node, tunnelID string, req *Request) (*Answer, error)
-	// Leased reports whether this node may deliver live requests to the
-	// agents it holds. A node cut off from the others stops (its lease
-	// lapses) before any other node can take it for gone and queue its
-	// tunnels' requests: a live request delivered then would overtake
-	// them. A node without its lease queues what it takes instead.
-	Leased() bool
-	// Kick tells the node holding tunnelID, if any, that its queue grew,
-	// and returns once that node has counted the queue again: a live
-	// request it takes after that waits behind what was queued. It reads
-	// the holder from the shared state itself, not from the mirror, which
-	// may lag. An error says the holder could not be told in time; it
-	// learns of the queue later (its drain looks again).
-	Kick(ctx context.Context, tunnelID string) error
-	// Serve receives the other nodes' forwards and kicks, and learns of
-	// tunnels taken over by other nodes, until ctx ends.
-	Serve(ctx context.Context, h NodeHandlers) error
-	// Stats are for /metrics.
-	Stats(ctx context.Context) (ClusterStats, error)
-}
-
-// ClusterStats are a node's view of the cluster.
-type ClusterStats struct {
-	RTT    time.Duration // a round trip to the NATS server this node uses
-	Queued uint64        // requests in the shared queue, every tunnel's: how far agents lag
-}
-
-// Holding is where a tunnel's agent is. Node is "" while no agent holds
-// it; Require stays what its last agent asked of senders.
-type Holding struct {
-	Node    string        `json:"node"`
-	Require []HeaderField `json:"require,omitempty"`
-}
-
-// NodeHandlers are a Server's answers to the other nodes.
-type NodeHandlers struct {
-	// Forward answers a request another node took. It delivers or queues
-	// req only before takeBy, on this node's monotonic clock: after it,
-	// the other node may have answered its sender already, and a sender
-	// answered anything but 2xx must reach the handler only through its
-	// own retry. A zero takeBy sets no limit (a node of an older calltap
-	// sends none).
-	Forward   func(ctx context.Context, tunnelID string, req *Request, takeBy time.Time) *Answer
-	Kicked    func(tunnelID string)
-	TakenOver func(tunnelID string) // another node holds a tunnel this one holds
-	Revoked   func(tunnelID string) // its token was revoked, on any node
-	// Regained is called when this node's lease is back after a lapse,
-	// before Leased says so: other nodes may have queued requests for its
-	// tunnels meanwhile, and told it in kicks it did not hear.
-	Regained func()
-}
-
-// ErrQueueFull is a Store's answer to Enqueue when the tunnel's queue
-// holds as many requests as it may (in a cluster the stream counts them,
-// exactly, across nodes).
-var ErrQueueFull = errors.New("the tunnel's queue is full")
-
-// ErrMaybeStored is a Store's answer to Enqueue when it could not confirm
-// the request was stored, and it may be all the same (an ack lost, or a
-// publish a frozen server stores when it wakes). The request may yet be
-// delivered: its sender is told the outcome is unknown.
-var ErrMaybeStored = errors.New("relay: the store did not confirm the request, which may be kept all the same")
-
-// ErrNodeGone is Cluster.Forward's error when the holding node is not
-// serving: it died, or is restarting.
-var ErrNodeGone = errors.New("relay: the node holding the agent is gone")
-
-// ErrAnswerLost is Cluster.Forward's error when the holding node took
-// the request and its answer did not come through: it fell silent, or its
-// answer could not be read. The request may have reached the handler.
-// (Silence before it took the request is another error: that request
-// reaches the handler never.)
-var ErrAnswerLost = errors.New("relay: the node holding the agent took the request, but its answer was lost")
-
-// Answer is what a node answered a forwarded request: status, headers and
-// body as its sender is to get them.
-type Answer struct {
-	Status int
-	Header Header
-	Body   []byte
-}
 
 // serveClustered runs Cluster.Serve until ctx ends.
 func (s *Server) serveClustered(ctx context.Context) error {
@@ -140,7 +44,7 @@ func (s *Server) remoteHolder(t *tunnel) string {
 // requiredHeaders are what senders of t must present: what the agent asked
 // for on connecting to this node, or, in a cluster with no agent here, to
 // whichever node it reached last.
-func (s *Server) requiredHeaders(t *tunnel) []HeaderField {
+func (s *Server) requiredHeaders(t *tunnel) []wire.HeaderField {
 	t.mu.Lock()
 	require, here := t.require, t.agent != nil
 	t.mu.Unlock()
@@ -153,7 +57,7 @@ func (s *Server) requiredHeaders(t *tunnel) []HeaderField {
 // forwardToNode hands a request to the node holding its agent and relays
 // that node's answer. A node that is gone leaves the request to the
 // shared queue, which any node drains.
-func (s *Server) forwardToNode(w http.ResponseWriter, r *http.Request, t *tunnel, node string, req *Request, log reqLogger) {
+func (s *Server) forwardToNode(w http.ResponseWriter, r *http.Request, t *tunnel, node string, req *wire.Request, log reqLogger) {
 	// The holding node answers within its forward timeout; the margin is
 	// for the hop.
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ForwardTimeout+5*time.Second)
@@ -195,7 +99,7 @@ func (s *Server) forwardToNode(w http.ResponseWriter, r *http.Request, t *tunnel
 // serveForwarded answers a request another node took for a tunnel whose
 // agent is here: live, or queued when the agent has left or is draining,
 // exactly as if its sender had come here. It never forwards again.
-func (s *Server) serveForwarded(ctx context.Context, tunnelID string, req *Request, takeBy time.Time) *Answer {
+func (s *Server) serveForwarded(ctx context.Context, tunnelID string, req *wire.Request, takeBy time.Time) *wire.Answer {
 	s.metrics.crossIn.Add(1)
 	s.busy.Add(1)
 	defer s.busy.Add(-1)
@@ -225,7 +129,7 @@ func (s *Server) serveForwarded(ctx context.Context, tunnelID string, req *Reque
 
 // take delivers or queues a forwarded request, if its sender's node still
 // waits for it (takeBy).
-func (s *Server) take(w http.ResponseWriter, ctx context.Context, t *tunnel, req *Request, takeBy time.Time) {
+func (s *Server) take(w http.ResponseWriter, ctx context.Context, t *tunnel, req *wire.Request, takeBy time.Time) {
 	log := reqLogger{s.log, t.id, req.ID}
 	if !takeBy.IsZero() && !time.Now().Before(takeBy) {
 		// Delivered or queued now, it would reach the handler behind the
@@ -235,7 +139,7 @@ func (s *Server) take(w http.ResponseWriter, ctx context.Context, t *tunnel, req
 		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay node holding the agent could not take the request in time; it did not reach the local handler; retry"))
 		return
 	}
-	s.deliver(w, ctx, t, req, nil, log)
+	s.forwardOrQueue(w, ctx, t, req, nil, log)
 }
 
 // kicked wakes the drain of a tunnel held here whose queue another node
@@ -266,17 +170,17 @@ func (s *Server) recountAndWake(t *tunnel) {
 // holds: the same token connected there, and the newest agent wins, as on
 // one node.
 func (s *Server) takenOver(tunnelID string) {
-	s.sendAway(tunnelID, false, GoAway{Reason: GoAwayReplaced, Message: "another agent connected with the same token to another relay node and took over this tunnel"})
+	s.sendAway(tunnelID, false, wire.GoAway{Reason: wire.GoAwayReplaced, Message: "another agent connected with the same token to another relay node and took over this tunnel"})
 }
 
 // ErrorAnswer is e as a node answers it: the error envelope, with e's status.
-func ErrorAnswer(e *api.Error) *Answer {
+func ErrorAnswer(e *api.Error) *wire.Answer {
 	rec := &answerWriter{header: http.Header{}, body: &bytes.Buffer{}}
 	api.WriteError(rec, e)
 	return rec.answer()
 }
 
-func (a *answerWriter) answer() *Answer {
+func (a *answerWriter) answer() *wire.Answer {
 	if a.status == 0 {
 		// Nothing was written: no handler answered, and neither did the
 		// relay. The sender retries; a 200 would tell it a handler had.
@@ -284,13 +188,7 @@ func (a *answerWriter) answer() *Answer {
 		a.body.Reset()
 		api.WriteError(a, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay node holding the agent gave no answer; retry"))
 	}
-	out := &Answer{Status: a.status, Body: a.body.Bytes()}
-	for _, name := range sortedKeys(a.header) {
-		for _, v := range a.header[name] {
-			out.Header = append(out.Header, HeaderField{name, v})
-		}
-	}
-	return out
+	return &wire.Answer{Status: a.status, Header: wire.HeaderFrom(a.header, ""), Body: a.body.Bytes()}
 }
 
 // answerWriter records what the local path answers a forwarded request.

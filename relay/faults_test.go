@@ -11,19 +11,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/frameconn"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/gorilla/websocket"
 )
 
 // rawAgent connects to the relay with a token and speaks the protocol by
 // hand, to misbehave in ways the real client never does.
-func rawAgent(t *testing.T, st *inspectortest.Stack, token string) *websocket.Conn {
+func rawAgent(t *testing.T, st *stacktest.Stack, token string) *websocket.Conn {
 	t.Helper()
-	d := websocket.Dialer{Subprotocols: []string{relay.Subprotocol}}
+	d := websocket.Dialer{Subprotocols: []string{wire.Subprotocol}}
 	h := http.Header{"Authorization": {"Bearer " + token}}
-	ws, resp, err := d.Dial(strings.Replace(st.RelayURL, "http", "ws", 1)+relay.ConnectPath, h)
+	ws, resp, err := d.Dial(strings.Replace(st.RelayURL, "http", "ws", 1)+wire.ConnectPath, h)
 	if err != nil {
 		t.Fatalf("dial: %v (%v)", err, resp)
 	}
@@ -65,7 +67,7 @@ func postAsync(url string) chan *http.Response {
 }
 
 func TestAgentLostMidRequest(t *testing.T) {
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: "http://127.0.0.1:1", NoAgent: true})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: "http://127.0.0.1:1", NoAgent: true})
 
 	// Lost before saving (no ack): 503, so the sender retries; never a 2xx.
 	ws := rawAgent(t, st, st.Token)
@@ -92,7 +94,7 @@ func TestAgentLostMidRequest(t *testing.T) {
 
 func TestMisbehavingAgentsAffectOnlyThemselves(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.MaxFrame = 64 << 10 }})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.MaxFrame = 64 << 10 }})
 	ctx := context.Background()
 	cases := map[string]func(ws *websocket.Conn){
 		"unknown frame type": func(ws *websocket.Conn) { ws.WriteMessage(websocket.BinaryMessage, []byte{0x7f, 1, 2, 3}) },
@@ -133,8 +135,8 @@ func TestMisbehavingAgentsAffectOnlyThemselves(t *testing.T) {
 }
 
 func TestDeadAgentFallsBackToQueue(t *testing.T) {
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: "http://127.0.0.1:1", NoAgent: true, Relay: func(c *relay.Config) {
-		c.Keepalive = relay.Keepalive{PongWait: 300 * time.Millisecond, WriteWait: 300 * time.Millisecond}
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: "http://127.0.0.1:1", NoAgent: true, Relay: func(c *relay.Config) {
+		c.Keepalive = frameconn.Keepalive{PongWait: 300 * time.Millisecond, WriteWait: 300 * time.Millisecond}
 	}})
 	// An agent that stops reading (a laptop asleep) never answers pings.
 	rawAgent(t, st, st.Token)
@@ -149,7 +151,7 @@ func TestDeadAgentFallsBackToQueue(t *testing.T) {
 }
 
 func TestSlowClientsAreCutOff(t *testing.T) {
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: "http://127.0.0.1:1", NoAgent: true, Relay: func(c *relay.Config) {
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: "http://127.0.0.1:1", NoAgent: true, Relay: func(c *relay.Config) {
 		c.AuthTimeout = 300 * time.Millisecond
 		c.MaxHeaderBytes = 4 << 10
 	}})

@@ -12,11 +12,13 @@ import (
 	"strconv"
 
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/frameconn"
+	"github.com/calltap/calltap/relay/wire"
 )
 
 // forward sends a live request to the agent and relays its answer.
 // sender is the sender's context: its end means nobody waits for the answer.
-func (s *Server) forward(w http.ResponseWriter, sender context.Context, ac *agentConn, req *Request, buf *bytes.Buffer, log reqLogger) {
+func (s *Server) forward(w http.ResponseWriter, sender context.Context, ac *agentConn, req *wire.Request, buf *bytes.Buffer, log reqLogger) {
 	ctx, cancel := context.WithTimeout(sender, s.cfg.ForwardTimeout)
 	defer cancel()
 	// A relay stopping whose grace ran out answers what still waits.
@@ -27,17 +29,17 @@ func (s *Server) forward(w http.ResponseWriter, sender context.Context, ac *agen
 		defer resp.release()
 	case errors.Is(err, errAgentLeft):
 		// The agent is stopping: the request waits for the next one.
-		defer putBuf(buf)
+		defer frameconn.PutBuf(buf)
 		s.enqueue(w, sender, ac.t, req, log)
 		return
 	case sender.Err() == nil && s.abandon.Err() != nil:
 		log.Warn("relay stopped before the local handler answered", "saved", acked)
 		s.refuseStopping(w)
 		return
-	case errors.Is(err, errFrameTooLarge):
+	case errors.Is(err, wire.ErrFrameTooLarge):
 		// Written, it would have closed the websocket under every request in flight.
-		log.Warn("request larger than the agent reads", "size", len(req.Body), "agent_max_frame", ac.peerMax.Load())
-		s.fail(w, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "the request is larger than the agent accepts (%d bytes with its headers)", ac.peerMax.Load()))
+		log.Warn("request larger than the agent reads", "size", len(req.Body), "agent_max_frame", ac.PeerMax())
+		s.fail(w, api.Errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "the request is larger than the agent accepts (%d bytes with its headers)", ac.PeerMax()))
 		return
 	case errors.Is(err, context.DeadlineExceeded) && sender.Err() == nil:
 		log.Warn("local handler too slow", "timeout", s.cfg.ForwardTimeout, "saved", acked)
@@ -57,16 +59,16 @@ func (s *Server) forward(w http.ResponseWriter, sender context.Context, ac *agen
 		return
 	}
 	switch resp.Result {
-	case ResultUnreachable:
+	case wire.ResultUnreachable:
 		s.fail(w, api.Errorf(http.StatusBadGateway, api.CodeBadGateway, "the local handler could not be reached: %s", resp.Error))
 		return
-	case ResultTimeout:
+	case wire.ResultTimeout:
 		s.fail(w, api.Errorf(http.StatusGatewayTimeout, api.CodeGatewayTimeout, "the local handler did not answer in time"))
 		return
-	case ResultTooLarge:
+	case wire.ResultTooLarge:
 		s.fail(w, api.Errorf(http.StatusBadGateway, api.CodeBadGateway, "the local handler's answer could not be relayed: %s", resp.Error))
 		return
-	case ResultQueued:
+	case wire.ResultQueued:
 		log.Info("queued by the agent behind earlier requests", "method", req.Method, "uri", req.URI)
 		s.answerQueued(w, req.ID, "queued: the agent saved the request and delivers it after the ones that arrived before it")
 		return
@@ -77,7 +79,7 @@ func (s *Server) forward(w http.ResponseWriter, sender context.Context, ac *agen
 
 // writeAnswer gives the sender the handler's answer, without the headers
 // that belong to one connection.
-func (s *Server) writeAnswer(w http.ResponseWriter, status int, header Header, body []byte) {
+func (s *Server) writeAnswer(w http.ResponseWriter, status int, header wire.Header, body []byte) {
 	h := w.Header()
 	for _, f := range header {
 		if api.ConnectionHeader(f.Name) {

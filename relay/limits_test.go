@@ -11,22 +11,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/tunnel"
+	"github.com/calltap/calltap/relay/wire"
 )
 
 // notConnected reports the first state change other than "connected" that
 // the agent's client went through: a reconnect shows up as one.
-func notConnected(st *inspectortest.Stack) (relay.ConnState, bool) {
+func notConnected(st *stacktest.Stack) (tunnel.ConnState, bool) {
 	for {
 		select {
 		case cs := <-st.States:
-			if cs.State != relay.StateConnected {
+			if cs.State != tunnel.StateConnected {
 				return cs, true
 			}
 		default:
-			return relay.ConnState{}, false
+			return tunnel.ConnState{}, false
 		}
 	}
 }
@@ -50,7 +52,7 @@ func TestLargeAnswerFailsAloneAndTunnelStaysUp(t *testing.T) {
 		fmt.Fprintf(w, "answer for %s", r.URL.Path)
 	})
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.MaxBody = maxBody }})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.MaxBody = maxBody }})
 
 	const n = 8
 	var wg sync.WaitGroup
@@ -117,9 +119,9 @@ func TestLargeAnswerFailsAloneAndTunnelStaysUp(t *testing.T) {
 // written to the websocket, which the agent would close.
 func TestRequestLargerThanAgentReadsIsRefused(t *testing.T) {
 	_, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL,
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL,
 		Relay:  func(c *relay.Config) { c.MaxBody = 4 << 20 },
-		Client: func(c *relay.ClientConfig) { c.MaxFrame = 1 << 20 },
+		Client: func(c *tunnel.Config) { c.MaxFrame = 1 << 20 },
 	})
 	resp, err := http.Post(st.TunnelURL+"/big", "application/octet-stream", bytes.NewReader(make([]byte, 2<<20)))
 	if err != nil {
@@ -149,7 +151,7 @@ func readAll(resp *http.Response) string {
 // else with its path, straight from ServeTunnel: no check of its own.
 type bigAnswerer struct{}
 
-func (bigAnswerer) ServeTunnel(r *relay.Request, s *relay.Stream) {
+func (bigAnswerer) ServeTunnel(r *wire.Request, s *tunnel.Stream) {
 	defer s.Release()
 	if !r.Queued {
 		s.Ack()
@@ -158,20 +160,20 @@ func (bigAnswerer) ServeTunnel(r *relay.Request, s *relay.Stream) {
 	if r.URI == "/big" {
 		body = make([]byte, 3<<20)
 	}
-	s.Respond(&relay.Response{Status: 200, Body: body})
+	s.Respond(&wire.Response{Status: 200, Body: body})
 }
 
 // Stream.Respond refuses, by itself, to write what the relay would not
 // read: the request fails alone and the connection stays.
 func TestRespondKeepsWithinRelayLimits(t *testing.T) {
-	st := inspectortest.Start(t, inspectortest.Options{NoAgent: true, Relay: func(c *relay.Config) { c.MaxBody = 1 << 20 }})
+	st := stacktest.Start(t, stacktest.Options{NoAgent: true, Relay: func(c *relay.Config) { c.MaxBody = 1 << 20 }})
 	var connects, losses atomic.Int32
-	c, err := relay.NewClient(relay.ClientConfig{RelayURL: st.RelayURL, Token: st.Token, Handler: bigAnswerer{},
-		OnState: func(cs relay.ConnState) {
+	c, err := tunnel.NewClient(tunnel.Config{RelayURL: st.RelayURL, Token: st.Token, Handler: bigAnswerer{},
+		OnState: func(cs tunnel.ConnState) {
 			switch {
-			case cs.State == relay.StateConnected && cs.Hello != nil && cs.Notice == (relay.Notice{}):
+			case cs.State == tunnel.StateConnected && cs.Hello != nil && cs.Notice == (wire.Notice{}):
 				connects.Add(1)
-			case cs.State != relay.StateConnected:
+			case cs.State != tunnel.StateConnected:
 				losses.Add(1)
 			}
 		}})
@@ -202,9 +204,9 @@ func TestRespondKeepsWithinRelayLimits(t *testing.T) {
 // in order, over a connection that stays up.
 func TestQueuedRequestLargerThanAgentReadsDoesNotStallTheQueue(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, NoAgent: true,
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, NoAgent: true,
 		Relay:  func(c *relay.Config) { c.MaxBody = 4 << 20 },
-		Client: func(c *relay.ClientConfig) { c.MaxFrame = 1 << 20 },
+		Client: func(c *tunnel.Config) { c.MaxFrame = 1 << 20 },
 	})
 	for _, body := range []string{`{"seq":0}`, strings.Repeat("x", 2<<20), `{"seq":1}`} {
 		resp, b := post(t, st.TunnelURL+"/hook", body)

@@ -8,13 +8,7 @@ import (
 
 // TestMain fails the run if any goroutine is left once the tests are over:
 // the relay's server, each agent connection's loops and the agent's client
-// leave none behind. Pebble, the ACME server the certificate tests run, is
-// not ours: its validation workers and its challenge server's DNS listener
-// have no way to be stopped, and are left out.
+// leave none behind.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/letsencrypt/pebble/v2/va.VAImpl.processTasks"),
-		goleak.IgnoreAnyFunction("github.com/miekg/dns.(*Server).serveTCP"),
-		goleak.IgnoreAnyFunction("github.com/miekg/dns.(*Server).serveUDP"),
-	)
+	goleak.VerifyTestMain(m)
 }

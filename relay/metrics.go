@@ -1,12 +1,7 @@
 package relay
 
 import (
-	"context"
-	"fmt"
-	"net/http"
-	"strings"
 	"sync/atomic"
-	"time"
 )
 
 // metrics are the relay's Prometheus counters.
@@ -19,58 +14,11 @@ type metrics struct {
 	crossOut        atomic.Int64 // requests this node handed to others
 }
 
+// countStatus counts an answer of status code by its class.
 func (m *metrics) countStatus(code int) {
 	c := code / 100
 	if c < 1 || c > 5 {
 		c = 0
 	}
 	m.byClass[c].Add(1)
-}
-
-func (s *Server) serveMetrics(w http.ResponseWriter) {
-	var depth int
-	var bytes int64
-	for _, t := range s.snapshotTunnels() {
-		t.mu.Lock()
-		depth += t.queued
-		bytes += t.queuedBytes
-		t.mu.Unlock()
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "# HELP calltap_tunnels_connected Tunnels with an agent connected.\n# TYPE calltap_tunnels_connected gauge\ncalltap_tunnels_connected %d\n", s.metrics.agentsConnected.Load())
-	fmt.Fprintf(&b, "# HELP calltap_requests_total Requests answered to senders, by status class.\n# TYPE calltap_requests_total counter\n")
-	for c := 1; c <= 5; c++ {
-		fmt.Fprintf(&b, "calltap_requests_total{class=\"%dxx\"} %d\n", c, s.metrics.byClass[c].Load())
-	}
-	fmt.Fprintf(&b, "# HELP calltap_queue_depth Requests held in offline queues.\n# TYPE calltap_queue_depth gauge\ncalltap_queue_depth %d\n", depth)
-	fmt.Fprintf(&b, "# HELP calltap_queue_bytes Bytes held in offline queues.\n# TYPE calltap_queue_bytes gauge\ncalltap_queue_bytes %d\n", bytes)
-	fmt.Fprintf(&b, "# HELP calltap_bytes_in_total Request body bytes received from senders.\n# TYPE calltap_bytes_in_total counter\ncalltap_bytes_in_total %d\n", s.metrics.bytesIn.Load())
-	fmt.Fprintf(&b, "# HELP calltap_bytes_out_total Response body bytes sent to senders.\n# TYPE calltap_bytes_out_total counter\ncalltap_bytes_out_total %d\n", s.metrics.bytesOut.Load())
-	if s.shared {
-		s.clusterMetrics(&b)
-	}
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	w.Write([]byte(b.String()))
-}
-
-// clusterMetrics are a cluster node's own: calltap_tunnels_connected above
-// counts the tunnels held here.
-func (s *Server) clusterMetrics(b *strings.Builder) {
-	fmt.Fprintf(b, "# HELP calltap_cluster_requests_total Requests handed between relay nodes: in, from another node to an agent here; out, to the node holding the agent.\n# TYPE calltap_cluster_requests_total counter\n")
-	fmt.Fprintf(b, "calltap_cluster_requests_total{direction=\"in\"} %d\ncalltap_cluster_requests_total{direction=\"out\"} %d\n", s.metrics.crossIn.Load(), s.metrics.crossOut.Load())
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	st, err := s.cfg.Cluster.Stats(ctx)
-	up := 1
-	if err != nil {
-		up = 0
-	}
-	fmt.Fprintf(b, "# HELP calltap_nats_up Whether this node reached NATS just now.\n# TYPE calltap_nats_up gauge\ncalltap_nats_up %d\n", up)
-	// The depth is the stream's, the same on every node; while NATS is
-	// away it is the last one seen.
-	fmt.Fprintf(b, "# HELP calltap_cluster_queue_depth Requests in the shared queue, every tunnel's: how far agents lag behind.\n# TYPE calltap_cluster_queue_depth gauge\ncalltap_cluster_queue_depth %d\n", st.Queued)
-	if err != nil {
-		return
-	}
-	fmt.Fprintf(b, "# HELP calltap_nats_rtt_seconds Round trip to this node's NATS server.\n# TYPE calltap_nats_rtt_seconds gauge\ncalltap_nats_rtt_seconds %g\n", st.RTT.Seconds())
 }

@@ -14,9 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/tunnel"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
 )
@@ -40,7 +42,7 @@ func queuedID(t *testing.T, resp *http.Response, body string) string {
 
 func TestOfflineQueueDeliversInOrderExactlyOnce(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
 	st.StopAgent()
 	const n = 100
 	ids := map[string]bool{}
@@ -98,7 +100,7 @@ func TestOfflineQueueDeliversInOrderExactlyOnce(t *testing.T) {
 
 func TestQueueSurvivesRelayRestart(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
 	st.StopAgent()
 	for i := 0; i < 10; i++ {
 		resp, body := post(t, st.TunnelURL+"/hook", fmt.Sprintf(`{"seq":%d}`, i))
@@ -117,7 +119,7 @@ func TestQueueSurvivesRelayRestart(t *testing.T) {
 
 func TestOfflineRejectAndQueueFull(t *testing.T) {
 	_, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, NoAgent: true, Relay: func(c *relay.Config) { c.QueueMaxCount = 3 }})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, NoAgent: true, Relay: func(c *relay.Config) { c.QueueMaxCount = 3 }})
 	for i := 0; i < 3; i++ {
 		resp, body := post(t, st.TunnelURL, "{}")
 		queuedID(t, resp, body)
@@ -127,7 +129,7 @@ func TestOfflineRejectAndQueueFull(t *testing.T) {
 		t.Errorf("full queue: %d Retry-After=%q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 
-	st2 := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, NoAgent: true, Relay: func(c *relay.Config) { c.Offline = relay.OfflineReject }})
+	st2 := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, NoAgent: true, Relay: func(c *relay.Config) { c.Offline = relay.OfflineReject }})
 	resp, body = post(t, st2.TunnelURL, "{}")
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || errorCode(t, body) != "agent_offline" {
 		t.Errorf("reject mode: %d Retry-After=%q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
@@ -136,9 +138,9 @@ func TestOfflineRejectAndQueueFull(t *testing.T) {
 
 func TestSecondAgentTakesOver(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
 	first := st.ClientErr
-	second, err := relay.NewClient(relay.ClientConfig{RelayURL: st.RelayURL, Token: st.Token, Handler: replyHandler{}})
+	second, err := tunnel.NewClient(tunnel.Config{RelayURL: st.RelayURL, Token: st.Token, Handler: replyHandler{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,11 +149,15 @@ func TestSecondAgentTakesOver(t *testing.T) {
 	go second.Run(ctx)
 	select {
 	case err := <-first:
-		if !errors.Is(err, relay.ErrReplaced) {
+		if !errors.Is(err, tunnel.ErrReplaced) {
 			t.Fatalf("older agent ended with %v, want ErrReplaced", err)
 		}
-		if !strings.Contains(err.Error(), "took over") {
-			t.Errorf("message does not say why: %v", err)
+		// One error, said once: the relay's message, not the client's
+		// own words with the relay's after them in brackets.
+		for _, phrase := range []string{"took over", "another agent connected with the same token"} {
+			if n := strings.Count(err.Error(), phrase); n != 1 {
+				t.Errorf("the error says %q %d times, want once: %v", phrase, n, err)
+			}
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("the older agent was not told to go")
@@ -168,15 +174,15 @@ func TestSecondAgentTakesOver(t *testing.T) {
 // replyHandler answers every request itself with 299 "second".
 type replyHandler struct{}
 
-func (replyHandler) ServeTunnel(r *relay.Request, s *relay.Stream) {
+func (replyHandler) ServeTunnel(r *wire.Request, s *tunnel.Stream) {
 	s.Ack()
-	s.Respond(&relay.Response{Status: 299, Body: []byte("second")})
+	s.Respond(&wire.Response{Status: 299, Body: []byte("second")})
 	s.Release()
 }
 
 func TestRequireHeader(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Client: func(c *relay.ClientConfig) {
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, Client: func(c *tunnel.Config) {
 		c.RequireHeaders = []string{"Authorization: Bearer s3cret"}
 	}})
 	resp, body := post(t, st.TunnelURL, "{}")
@@ -209,7 +215,7 @@ func TestRateAndInFlightLimits(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the handler closes
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) {
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) {
 		c.RateLimit, c.RateBurst, c.MaxInFlight = 1, 5, 2
 	}})
 	// Two requests held in the handler fill the in-flight allowance.
@@ -250,7 +256,7 @@ func TestRateAndInFlightLimits(t *testing.T) {
 
 func TestHealthAndMetrics(t *testing.T) {
 	_, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
 	post(t, st.TunnelURL, "{}")
 	resp, err := http.Get(st.RelayURL + "/healthz")
 	if err != nil || resp.StatusCode != 200 {
@@ -274,7 +280,7 @@ func TestHealthAndMetrics(t *testing.T) {
 // sent when the agent starts again.
 func TestSavedButUnsentQueuedRequestIsSentOnRestart(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
 	st.StopAgent()
 	db, err := agentdb.OpenAgent(context.Background(), st.Dir+"/agent.db")
 	if err != nil {
@@ -303,7 +309,7 @@ func slowHandler(t *testing.T) (*recorder, *httptest.Server) {
 }
 
 // queueWhileAway queues n requests {"seq":0}… for an absent agent.
-func queueWhileAway(t *testing.T, st *inspectortest.Stack, n int) {
+func queueWhileAway(t *testing.T, st *stacktest.Stack, n int) {
 	t.Helper()
 	for i := 0; i < n; i++ {
 		resp, body := post(t, st.TunnelURL+"/hook", fmt.Sprintf(`{"seq":%d}`, i))
@@ -312,7 +318,7 @@ func queueWhileAway(t *testing.T, st *inspectortest.Stack, n int) {
 }
 
 // relayQueueEmpty waits until the relay has handed its whole queue over.
-func relayQueueEmpty(t *testing.T, st *inspectortest.Stack) {
+func relayQueueEmpty(t *testing.T, st *stacktest.Stack) {
 	t.Helper()
 	polltest.Until(t, 10*time.Second, func() bool {
 		stats, err := st.RelayDB.QueueStatsByTunnel(context.Background())
@@ -322,7 +328,7 @@ func relayQueueEmpty(t *testing.T, st *inspectortest.Stack) {
 
 // sendInOrder sends {"seq":from}…{"seq":to-1} one after another, so their
 // arrival order is known, and checks each sender's answer.
-func sendInOrder(t *testing.T, st *inspectortest.Stack, from, to int) (answered, queued int) {
+func sendInOrder(t *testing.T, st *stacktest.Stack, from, to int) (answered, queued int) {
 	t.Helper()
 	for i := from; i < to; i++ {
 		resp, body := post(t, st.TunnelURL+"/hook", fmt.Sprintf(`{"seq":%d}`, i))
@@ -374,7 +380,7 @@ func TestNewRequestsDuringDrainKeepArrivalOrder(t *testing.T) {
 	var openOnce sync.Once
 	open := func() { openOnce.Do(func() { close(handedOver) }) }
 	t.Cleanup(open) // a failed wait must not leave the handler blocked
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
 	st.StopAgent()
 	const queued, fresh = 100, 20
 	queueWhileAway(t, st, queued)
@@ -408,7 +414,7 @@ func TestNewRequestWaitingPastForwardTimeoutIsQueued(t *testing.T) {
 	var openOnce sync.Once
 	open := func() { openOnce.Do(func() { close(hold) }) }
 	t.Cleanup(open) // a failed wait must not leave the handler blocked
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.ForwardTimeout = 4 * time.Second }})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.ForwardTimeout = 4 * time.Second }})
 	st.StopAgent()
 	const queued, fresh = 10, 4
 	queueWhileAway(t, st, queued)
@@ -468,7 +474,7 @@ func TestNewRequestWaitingPastForwardTimeoutIsQueued(t *testing.T) {
 // before a request that arrives once the agent is back.
 func TestUnsentQueuedRequestsGoBeforeNewOnes(t *testing.T) {
 	rec, h := slowHandler(t)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
 	st.StopAgent()
 	db, err := agentdb.OpenAgent(context.Background(), st.Dir+"/agent.db")
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 )
 
 // refusedPaths reads the spellings of dot segments the path rule refuses:
@@ -38,7 +38,7 @@ func refusedPaths(t *testing.T, file string) []string {
 
 func TestPathRuleAtTheRelay(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL + "/wh"})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL + "/wh"})
 	prefix := "/t/" + st.TunnelID
 	for _, p := range refusedPaths(t, "tunnelpath/testdata/refused.txt") {
 		status, body := rawPost(t, st.RelayAddr, prefix+p)

@@ -10,17 +10,19 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/frameconn"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/relaystate"
 )
 
 // enqueue keeps a request for an absent agent, or refuses it in reject mode.
-func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, req *Request, log reqLogger) {
+func (s *Server) enqueue(w http.ResponseWriter, ctx context.Context, t *tunnel, req *wire.Request, log reqLogger) {
 	if s.cfg.Offline == OfflineReject {
 		w.Header().Set("Retry-After", "30")
 		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeAgentOffline, "no agent is connected to this tunnel; retry later"))
 		return
 	}
-	head := appendHeader(nil, req.Header)
+	head := wire.AppendHeader(nil, req.Header)
 	size := int64(len(req.Body) + len(head) + len(req.URI))
 	t.mu.Lock()
 	if t.queued >= s.cfg.QueueMaxCount || t.queuedBytes+size > s.cfg.QueueMaxBytes {
@@ -158,7 +160,7 @@ func (ac *agentConn) dequeue(seqs []int64) {
 		<-ac.window
 	}
 	if left == 0 {
-		ac.trySend(outFrame{head: appendJSON(nil, frameNotice, Notice{Rejected: t.rejected.Load()})})
+		ac.TrySend(frameconn.Frame{Head: wire.AppendNotice(nil, wire.Notice{Rejected: t.rejected.Load()})})
 	}
 }
 
@@ -167,105 +169,152 @@ func (ac *agentConn) dequeue(seqs []int64) {
 // what the agent acknowledged.
 func (ac *agentConn) drainLoop() {
 	t := ac.t
-	var after int64
-	ctx := context.Background()
+	var after int64 // the sequence of the last request read from the queue
 	retry := readRetryMin
 	for {
-		batch, err := ac.srv.cfg.Store.QueuedAfter(ctx, t.id, after, drainWindow)
-		if err != nil {
+		batch, err := ac.srv.cfg.Store.QueuedAfter(context.Background(), t.id, after, drainWindow)
+		var more bool
+		switch {
+		case err != nil:
 			// The store is away for a moment (all of NATS, in a cluster):
 			// the agent stays, its live requests keep flowing while
 			// nothing is queued, and the drain resumes where it was.
 			ac.srv.log.Error("read queue; trying again", "tunnel", t.id, "in", retry, "err", err)
-			wait := time.NewTimer(retry)
-			select {
-			case <-wait.C:
-			case seq := <-ac.acked:
-				wait.Stop()
-				ac.dequeueAcked(seq)
-				continue
-			case <-ac.done:
-				wait.Stop()
-				ac.flushAcked()
-				return
-			}
-			retry = min(2*retry, readRetryMax)
-			continue
+			retry, more = ac.waitToRetry(retry)
+		case len(batch) == 0:
+			retry = readRetryMin
+			more = ac.park()
+		default:
+			retry = readRetryMin
+			after, more = ac.sendQueued(batch, after)
 		}
-		retry = readRetryMin
-		if len(batch) == 0 {
-			// An idle tunnel parks here without timers: thousands of them
-			// must cost nothing. Only a place reserved by an insert that had
-			// not committed when we looked needs a second look soon.
-			t.mu.Lock()
-			reserved := t.queued > 0
-			t.mu.Unlock()
-			var retry <-chan time.Time
-			if reserved {
-				retry = time.After(50 * time.Millisecond)
-			}
-			select {
-			case <-t.kick:
-			case <-retry:
-				ac.srv.recount(ctx, t)
-			case seq := <-ac.acked:
-				ac.dequeueAcked(seq)
-			case <-ac.done:
-				ac.flushAcked()
-				return
-			}
-			continue
-		}
-		for _, q := range batch {
-		room:
-			for {
-				select {
-				case ac.window <- struct{}{}:
-					break room
-				case seq := <-ac.acked:
-					ac.dequeueAcked(seq)
-				case <-ac.done:
-					ac.flushAcked()
-					return
-				}
-			}
-			hdr, err := decodeHeaderBytes(q.Headers)
-			if err != nil {
-				ac.srv.log.Error("queued request unreadable; dropping", "tunnel", t.id, "id", q.ID, "err", err)
-				ac.srv.cfg.Store.Dequeue(ctx, q.Seq)
-				t.countOut()
-				<-ac.window
-				continue
-			}
-			req := &Request{Stream: ac.nextStream.Add(1), Queued: true, ArrivedAt: q.ArrivedAt, ID: q.ID, Method: q.Method, URI: q.URI, Header: hdr}
-			if !ac.admit() {
-				// The agent is stopping: what it was not sent stays
-				// queued; acks of what it was sent still come.
-				<-ac.window
-				ac.awaitClose()
-				return
-			}
-			ac.mu.Lock()
-			ac.queued[req.Stream] = q.Seq
-			ac.mu.Unlock()
-			err = ac.send(outFrame{head: appendRequestHead(nil, req), body: q.Body}, nil)
-			ac.admitted()
-			if errors.Is(err, errFrameTooLarge) {
-				// This agent reads smaller frames than the relay took: the
-				// request stays queued, for an agent that reads it, rather
-				// than stalling every request behind it.
-				ac.srv.log.Warn("queued request larger than the agent reads; kept for another agent", "tunnel", t.id, "id", q.ID, "bytes", len(q.Body))
-				ac.mu.Lock()
-				delete(ac.queued, req.Stream)
-				ac.mu.Unlock()
-				<-ac.window
-			} else if err != nil {
-				ac.flushAcked()
-				return
-			}
-			after = q.Seq
+		if !more {
+			return
 		}
 	}
+}
+
+// waitToRetry waits retry after a failed read of the queue, removing what
+// the agent acknowledges meanwhile. It returns the next wait (doubled when
+// this one ran out) and false once the connection has closed.
+func (ac *agentConn) waitToRetry(retry time.Duration) (time.Duration, bool) {
+	wait := time.NewTimer(retry)
+	defer wait.Stop()
+	select {
+	case <-wait.C:
+		return min(2*retry, readRetryMax), true
+	case seq := <-ac.acked:
+		ac.dequeueAcked(seq)
+		return retry, true
+	case <-ac.Done():
+		ac.flushAcked()
+		return retry, false
+	}
+}
+
+// park waits while the queue is empty until a request is queued (kick),
+// the agent acknowledges one, or the connection closes (false).
+func (ac *agentConn) park() bool {
+	t := ac.t
+	// An idle tunnel parks here without timers: thousands of them must
+	// cost nothing. Only a place reserved by an insert that had not
+	// committed when we looked needs a second look soon.
+	t.mu.Lock()
+	reserved := t.queued > 0
+	t.mu.Unlock()
+	var retry <-chan time.Time
+	if reserved {
+		retry = time.After(50 * time.Millisecond)
+	}
+	select {
+	case <-t.kick:
+	case <-retry:
+		ac.srv.recount(context.Background(), t)
+	case seq := <-ac.acked:
+		ac.dequeueAcked(seq)
+	case <-ac.Done():
+		ac.flushAcked()
+		return false
+	}
+	return true
+}
+
+// sendQueued sends the agent batch, read from the queue after the
+// sequence after, each request once there is room in the window. It
+// returns the sequence of the last one read, and false once the drain is
+// over: the connection closed, or the agent is leaving.
+func (ac *agentConn) sendQueued(batch []*relaystate.QueuedRequest, after int64) (int64, bool) {
+	for _, q := range batch {
+		if !ac.waitForRoom() {
+			return after, false
+		}
+		if !ac.sendOneQueued(q) {
+			return after, false
+		}
+		after = q.Seq
+	}
+	return after, true
+}
+
+// waitForRoom takes a place in the window of unacknowledged requests,
+// removing what the agent acknowledges meanwhile; false once the
+// connection has closed.
+func (ac *agentConn) waitForRoom() bool {
+	for {
+		select {
+		case ac.window <- struct{}{}:
+			return true
+		case seq := <-ac.acked:
+			ac.dequeueAcked(seq)
+		case <-ac.Done():
+			ac.flushAcked()
+			return false
+		}
+	}
+}
+
+// sendOneQueued sends the agent q, holding a place in the window; false
+// once the drain is over. A request that cannot be read is dropped; one
+// larger than this agent reads stays queued.
+func (ac *agentConn) sendOneQueued(q *relaystate.QueuedRequest) bool {
+	t := ac.t
+	hdr, err := wire.DecodeHeader(q.Headers)
+	if err != nil {
+		ac.srv.log.Error("queued request unreadable; dropping", "tunnel", t.id, "id", q.ID, "err", err)
+		ac.srv.cfg.Store.Dequeue(context.Background(), q.Seq)
+		t.countOut()
+		<-ac.window
+		return true
+	}
+	req := &wire.Request{Stream: ac.nextStream.Add(1), Queued: true, ArrivedAt: q.ArrivedAt, ID: q.ID, Method: q.Method, URI: q.URI, Header: hdr}
+	if !ac.admit() {
+		// The agent is stopping: what it was not sent stays
+		// queued; acks of what it was sent still come.
+		<-ac.window
+		ac.awaitClose()
+		return false
+	}
+	ac.mu.Lock()
+	ac.queued[req.Stream] = q.Seq
+	ac.mu.Unlock()
+	err = ac.Send(frameconn.Frame{Head: wire.AppendRequestHead(nil, req), Body: q.Body}, nil)
+	ac.admitted()
+	if errors.Is(err, wire.ErrFrameTooLarge) {
+		// This agent reads smaller frames than the relay took: the
+		// request stays queued, for an agent that reads it, rather
+		// than stalling every request behind it.
+		ac.srv.log.Warn("queued request larger than the agent reads; kept for another agent", "tunnel", t.id, "id", q.ID, "bytes", len(q.Body))
+		ac.mu.Lock()
+		delete(ac.queued, req.Stream)
+		ac.mu.Unlock()
+		<-ac.window
+		return true
+	}
+	if err != nil {
+		ac.flushAcked()
+		return false
+	}
+	return true
 }
 
 // awaitClose removes from the queue what a leaving agent acknowledges,
@@ -275,7 +324,7 @@ func (ac *agentConn) awaitClose() {
 		select {
 		case seq := <-ac.acked:
 			ac.dequeueAcked(seq)
-		case <-ac.done:
+		case <-ac.Done():
 			ac.flushAcked()
 			return
 		}
@@ -315,10 +364,4 @@ func (s *Server) recount(ctx context.Context, t *tunnel) {
 	t.mu.Lock()
 	t.queued, t.queuedBytes = st.Count+t.storing, st.Bytes
 	t.mu.Unlock()
-}
-
-func decodeHeaderBytes(b []byte) (Header, error) {
-	d := newDecoder(b)
-	h := d.header()
-	return h, d.Err()
 }

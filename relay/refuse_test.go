@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 )
@@ -82,7 +82,7 @@ func (tr *trickle) run(addr, path string, start time.Time) {
 // timeout (a minute here).
 func TestSlowSendersAreAnsweredAtOnce(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) {
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) {
 		c.RateLimit, c.RateBurst = 0.001, 10
 		c.BodyGrace = 500 * time.Millisecond
 		c.MinBodyRate = 1000
@@ -130,7 +130,7 @@ func TestSlowSendersAreAnsweredAtOnce(t *testing.T) {
 // reset: the relay reads and drops the rest before closing.
 func TestOversizedBodyWrittenWholeGets413(t *testing.T) {
 	_, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) {
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) {
 		c.MaxBody = 1 << 20
 	}})
 	const size = 24 << 20 // more than the sockets on both sides buffer

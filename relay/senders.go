@@ -19,11 +19,15 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/frameconn"
 	"github.com/calltap/calltap/relay/tunnelpath"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/google/uuid"
 )
 
-func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
+// serveSender takes a sender's request to /t/<tunnel>/... to the tunnel's
+// agent, or to its offline queue.
+func (s *Server) serveSender(w http.ResponseWriter, r *http.Request) {
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/t/")
 	id, uri, _ := strings.Cut(rest, "/")
 	uri = "/" + uri
@@ -88,34 +92,34 @@ func (s *Server) serveTunnel(w http.ResponseWriter, r *http.Request) {
 	case t.inflight <- struct{}{}:
 		defer func() { <-t.inflight }()
 	default:
-		putBuf(buf)
+		frameconn.PutBuf(buf)
 		w.Header().Set("Retry-After", "1")
 		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "too many requests in flight for this tunnel"))
 		return
 	}
 	s.metrics.bytesIn.Add(int64(buf.Len()))
-	req := &Request{
+	req := &wire.Request{
 		ID:        uuid.NewString(),
 		ArrivedAt: time.Now().UnixMicro(),
 		Method:    r.Method,
 		URI:       uri,
-		Header:    HeaderFrom(r.Header, r.Host),
+		Header:    wire.HeaderFrom(r.Header, r.Host),
 		Body:      buf.Bytes(),
 	}
 	log.request = req.ID
 	if node := s.remoteHolder(t); node != "" && !t.held() {
-		defer putBuf(buf)
+		defer frameconn.PutBuf(buf)
 		s.forwardToNode(w, r, t, node, req, log)
 		return
 	}
-	s.deliver(w, r.Context(), t, req, buf, log)
+	s.forwardOrQueue(w, r.Context(), t, req, buf, log)
 }
 
-// deliver hands req to the agent connected here, or queues it while none
+// forwardOrQueue hands req to the agent connected here, or queues it while none
 // is, or while the queue still drains (a live request must not overtake
 // queued ones), or while this node's lease in the cluster has lapsed
 // (other nodes may be queueing behind its back). ctx is the sender's.
-func (s *Server) deliver(w http.ResponseWriter, ctx context.Context, t *tunnel, req *Request, buf *bytes.Buffer, log reqLogger) {
+func (s *Server) forwardOrQueue(w http.ResponseWriter, ctx context.Context, t *tunnel, req *wire.Request, buf *bytes.Buffer, log reqLogger) {
 	t.mu.Lock()
 	ac := t.agent
 	live := ac != nil && t.queued == 0
@@ -127,7 +131,7 @@ func (s *Server) deliver(w http.ResponseWriter, ctx context.Context, t *tunnel, 
 		s.forward(w, ctx, ac, req, buf, log)
 		return
 	}
-	defer putBuf(buf)
+	defer frameconn.PutBuf(buf)
 	s.enqueue(w, ctx, t, req, log)
 }
 
@@ -238,10 +242,10 @@ type bodyPacer struct {
 	n          int64   // bytes read; only Read's goroutine touches it
 	timer      *time.Timer
 
-	mu   sync.Mutex
-	slow bool // holds a place in slowBodies
-	cut  bool // found no place: the deadline is past for good
-	done bool
+	mu   sync.Mutex // guards slow, cut and done: Read's goroutine and the timer's
+	slow bool       // guarded by mu; holds a place in slowBodies
+	cut  bool       // guarded by mu; found no place: the deadline is past for good
+	done bool       // guarded by mu; the body was read to its end, or failed
 }
 
 func (p *bodyPacer) Read(b []byte) (int, error) {
@@ -343,25 +347,27 @@ func (t *tunnel) notifyRefused() {
 func (t *tunnel) notify() {
 	t.mu.Lock()
 	ac := t.agent
-	n := Notice{Rejected: t.rejected.Load(), Queued: t.queued}
+	n := wire.Notice{Rejected: t.rejected.Load(), Queued: t.queued}
 	t.mu.Unlock()
 	if ac != nil {
-		ac.trySend(outFrame{head: appendJSON(nil, frameNotice, n)})
+		ac.TrySend(frameconn.Frame{Head: wire.AppendNotice(nil, n)})
 	}
 }
 
-// tokenBucket is a plain token bucket; the caller holds the lock.
-type tokenBucket struct {
-	rate, burst, tokens float64
-	last                time.Time
+// readAllPooled reads r (at most max bytes; more is errTooLarge) into a
+// pooled buffer, the pool the agent's frames come from.
+func readAllPooled(r io.Reader, max int64) (*bytes.Buffer, error) {
+	buf := frameconn.GetBuf()
+	n, err := buf.ReadFrom(io.LimitReader(r, max+1))
+	if err != nil {
+		frameconn.PutBuf(buf)
+		return nil, err
+	}
+	if n > max {
+		frameconn.PutBuf(buf)
+		return nil, errTooLarge
+	}
+	return buf, nil
 }
 
-func (b *tokenBucket) take(now time.Time) (time.Duration, bool) {
-	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	b.last = now
-	if b.tokens >= 1 {
-		b.tokens--
-		return 0, true
-	}
-	return time.Duration((1 - b.tokens) / b.rate * float64(time.Second)), false
-}
+var errTooLarge = errors.New("relay: body too large")

@@ -14,20 +14,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/tunnel"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/gorilla/websocket"
 )
 
 func TestRefusedSendersCountAgainstRateLimit(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL,
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL,
 		Relay: func(c *relay.Config) {
 			// A token every 100 s: none comes back while the test runs.
 			c.RateLimit, c.RateBurst = 0.01, 5
 		},
-		Client: func(c *relay.ClientConfig) { c.RequireHeaders = []string{"X-Secret: s3cret"} },
+		Client: func(c *tunnel.Config) { c.RequireHeaders = []string{"X-Secret: s3cret"} },
 	})
 	for i := 0; i < 5; i++ {
 		resp, body := post(t, st.TunnelURL, "{}")
@@ -87,14 +89,14 @@ func floodRefused(t *testing.T, url string, n int) {
 
 func TestRefusalNoticesAreCoalesced(t *testing.T) {
 	const interval = 300 * time.Millisecond
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: "http://127.0.0.1:1", NoAgent: true,
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: "http://127.0.0.1:1", NoAgent: true,
 		Relay: func(c *relay.Config) {
 			c.RateLimit, c.RateBurst = 1e6, 1e6
 			c.NoticeInterval = interval
 		}})
-	d := websocket.Dialer{Subprotocols: []string{relay.Subprotocol}}
-	hdr := http.Header{"Authorization": {"Bearer " + st.Token}, relay.RequireHeaderHeader: {"X-Secret: s3cret"}}
-	ws, resp, err := d.Dial(strings.Replace(st.RelayURL, "http", "ws", 1)+relay.ConnectPath, hdr)
+	d := websocket.Dialer{Subprotocols: []string{wire.Subprotocol}}
+	hdr := http.Header{"Authorization": {"Bearer " + st.Token}, wire.RequireHeaderHeader: {"X-Secret: s3cret"}}
+	ws, resp, err := d.Dial(strings.Replace(st.RelayURL, "http", "ws", 1)+wire.ConnectPath, hdr)
 	if err != nil {
 		t.Fatalf("dial: %v (%v)", err, resp)
 	}
@@ -118,7 +120,7 @@ func TestRefusalNoticesAreCoalesced(t *testing.T) {
 			continue
 		}
 		notices++
-		var nt relay.Notice
+		var nt wire.Notice
 		if err := json.Unmarshal(b[1:], &nt); err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +215,7 @@ func (s *slowSender) closeAll() {
 
 func TestSlowBodiesDoNotLockTheTunnel(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) {
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) {
 		c.RateLimit, c.RateBurst = 1e6, 1e6
 		c.MaxInFlight = 8
 		c.BodyGrace = 200 * time.Millisecond
@@ -290,7 +292,7 @@ func rawPost(t *testing.T, addr, target string) (int, string) {
 
 func TestDotSegmentsAreRefused(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL + "/wh"})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL + "/wh"})
 	prefix := "/t/" + st.TunnelID
 	for _, p := range []string{
 		"/../../admin",

@@ -1,6 +1,9 @@
-// Package relay is both ends of calltap's tunnel: the public server that
-// gives each developer a stable URL (Server), the agent's side of the
-// connection (Client), and the wire protocol between them (protocol.go).
+// Package relay is the public server of calltap's tunnel (Server): it gives
+// each developer a stable URL and hands what senders send there to the
+// agent holding the tunnel. The agent's side of the connection is
+// relay/tunnel, the protocol between them relay/wire, carried by
+// relay/frameconn; relay/cluster makes several relays act as one, and
+// relay/certs gives them HTTPS.
 //
 // A sender's request to /t/<tunnel-id>/<rest> crosses one websocket to the
 // agent holding that tunnel; while no agent holds it the request waits in
@@ -9,10 +12,7 @@ package relay
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/frameconn"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/relaystate"
 	"github.com/gorilla/websocket"
 )
@@ -43,7 +45,7 @@ type Config struct {
 	MaxBody        int64         // 10 MiB → 413
 	MaxHeaderBytes int           // 64 KiB → 431
 	MaxFrame       int64         // MaxBody + 1 MiB
-	Keepalive      Keepalive
+	Keepalive      frameconn.Keepalive
 	AuthTimeout    time.Duration // 10 s: an agent (or anyone) must finish its request head by then
 
 	Offline       string        // OfflineQueue (default) or OfflineReject
@@ -86,65 +88,43 @@ type Config struct {
 // the defaults of `calltap relay`'s flags.
 func DefaultConfig() Config { return Config{}.withDefaults() }
 
+// defaultTo sets *v to d when it is zero or negative: not set.
+func defaultTo[T int | int64 | float64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
+// withDefaults gives every zero (or negative) field its default; see the
+// comments on Config.
 func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.ForwardTimeout <= 0 {
-		c.ForwardTimeout = 30 * time.Second
-	}
-	if c.MaxBody <= 0 {
-		c.MaxBody = 10 << 20
-	}
-	if c.MaxHeaderBytes <= 0 {
-		c.MaxHeaderBytes = 64 << 10
-	}
-	if c.MaxFrame <= 0 {
-		c.MaxFrame = c.MaxBody + 1<<20
-	}
-	c.Keepalive = c.Keepalive.withDefaults()
-	if c.AuthTimeout <= 0 {
-		c.AuthTimeout = 10 * time.Second
-	}
 	if c.Offline == "" {
 		c.Offline = OfflineQueue
 	}
-	if c.QueueMaxCount <= 0 {
-		c.QueueMaxCount = 10000
-	}
-	if c.QueueMaxBytes <= 0 {
-		c.QueueMaxBytes = 256 << 20
-	}
-	if c.QueueMaxAge <= 0 {
-		c.QueueMaxAge = 72 * time.Hour
-	}
-	if c.RateLimit <= 0 {
-		c.RateLimit = 50
-	}
-	if c.RateBurst <= 0 {
-		c.RateBurst = 200
-	}
-	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = 256
-	}
-	if c.BodyGrace <= 0 {
-		c.BodyGrace = 2 * time.Second
-	}
-	if c.MinBodyRate <= 0 {
-		c.MinBodyRate = 16 << 10
-	}
-	if c.MaxSlowBodies <= 0 {
-		c.MaxSlowBodies = 32
-	}
-	if c.LingerTime <= 0 {
-		c.LingerTime = 10 * time.Second
-	}
-	if c.LingerBytes <= 0 {
-		c.LingerBytes = 64 << 20
-	}
-	if c.NoticeInterval <= 0 {
-		c.NoticeInterval = time.Second
-	}
+	c.Keepalive = c.Keepalive.WithDefaults()
+	// What one request may be, and how long its parts may take.
+	defaultTo(&c.ForwardTimeout, 30*time.Second)
+	defaultTo(&c.AuthTimeout, 10*time.Second)
+	defaultTo(&c.MaxBody, 10<<20)
+	defaultTo(&c.MaxHeaderBytes, 64<<10)
+	defaultTo(&c.MaxFrame, c.MaxBody+1<<20)
+	// What an offline tunnel keeps.
+	defaultTo(&c.QueueMaxCount, 10000)
+	defaultTo(&c.QueueMaxBytes, 256<<20)
+	defaultTo(&c.QueueMaxAge, 72*time.Hour)
+	// What one tunnel's senders may ask of the relay at once.
+	defaultTo(&c.RateLimit, 50)
+	defaultTo(&c.RateBurst, 200)
+	defaultTo(&c.MaxInFlight, 256)
+	defaultTo(&c.BodyGrace, 2*time.Second)
+	defaultTo(&c.MinBodyRate, 16<<10)
+	defaultTo(&c.MaxSlowBodies, 32)
+	defaultTo(&c.LingerTime, 10*time.Second)
+	defaultTo(&c.LingerBytes, 64<<20)
+	defaultTo(&c.NoticeInterval, time.Second)
 	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
 	return c
 }
@@ -160,7 +140,7 @@ type Server struct {
 	// hold is only an estimate.
 	shared bool
 
-	mu      sync.Mutex
+	mu      sync.Mutex         // guards tunnels and closing
 	tunnels map[string]*tunnel // guarded by mu; by tunnel id
 	closing bool               // guarded by mu
 	conns   sync.WaitGroup     // agent connections, each with its loops; added to under mu while !closing
@@ -185,14 +165,14 @@ type tunnel struct {
 	// its write of queued. Lock order: recounting, then mu.
 	recounting sync.Mutex
 
-	mu          sync.Mutex
-	agent       *agentConn    // guarded by mu; nil while no agent holds the tunnel
-	taking      int           // guarded by mu; agents between their hold and taking the tunnel (serveConnect)
-	queued      int           // guarded by mu; rows in the offline queue, counting inserts under way
-	queuedBytes int64         // guarded by mu
-	storing     int           // guarded by mu; inserts under way, counted in queued
-	require     []HeaderField // guarded by mu; set by the agent holding (or last holding) the tunnel
-	limiter     tokenBucket   // guarded by mu
+	mu          sync.Mutex         // guards the fields marked so below; after recounting
+	agent       *agentConn         // guarded by mu; nil while no agent holds the tunnel
+	taking      int                // guarded by mu; agents between their hold and taking the tunnel (serveConnect)
+	queued      int                // guarded by mu; rows in the offline queue, counting inserts under way
+	queuedBytes int64              // guarded by mu
+	storing     int                // guarded by mu; inserts under way, counted in queued
+	require     []wire.HeaderField // guarded by mu; set by the agent holding (or last holding) the tunnel
+	limiter     tokenBucket        // guarded by mu
 
 	// Refusals reach the agent as a count, at most one notice per
 	// noticeEvery: a flood of refused senders must not become a flood of
@@ -226,178 +206,13 @@ type Store interface {
 	ExpireQueued(ctx context.Context, cutoff time.Time) (int64, error)
 }
 
-// NewServer builds a relay over cfg.Store and loads the queue left by a
-// previous run, so it drains when each agent comes back.
-func NewServer(ctx context.Context, cfg Config) (*Server, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("relay: Config.Store is required")
-	}
-	cfg = cfg.withDefaults()
-	if cfg.Offline != OfflineQueue && cfg.Offline != OfflineReject {
-		return nil, fmt.Errorf("relay: offline mode must be %q or %q", OfflineQueue, OfflineReject)
-	}
-	s := &Server{cfg: cfg, log: cfg.Logger, tunnels: map[string]*tunnel{}, shared: cfg.Cluster != nil}
-	if cfg.Cluster == nil {
-		s.cfg.Cluster = soloNode{}
-	}
-	s.abandon, s.giveUp = context.WithCancel(context.Background())
-	s.upgrader = websocket.Upgrader{
-		Subprotocols:     []string{Subprotocol},
-		HandshakeTimeout: cfg.AuthTimeout,
-		// Reads reuse the HTTP server's buffer; write buffers come from a
-		// pool and are held only while a message is being written, so an
-		// idle tunnel holds neither.
-		WriteBufferSize: 64 << 10,
-		WriteBufferPool: &sync.Pool{},
-		// Agents are programs, not pages: a browser Origin has no business here.
-		CheckOrigin: func(r *http.Request) bool { return r.Header.Get("Origin") == "" },
-	}
-	stats, err := cfg.Store.QueueStatsByTunnel(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("relay: read offline queue: %w", err)
-	}
-	for id, st := range stats {
-		t, err := s.lookupTunnel(ctx, id)
-		if err != nil || t == nil {
-			continue
-		}
-		t.mu.Lock()
-		t.queued, t.queuedBytes = st.Count, st.Bytes
-		t.mu.Unlock()
-	}
-	return s, nil
-}
-
 // TunnelURL is where senders reach a tunnel.
 func (s *Server) TunnelURL(tunnelID string) string { return s.cfg.PublicURL + "/t/" + tunnelID }
-
-// HTTPServer wraps the relay in an http.Server with the timeouts a public
-// listener needs (slow clients, slowloris).
-func (s *Server) HTTPServer(addr string) *http.Server {
-	return &http.Server{
-		Addr:              addr,
-		Handler:           s,
-		ReadHeaderTimeout: s.cfg.AuthTimeout,
-		ReadTimeout:       s.readTimeout(),
-		WriteTimeout:      s.cfg.ForwardTimeout + 30*time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
-}
 
 // readTimeout bounds reading a whole request, from its head to the end of
 // the wait for the agent's answer (the server watches the connection for a
 // sender going away meanwhile).
 func (s *Server) readTimeout() time.Duration { return s.cfg.ForwardTimeout + 30*time.Second }
-
-// Run expires old queued requests and drops agents whose token was revoked,
-// until ctx ends; then it tells every agent the relay is going away and
-// returns once every agent connection and its loops have ended. It stops
-// all at once: Serve stops in stages.
-func (s *Server) Run(ctx context.Context) error {
-	s.runBackground(ctx, ctx)
-	s.sendAgentsAway()
-	return nil
-}
-
-// runBackground does Run's work until ctx ends, and takes other nodes'
-// requests until intake ends; it returns once both have ended.
-func (s *Server) runBackground(ctx, intake context.Context) {
-	clustered := make(chan error, 1)
-	go func() { clustered <- s.serveClustered(intake) }()
-	defer func() { <-clustered }()
-	expire := time.NewTicker(expireEvery)
-	defer expire.Stop()
-	revoke := time.NewTicker(revokeEvery)
-	defer revoke.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-expire.C:
-			s.expireQueued(ctx)
-		case <-revoke.C:
-			s.dropRevoked(ctx)
-		}
-	}
-}
-
-// Serve serves hs on ln and does Run's work until ctx ends or ln fails,
-// then stops in stages, so that every sender gets its handler's answer,
-// 202 for what is queued, or a 503 with Retry-After — never an answer no
-// one gave:
-//
-//  1. intake stops: ln closes, other nodes no longer hand requests here,
-//     and a request that still arrives (on a connection already open) is
-//     answered 503 with Retry-After;
-//  2. the requests in flight have up to grace to be answered; those still
-//     waiting then are answered 503 with Retry-After (a sender retries);
-//  3. the agents are sent away: they reconnect, to another node or to
-//     this one restarted, and what is queued waits for them;
-//  4. the background work ends, and with it the tunnels this node held
-//     in a cluster are released. Whoever opened the Cluster closes it
-//     after Serve returns: that drains the node's connection to the others.
-func (s *Server) Serve(ctx context.Context, hs *http.Server, ln net.Listener, grace time.Duration) error {
-	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
-	intake, stopIntake := context.WithCancel(work)
-	worked := make(chan struct{})
-	go func() {
-		defer close(worked)
-		s.runBackground(work, intake)
-	}()
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	var err error
-	select {
-	case err = <-served:
-	case <-ctx.Done():
-	}
-
-	s.draining.Store(true) // 1
-	stopIntake()
-	s.log.Info("relay stopping: requests in flight may take until the grace ends", "grace", grace)
-	if !s.finish(hs, grace) { // 2
-		n := s.busy.Load()
-		s.giveUp()
-		s.log.Warn("stop grace over: requests still in flight are answered 503", "requests", n)
-		if !s.finish(hs, abandonWait) {
-			hs.Close()
-		}
-	}
-	s.sendAgentsAway() // 3
-	stopWork()         // 4
-	<-worked
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return err
-}
-
-// abandonWait bounds, once the stop grace is over, the wait for the
-// answers of the requests that were still in flight.
-const abandonWait = 5 * time.Second
-
-// finish waits, until wait has passed, for hs to have answered every
-// request (hs.Shutdown closes its listeners first) and for other nodes'
-// requests to be answered; false if wait ran out first.
-func (s *Server) finish(hs *http.Server, wait time.Duration) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if hs.Shutdown(ctx) != nil {
-		return false
-	}
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for s.busy.Load() > 0 {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return false
-		}
-	}
-	return true
-}
 
 // refuseStopping answers a request the relay cannot take or finish as it
 // stops: its sender retries, and reaches another node or this one restarted.
@@ -430,12 +245,12 @@ func (s *Server) dropRevoked(ctx context.Context) {
 // dropTunnel sends away the agent of a revoked token and forgets its
 // tunnel, whose URL then answers 404.
 func (s *Server) dropTunnel(id string) {
-	s.sendAway(id, true, GoAway{Reason: GoAwayRevoked, Message: "the token of this tunnel was revoked"})
+	s.sendAway(id, true, wire.GoAway{Reason: wire.GoAwayRevoked, Message: "the token of this tunnel was revoked"})
 }
 
 // sendAway tells the agent holding tunnel id here, if any, to go, and
 // forgets the tunnel if forget is set.
-func (s *Server) sendAway(id string, forget bool, g GoAway) {
+func (s *Server) sendAway(id string, forget bool, g wire.GoAway) {
 	s.mu.Lock()
 	t := s.tunnels[id]
 	if forget {
@@ -487,7 +302,7 @@ func (s *Server) sendAgentsAway() {
 		ac := t.agent
 		t.mu.Unlock()
 		if ac != nil {
-			ac.goAway(GoAway{Reason: GoAwayShutdown, Message: "relay shutting down"})
+			ac.goAway(wire.GoAway{Reason: wire.GoAwayShutdown, Message: "relay shutting down"})
 		}
 	}
 	s.conns.Wait()
@@ -544,34 +359,6 @@ func validTunnelID(id string) bool {
 		}
 	}
 	return true
-}
-
-// ServeHTTP routes the relay's public paths.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch p := r.URL.Path; {
-	case strings.HasPrefix(p, "/t/"):
-		s.busy.Add(1)
-		defer s.busy.Add(-1)
-		if s.draining.Load() {
-			s.refuseStopping(w)
-			return
-		}
-		s.serveTunnel(w, r)
-	case p == ConnectPath:
-		if s.draining.Load() {
-			s.refuseStopping(w)
-			return
-		}
-		s.serveConnect(w, r)
-	case p == "/healthz":
-		api.WriteData(w, http.StatusOK, "ok", map[string]any{"version": s.cfg.Version})
-	case p == "/metrics":
-		s.serveMetrics(w)
-	case p == "/":
-		api.WriteData(w, http.StatusOK, "calltap relay", map[string]any{"version": s.cfg.Version})
-	default:
-		api.WriteError(w, api.NotFound("path"))
-	}
 }
 
 // fail writes an error envelope and counts it.

@@ -7,6 +7,8 @@ package relay
 import (
 	"context"
 	"errors"
+
+	"github.com/calltap/calltap/relay/wire"
 )
 
 // soloNode is Config.Cluster when none is given.
@@ -22,10 +24,12 @@ func (soloNode) Self() string { return "" }
 func (soloNode) Holder(string) Holding { return Holding{} }
 
 // Hold has no other node to tell.
-func (soloNode) Hold(context.Context, string, []HeaderField) (func(), error) { return func() {}, nil }
+func (soloNode) Hold(context.Context, string, []wire.HeaderField) (func(), error) {
+	return func() {}, nil
+}
 
 // Forward is never called: no tunnel is held elsewhere.
-func (soloNode) Forward(context.Context, string, string, *Request) (*Answer, error) {
+func (soloNode) Forward(context.Context, string, string, *wire.Request) (*wire.Answer, error) {
 	return nil, errSolo
 }
 

@@ -16,9 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/tunnel"
+	"github.com/calltap/calltap/relay/wire"
 )
 
 // seen is what the local handler received.
@@ -67,7 +69,7 @@ func startHandler(t *testing.T, fn func(http.ResponseWriter, *http.Request)) (*r
 
 func TestTunnelCarriesRequestByteExact(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL + "/webhooks"})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL + "/webhooks"})
 
 	body := make([]byte, 4096)
 	rand.Read(body)
@@ -167,7 +169,7 @@ func TestTunnelManyInFlight(t *testing.T) {
 		inside.Add(-1)
 		io.WriteString(w, r.URL.Query().Get("i"))
 	})
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
 	const n = 50
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -202,7 +204,7 @@ func TestTunnelManyInFlight(t *testing.T) {
 
 func TestTunnelTenMiBBody(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
 	body := make([]byte, 10<<20)
 	rand.Read(body)
 	resp, err := http.Post(st.TunnelURL+"/big", "application/octet-stream", bytes.NewReader(body))
@@ -252,7 +254,7 @@ func TestTunnelErrors(t *testing.T) {
 			}
 		}
 	})
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.ForwardTimeout = 300 * time.Millisecond }})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, Relay: func(c *relay.Config) { c.ForwardTimeout = 300 * time.Millisecond }})
 
 	resp, body := post(t, st.RelayURL+"/t/0123456789abcdef0123456789abcdef/x", "{}")
 	if resp.StatusCode != 404 || errorCode(t, body) != "not_found" {
@@ -272,19 +274,19 @@ func TestTunnelErrors(t *testing.T) {
 
 func TestWrongTokenIsRefusedAndClientStops(t *testing.T) {
 	_, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
-	c, err := relay.NewClient(relay.ClientConfig{RelayURL: st.RelayURL, Token: "ct_wrong", Handler: nopHandler{}})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
+	c, err := tunnel.NewClient(tunnel.Config{RelayURL: st.RelayURL, Token: "ct_wrong", Handler: nopHandler{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err = c.Run(ctx)
-	if !errors.Is(err, relay.ErrUnauthorized) {
+	if !errors.Is(err, tunnel.ErrUnauthorized) {
 		t.Fatalf("Run = %v, want ErrUnauthorized", err)
 	}
 	// The handshake itself answers 401 in the envelope.
-	req, _ := http.NewRequest("GET", st.RelayURL+relay.ConnectPath, nil)
+	req, _ := http.NewRequest("GET", st.RelayURL+wire.ConnectPath, nil)
 	req.Header.Set("Authorization", "Bearer ct_wrong")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -299,16 +301,16 @@ func TestWrongTokenIsRefusedAndClientStops(t *testing.T) {
 
 type nopHandler struct{}
 
-func (nopHandler) ServeTunnel(r *relay.Request, s *relay.Stream) { s.Release() }
+func (nopHandler) ServeTunnel(r *wire.Request, s *tunnel.Stream) { s.Release() }
 
 func TestRelayRestartKeepsURL(t *testing.T) {
 	rec, h := startHandler(t, nil)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL})
 	if resp, body := post(t, st.TunnelURL+"/before", "{}"); resp.StatusCode != 201 {
 		t.Fatalf("before restart: %d %s", resp.StatusCode, body)
 	}
 	st.StopRelay()
-	polltest.Until(t, 10*time.Second, func() bool { return st.Agent.TunnelState().State != relay.StateConnected }, "agent did not notice the relay going away")
+	polltest.Until(t, 10*time.Second, func() bool { return st.Agent.TunnelState().State != tunnel.StateConnected }, "agent did not notice the relay going away")
 	st.StartRelay()
 	st.WaitConnected()
 	if resp, body := post(t, st.TunnelURL+"/after", "{}"); resp.StatusCode != 201 {

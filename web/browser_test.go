@@ -29,7 +29,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/calltap/calltap/web"
@@ -296,14 +296,14 @@ func (h *handler) received() []received {
 }
 
 type stack struct {
-	*inspectortest.Stack
+	*stacktest.Stack
 	h *handler
 }
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
 	h := newHandler(t)
-	s := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.srv.URL + "/hook", Assets: web.Handler()})
+	s := stacktest.Start(t, stacktest.Options{ForwardTo: h.srv.URL + "/hook", Assets: web.Handler()})
 	return &stack{Stack: s, h: h}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/tunnel"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/calltap/calltap/storage/relaydb"
@@ -103,7 +104,7 @@ type agentApp struct {
 	flags  *agentFlags
 	stdio  Stdio
 	log    *slog.Logger
-	tunnel relay.ClientConfig // RelayURL and Token; for dev, set by Open
+	tunnel tunnel.Config // RelayURL and Token; for dev, set by Open
 
 	// devRelay, for dev, is the relay to run in this process; Open fills
 	// in its server.
@@ -272,9 +273,9 @@ func (app *agentApp) runTunnel(ctx context.Context) error {
 	cc.Handler = app.agent
 	// Live requests at the handler are answered within its timeout.
 	cc.StopGrace = app.flags.forwardTimeout + 5*time.Second
-	cc.OnState = func(s relay.ConnState) {
+	cc.OnState = func(s tunnel.ConnState) {
 		app.agent.SetConnState(s)
-		if s.State == relay.StateConnected && s.Hello != nil {
+		if s.State == tunnel.StateConnected && s.Hello != nil {
 			once.Do(func() {
 				fmt.Fprintf(out, "calltap %s · %s\n  Tunnel     %s  ->  %s\n", app.mode(), version, s.Hello.PublicURL, app.flags.forwardTo)
 				if app.inspectURL != "" {
@@ -288,12 +289,12 @@ func (app *agentApp) runTunnel(ctx context.Context) error {
 			refused.note(s.Notice.Rejected)
 		}
 	}
-	client, err := relay.NewClient(cc)
+	client, err := tunnel.NewClient(cc)
 	if err != nil {
 		return err
 	}
 	err = client.Run(ctx)
-	if errors.Is(err, relay.ErrUnauthorized) {
+	if errors.Is(err, tunnel.ErrUnauthorized) {
 		return fmt.Errorf("%v — check --token, or ask for a new one with 'calltap relay token create'", err)
 	}
 	return err

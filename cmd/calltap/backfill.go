@@ -12,7 +12,7 @@ import (
 
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/trigger"
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/wire"
 )
 
 func cmdBackfill(ctx context.Context, args []string, stdio Stdio) int {
@@ -52,7 +52,7 @@ func cmdBackfill(ctx context.Context, args []string, stdio Stdio) int {
 	if *forward && *forwardTo == "" {
 		return usageError(stdio, "backfill", "--forward needs --forward-to URL, the local handler")
 	}
-	var extra relay.Header
+	var extra wire.Header
 	for _, h := range headers {
 		f, err := trigger.ParseHeader(h)
 		if err != nil {

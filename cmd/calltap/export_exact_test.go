@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/calltap/calltap/inspector/agent"
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -36,9 +36,9 @@ func oddStore(t *testing.T) (string, []*agentdb.Capture) {
 			Body: []byte(`{"event":"call.started","call":{"call_id":"6f1c1c7e-2b7e-4f52-a0a4-5b0d1f7e9c00"}}`), Duration: -1},
 	}
 	// As the agent writes them.
-	hj, _ := relay.Header{{Name: "X-Weird", Value: "\xe9t\xe9"}, {Name: "Content-Type", Value: "application/json"}}.MarshalJSON()
+	hj, _ := wire.Header{{Name: "X-Weird", Value: "\xe9t\xe9"}, {Name: "Content-Type", Value: "application/json"}}.MarshalJSON()
 	cs[1].RequestHeaders = string(hj)
-	rhj, _ := relay.Header{{Name: "X-Back", Value: "\xff"}}.MarshalJSON()
+	rhj, _ := wire.Header{{Name: "X-Back", Value: "\xff"}}.MarshalJSON()
 	for _, c := range cs {
 		agent.IndexCapture(c)
 	}
@@ -110,7 +110,7 @@ func TestExportIsUTF8AndExact(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var h relay.Header
+		var h wire.Header
 		if err := h.UnmarshalJSON([]byte(got.RequestHeaders)); err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func TestExportIsUTF8AndExact(t *testing.T) {
 		}
 	}
 	answered, _ := db.Capture(context.Background(), cs[1].ID)
-	var back relay.Header
+	var back wire.Header
 	if back.UnmarshalJSON([]byte(answered.ResponseHeaders)) != nil || back.Get("X-Back") != "\xff" || !bytes.Equal(answered.ResponseBody, []byte("no\xff")) {
 		t.Errorf("the answer came back as %q %q", answered.ResponseHeaders, answered.ResponseBody)
 	}

@@ -12,9 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/chromedp/chromedp"
-
-	"github.com/calltap/calltap/relay"
 )
 
 // harChromium is where the browser tests find Debian's chromium (see
@@ -112,7 +111,7 @@ func TestExportHARImportedByChromium(t *testing.T) {
 	}
 	for i, r := range got {
 		want := cs[i]
-		var h relay.Header
+		var h wire.Header
 		if err := h.UnmarshalJSON([]byte(want.RequestHeaders)); err != nil {
 			t.Fatal(err)
 		}

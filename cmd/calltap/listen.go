@@ -18,7 +18,7 @@ import (
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/tunnel"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -126,7 +126,7 @@ func cmdListen(ctx context.Context, args []string, stdio Stdio) int {
 		tlsCfg = &tls.Config{RootCAs: pool}
 	}
 	return runApp(ctx, stdio, "listen", &agentApp{flags: &af, stdio: stdio, log: log,
-		tunnel: relay.ClientConfig{RelayURL: *relayURL, Token: tok, RequireHeaders: require, TLSConfig: tlsCfg}})
+		tunnel: tunnel.Config{RelayURL: *relayURL, Token: tok, RequireHeaders: require, TLSConfig: tlsCfg}})
 }
 
 // listenToken picks the token from --token, --token-file or the

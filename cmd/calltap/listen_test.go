@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 )
@@ -22,7 +22,7 @@ func TestListenSummarisesRefusedSenders(t *testing.T) {
 	h := httptest.NewServer(nil)
 	defer h.Close()
 	// The relay tells the agent often, so the summing up is the agent's.
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, NoAgent: true, Relay: func(c *relay.Config) {
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, NoAgent: true, Relay: func(c *relay.Config) {
 		c.RateLimit, c.RateBurst = 1e6, 1e6
 		c.NoticeInterval = 5 * time.Millisecond
 	}})

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
 )
@@ -103,7 +103,7 @@ func TestTokenCommands(t *testing.T) {
 func TestListenExitsOnWrongToken(t *testing.T) {
 	h := httptest.NewServer(nil)
 	defer h.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, NoAgent: true})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, NoAgent: true})
 	code, _, stderr := runCmd(t, "listen", "--relay", st.RelayURL, "--token", "ct_wrong", "--forward-to", h.URL, "--inspect", "", "--data", t.TempDir())
 	if code != 1 || !strings.Contains(stderr, "refused the token") {
 		t.Fatalf("listen with a wrong token: exit %d, %q", code, stderr)

@@ -20,7 +20,9 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/certs"
 	"github.com/calltap/calltap/relay/cluster"
+	"github.com/calltap/calltap/relay/frameconn"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/relaydb"
 )
@@ -71,7 +73,7 @@ func (f *relayFlags) config(db relay.Store, publicURL string) relay.Config {
 		ForwardTimeout: f.forwardTimeout, MaxBody: f.maxBody, MaxHeaderBytes: f.maxHeaderBytes,
 		Offline: f.offline, QueueMaxCount: f.queueMaxCount, QueueMaxBytes: f.queueMaxBytes, QueueMaxAge: f.queueMaxAge,
 		RateLimit: f.rateLimit, RateBurst: f.rateBurst, NoRateLimit: f.rateLimit == 0, MaxInFlight: f.maxInFlight, AuthTimeout: f.authTimeout,
-		Keepalive: relay.Keepalive{PongWait: f.pongWait},
+		Keepalive: frameconn.Keepalive{PongWait: f.pongWait},
 	}
 }
 
@@ -271,7 +273,7 @@ func serveRelay(ctx context.Context, srv *relay.Server, listen string, insecure 
 // keepCertificates gets the certificates now rather than on the first
 // sender's handshake, then re-reads --tls-cert/--tls-key on SIGHUP until
 // ctx ends.
-func keepCertificates(ctx context.Context, certs *relay.TLS, log *slog.Logger) error {
+func keepCertificates(ctx context.Context, certs *certs.TLS, log *slog.Logger) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

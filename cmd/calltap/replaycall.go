@@ -12,8 +12,8 @@ import (
 
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/agent"
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -62,15 +62,15 @@ func (r *callReplay) validate() error {
 }
 
 // replayHeaders reads --header values, "Name: value" each.
-func replayHeaders(hs []string) (relay.Header, error) {
-	var out relay.Header
+func replayHeaders(hs []string) (wire.Header, error) {
+	var out wire.Header
 	for _, h := range hs {
 		name, value, ok := strings.Cut(h, ":")
 		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
 		if !ok || name == "" || strings.ContainsAny(name, " \t") || strings.ContainsAny(value, "\r\n\x00") {
 			return nil, fmt.Errorf("--header %q: want 'Name: value'", h)
 		}
-		out = append(out, relay.HeaderField{Name: name, Value: value})
+		out = append(out, wire.HeaderField{Name: name, Value: value})
 	}
 	return out, nil
 }
@@ -228,11 +228,11 @@ func loadExport(ctx context.Context, file, dir string) (*agentdb.AgentStore, []s
 
 // unsupplied is the masked headers of an export that the captures hold
 // (as MaskedValue) and --header does not give again.
-func unsupplied(ctx context.Context, db *agentdb.AgentStore, masked []string, given relay.Header) ([]string, error) {
+func unsupplied(ctx context.Context, db *agentdb.AgentStore, masked []string, given wire.Header) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
 	_, err := db.EachCapture(ctx, agentdb.CaptureFilter{}, func(c *agentdb.Capture) error {
-		var h relay.Header
+		var h wire.Header
 		if h.UnmarshalJSON([]byte(c.RequestHeaders)) != nil {
 			return nil
 		}

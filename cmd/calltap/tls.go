@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/certs"
 	"golang.org/x/crypto/acme/autocert"
 )
 
@@ -62,7 +62,7 @@ func (f *tlsFlags) publicURL(listen string, insecure bool) string {
 	if f.domains != "" {
 		host = strings.TrimSpace(strings.Split(f.domains, ",")[0])
 		if !insecure {
-			if u, err := relay.PublicURL(host, listen); err == nil {
+			if u, err := certs.PublicURL(host, listen); err == nil {
 				return u
 			}
 		}
@@ -77,7 +77,7 @@ func (f *tlsFlags) publicURL(listen string, insecure bool) string {
 
 // build returns the TLS config for the main listener and the handler for
 // --http-listen: ACME HTTP-01 answers and a redirect to HTTPS.
-func (f *tlsFlags) build(dataDir, listen string, log *slog.Logger) (*relay.TLS, error) {
+func (f *tlsFlags) build(dataDir, listen string, log *slog.Logger) (*certs.TLS, error) {
 	var domains []string
 	for _, d := range strings.Split(f.domains, ",") {
 		if d = strings.TrimSpace(d); d != "" {
@@ -85,7 +85,7 @@ func (f *tlsFlags) build(dataDir, listen string, log *slog.Logger) (*relay.TLS, 
 		}
 	}
 	_, port, _ := net.SplitHostPort(listen)
-	t, err := relay.NewTLS(relay.TLSOptions{
+	t, err := certs.New(certs.Options{
 		Domains: domains, Email: f.email, CacheDir: filepath.Join(dataDir, "autocert"),
 		DirectoryURL: f.directory, CARootsFile: f.caRoots, CertFile: f.certFile, KeyFile: f.keyFile,
 		HTTPSPort: port, Logger: log, SharedCache: f.shared,

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/inspector/inspectortest"
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/relay/polltest"
 )
 
@@ -19,7 +19,7 @@ import (
 func TestListenTrimsTheToken(t *testing.T) {
 	h := httptest.NewServer(&counter{})
 	defer h.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: h.URL, NoAgent: true})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: h.URL, NoAgent: true})
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	for _, tc := range []struct {
 		name string

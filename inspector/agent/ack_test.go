@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector/agent"
-	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 )
@@ -53,7 +53,7 @@ func TestSlowAlongsideRequestIsAcknowledged(t *testing.T) {
 	defer hs.Close()
 	defer g.open() // a failure lets the held requests go: Close waits for them
 	rl := &slowLog{}
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Relay: func(c *relay.Config) {
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, Relay: func(c *relay.Config) {
 		c.ForwardTimeout = 2 * time.Second // the handler holds both: the relay gives up on them
 		c.Logger = slog.New(rl)
 	}})
@@ -107,7 +107,7 @@ func TestLargeLiveBodyIsStagedQuietly(t *testing.T) {
 	hs := httptest.NewServer(h)
 	defer hs.Close()
 	warned := &warnings{}
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, Logger: slog.New(warned)})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, Logger: slog.New(warned)})
 	body := `{"big":"` + strings.Repeat("x", 1<<20) + `"}`
 	send(t, st.TunnelURL+"/hook", body)
 	if err := st.Agent.Flush(context.Background()); err != nil {

@@ -27,7 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/tunnel"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -217,7 +217,7 @@ func (a *Agent) goBackground(ctx context.Context, f func(context.Context)) error
 }
 
 // SetConnState records the relay connection's state and tells the UI.
-func (a *Agent) SetConnState(cs relay.ConnState) {
+func (a *Agent) SetConnState(cs tunnel.ConnState) {
 	a.stateMu.Lock()
 	a.state.State = cs.State
 	if cs.Hello != nil {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector/voice/service"
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -29,7 +29,7 @@ type BackfillOptions struct {
 	// Header is added to each imported request after Content-Type: the
 	// delivery log does not keep the event_webhook_headers a delivery was
 	// sent with, and a handler that checks them needs them back.
-	Header relay.Header
+	Header wire.Header
 	// PublicURL is the tunnel's public URL: a delivery to a URL under it
 	// is captured with the rest of the path, as the tunnel would have.
 	// Empty: the connected tunnel's, else a leading /t/<tunnel-id> is
@@ -275,7 +275,7 @@ func (a *Agent) importDelivery(ctx context.Context, d *service.Delivery, o Backf
 		res.Failed++
 		return nil
 	}
-	h := relay.Header{{Name: "Content-Type", Value: "application/json"}}
+	h := wire.Header{{Name: "Content-Type", Value: "application/json"}}
 	h = append(h, o.Header...)
 	c := a.newCapture(SourceBackfill, "POST", deliveryURI(d.URL, o.PublicURL), h, []byte(d.Payload))
 	if c.DeliveryID == "" {

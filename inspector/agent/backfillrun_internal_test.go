@@ -14,8 +14,9 @@ import (
 	"github.com/calltap/calltap/inspector/voice/emulator"
 	"github.com/calltap/calltap/inspector/voice/emulator/emulatortest"
 	"github.com/calltap/calltap/inspector/voice/service"
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/tunnel"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -37,7 +38,7 @@ func TestBackfillImportsWhatNeverCame(t *testing.T) {
 	var progress []BackfillProgress
 	res, err := a.Backfill(ctx, c, BackfillOptions{Since: time.Hour, Forward: true, CallID: env.Data.CallID,
 		PublicURL: "http://127.0.0.1:1/t/abc",
-		Header:    relay.Header{{Name: "X-Secret", Value: "given"}},
+		Header:    wire.Header{{Name: "X-Secret", Value: "given"}},
 		Progress:  func(p BackfillProgress) { progress = append(progress, p) }})
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +140,7 @@ func TestBackfillToADeadHandler(t *testing.T) {
 	ran := make(chan struct{})
 	go func() { defer close(ran); a.Run(runCtx) }()
 	defer func() { stop(); <-ran }()
-	a.SetConnState(relay.ConnState{State: relay.StateConnected, Hello: &relay.Hello{PublicURL: "http://127.0.0.1:1/custom"}})
+	a.SetConnState(tunnel.ConnState{State: tunnel.StateConnected, Hello: &wire.Hello{PublicURL: "http://127.0.0.1:1/custom"}})
 	c, _ := missedCall(t, ctx, "http://127.0.0.1:1/custom/hooks")
 	res, err := a.Backfill(ctx, c, BackfillOptions{Forward: true})
 	if err != nil {

@@ -7,14 +7,14 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/tunnelpath"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/google/uuid"
 )
 
 // newCapture builds a capture of a request and indexes it if it is a call event.
-func (a *Agent) newCapture(source, method, uri string, h relay.Header, body []byte) *agentdb.Capture {
+func (a *Agent) newCapture(source, method, uri string, h wire.Header, body []byte) *agentdb.Capture {
 	path, query, _ := strings.Cut(uri, "?")
 	hj, _ := h.MarshalJSON()
 	c := &agentdb.Capture{
@@ -78,14 +78,14 @@ func joinTarget(base *url.URL, path, query string) string {
 
 // deliver sends c to its target once (attempt n), records the outcome and
 // returns it in the relay's terms.
-func (a *Agent) deliver(ctx context.Context, c *agentdb.Capture, n int) *relay.Response {
-	return a.record(c, n, a.send(ctx, c, nil, relay.Limits{}, nil))
+func (a *Agent) deliver(ctx context.Context, c *agentdb.Capture, n int) *wire.Response {
+	return a.record(c, n, a.send(ctx, c, nil, wire.Limits{}, nil))
 }
 
 // record writes attempt n's result res into c, adds it to the answers
 // waiting to be committed (responses), prints its console line and
 // returns the response for the relay.
-func (a *Agent) record(c *agentdb.Capture, n int, res sendResult) *relay.Response {
+func (a *Agent) record(c *agentdb.Capture, n int, res sendResult) *wire.Response {
 	c.Attempts = n
 	c.Duration = res.duration
 	c.DeliveredAt = time.Now().UTC()
@@ -112,14 +112,14 @@ func (a *Agent) record(c *agentdb.Capture, n int, res sendResult) *relay.Respons
 	update := *c
 	a.cm.addAnswer(&update)
 	a.printLine(c)
-	out := &relay.Response{Status: res.status, Header: res.header, Body: res.body, Error: res.err}
+	out := &wire.Response{Status: res.status, Header: res.header, Body: res.body, Error: res.err}
 	switch {
 	case res.timeout:
-		out.Result = relay.ResultTimeout
+		out.Result = wire.ResultTimeout
 	case res.tooLarge:
-		out.Result = relay.ResultTooLarge
+		out.Result = wire.ResultTooLarge
 	case res.status == 0:
-		out.Result = relay.ResultUnreachable
+		out.Result = wire.ResultUnreachable
 	}
 	return out
 }
@@ -157,7 +157,7 @@ func (a *Agent) sendSaved(x *exchange, first bool) {
 // the handler's, recorded; or, not saved, a refusal naming why, and
 // whether the handler may have the request (its sender sends it again, and
 // that one is saved).
-func (a *Agent) response(x *exchange) *relay.Response {
+func (a *Agent) response(x *exchange) *wire.Response {
 	switch {
 	case x.err != nil && x.forwarded:
 		return refusalAfterForward(x.err)

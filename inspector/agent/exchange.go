@@ -4,7 +4,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/tunnel"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -16,9 +17,9 @@ import (
 // ack a slow handler's request gets. Nothing else in the package writes to
 // the relay.
 type exchange struct {
-	s         *relay.Stream    // set by ServeTunnel, then read-only; nil for a queued request an earlier run saved
+	s         *tunnel.Stream   // set by ServeTunnel, then read-only; nil for a queued request an earlier run saved
 	c         *agentdb.Capture // set by ServeTunnel; the committer's from its write's queueing until its after runs
-	h         relay.Header     // set by ServeTunnel, then read-only
+	h         wire.Header      // set by ServeTunnel, then read-only
 	plan      plan             // chosen by ServeTunnel (choose), then read-only
 	arrivedAt time.Time        // set by ServeTunnel, then read-only
 
@@ -28,11 +29,11 @@ type exchange struct {
 	// the states). Only alongside and in-turn exchanges use it.
 	state atomic.Int32
 
-	res       sendResult      // the handler's answer: written by the sending goroutine before it moves state or finishes
-	forwarded bool            // the request was, or may have been, written to the handler: written with res
-	err       error           // the save's outcome: written by the write's after before it moves state or closes saved
-	ack       *time.Timer     // the slow handler's ack (alongside): written by the write's after before it moves state
-	resp      *relay.Response // xAnswered: the answer finishAll sends, written by the write's after before it hands x to the committer
+	res       sendResult     // the handler's answer: written by the sending goroutine before it moves state or finishes
+	forwarded bool           // the request was, or may have been, written to the handler: written with res
+	err       error          // the save's outcome: written by the write's after before it moves state or closes saved
+	ack       *time.Timer    // the slow handler's ack (alongside): written by the write's after before it moves state
+	resp      *wire.Response // xAnswered: the answer finishAll sends, written by the write's after before it hands x to the committer
 
 	// In the turn line (in turn, queued) and save first.
 	saved    chan struct{} // closed once the save is over: err, id and skip are set
@@ -60,7 +61,7 @@ const (
 // finish ends x: the relay gets r, the answer to a live request (nil for a
 // queued one, acknowledged by its commit's ackAll), and the request's
 // buffer goes back: from now on its body is read back from the store.
-func (x *exchange) finish(r *relay.Response) {
+func (x *exchange) finish(r *wire.Response) {
 	if x.ack != nil {
 		x.ack.Stop()
 	}
@@ -85,11 +86,11 @@ func ackAll(xs []*exchange) {
 	if len(xs) == 0 {
 		return
 	}
-	ss := make([]*relay.Stream, len(xs))
+	ss := make([]*tunnel.Stream, len(xs))
 	for i, x := range xs {
 		ss[i] = x.s
 	}
-	relay.AckAll(ss)
+	tunnel.AckAll(ss)
 }
 
 // finishAll finishes, in one write, the alongside exchanges whose answers
@@ -98,12 +99,12 @@ func finishAll(xs []*exchange) {
 	if len(xs) == 0 {
 		return
 	}
-	ss := make([]*relay.Stream, len(xs))
-	rs := make([]*relay.Response, len(xs))
+	ss := make([]*tunnel.Stream, len(xs))
+	rs := make([]*wire.Response, len(xs))
 	for i, x := range xs {
 		ss[i], rs[i] = x.s, x.resp
 	}
-	relay.RespondAll(ss, rs)
+	tunnel.RespondAll(ss, rs)
 	for _, x := range xs {
 		x.s.Release()
 	}

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector/agent"
-	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
@@ -37,7 +37,7 @@ func TestLoneRequestReachesHandlerBeforeItsCommit(t *testing.T) {
 	}))
 	defer hs.Close()
 	var waitedOut atomic.Int32
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
 		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error) {
 			for range inserts {
@@ -77,7 +77,7 @@ func TestLoneRequestToDeadHandlerIsSaved(t *testing.T) {
 	hs := httptest.NewServer(http.NotFoundHandler())
 	dead := hs.URL
 	hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: dead})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: dead})
 	resp, err := http.Post(st.TunnelURL+"/hook", "application/json", strings.NewReader(`{"dead":true}`))
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +109,7 @@ func TestLastAnswerIsRecordedUnprompted(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	}))
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
 	for i := range 3 {
 		resp, err := http.Post(st.TunnelURL+"/hook", "application/json", strings.NewReader(`{}`))
 		if err != nil {
@@ -164,7 +164,7 @@ func TestCrowdAnswersAfterCommitEitherWay(t *testing.T) {
 		}
 	}))
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
 		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error) {
 			for _, c := range inserts {
@@ -239,7 +239,7 @@ func TestAnswerOfFailedCommitIsRecordedLater(t *testing.T) {
 	}))
 	defer hs.Close()
 	full.Store(true)
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
 		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error) {
 			if full.Load() && len(updates) > 0 {

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -44,7 +44,7 @@ func TestRecordSetsStatusByTheRetryRule(t *testing.T) {
 		if la := c.LastAttempt; la == nil || la.N != tc.n || la.Duration != took || !la.At.Equal(c.DeliveredAt.Add(-took)) {
 			t.Errorf("status %d: last attempt %+v, delivered at %s", tc.status, la, c.DeliveredAt)
 		}
-		if tc.status == 0 && out.Result != relay.ResultUnreachable {
+		if tc.status == 0 && out.Result != wire.ResultUnreachable {
 			t.Errorf("no answer: relay told %q", out.Result)
 		}
 	}

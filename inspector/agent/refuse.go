@@ -5,8 +5,8 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage"
 )
 
@@ -23,7 +23,7 @@ const (
 // retries. It names the cause but not the error itself, whose paths are
 // the developer's. A request the handler may have had is answered
 // refusalAfterForward instead.
-func refusal(err error) *relay.Response {
+func refusal(err error) *wire.Response {
 	code, msg := codeNotSaved, "the agent could not save the request; retry"
 	switch {
 	case storage.IsDiskFull(err):
@@ -40,7 +40,7 @@ func refusal(err error) *relay.Response {
 // retries, but coded outcome_unknown, since the handler may have the
 // request. Its sender cannot tell more than from a connection dropped
 // without an answer, and the code says so.
-func refusalAfterForward(err error) *relay.Response {
+func refusalAfterForward(err error) *wire.Response {
 	cause := "the agent could not save the request"
 	if storage.IsDiskFull(err) {
 		cause += " (disk full on the agent's machine)"
@@ -49,11 +49,11 @@ func refusalAfterForward(err error) *relay.Response {
 }
 
 // refusalResponse is a 503 with Retry-After and the envelope naming code.
-func refusalResponse(code, msg string) *relay.Response {
+func refusalResponse(code, msg string) *wire.Response {
 	body, _ := json.Marshal(api.Envelope{Message: msg, Error: &api.Error{Code: code, Message: msg}})
-	return &relay.Response{
+	return &wire.Response{
 		Status: http.StatusServiceUnavailable,
-		Header: relay.Header{{Name: "Content-Type", Value: "application/json; charset=utf-8"}, {Name: "Retry-After", Value: "5"}},
+		Header: wire.Header{{Name: "Content-Type", Value: "application/json; charset=utf-8"}, {Name: "Retry-After", Value: "5"}},
 		Body:   append(body, '\n'),
 	}
 }

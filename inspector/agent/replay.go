@@ -7,23 +7,23 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/relay/tunnelpath"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
 // ReplayOptions says what to re-send and how. Nil edits keep the original.
 type ReplayOptions struct {
-	ID        string        `json:"id"`
-	To        string        `json:"to"`      // another URL, used as is
-	Method    *string       `json:"method"`  // edited method
-	Path      *string       `json:"path"`    // edited path and query
-	Headers   *relay.Header `json:"headers"` // edited headers
-	Body      *string       `json:"body"`    // edited body
-	Retry     string        `json:"retry"`   // "" (once) or "service"
-	TimeScale float64       `json:"time_scale"`
+	ID        string       `json:"id"`
+	To        string       `json:"to"`      // another URL, used as is
+	Method    *string      `json:"method"`  // edited method
+	Path      *string      `json:"path"`    // edited path and query
+	Headers   *wire.Header `json:"headers"` // edited headers
+	Body      *string      `json:"body"`    // edited body
+	Retry     string       `json:"retry"`   // "" (once) or "service"
+	TimeScale float64      `json:"time_scale"`
 }
 
 // Replay re-sends a capture as a new capture linked to it. Once: it waits
@@ -121,7 +121,7 @@ func checkReplayMode(o ReplayOptions) error {
 type replayRequest struct {
 	method string
 	uri    string // path and query
-	header relay.Header
+	header wire.Header
 	body   []byte
 }
 
@@ -170,7 +170,7 @@ func checkReplayPath(uri string) error {
 }
 
 // checkHeaderNames checks that every edited header's name is an HTTP token.
-func checkHeaderNames(h relay.Header) error {
+func checkHeaderNames(h wire.Header) error {
 	for _, f := range h {
 		if !validToken(f.Name) {
 			return api.Invalid("header name %q is not valid", f.Name)

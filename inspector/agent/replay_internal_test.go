@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -56,7 +56,7 @@ func runAgent(t *testing.T, h http.Handler) *Agent {
 // original saves a capture as the tunnel would have.
 func original(t *testing.T, a *Agent, path, body string, edit func(*agentdb.Capture)) *agentdb.Capture {
 	t.Helper()
-	c := a.newCapture(SourceTunnel, "POST", path, relay.Header{{Name: "X-Secret", Value: "old"}, {Name: "X-Other", Value: "1"}}, []byte(body))
+	c := a.newCapture(SourceTunnel, "POST", path, wire.Header{{Name: "X-Secret", Value: "old"}, {Name: "X-Other", Value: "1"}}, []byte(body))
 	if edit != nil {
 		edit(c)
 	}
@@ -79,7 +79,7 @@ func TestReplayWithEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	method, path, body := "PUT", "/other?x=2", `{"b":2}`
-	headers := relay.Header{{Name: "X-Secret", Value: "new"}}
+	headers := wire.Header{{Name: "X-Secret", Value: "new"}}
 	edited, err := a.ReplayAndWait(ctx, ReplayOptions{ID: orig.ID, Method: &method, Path: &path, Headers: &headers, Body: &body})
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func TestReplayRefusesBadEdits(t *testing.T) {
 	a := runAgent(t, h)
 	orig := original(t, a, "/hook", `{}`, nil)
 	str := func(s string) *string { return &s }
-	hdr := func(name string) *relay.Header { return &relay.Header{{Name: name, Value: "v"}} }
+	hdr := func(name string) *wire.Header { return &wire.Header{{Name: name, Value: "v"}} }
 	for name, o := range map[string]ReplayOptions{
 		"unknown id":          {ID: "nope"},
 		"method with a space": {Method: str("GET X")},
@@ -180,7 +180,7 @@ func TestReplayCall(t *testing.T) {
 	if Arrival(second) != second.ArrivedAt || Arrival(first) != first.CreatedAt {
 		t.Fatal("Arrival is not the relay's arrival, else the capture's creation")
 	}
-	o := CallReplayOptions{CallID: "call-1", TimeScale: 0.5, SetHeaders: relay.Header{{Name: "x-secret", Value: "given"}}}
+	o := CallReplayOptions{CallID: "call-1", TimeScale: 0.5, SetHeaders: wire.Header{{Name: "x-secret", Value: "given"}}}
 	originals, err := a.CallOriginals(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -228,8 +228,8 @@ func TestReplayCall(t *testing.T) {
 // (any case), drops the others of that name, and adds the rest at the end.
 func TestWithHeaders(t *testing.T) {
 	stored := `[["A","1"],["B","2"],["a","3"],["C","4"]]`
-	got := withHeaders(stored, relay.Header{{Name: "a", Value: "x"}, {Name: "D", Value: "y"}, {Name: "A", Value: "z"}})
-	want := relay.Header{{Name: "A", Value: "x"}, {Name: "A", Value: "z"}, {Name: "B", Value: "2"}, {Name: "C", Value: "4"}, {Name: "D", Value: "y"}}
+	got := withHeaders(stored, wire.Header{{Name: "a", Value: "x"}, {Name: "D", Value: "y"}, {Name: "A", Value: "z"}})
+	want := wire.Header{{Name: "A", Value: "x"}, {Name: "A", Value: "z"}, {Name: "B", Value: "2"}, {Name: "C", Value: "4"}, {Name: "D", Value: "y"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("withHeaders = %v, want %v", got, want)
 	}

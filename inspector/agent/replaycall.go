@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -21,7 +21,7 @@ type CallReplayOptions struct {
 	WithRetries bool    `json:"with_retries"` // the service's retries of a delivery too, not only the first
 	// SetHeaders replace, on every request, the captured fields of the
 	// same names: a secret an export masked, supplied again.
-	SetHeaders relay.Header `json:"set_headers"`
+	SetHeaders wire.Header `json:"set_headers"`
 }
 
 // CallOriginals returns what ReplayCall would re-fire, oldest first: the
@@ -82,13 +82,13 @@ func (a *Agent) ReplayCall(ctx context.Context, originals []*agentdb.Capture, o 
 // withHeaders is the header list stored (JSON) with each field of set in
 // place of the first of its name, the others of that name dropped, and
 // the fields of set it had none of at the end.
-func withHeaders(stored string, set relay.Header) relay.Header {
-	var h relay.Header
+func withHeaders(stored string, set wire.Header) wire.Header {
+	var h wire.Header
 	_ = h.UnmarshalJSON([]byte(stored))
-	out := make(relay.Header, 0, len(h)+len(set))
+	out := make(wire.Header, 0, len(h)+len(set))
 	placed := make([]bool, len(set))
 	for _, f := range h {
-		i := slices.IndexFunc(set, func(s relay.HeaderField) bool { return strings.EqualFold(s.Name, f.Name) })
+		i := slices.IndexFunc(set, func(s wire.HeaderField) bool { return strings.EqualFold(s.Name, f.Name) })
 		switch {
 		case i < 0:
 			out = append(out, f)
@@ -96,7 +96,7 @@ func withHeaders(stored string, set relay.Header) relay.Header {
 			// Every field of that name in set goes here, in order.
 			for j, s := range set {
 				if strings.EqualFold(s.Name, f.Name) {
-					out = append(out, relay.HeaderField{Name: f.Name, Value: s.Value})
+					out = append(out, wire.HeaderField{Name: f.Name, Value: s.Value})
 					placed[j] = true
 				}
 			}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -45,8 +45,8 @@ func TestCallOriginalsNotFound(t *testing.T) {
 
 // Set headers are placed in a capture that had fewer headers, or none.
 func TestWithHeadersIntoFewer(t *testing.T) {
-	set := relay.Header{{Name: "X-Secret", Value: "s"}, {Name: "X-Other", Value: "o"}}
-	for stored, want := range map[string]relay.Header{
+	set := wire.Header{{Name: "X-Secret", Value: "s"}, {Name: "X-Other", Value: "o"}}
+	for stored, want := range map[string]wire.Header{
 		`[]`:                   set,
 		`[["A","1"]]`:          {{Name: "A", Value: "1"}, {Name: "X-Secret", Value: "s"}, {Name: "X-Other", Value: "o"}},
 		`[["x-secret","old"]]`: {{Name: "x-secret", Value: "s"}, {Name: "X-Other", Value: "o"}},

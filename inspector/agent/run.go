@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/tunnel"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -35,7 +35,7 @@ func New(cfg Config) (*Agent, error) {
 		background: make(chan func(context.Context)),
 		handler:    newHandlerClient(cfg.ForwardTimeout, cfg.MaxBody),
 		client:     newHTTPSClient(cfg.ForwardTimeout),
-		state:      TunnelState{ForwardTo: cfg.ForwardTo, State: relay.StateOffline},
+		state:      TunnelState{ForwardTo: cfg.ForwardTo, State: tunnel.StateOffline},
 	}
 	a.cm.committedInsert = a.committedInsert
 	a.cm.committedAnswer = func(c *agentdb.Capture) { a.publish(Event{Capture: c}) }

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector/agent"
-	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
@@ -87,7 +87,7 @@ func TestQueuedRequestsRecoverFromFailedSaves(t *testing.T) {
 		h.ServeHTTP(w, r)
 	}))
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: disk.newAgent})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: disk.newAgent})
 	st.StopAgent()
 	const queued = 200
 	for i := 0; i < queued; i++ {
@@ -186,7 +186,7 @@ func TestFullDiskRefusesBeforeTheHandler(t *testing.T) {
 	h := &stampHandler{seen: map[string]int{}}
 	hs := httptest.NewServer(h)
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: disk.newAgent,
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: disk.newAgent,
 		Relay: func(c *relay.Config) { c.NoRateLimit = true }})
 	var (
 		mu      sync.Mutex
@@ -274,7 +274,7 @@ func TestFullDiskRefusesBeforeTheHandler(t *testing.T) {
 // answer-unknown, each says what its sender got.
 func TestStopOnFullDiskKeepsTheAnswers(t *testing.T) {
 	var full atomic.Bool
-	var st *inspectortest.Stack
+	var st *stacktest.Stack
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		// The disk fills while the handler works, once the request is saved.
@@ -288,7 +288,7 @@ func TestStopOnFullDiskKeepsTheAnswers(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	}))
 	defer hs.Close()
-	st = inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
+	st = stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
 		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error) {
 			if full.Load() {
@@ -338,7 +338,7 @@ func TestRefusalSaysWhetherTheHandlerMayHaveIt(t *testing.T) {
 			h := &stampHandler{seen: map[string]int{}}
 			hs := httptest.NewServer(h)
 			defer hs.Close()
-			st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: disk.newAgent})
+			st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: disk.newAgent})
 			body := fmt.Sprintf(`{"seq":1,"pad":"%s"}`, pad)
 			seen := func() int { h.mu.Lock(); defer h.mu.Unlock(); return h.seen[body] }
 

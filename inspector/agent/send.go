@@ -10,8 +10,8 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -22,7 +22,7 @@ import (
 // sendResult is one try at the local handler.
 type sendResult struct {
 	status   int
-	header   relay.Header
+	header   wire.Header
 	body     []byte
 	err      string
 	timeout  bool
@@ -38,12 +38,12 @@ type sendResult struct {
 // before its answer is read (handlerClient.doLimited: again for each new
 // connection tried); a try that fails before that, or an https target,
 // never calls it.
-func (a *Agent) send(ctx context.Context, c *agentdb.Capture, h relay.Header, lim relay.Limits, sent func()) sendResult {
+func (a *Agent) send(ctx context.Context, c *agentdb.Capture, h wire.Header, lim wire.Limits, sent func()) sendResult {
 	start := time.Now()
 	res := a.sendOnce(ctx, c, h, lim, sent)
 	res.duration = time.Since(start)
 	if res.err == "" {
-		if err := lim.Check(&relay.Response{Status: res.status, Header: res.header, Body: res.body}); err != nil {
+		if err := lim.Check(&wire.Response{Status: res.status, Header: res.header, Body: res.body}); err != nil {
 			res = sendResult{err: err.Error(), tooLarge: true, duration: res.duration}
 		}
 	}
@@ -51,7 +51,7 @@ func (a *Agent) send(ctx context.Context, c *agentdb.Capture, h relay.Header, li
 }
 
 // sendOnce is send's try, without the timing and the relay's final check.
-func (a *Agent) sendOnce(ctx context.Context, c *agentdb.Capture, h relay.Header, lim relay.Limits, sent func()) sendResult {
+func (a *Agent) sendOnce(ctx context.Context, c *agentdb.Capture, h wire.Header, lim wire.Limits, sent func()) sendResult {
 	if c.Target == "" {
 		return noTarget(c)
 	}
@@ -82,7 +82,7 @@ func noTarget(c *agentdb.Capture) sendResult {
 // stored headers) less the hop-by-hop ones; Host goes as
 // X-Forwarded-Host, since the target has its own. On failure the request
 // is nil and the result says why.
-func newHandlerRequest(ctx context.Context, c *agentdb.Capture, h relay.Header) (*http.Request, sendResult) {
+func newHandlerRequest(ctx context.Context, c *agentdb.Capture, h wire.Header) (*http.Request, sendResult) {
 	req, err := http.NewRequestWithContext(ctx, c.Method, c.Target, bytes.NewReader(c.Body))
 	if err != nil {
 		return nil, sendResult{err: err.Error()}
@@ -116,7 +116,7 @@ func (a *Agent) sendHTTP(ctx context.Context, req *http.Request, maxBody int64, 
 	if err != nil {
 		return sendFailed("", err)
 	}
-	return sendResult{status: resp.status, header: relay.HeaderFrom(resp.header, ""), body: resp.body}
+	return sendResult{status: resp.status, header: wire.HeaderFrom(resp.header, ""), body: resp.body}
 }
 
 // sendHTTPS tries req at an https target through net/http's client,
@@ -134,7 +134,7 @@ func (a *Agent) sendHTTPS(req *http.Request, maxBody int64, whose string) sendRe
 	if int64(len(body)) > maxBody {
 		return answerTooLarge(whose, maxBody)
 	}
-	return sendResult{status: resp.StatusCode, header: relay.HeaderFrom(resp.Header, ""), body: body}
+	return sendResult{status: resp.StatusCode, header: wire.HeaderFrom(resp.Header, ""), body: body}
 }
 
 // answerTooLarge is the result of a try whose answer's body is over the

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -54,7 +54,7 @@ func TestSendFailureNamesItsCause(t *testing.T) {
 	} {
 		c := a.newCapture(SourceReplay, "POST", "/x", nil, []byte("{}"))
 		c.Target = "http://" + addr + "/x"
-		res := a.send(ctx, c, nil, relay.Limits{}, nil)
+		res := a.send(ctx, c, nil, wire.Limits{}, nil)
 		if !strings.HasPrefix(res.err, want) {
 			t.Errorf("a try at %s: error %q, want it to start with %q", addr, res.err, want)
 		}

@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -53,7 +53,7 @@ func TestAgentKeepsTargetsUnderItsBasePath(t *testing.T) {
 	if c.Target != "" || !strings.Contains(c.Error, "outside") {
 		t.Fatalf("capture target %q, error %q", c.Target, c.Error)
 	}
-	res := a.send(ctx, c, nil, relay.Limits{}, nil)
+	res := a.send(ctx, c, nil, wire.Limits{}, nil)
 	if res.err != c.Error || hits.Load() != 0 {
 		t.Errorf("sent with error %q, handler hit %d times", res.err, hits.Load())
 	}

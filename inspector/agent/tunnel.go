@@ -5,7 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/tunnel"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -24,7 +25,7 @@ import (
 // request is saved and acknowledged, then forwarded in arrival order
 // (turnLoop); so is a live request that arrives while any request before
 // it still waits for the handler (planInTurn).
-func (a *Agent) ServeTunnel(req *relay.Request, s *relay.Stream) {
+func (a *Agent) ServeTunnel(req *wire.Request, s *tunnel.Stream) {
 	c := a.newCapture(SourceTunnel, req.Method, req.URI, req.Header, req.Body)
 	c.RelayID = req.ID
 	x := &exchange{s: s, c: c, h: req.Header, id: c.ID, arrivedAt: time.UnixMicro(req.ArrivedAt).UTC()}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
 )
@@ -100,7 +100,7 @@ func (a *Agent) deferTurn(x *exchange) {
 		return
 	}
 	x.queued = true
-	x.finish(&relay.Response{Result: relay.ResultQueued})
+	x.finish(&wire.Response{Result: wire.ResultQueued})
 }
 
 // turnLoop sends the tunnel's requests that must wait for their turn to the

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector/agent"
-	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
@@ -87,7 +87,7 @@ func post(t *testing.T, url, body string) (int, string) {
 
 // queueWhileAway stops the agent, posts bodies (the relay answers 202 and
 // queues them) and starts the agent again.
-func queueWhileAway(t *testing.T, st *inspectortest.Stack, bodies ...string) {
+func queueWhileAway(t *testing.T, st *stacktest.Stack, bodies ...string) {
 	t.Helper()
 	st.StopAgent()
 	for _, b := range bodies {
@@ -99,7 +99,7 @@ func queueWhileAway(t *testing.T, st *inspectortest.Stack, bodies ...string) {
 }
 
 // captureOf finds the capture whose body is body.
-func captureOf(t *testing.T, st *inspectortest.Stack, body string) *agentdb.Capture {
+func captureOf(t *testing.T, st *stacktest.Stack, body string) *agentdb.Capture {
 	t.Helper()
 	caps, _, err := st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{Page: storage.Page{Limit: 100}})
 	if err != nil {
@@ -125,7 +125,7 @@ func TestLiveRequestWaitsItsTurn(t *testing.T) {
 	g := newGate()
 	hs := httptest.NewServer(g)
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
 	queueWhileAway(t, st, `{"seq":0,"hold":true}`)
 	g.arrived(t, 0)
 	answered := make(chan string, 1)
@@ -168,7 +168,7 @@ func TestLiveRequestInTurnIsDeferred(t *testing.T) {
 	g := newGate()
 	hs := httptest.NewServer(g)
 	defer hs.Close()
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL,
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL,
 		Relay: func(c *relay.Config) { c.ForwardTimeout = 2 * time.Second }})
 	queueWhileAway(t, st, `{"seq":0,"hold":true}`)
 	g.arrived(t, 0)
@@ -204,7 +204,7 @@ func TestDrainDefersLiveRequestsInTheLine(t *testing.T) {
 	hs := httptest.NewServer(g)
 	defer hs.Close()
 	defer g.open() // a failure lets the held request go: Close waits for it
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
 	queueWhileAway(t, st, `{"seq":0,"hold":true}`)
 	g.arrived(t, 0)
 	waiting := make(chan int, 1)
@@ -267,7 +267,7 @@ func TestQueuedTurnKeptWhileItCannotBeRead(t *testing.T) {
 			return store.Capture(ctx, id)
 		})
 	}
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: newAgent})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: newAgent})
 	queueWhileAway(t, st, `{"seq":0}`)
 	<-fails // its turn came, and the read failed
 	answered := make(chan string, 1)
@@ -311,7 +311,7 @@ func TestDrainAnswersALateArrivalAtOnce(t *testing.T) {
 	hs := httptest.NewServer(g)
 	defer hs.Close()
 	defer g.open() // a failure lets the held request go: Close waits for it
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL,
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL,
 		Relay: func(c *relay.Config) { c.ForwardTimeout = 10 * time.Minute },
 		Agent: func(c *agent.Config) { c.ForwardTimeout = 10 * time.Minute }}) // the held request's too
 	queueWhileAway(t, st, `{"seq":0,"hold":true}`)
@@ -340,7 +340,7 @@ func TestLiveRequestsRunAlongsideOnceTheLineHasRun(t *testing.T) {
 	hs := httptest.NewServer(g)
 	defer hs.Close()
 	defer g.open() // a failure lets the held request go: Close waits for it
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL})
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
 	queueWhileAway(t, st, `{"seq":0}`)
 	g.arrived(t, 0)
 	polltest.Until(t, 10*time.Second, func() bool { return agent.WaitingTurns(st.Agent) == 0 }, "the turn line to empty once its one request was sent")
@@ -411,7 +411,7 @@ func TestUnreadableTurnLoggedOnce(t *testing.T) {
 		})
 	}
 	logged := &counted{prefix: "reading a saved request back"}
-	st := inspectortest.Start(t, inspectortest.Options{ForwardTo: hs.URL, NewAgent: newAgent,
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: newAgent,
 		Agent: func(c *agent.Config) { c.Logger = slog.New(logged) }})
 	queueWhileAway(t, st, `{"seq":0}`)
 	for i := range 3 {

@@ -140,9 +140,8 @@ type link struct {
 	timeout time.Duration // Options.RequestTimeout
 }
 
-// Open connects to NATS, creates the buckets and the stream if they are
-// missing, and loads the mirrors. Close releases it.
-func Open(ctx context.Context, o Options) (*Cluster, error) {
+// withDefaults gives every field not set its default.
+func (o Options) withDefaults() Options {
 	if o.Replicas <= 0 {
 		o.Replicas = DefaultReplicas
 	}
@@ -167,6 +166,13 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 	if o.Node == "" {
 		o.Node = defaultNode()
 	}
+	return o
+}
+
+// Open connects to NATS, creates the buckets and the stream if they are
+// missing, and loads the mirrors. Close releases it.
+func Open(ctx context.Context, o Options) (*Cluster, error) {
+	o = o.withDefaults()
 	if !validNode(o.Node) {
 		return nil, fmt.Errorf("node name %q: use letters, digits, '-' and '_'", o.Node)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/calltap/calltap/relay/cluster"
 	"github.com/calltap/calltap/relay/cluster/natstest"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/tunnel"
 	"github.com/calltap/calltap/storage/relaystate"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -215,7 +216,7 @@ func TestRevokeOnAnyNode(t *testing.T) {
 	}
 	select {
 	case err := <-ra.clientErr:
-		if !errors.Is(err, relay.ErrRevoked) {
+		if !errors.Is(err, tunnel.ErrRevoked) {
 			t.Errorf("the client ended with %v, want ErrRevoked", err)
 		}
 		if d := time.Since(start); d > time.Second {

@@ -41,6 +41,7 @@ import (
 
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -63,7 +64,7 @@ const (
 var errHolderSilent = errors.New("cluster: the node holding the agent stopped answering")
 
 // Forward hands req to node and waits for its answer.
-func (c *Cluster) Forward(ctx context.Context, node, tunnelID string, req *relay.Request) (*relay.Answer, error) {
+func (c *Cluster) Forward(ctx context.Context, node, tunnelID string, req *wire.Request) (*wire.Answer, error) {
 	if err := c.connected(ctx); err != nil {
 		return nil, err
 	}
@@ -79,7 +80,7 @@ func (c *Cluster) Forward(ctx context.Context, node, tunnelID string, req *relay
 		defer offer.stop()
 		out.Body = nil
 	}
-	m.Data = relay.AppendForward(nil, &out)
+	m.Data = wire.AppendForward(nil, &out)
 	m.Header.Set(hdrBudget, strconv.FormatInt(progressSilence.Milliseconds(), 10))
 	m.Reply = c.nc.NewInbox()
 	replies, err := c.nc.SubscribeSync(m.Reply)
@@ -99,7 +100,7 @@ func (c *Cluster) Forward(ctx context.Context, node, tunnelID string, req *relay
 	if err != nil {
 		return nil, err
 	}
-	a, err := relay.DecodeAnswer(reply.Data)
+	a, err := wire.DecodeAnswer(reply.Data)
 	if err != nil {
 		return nil, fmt.Errorf("answer of node %s: %w (%w)", node, relay.ErrAnswerLost, err)
 	}
@@ -360,10 +361,10 @@ func (c *Cluster) answer(ctx context.Context, h relay.NodeHandlers, m *nats.Msg)
 			a = (retryLater("the relay node holding the agent could not pass its answer on; retry"))
 		} else {
 			defer offer.stop()
-			a = &relay.Answer{Status: a.Status, Header: a.Header}
+			a = &wire.Answer{Status: a.Status, Header: a.Header}
 		}
 	}
-	reply.Data = relay.AppendAnswer(nil, a)
+	reply.Data = wire.AppendAnswer(nil, a)
 	if err := c.nc.PublishMsg(reply); err != nil {
 		// The other node's wait ends in progressSilence and its sender is
 		// told to retry: a handler that ran is not reported as stored.
@@ -426,8 +427,8 @@ func (c *Cluster) claim(m *nats.Msg) (takeBy time.Time, ok bool) {
 const takeMargin = progressEvery
 
 // handle runs a forwarded request through the relay and returns its answer.
-func (c *Cluster) handle(ctx context.Context, h relay.NodeHandlers, m *nats.Msg, takeBy time.Time) *relay.Answer {
-	req, err := relay.DecodeForward(m.Data)
+func (c *Cluster) handle(ctx context.Context, h relay.NodeHandlers, m *nats.Msg, takeBy time.Time) *wire.Answer {
+	req, err := wire.DecodeForward(m.Data)
 	if err == nil {
 		if body, parted, ferr := c.fetchBody(ctx, m.Header); parted {
 			req.Body, err = body, ferr
@@ -441,8 +442,8 @@ func (c *Cluster) handle(ctx context.Context, h relay.NodeHandlers, m *nats.Msg,
 }
 
 // retryLater is a 503 with Retry-After: its sender retries.
-func retryLater(msg string) *relay.Answer {
+func retryLater(msg string) *wire.Answer {
 	a := relay.ErrorAnswer(api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "%s", msg))
-	a.Header = append(a.Header, relay.HeaderField{Name: "Retry-After", Value: "5"})
+	a.Header = append(a.Header, wire.HeaderField{Name: "Retry-After", Value: "5"})
 	return a
 }

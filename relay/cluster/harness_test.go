@@ -20,6 +20,7 @@ import (
 	"github.com/calltap/calltap/relay/cluster"
 	"github.com/calltap/calltap/relay/cluster/natstest"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/tunnel"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -133,7 +134,7 @@ func startNodes(t *testing.T, nats *natstest.Cluster, n int, tune func(*relay.Co
 }
 
 // runningAgent is a real agent with its SQLite store, connected through
-// relay.Client to the given nodes.
+// tunnel.Client to the given nodes.
 type runningAgent struct {
 	a         *agent.Agent
 	db        *agentdb.AgentStore
@@ -167,7 +168,7 @@ func startAgentAt(t *testing.T, dir, token, forwardTo, relayURL string, resolver
 		t.Fatal(err)
 	}
 	ra := &runningAgent{a: a, db: db, clientErr: make(chan error, 1)}
-	c, err := relay.NewClient(relay.ClientConfig{RelayURL: relayURL, Resolver: resolver, Token: token, Handler: a, Logger: log,
+	c, err := tunnel.NewClient(tunnel.Config{RelayURL: relayURL, Resolver: resolver, Token: token, Handler: a, Logger: log,
 		BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, OnState: a.SetConnState})
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +185,7 @@ func startAgentAt(t *testing.T, dir, token, forwardTo, relayURL string, resolver
 		})
 	}
 	t.Cleanup(ra.stop)
-	polltest.Until(t, 10*time.Second, func() bool { return a.TunnelState().State == relay.StateConnected }, "the agent did not connect")
+	polltest.Until(t, 10*time.Second, func() bool { return a.TunnelState().State == tunnel.StateConnected }, "the agent did not connect")
 	return ra
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -108,7 +109,7 @@ func (h *holders) Holder(tunnelID string) relay.Holding {
 // over the entry as it is now, read again if another node moved it
 // meanwhile. The release it returns empties the entry only if it is still
 // this hold.
-func (h *holders) Hold(ctx context.Context, tunnelID string, require []relay.HeaderField) (func(), error) {
+func (h *holders) Hold(ctx context.Context, tunnelID string, require []wire.HeaderField) (func(), error) {
 	hd := relay.Holding{Node: h.node, Require: require}
 	b, _ := json.Marshal(hd)
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
@@ -142,7 +143,7 @@ func (h *holders) Hold(ctx context.Context, tunnelID string, require []relay.Hea
 
 // release empties tunnelID's entry if it is still the hold of revision rev:
 // the agent may be on another node already.
-func (h *holders) release(tunnelID string, require []relay.HeaderField, rev uint64) {
+func (h *holders) release(tunnelID string, require []wire.HeaderField, rev uint64) {
 	h.mu.Lock()
 	ours := h.mine[tunnelID] == rev
 	if ours {

@@ -127,8 +127,16 @@ func (c *Cluster) fetchBody(ctx context.Context, h nats.Header) (body []byte, ok
 	if err1 != nil || err2 != nil || size < 0 || size > maxPartedBody || part <= 0 {
 		return nil, true, errPartedBody
 	}
+	body, err = c.fetchParts(ctx, at, size, part)
+	return body, true, err
+}
+
+// fetchParts reads a body of size bytes from the node answering at, in
+// parts of part bytes, partsInFlight at a time; the first part that fails
+// stops the rest.
+func (c *Cluster) fetchParts(ctx context.Context, at string, size, part int) ([]byte, error) {
 	parts := (size + part - 1) / part
-	body = make([]byte, size)
+	body := make([]byte, size)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -137,6 +145,14 @@ func (c *Cluster) fetchBody(ctx context.Context, h nats.Header) (body []byte, ok
 		mu    sync.Mutex
 		first error // guarded by mu
 	)
+	fail := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+		}
+		mu.Unlock()
+		cancel()
+	}
 	for i := range parts {
 		select {
 		case slots <- struct{}{}:
@@ -147,23 +163,9 @@ func (c *Cluster) fetchBody(ctx context.Context, h nats.Header) (body []byte, ok
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			want := body[i*part : min((i+1)*part, size)]
-			pctx, pcancel := context.WithTimeout(ctx, partTimeout)
-			defer pcancel()
-			r, err := c.nc.RequestWithContext(pctx, at, strconv.AppendInt(nil, int64(i), 10))
-			if err == nil && len(r.Data) != len(want) {
-				err = fmt.Errorf("part %d: %d bytes, want %d", i, len(r.Data), len(want))
+			if err := c.fetchPart(ctx, at, i, body[i*part:min((i+1)*part, size)]); err != nil {
+				fail(err)
 			}
-			if err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-				cancel()
-				return
-			}
-			copy(want, r.Data)
 		})
 	}
 	wg.Wait()
@@ -171,7 +173,23 @@ func (c *Cluster) fetchBody(ctx context.Context, h nats.Header) (body []byte, ok
 		first = ctx.Err()
 	}
 	if first != nil {
-		return nil, true, first
+		return nil, first
 	}
-	return body, true, nil
+	return body, nil
+}
+
+// fetchPart reads part i of a body from the node answering at into want,
+// which it must fill exactly.
+func (c *Cluster) fetchPart(ctx context.Context, at string, i int, want []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, partTimeout)
+	defer cancel()
+	r, err := c.nc.RequestWithContext(ctx, at, strconv.AppendInt(nil, int64(i), 10))
+	if err != nil {
+		return err
+	}
+	if len(r.Data) != len(want) {
+		return fmt.Errorf("part %d: %d bytes, want %d", i, len(r.Data), len(want))
+	}
+	copy(want, r.Data)
+	return nil
 }

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/tunnel"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/relaydb"
 )
 
@@ -186,9 +188,9 @@ func waitGoroutines(want int, within time.Duration) error {
 // idleHandler drops whatever reaches it; the held tunnels get no traffic.
 type idleHandler struct{}
 
-func (idleHandler) ServeTunnel(r *relay.Request, s *relay.Stream) { s.Release() }
+func (idleHandler) ServeTunnel(r *wire.Request, s *tunnel.Stream) { s.Release() }
 
-// cmdHold connects n agents with relay.Client, at most dialers at a time,
+// cmdHold connects n agents with tunnel.Client, at most dialers at a time,
 // prints "connected <duration>" once every one has its hello, and holds
 // them until stdin closes.
 func cmdHold(ctx context.Context, args []string) error {
@@ -227,9 +229,9 @@ func cmdHold(ctx context.Context, args []string) error {
 			return ctx.Err()
 		}
 		var once sync.Once
-		c, err := relay.NewClient(relay.ClientConfig{RelayURL: *relayURL, Token: tokens[i], Handler: idleHandler{}, Logger: quiet,
-			OnState: func(cs relay.ConnState) {
-				if cs.State == relay.StateConnected {
+		c, err := tunnel.NewClient(tunnel.Config{RelayURL: *relayURL, Token: tokens[i], Handler: idleHandler{}, Logger: quiet,
+			OnState: func(cs tunnel.ConnState) {
+				if cs.State == tunnel.StateConnected {
 					once.Do(func() {
 						<-sem
 						if connected.Add(1) == int64(*n) {

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/wire"
 )
 
 // Options says what to send and where.
@@ -39,8 +39,8 @@ type Options struct {
 	// is JSON when it parses as JSON, else a string.
 	Set []string
 
-	Header    relay.Header // sent with every delivery, repeats kept
-	Duplicate bool         // deliver each event twice, as the service's retries do
+	Header    wire.Header // sent with every delivery, repeats kept
+	Duplicate bool        // deliver each event twice, as the service's retries do
 
 	Client      *http.Client  // default: one with Timeout
 	Timeout     time.Duration // per request; default 30 s
@@ -53,10 +53,10 @@ type Delivery struct {
 	DeliveryID      string          `json:"delivery_id"`
 	Copy            int             `json:"copy"` // 1, or 2 for the --duplicate copy
 	URL             string          `json:"url"`
-	RequestHeaders  relay.Header    `json:"request_headers"`
+	RequestHeaders  wire.Header     `json:"request_headers"`
 	Payload         json.RawMessage `json:"payload"`
 	Status          int             `json:"status"` // 0 when no response came
-	ResponseHeaders relay.Header    `json:"response_headers"`
+	ResponseHeaders wire.Header     `json:"response_headers"`
 	ResponseBody    string          `json:"response_body"`
 	Truncated       bool            `json:"response_truncated,omitempty"`
 	Error           string          `json:"error"`
@@ -241,7 +241,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 func send(ctx context.Context, client *http.Client, o Options, ev Outgoing, copy int) Delivery {
 	d := Delivery{Event: ev.Event, DeliveryID: ev.DeliveryID, Copy: copy, URL: o.URL, Payload: ev.Body,
-		RequestHeaders: relay.Header{}, ResponseHeaders: relay.Header{}}
+		RequestHeaders: wire.Header{}, ResponseHeaders: wire.Header{}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.URL, bytes.NewReader(ev.Body))
 	if err != nil {
 		d.Error = err.Error()
@@ -255,7 +255,7 @@ func send(ctx context.Context, client *http.Client, o Options, ev Outgoing, copy
 		}
 	}
 	o.Header.Apply(req.Header)
-	d.RequestHeaders = relay.HeaderFrom(req.Header, "")
+	d.RequestHeaders = wire.HeaderFrom(req.Header, "")
 	start := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
@@ -267,7 +267,7 @@ func send(ctx context.Context, client *http.Client, o Options, ev Outgoing, copy
 	body, err := io.ReadAll(io.LimitReader(resp.Body, o.MaxResponse+1))
 	d.DurationMS = ms(time.Since(start))
 	d.Status = resp.StatusCode
-	d.ResponseHeaders = relay.HeaderFrom(resp.Header, "")
+	d.ResponseHeaders = wire.HeaderFrom(resp.Header, "")
 	if int64(len(body)) > o.MaxResponse {
 		body, d.Truncated = body[:o.MaxResponse], true
 	}
@@ -281,11 +281,11 @@ func send(ctx context.Context, client *http.Client, o Options, ev Outgoing, copy
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // ParseHeader reads a "Name: value" flag.
-func ParseHeader(s string) (relay.HeaderField, error) {
+func ParseHeader(s string) (wire.HeaderField, error) {
 	name, value, ok := strings.Cut(s, ":")
 	name = strings.TrimSpace(name)
 	if !ok || name == "" || strings.ContainsAny(name, " \t\r\n") || strings.ContainsAny(value, "\r\n") {
-		return relay.HeaderField{}, optErr("--header %q: want 'Name: value'", s)
+		return wire.HeaderField{}, optErr("--header %q: want 'Name: value'", s)
 	}
-	return relay.HeaderField{Name: name, Value: strings.TrimSpace(value)}, nil
+	return wire.HeaderField{Name: name, Value: strings.TrimSpace(value)}, nil
 }

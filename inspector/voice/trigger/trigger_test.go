@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/wire"
 )
 
 type received struct {
@@ -72,7 +72,7 @@ func TestRunCompletedFlowWithHeadersAndSet(t *testing.T) {
 		URL:    url,
 		Flow:   callevent.FlowCompleted,
 		Set:    []string{"call.variables.lead_id=EZ-1", "analysis.lead_score=0.3", "tenant=acme"},
-		Header: relay.Header{{Name: "Authorization", Value: "Bearer X"}, {Name: "X-Tag", Value: "a"}, {Name: "X-Tag", Value: "b"}},
+		Header: wire.Header{{Name: "Authorization", Value: "Bearer X"}, {Name: "X-Tag", Value: "a"}, {Name: "X-Tag", Value: "b"}},
 	})
 	if err != nil {
 		t.Fatal(err)

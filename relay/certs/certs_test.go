@@ -1,4 +1,4 @@
-package relay_test
+package certs_test
 
 import (
 	"crypto/ecdsa"
@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/certs"
 )
 
 // tlsTestCA is a throwaway certificate authority for tests.
@@ -177,7 +177,7 @@ func TestStaticCertificateAndReload(t *testing.T) {
 	first := ca.issue(t, domain)
 	writeKeyPair(t, certFile, keyFile, first)
 
-	tl, err := relay.NewTLS(relay.TLSOptions{Domains: []string{domain}, CertFile: certFile, KeyFile: keyFile})
+	tl, err := certs.New(certs.Options{Domains: []string{domain}, CertFile: certFile, KeyFile: keyFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,14 +230,14 @@ func TestStaticCertificateAndReload(t *testing.T) {
 	// A certificate that does not cover --domain is refused up front.
 	other := ca.issue(t, "elsewhere.calltap.test")
 	writeKeyPair(t, certFile, keyFile, other)
-	if _, err := relay.NewTLS(relay.TLSOptions{Domains: []string{domain}, CertFile: certFile, KeyFile: keyFile}); err == nil || !strings.Contains(err.Error(), domain) {
+	if _, err := certs.New(certs.Options{Domains: []string{domain}, CertFile: certFile, KeyFile: keyFile}); err == nil || !strings.Contains(err.Error(), domain) {
 		t.Fatalf("NewTLS with a certificate for another name: %v", err)
 	}
 }
 
 func TestNewTLSRejectsBadOptions(t *testing.T) {
 	dir := t.TempDir()
-	for name, o := range map[string]relay.TLSOptions{
+	for name, o := range map[string]certs.Options{
 		"nothing":           {},
 		"cert without key":  {CertFile: filepath.Join(dir, "c.pem")},
 		"missing cert file": {CertFile: filepath.Join(dir, "c.pem"), KeyFile: filepath.Join(dir, "k.pem")},
@@ -249,16 +249,16 @@ func TestNewTLSRejectsBadOptions(t *testing.T) {
 		"bad directory":     {Domains: []string{"relay.calltap.test"}, CacheDir: dir, DirectoryURL: "not a url"},
 		"missing roots":     {Domains: []string{"relay.calltap.test"}, CacheDir: dir, CARootsFile: filepath.Join(dir, "none.pem")},
 	} {
-		if _, err := relay.NewTLS(o); err == nil {
+		if _, err := certs.New(o); err == nil {
 			t.Errorf("%s: NewTLS accepted %+v", name, o)
 		}
 	}
 	junk := filepath.Join(dir, "junk.pem")
 	os.WriteFile(junk, []byte("no certificates here"), 0o644)
-	if _, err := relay.NewTLS(relay.TLSOptions{Domains: []string{"relay.calltap.test"}, CacheDir: dir, CARootsFile: junk}); err == nil {
+	if _, err := certs.New(certs.Options{Domains: []string{"relay.calltap.test"}, CacheDir: dir, CARootsFile: junk}); err == nil {
 		t.Error("NewTLS accepted a roots file without certificates")
 	}
-	tl, err := relay.NewTLS(relay.TLSOptions{Domains: []string{" Relay.Calltap.Test. "}, CacheDir: dir})
+	tl, err := certs.New(certs.Options{Domains: []string{" Relay.Calltap.Test. "}, CacheDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,17 +288,17 @@ func TestHTTPRedirectsToHTTPS(t *testing.T) {
 
 	for _, mode := range []struct {
 		name string
-		opts relay.TLSOptions
+		opts certs.Options
 	}{
 		// With ACME the handler also answers HTTP-01; nothing here reaches the CA.
-		{"acme", relay.TLSOptions{CacheDir: dir, DirectoryURL: "https://127.0.0.1:1/dir"}},
-		{"static", relay.TLSOptions{CertFile: certFile, KeyFile: keyFile}},
+		{"acme", certs.Options{CacheDir: dir, DirectoryURL: "https://127.0.0.1:1/dir"}},
+		{"static", certs.Options{CertFile: certFile, KeyFile: keyFile}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			o := mode.opts
 			o.Domains = []string{"relay.calltap.test", "alt.calltap.test"}
 			o.HTTPSPort = "8443"
-			tl, err := relay.NewTLS(o)
+			tl, err := certs.New(o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -333,7 +333,7 @@ func TestHTTPRedirectsToHTTPS(t *testing.T) {
 	}
 
 	// On 443 the redirect carries no port; a fallback replaces the redirect.
-	tl, err := relay.NewTLS(relay.TLSOptions{Domains: []string{"relay.calltap.test"}, CertFile: certFile, KeyFile: keyFile, HTTPSPort: "443"})
+	tl, err := certs.New(certs.Options{Domains: []string{"relay.calltap.test"}, CertFile: certFile, KeyFile: keyFile, HTTPSPort: "443"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,13 +356,13 @@ func TestPublicURL(t *testing.T) {
 		{"Relay.Example.com", ":8443", "https://relay.example.com:8443"},
 		{"relay.example.com", "[::]:8443", "https://relay.example.com:8443"},
 	} {
-		got, err := relay.PublicURL(c.domain, c.listen)
+		got, err := certs.PublicURL(c.domain, c.listen)
 		if err != nil || got != c.want {
 			t.Errorf("PublicURL(%q, %q) = %q, %v; want %q", c.domain, c.listen, got, err, c.want)
 		}
 	}
 	for _, c := range [][2]string{{"relay.example.com", "443"}, {"", ":443"}, {"http://x.example.com", ":443"}} {
-		if got, err := relay.PublicURL(c[0], c[1]); err == nil {
+		if got, err := certs.PublicURL(c[0], c[1]); err == nil {
 			t.Errorf("PublicURL(%q, %q) = %q, want an error", c[0], c[1], got)
 		}
 	}

@@ -1,8 +1,8 @@
-// Package inspectortest starts a whole calltap stack in one process for
+// Package stacktest starts a whole calltap stack in one process for
 // tests: a relay, an agent connected to it through a real websocket, and the
 // inspector's HTTP server, each on its own 127.0.0.1:0 socket with SQLite in
 // the test's temporary directory. Nothing is mocked.
-package inspectortest
+package stacktest
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/tunnel"
 	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/calltap/calltap/storage/relaydb"
 )
@@ -30,7 +31,7 @@ type Options struct {
 	Relay     func(*relay.Config) // adjust the relay's config
 	Agent     func(*agent.Config)
 	NewAgent  func(agent.Config) (*agent.Agent, error) // builds the agent; default agent.New
-	Client    func(*relay.ClientConfig)
+	Client    func(*tunnel.Config)
 	Assets    http.Handler // the UI, for browser tests
 	Routes    []func(*http.ServeMux)
 	NoAgent   bool // start without an agent (StartAgent later)
@@ -58,8 +59,8 @@ type Stack struct {
 	Agent        *agent.Agent
 	AgentDB      *agentdb.AgentStore
 	InspectorURL string
-	States       chan relay.ConnState // every state change of the agent's client
-	ClientErr    chan error           // what the client's Run returned
+	States       chan tunnel.ConnState // every state change of the agent's client
+	ClientErr    chan error            // what the client's Run returned
 }
 
 // Start brings a stack up and registers its shutdown with t.Cleanup.
@@ -190,11 +191,11 @@ func (s *Stack) StartAgent() {
 	wg.Add(1)
 	go func() { defer wg.Done(); hs.Serve(ln) }()
 
-	states := make(chan relay.ConnState, 1024)
+	states := make(chan tunnel.ConnState, 1024)
 	clientErr := make(chan error, 1)
-	ccfg := relay.ClientConfig{RelayURL: s.RelayURL, Token: s.Token, Handler: a, Logger: s.opts.Logger,
+	ccfg := tunnel.Config{RelayURL: s.RelayURL, Token: s.Token, Handler: a, Logger: s.opts.Logger,
 		BackoffMin: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		OnState: func(cs relay.ConnState) {
+		OnState: func(cs tunnel.ConnState) {
 			a.SetConnState(cs)
 			select {
 			case states <- cs:
@@ -204,7 +205,7 @@ func (s *Stack) StartAgent() {
 	if s.opts.Client != nil {
 		s.opts.Client(&ccfg)
 	}
-	c, err := relay.NewClient(ccfg)
+	c, err := tunnel.NewClient(ccfg)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func (s *Stack) StartAgent() {
 func (s *Stack) WaitConnected() {
 	s.t.Helper()
 	polltest.Until(s.t, 10*time.Second, func() bool {
-		return s.Agent.TunnelState().State == relay.StateConnected
+		return s.Agent.TunnelState().State == tunnel.StateConnected
 	}, "the agent did not connect to the relay")
 }
 

@@ -1,7 +1,8 @@
-package relay
-
-// HTTPS for the public relay: certificates from an ACME CA (Let's Encrypt by
-// default) through autocert, or a certificate the operator provides.
+// Package certs is HTTPS for the public relay: certificates from an ACME
+// CA (Let's Encrypt by default) through autocert, or a certificate the
+// operator provides. (Not named acme: it imports golang.org/x/crypto/acme,
+// and serves static pairs as well.)
+package certs
 
 import (
 	"context"
@@ -24,9 +25,9 @@ import (
 	"golang.org/x/crypto/acme/autocert"
 )
 
-// TLSOptions are the relay's certificate settings (flags --domain,
+// Options are the relay's certificate settings (flags --domain,
 // --acme-email, --acme-directory, --acme-ca-roots, --tls-cert, --tls-key).
-type TLSOptions struct {
+type Options struct {
 	// Domains are the relay's public names. With ACME they are the host
 	// policy: no other name gets a certificate, whatever a client asks for.
 	Domains []string
@@ -65,11 +66,11 @@ type TLS struct {
 	static            atomic.Pointer[tls.Certificate] // swapped by Reload
 }
 
-// NewTLS checks o and prepares the certificate source. It does not contact
+// New checks o and prepares the certificate source. It does not contact
 // the CA: the first certificate is obtained on the first handshake for a
 // name in Domains (or by Obtain), because the CA's TLS-ALPN-01 check needs
 // the listener to be serving already.
-func NewTLS(o TLSOptions) (*TLS, error) {
+func New(o Options) (*TLS, error) {
 	t := &TLS{httpsPort: o.HTTPSPort, log: o.Logger, certFile: o.CertFile, keyFile: o.KeyFile}
 	if t.log == nil {
 		t.log = slog.Default()
@@ -84,7 +85,6 @@ func NewTLS(o TLSOptions) (*TLS, error) {
 		}
 		t.domains = append(t.domains, n)
 	}
-
 	if o.CertFile != "" || o.KeyFile != "" {
 		if o.CertFile == "" || o.KeyFile == "" {
 			return nil, errors.New("--tls-cert and --tls-key go together")
@@ -94,8 +94,18 @@ func NewTLS(o TLSOptions) (*TLS, error) {
 		}
 		return t, nil
 	}
+	m, err := newManager(o, t.domains)
+	if err != nil {
+		return nil, err
+	}
+	t.manager = m
+	return t, nil
+}
 
-	if len(t.domains) == 0 {
+// newManager is the ACME side of New: autocert for domains, with the CA,
+// trust and cache o names.
+func newManager(o Options, domains []string) (*autocert.Manager, error) {
+	if len(domains) == 0 {
 		return nil, errors.New("automatic certificates need at least one --domain")
 	}
 	if o.CacheDir == "" && o.SharedCache == nil {
@@ -103,36 +113,45 @@ func NewTLS(o TLSOptions) (*TLS, error) {
 		// hit its rate limits.
 		return nil, errors.New("automatic certificates need a cache directory")
 	}
-	dir := o.DirectoryURL
+	client, err := acmeClient(o.DirectoryURL, o.CARootsFile)
+	if err != nil {
+		return nil, err
+	}
+	var cache autocert.Cache = autocert.DirCache(cacheDirFor(o.CacheDir, client.DirectoryURL))
+	if o.SharedCache != nil {
+		cache = o.SharedCache(client.DirectoryURL)
+	}
+	return &autocert.Manager{
+		// Running the relay with --domain is the operator accepting the
+		// CA's terms; there is nobody to prompt.
+		Prompt:     autocert.AcceptTOS,
+		Cache:      cache,
+		HostPolicy: autocert.HostWhitelist(domains...),
+		Email:      o.Email,
+		Client:     client,
+	}, nil
+}
+
+// acmeClient talks to the CA at directoryURL ("" is Let's Encrypt
+// production), trusting the roots in rootsFile besides the system's.
+func acmeClient(directoryURL, rootsFile string) (*acme.Client, error) {
+	dir := directoryURL
 	if dir == "" {
 		dir = autocert.DefaultACMEDirectory
 	}
 	u, err := url.Parse(dir)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return nil, fmt.Errorf("--acme-directory %q: want an https URL", o.DirectoryURL)
+		return nil, fmt.Errorf("--acme-directory %q: want an https URL", directoryURL)
 	}
 	client := &acme.Client{DirectoryURL: dir, UserAgent: "calltap-relay"}
-	if o.CARootsFile != "" {
-		hc, err := httpClientTrusting(o.CARootsFile)
+	if rootsFile != "" {
+		hc, err := httpClientTrusting(rootsFile)
 		if err != nil {
 			return nil, err
 		}
 		client.HTTPClient = hc
 	}
-	var cache autocert.Cache = autocert.DirCache(cacheDirFor(o.CacheDir, dir))
-	if o.SharedCache != nil {
-		cache = o.SharedCache(dir)
-	}
-	t.manager = &autocert.Manager{
-		// Running the relay with --domain is the operator accepting the
-		// CA's terms; there is nobody to prompt.
-		Prompt:     autocert.AcceptTOS,
-		Cache:      cache,
-		HostPolicy: autocert.HostWhitelist(t.domains...),
-		Email:      o.Email,
-		Client:     client,
-	}
-	return t, nil
+	return client, nil
 }
 
 // cacheDirFor keeps each CA's account and certificates apart: autocert

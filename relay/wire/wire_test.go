@@ -1,4 +1,4 @@
-package relay
+package wire
 
 import (
 	"bytes"
@@ -17,8 +17,8 @@ func sampleRequest() *Request {
 
 func TestRequestRoundTrip(t *testing.T) {
 	in := sampleRequest()
-	frame := append(appendRequestHead(nil, in), in.Body...)
-	out, err := decodeRequest(frame)
+	frame := append(AppendRequestHead(nil, in), in.Body...)
+	out, err := DecodeRequest(frame)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestRequestRoundTrip(t *testing.T) {
 
 func TestResponseRoundTrip(t *testing.T) {
 	in := &Response{Stream: 7, Status: 503, Result: ResultOK, Header: Header{{"Retry-After", "5"}}, Body: []byte("busy")}
-	out, err := decodeResponse(append(appendResponseHead(nil, in), in.Body...))
+	out, err := DecodeResponse(append(AppendResponseHead(nil, in), in.Body...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,35 +37,35 @@ func TestResponseRoundTrip(t *testing.T) {
 		t.Fatalf("round trip:\n in %+v\nout %+v", in, out)
 	}
 	empty := &Response{Stream: 8, Result: ResultUnreachable, Error: "connection refused", Header: Header{}, Body: []byte{}}
-	out, err = decodeResponse(appendResponseHead(nil, empty))
+	out, err = DecodeResponse(AppendResponseHead(nil, empty))
 	if err != nil || out.Result != ResultUnreachable || out.Error != "connection refused" {
 		t.Fatalf("unreachable: %+v %v", out, err)
 	}
-	out, err = decodeResponse(appendResponseHead(nil, &Response{Stream: 9, Result: ResultQueued}))
+	out, err = DecodeResponse(AppendResponseHead(nil, &Response{Stream: 9, Result: ResultQueued}))
 	if err != nil || out.Result != ResultQueued {
 		t.Fatalf("queued: %+v %v", out, err)
 	}
-	if _, err := decodeResponse(appendResponseHead(nil, &Response{Stream: 10, Result: ResultQueued + 1})); err == nil {
+	if _, err := DecodeResponse(AppendResponseHead(nil, &Response{Stream: 10, Result: ResultQueued + 1})); err == nil {
 		t.Error("a result past ResultQueued: no error")
 	}
 }
 
 func TestDecodeRejectsMalformed(t *testing.T) {
-	good := append(appendRequestHead(nil, sampleRequest()), "body"...)
+	good := append(AppendRequestHead(nil, sampleRequest()), "body"...)
 	for i := 1; i < len(good)-4; i++ {
-		if _, err := decodeRequest(good[:i]); err == nil {
+		if _, err := DecodeRequest(good[:i]); err == nil {
 			t.Errorf("truncated to %d bytes: no error", i)
 		}
 	}
 	// A header count far beyond what the frame could hold.
-	bad := []byte{frameRequest, 1, 0, 1, 0, 4, 'P', 'O', 'S', 'T', 1, '/', 0xff, 0xff, 0xff, 0xff, 0x0f}
-	if _, err := decodeRequest(bad); err == nil {
+	bad := []byte{FrameRequest, 1, 0, 1, 0, 4, 'P', 'O', 'S', 'T', 1, '/', 0xff, 0xff, 0xff, 0xff, 0x0f}
+	if _, err := DecodeRequest(bad); err == nil {
 		t.Error("huge header count: no error")
 	}
-	if _, err := decodeResponse([]byte{frameResponse, 1, 42, 0, 0, 0}); err == nil {
+	if _, err := DecodeResponse([]byte{FrameResponse, 1, 42, 0, 0, 0}); err == nil {
 		t.Error("status 42: no error")
 	}
-	if _, err := decodeAck([]byte{frameAck, 1, 0}); err == nil {
+	if _, err := DecodeAck([]byte{FrameAck, 1, 0}); err == nil {
 		t.Error("trailing bytes after ack: no error")
 	}
 }
@@ -74,33 +74,33 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 // and whatever decodes must encode back to the same bytes.
 func FuzzDecodeFrame(f *testing.F) {
 	r := sampleRequest()
-	f.Add(append(appendRequestHead(nil, r), r.Body...))
+	f.Add(append(AppendRequestHead(nil, r), r.Body...))
 	resp := &Response{Stream: 1, Status: 200, Header: Header{{"A", "b"}}, Body: []byte("ok")}
-	f.Add(append(appendResponseHead(nil, resp), resp.Body...))
-	f.Add(appendAck(nil, 99))
-	f.Add(appendGoAway(nil, GoAway{Reason: GoAwayReplaced, Message: "bye"}))
-	f.Add([]byte{frameRequest, 0xff, 0xff, 0xff})
+	f.Add(append(AppendResponseHead(nil, resp), resp.Body...))
+	f.Add(AppendAck(nil, Ack{Stream: 99}))
+	f.Add(AppendGoAway(nil, GoAway{Reason: GoAwayReplaced, Message: "bye"}))
+	f.Add([]byte{FrameRequest, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if req, err := decodeRequest(b); err == nil {
-			again := append(appendRequestHead(nil, req), req.Body...)
-			if req2, err := decodeRequest(again); err != nil || !reflect.DeepEqual(req, req2) {
+		if req, err := DecodeRequest(b); err == nil {
+			again := append(AppendRequestHead(nil, req), req.Body...)
+			if req2, err := DecodeRequest(again); err != nil || !reflect.DeepEqual(req, req2) {
 				t.Fatalf("request does not survive re-encoding: %v", err)
 			}
 		}
-		if resp, err := decodeResponse(b); err == nil {
-			again := append(appendResponseHead(nil, resp), resp.Body...)
-			if resp2, err := decodeResponse(again); err != nil || !reflect.DeepEqual(resp, resp2) {
+		if resp, err := DecodeResponse(b); err == nil {
+			again := append(AppendResponseHead(nil, resp), resp.Body...)
+			if resp2, err := DecodeResponse(again); err != nil || !reflect.DeepEqual(resp, resp2) {
 				t.Fatalf("response does not survive re-encoding: %v", err)
 			}
 		}
-		if s, err := decodeAck(b); err == nil {
-			if s2, err := decodeAck(appendAck(nil, s)); err != nil || s2 != s {
+		if s, err := DecodeAck(b); err == nil {
+			if s2, err := DecodeAck(AppendAck(nil, s)); err != nil || s2 != s {
 				t.Fatalf("ack does not survive re-encoding")
 			}
 		}
-		decodeGoAway(b)
+		DecodeGoAway(b)
 		var h Hello
-		decodeJSON(b, frameHello, &h)
+		DecodeHello(b, &h)
 	})
 }
 
@@ -111,18 +111,18 @@ func BenchmarkEncodeRequest(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(r.Body)))
 	for b.Loop() {
-		buf = appendRequestHead(buf[:0], r)
+		buf = AppendRequestHead(buf[:0], r)
 	}
 }
 
 func BenchmarkDecodeRequest(b *testing.B) {
 	r := sampleRequest()
 	r.Body = bytes.Repeat([]byte("x"), 2048)
-	frame := append(appendRequestHead(nil, r), r.Body...)
+	frame := append(AppendRequestHead(nil, r), r.Body...)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(frame)))
 	for b.Loop() {
-		if _, err := decodeRequest(frame); err != nil {
+		if _, err := DecodeRequest(frame); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -137,7 +137,7 @@ func TestResponseHeadLen(t *testing.T) {
 		{Stream: 1 << 40, Status: 200, Header: Header{{"Content-Type", "text/plain"}, {"X-Long", long}}},
 		{Stream: 7, Result: ResultTooLarge, Error: long},
 	} {
-		if got, want := responseHeadLen(r), len(appendResponseHead(nil, r)); got != want {
+		if got, want := responseHeadLen(r), len(AppendResponseHead(nil, r)); got != want {
 			t.Errorf("responseHeadLen = %d, encoded head is %d bytes", got, want)
 		}
 	}

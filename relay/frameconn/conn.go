@@ -1,14 +1,22 @@
-package relay
+// Package frameconn carries the frames of relay/wire over a websocket: one
+// connection with one reader and one writer at a time, a bounded send queue,
+// a write deadline per frame, keepalive pings, and writes batched into one
+// system call. The relay's end of a tunnel and the agent's both use it.
+//
+// It is a package of its own, beside wire rather than in it, so that what
+// only needs the messages (the inspector's headers, the cluster's node to
+// node forwarding) does not link a websocket in.
+package frameconn
 
 import (
 	"bytes"
 	"errors"
 	"io"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/gorilla/websocket"
 )
 
@@ -32,7 +40,8 @@ type Keepalive struct {
 	WriteWait time.Duration // deadline for writing one frame
 }
 
-func (k Keepalive) withDefaults() Keepalive {
+// WithDefaults fills the zero fields with the relay's defaults.
+func (k Keepalive) WithDefaults() Keepalive {
 	if k.PongWait <= 0 {
 		k.PongWait = DefaultPongWait
 	}
@@ -42,15 +51,19 @@ func (k Keepalive) withDefaults() Keepalive {
 	return k
 }
 
-// outFrame is one message waiting in a send queue.
-type outFrame struct {
-	head    []byte
-	body    []byte // written after head in the same message; may be nil
-	written func() // called once the frame is out or dropped; may be nil
+// Frame is one message to send: a head encoded by wire's Append
+// functions, and the body written after it in the same message.
+type Frame struct {
+	Head []byte
+	Body []byte // written after Head in the same message; may be nil
+	// Written is called once the frame is out or dropped; may be nil. It
+	// runs on the goroutine that wrote or dropped it, under writeMu when
+	// written: it must not send on this Conn.
+	Written func()
 }
 
-// wsConn is one websocket with exactly one reader (the owner's read loop,
-// calling readFrame) and one writer at a time, like the readPump/writePump
+// Conn is one websocket with exactly one reader (the owner's read loop,
+// calling ReadFrame) and one writer at a time, like the readPump/writePump
 // pair of gorilla's chat example.
 //
 // The writer is whoever holds writeMu. Usually that is sendLoop, draining
@@ -59,31 +72,34 @@ type outFrame struct {
 // at one request in flight those wake-ups are most of a tunnel's latency.
 // Frames leave in the order they were queued: every dequeue happens under
 // writeMu, and a sender writes directly only when nothing is queued.
-type wsConn struct {
+type Conn struct {
 	ws       *websocket.Conn
 	bc       *batchConn   // the socket under ws; batches the writer's frames
 	maxFrame int64        // the largest frame this end reads
 	peerMax  atomic.Int64 // the largest frame the peer reads; larger sends are refused
 	keep     Keepalive
 
-	writeMu sync.Mutex    // held while frames are written; see above
-	sendq   chan outFrame // bounded; dequeued only under writeMu
+	// writeMu is held by the writer while frames are written (see above):
+	// it guards the websocket's writer side and every dequeue of sendq.
+	// Frame.Written callbacks run under it.
+	writeMu sync.Mutex
+	sendq   chan Frame    // bounded; dequeued only under writeMu
 	wake    chan struct{} // cap 1: tells sendLoop that sendq has frames
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by close
-	mu        sync.Mutex
-	closeErr  error // guarded by mu: why the connection ended
+	mu        sync.Mutex    // guards closeErr
+	closeErr  error         // guarded by mu: why the connection ended
 }
 
-func newWSConn(ws *websocket.Conn, bc *batchConn, maxFrame int64, keep Keepalive) *wsConn {
-	keep = keep.withDefaults()
-	c := &wsConn{
+func newConn(ws *websocket.Conn, bc *batchConn, maxFrame int64, keep Keepalive) *Conn {
+	keep = keep.WithDefaults()
+	c := &Conn{
 		ws:       ws,
 		bc:       bc,
 		maxFrame: maxFrame,
 		keep:     keep,
-		sendq:    make(chan outFrame, sendQueueLen),
+		sendq:    make(chan Frame, sendQueueLen),
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
@@ -96,8 +112,8 @@ func newWSConn(ws *websocket.Conn, bc *batchConn, maxFrame int64, keep Keepalive
 	return c
 }
 
-// close ends the connection once, recording why.
-func (c *wsConn) close(err error) {
+// Close ends the connection once, recording why.
+func (c *Conn) Close(err error) {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		c.closeErr = err
@@ -107,42 +123,51 @@ func (c *wsConn) close(err error) {
 	})
 }
 
-// cause is why the connection ended: the first reason given to close. The
+// Cause is why the connection ended: the first reason given to Close. The
 // read that fails after this end closed the connection says only "use of
 // closed network connection"; this says why it was closed.
-func (c *wsConn) cause() error {
+func (c *Conn) Cause() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closeErr
 }
 
-var errConnClosed = errors.New("relay: connection closed")
+// ErrClosed is a send on a connection that ended.
+var ErrClosed = errors.New("relay: connection closed")
 
-// send writes a frame, or queues it for sendLoop while another writer is
+// Done is closed when the connection ends.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// PeerMax is the largest frame the peer reads.
+func (c *Conn) PeerMax() int64 { return c.peerMax.Load() }
+
+// Send writes a frame, or queues it for sendLoop while another writer is
 // busy, waiting while the queue is full (backpressure) until the
-// connection closes or cancel is closed. The frame's written callback runs
-// exactly once whatever happens.
-func (c *wsConn) send(f outFrame, cancel <-chan struct{}) error {
-	return c.sendAll([]outFrame{f}, cancel)
+// connection closes or cancel is closed. The frame's Written callback runs
+// exactly once whatever happens: under writeMu when this sender writes the
+// frame itself, else on the goroutine that writes or drops it.
+func (c *Conn) Send(f Frame, cancel <-chan struct{}) error {
+	return c.SendAll([]Frame{f}, cancel)
 }
 
-// setPeerMax records the largest frame the peer reads.
-func (c *wsConn) setPeerMax(n int64) { c.peerMax.Store(n) }
+// SetPeerMax records the largest frame the peer reads.
+func (c *Conn) SetPeerMax(n int64) { c.peerMax.Store(n) }
 
-// sendAll sends frames in order, as one batch when it can write them
-// itself. A frame larger than the peer reads is refused (errFrameTooLarge),
+// SendAll sends frames in order, as one batch when it can write them
+// itself. A frame larger than the peer reads is refused (wire.ErrFrameTooLarge),
 // with the frames after it: written, it would make the peer close the
-// connection.
-func (c *wsConn) sendAll(fs []outFrame, cancel <-chan struct{}) error {
+// connection. Written callbacks run as for Send, under writeMu when this
+// sender writes the batch itself.
+func (c *Conn) SendAll(fs []Frame, cancel <-chan struct{}) error {
 	peerMax := c.peerMax.Load()
 	for i, f := range fs {
-		if int64(len(f.head)+len(f.body)) > peerMax {
+		if int64(len(f.Head)+len(f.Body)) > peerMax {
 			for _, f := range fs[i:] {
-				if f.written != nil {
-					f.written()
+				if f.Written != nil {
+					f.Written()
 				}
 			}
-			return errFrameTooLarge
+			return wire.ErrFrameTooLarge
 		}
 	}
 	if len(c.sendq) == 0 && c.writeMu.TryLock() {
@@ -161,14 +186,14 @@ func (c *wsConn) sendAll(fs []outFrame, cancel <-chan struct{}) error {
 		case <-cancel:
 		}
 		for _, f := range fs[i:] {
-			if f.written != nil {
-				f.written()
+			if f.Written != nil {
+				f.Written()
 			}
 		}
 		c.signal()
 		select {
 		case <-c.done:
-			return errConnClosed
+			return ErrClosed
 		default:
 			return errors.New("relay: send cancelled")
 		}
@@ -180,7 +205,7 @@ func (c *wsConn) sendAll(fs []outFrame, cancel <-chan struct{}) error {
 
 // dropIfClosed releases frames queued after sendLoop stopped: a send racing
 // with close may still have put one in the queue.
-func (c *wsConn) dropIfClosed() {
+func (c *Conn) dropIfClosed() {
 	select {
 	case <-c.done:
 		c.drainSendq()
@@ -188,35 +213,36 @@ func (c *wsConn) dropIfClosed() {
 	}
 }
 
-// trySend queues a frame for sendLoop without waiting; a full queue drops
+// TrySend queues a frame for sendLoop without waiting; a full queue drops
 // it. For frames that may be lost (notices), from goroutines that must not
 // block (read loops).
-func (c *wsConn) trySend(f outFrame) {
+func (c *Conn) TrySend(f Frame) {
 	select {
 	case c.sendq <- f:
 		c.signal()
 		c.dropIfClosed()
 	default:
-		if f.written != nil {
-			f.written()
+		if f.Written != nil {
+			f.Written()
 		}
 	}
 }
 
-func (c *wsConn) signal() {
+func (c *Conn) signal() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
 }
 
-// sendLoop writes what senders queued while another writer was busy, and
-// pings at 9/10 of the pong wait.
-func (c *wsConn) sendLoop() {
+// SendLoop writes what senders queued while another writer was busy, and
+// pings at 9/10 of the pong wait. It runs the queued frames' Written
+// callbacks holding writeMu.
+func (c *Conn) SendLoop() {
 	ping := time.NewTicker(c.keep.PongWait * 9 / 10)
 	defer ping.Stop()
 	defer c.drainSendq()
-	var batch []outFrame // owned by sendLoop; grown only by a busy connection
+	var batch []Frame // owned by sendLoop; grown only by a busy connection
 	for {
 		select {
 		case <-c.wake:
@@ -229,7 +255,7 @@ func (c *wsConn) sendLoop() {
 			}
 		case <-ping.C:
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.keep.WriteWait)); err != nil {
-				c.close(err)
+				c.Close(err)
 				return
 			}
 		case <-c.done:
@@ -239,8 +265,9 @@ func (c *wsConn) sendLoop() {
 }
 
 // writeQueued writes what is in sendq, in batches, until it is empty; batch
-// is reused. The caller holds writeMu.
-func (c *wsConn) writeQueued(batch []outFrame) ([]outFrame, error) {
+// is reused. The caller holds writeMu, under which the frames' Written
+// callbacks run.
+func (c *Conn) writeQueued(batch []Frame) ([]Frame, error) {
 	for {
 		batch = batch[:0]
 	collect:
@@ -263,10 +290,11 @@ func (c *wsConn) writeQueued(batch []outFrame) ([]outFrame, error) {
 	}
 }
 
-// flush returns once the frames queued before it are written (each write
+// Flush returns once the frames queued before it are written (each write
 // has its deadline), or the connection has failed: a stopping end writes
-// its close after its last answers, never ahead of them.
-func (c *wsConn) flush() {
+// its close after its last answers, never ahead of them. The frames'
+// Written callbacks run here, holding writeMu.
+func (c *Conn) Flush() {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	c.writeQueued(nil)
@@ -280,8 +308,9 @@ const maxBatchFrames = 128
 // deadline (a peer that stops reading is dropped instead of blocking us),
 // into the batchConn's buffer, which reaches the socket in one system call.
 // The written callbacks run after that, when the bytes have left the
-// process. The caller holds writeMu. An error closes the connection.
-func (c *wsConn) writeBatch(fs []outFrame) error {
+// process, still under writeMu, which the caller holds. An error closes the
+// connection.
+func (c *Conn) writeBatch(fs []Frame) error {
 	c.bc.begin()
 	var err error
 	for _, f := range fs {
@@ -293,33 +322,48 @@ func (c *wsConn) writeBatch(fs []outFrame) error {
 		err = rerr
 	}
 	for _, f := range fs {
-		if f.written != nil {
-			f.written()
+		if f.Written != nil {
+			f.Written()
 		}
 	}
 	if err != nil {
-		c.close(err)
+		c.Close(err)
 	}
 	return err
 }
 
 // writeOne writes one frame as one websocket message.
-func (c *wsConn) writeOne(f outFrame) error {
+func (c *Conn) writeOne(f Frame) error {
 	c.ws.SetWriteDeadline(time.Now().Add(c.keep.WriteWait))
 	w, err := c.ws.NextWriter(websocket.BinaryMessage)
 	if err != nil {
 		return err
 	}
-	return writeFrame(w, f.head, f.body)
+	return writeFrame(w, f.Head, f.Body)
+}
+
+// writeFrame writes head and then body as one websocket message through w.
+func writeFrame(w io.WriteCloser, head, body []byte) error {
+	if _, err := w.Write(head); err != nil {
+		w.Close()
+		return err
+	}
+	if len(body) > 0 {
+		if _, err := w.Write(body); err != nil {
+			w.Close()
+			return err
+		}
+	}
+	return w.Close()
 }
 
 // drainSendq releases the frames left behind when sendLoop stops.
-func (c *wsConn) drainSendq() {
+func (c *Conn) drainSendq() {
 	for {
 		select {
 		case f := <-c.sendq:
-			if f.written != nil {
-				f.written()
+			if f.Written != nil {
+				f.Written()
 			}
 		default:
 			return
@@ -328,8 +372,8 @@ func (c *wsConn) drainSendq() {
 }
 
 // readFrame reads one whole message into a pooled buffer. The caller owns
-// the buffer and returns it with putBuf when done with every slice of it.
-func (c *wsConn) readFrame() (*bytes.Buffer, error) {
+// the buffer and returns it with PutBuf when done with every slice of it.
+func (c *Conn) ReadFrame() (*bytes.Buffer, error) {
 	typ, r, err := c.ws.NextReader()
 	if err != nil {
 		return nil, err
@@ -338,26 +382,37 @@ func (c *wsConn) readFrame() (*bytes.Buffer, error) {
 	// deadline to arrive; after it, the peer has PongWait to say more.
 	c.ws.SetReadDeadline(time.Now().Add(max(c.keep.PongWait, c.keep.WriteWait)))
 	if typ != websocket.BinaryMessage {
-		return nil, errMalformed
+		return nil, wire.ErrMalformed
 	}
-	buf := getBuf()
+	buf := GetBuf()
 	if _, err := buf.ReadFrom(r); err != nil {
-		putBuf(buf)
+		PutBuf(buf)
 		return nil, err
 	}
 	if c.keep.WriteWait > c.keep.PongWait { // an agent's: the deadline above was the longer one
 		c.ws.SetReadDeadline(time.Now().Add(c.keep.PongWait))
 	}
 	if buf.Len() == 0 {
-		putBuf(buf)
-		return nil, errMalformed
+		PutBuf(buf)
+		return nil, wire.ErrMalformed
 	}
 	return buf, nil
 }
 
-// writeClose sends a close control frame with a reason, best effort.
-func (c *wsConn) writeClose(code int, text string) {
+// WriteClose sends a close control frame with a reason, best effort.
+func (c *Conn) WriteClose(code int, text string) {
 	c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(time.Second))
+}
+
+// Finish ends the connection after what is queued: the frames queued
+// before it are written (the last answers of an end that stops), then a
+// close frame with code and text, then the connection closes with err.
+// Written ahead of them, the close would make the peer give up on those
+// answers.
+func (c *Conn) Finish(code int, text string, err error) {
+	c.Flush()
+	c.WriteClose(code, text)
+	c.Close(err)
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -365,38 +420,15 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // maxPooledBuf keeps a burst of large bodies from pinning memory in the pool.
 const maxPooledBuf = 4 << 20
 
-func getBuf() *bytes.Buffer { return bufPool.Get().(*bytes.Buffer) }
+// GetBuf lends a buffer from the pool that ReadFrame's buffers come from.
+func GetBuf() *bytes.Buffer { return bufPool.Get().(*bytes.Buffer) }
 
-func putBuf(b *bytes.Buffer) {
+// PutBuf returns a buffer to the pool once no slice of it is in use; nil
+// is ignored.
+func PutBuf(b *bytes.Buffer) {
 	if b == nil || b.Cap() > maxPooledBuf {
 		return
 	}
 	b.Reset()
 	bufPool.Put(b)
-}
-
-// readAllPooled reads r (at most max bytes; more is errTooLarge) into a pooled buffer.
-func readAllPooled(r io.Reader, max int64) (*bytes.Buffer, error) {
-	buf := getBuf()
-	n, err := buf.ReadFrom(io.LimitReader(r, max+1))
-	if err != nil {
-		putBuf(buf)
-		return nil, err
-	}
-	if n > max {
-		putBuf(buf)
-		return nil, errTooLarge
-	}
-	return buf, nil
-}
-
-var errTooLarge = errors.New("relay: body too large")
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -1,4 +1,8 @@
-package relay
+// Package tunnel is the agent's end of a tunnel: it connects to the relay,
+// reconnects with backoff, hands each request the relay sends to its
+// Handler and sends back the Handler's acks and answers. The frames are
+// relay/wire's, carried by relay/frameconn.
+package tunnel
 
 import (
 	"bytes"
@@ -19,6 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/calltap/calltap/relay/frameconn"
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/gorilla/websocket"
 )
 
@@ -27,7 +33,7 @@ import (
 // the request off quickly (blocking here is backpressure on the relay) and
 // later call s.Ack once the request is saved and s.Respond for a live one.
 type Handler interface {
-	ServeTunnel(req *Request, s *Stream)
+	ServeTunnel(req *wire.Request, s *Stream)
 }
 
 // Stream is the agent's handle on one request.
@@ -36,7 +42,7 @@ type Stream struct {
 	stream uint64
 	queued bool // from the offline queue: done once acknowledged
 	once   sync.Once
-	buf    *bytes.Buffer // backs Request.Body
+	buf    *bytes.Buffer // backs wire.Request.Body
 	ended  sync.Once
 }
 
@@ -44,7 +50,7 @@ type Stream struct {
 // from the relay's queue only after this; for a live one the response says
 // it too, so the agent acks one only when its handler is slow.
 func (s *Stream) Ack() {
-	s.c.sendUnlessClosed(outFrame{head: appendAck(nil, s.stream)})
+	s.c.sendUnlessClosed(frameconn.Frame{Head: wire.AppendAck(nil, wire.Ack{Stream: s.stream})})
 	if s.queued {
 		s.end()
 	}
@@ -57,7 +63,9 @@ func (s *Stream) end() { s.ended.Do(s.c.streams.Done) }
 // AckAll acknowledges many saved requests at once: the agent's writer
 // calls it once per commit, so that a commit's acks leave in one write.
 func AckAll(ss []*Stream) {
-	sendEach(ss, func(s *Stream) outFrame { return outFrame{head: appendAck(nil, s.stream)} })
+	sendEach(ss, func(s *Stream) frameconn.Frame {
+		return frameconn.Frame{Head: wire.AppendAck(nil, wire.Ack{Stream: s.stream})}
+	})
 	for _, s := range ss {
 		if s.queued {
 			s.end()
@@ -69,9 +77,9 @@ func AckAll(ss []*Stream) {
 // ss[i], as Respond would one by one: the agent's writer calls it once per
 // commit for the requests whose handler answered before it, so that their
 // answers leave in one write.
-func RespondAll(ss []*Stream, rs []*Response) {
+func RespondAll(ss []*Stream, rs []*wire.Response) {
 	i := 0
-	sendEach(ss, func(s *Stream) outFrame { f := s.responseFrame(rs[i]); i++; return f })
+	sendEach(ss, func(s *Stream) frameconn.Frame { f := s.responseFrame(rs[i]); i++; return f })
 	for _, s := range ss {
 		s.end()
 	}
@@ -79,14 +87,14 @@ func RespondAll(ss []*Stream, rs []*Response) {
 
 // sendEach sends frame(s) for each of ss in order, a batch per connection
 // (a reconnect may fall in the middle of ss).
-func sendEach(ss []*Stream, frame func(*Stream) outFrame) {
+func sendEach(ss []*Stream, frame func(*Stream) frameconn.Frame) {
 	var (
 		cc     *clientConn
-		frames []outFrame
+		frames []frameconn.Frame
 	)
 	flush := func() {
 		if len(frames) > 0 {
-			cc.sendAll(frames, nil)
+			cc.SendAll(frames, nil)
 		}
 		frames = frames[:0]
 	}
@@ -106,30 +114,30 @@ func sendEach(ss []*Stream, frame func(*Stream) outFrame) {
 // An answer over the relay's limits (see Limits) goes as ResultTooLarge
 // instead, which fails this request alone; the caller should check first
 // with Limits().Check, to record why.
-func (s *Stream) Respond(r *Response) {
+func (s *Stream) Respond(r *wire.Response) {
 	s.c.sendUnlessClosed(s.responseFrame(r))
 	s.end()
 }
 
 // responseFrame is the frame that carries r, the answer to s.
-func (s *Stream) responseFrame(r *Response) outFrame {
+func (s *Stream) responseFrame(r *wire.Response) frameconn.Frame {
 	r.Stream = s.stream
 	if err := s.Limits().Check(r); err != nil {
 		s.c.client.log.Warn("the handler's answer exceeds the relay's limits", "err", err)
-		r = &Response{Stream: s.stream, Result: ResultTooLarge, Error: err.Error()}
+		r = &wire.Response{Stream: s.stream, Result: wire.ResultTooLarge, Error: err.Error()}
 	}
-	if r.Result == ResultTooLarge && !s.c.knowsTooLarge.Load() {
-		r.Result = ResultUnreachable // what an older relay understands, with the same 502
+	if r.Result == wire.ResultTooLarge && !s.c.knowsTooLarge.Load() {
+		r.Result = wire.ResultUnreachable // what an older relay understands, with the same 502
 	}
-	return outFrame{head: appendResponseHead(nil, r), body: r.Body}
+	return frameconn.Frame{Head: wire.AppendResponseHead(nil, r), Body: r.Body}
 }
 
 // Limits are what the relay takes on this request's connection.
-func (s *Stream) Limits() Limits {
+func (s *Stream) Limits() wire.Limits {
 	if l := s.c.limits.Load(); l != nil {
 		return *l
 	}
-	return Limits{}
+	return wire.Limits{}
 }
 
 // ForwardTimeout is how long the relay waits for this request's response
@@ -139,14 +147,14 @@ func (s *Stream) ForwardTimeout() time.Duration { return s.c.forwardTimeout }
 
 // Release returns the request body's buffer once nothing uses it.
 func (s *Stream) Release() {
-	s.once.Do(func() { putBuf(s.buf) })
+	s.once.Do(func() { frameconn.PutBuf(s.buf) })
 }
 
 // ConnState is what the agent shows about its tunnel.
 type ConnState struct {
-	State  string // connected | reconnecting | offline
-	Hello  *Hello // set while connected
-	Notice Notice
+	State  string      // connected | reconnecting | offline
+	Hello  *wire.Hello // set while connected
+	Notice wire.Notice
 	Err    error // why the last connection ended
 }
 
@@ -157,8 +165,8 @@ const (
 	StateOffline      = "offline"
 )
 
-// ClientConfig configures an agent's connection to a relay.
-type ClientConfig struct {
+// Config configures an agent's connection to a relay.
+type Config struct {
 	// RelayURL is http(s)://host[:port] of the relay, or of several nodes
 	// of one relay, comma-separated: the client moves to the next when a
 	// connection fails or ends. (One name that resolves to several
@@ -169,7 +177,7 @@ type ClientConfig struct {
 	RequireHeaders []string // "Name: value" every sender must present
 	TLSConfig      *tls.Config
 	MaxFrame       int64
-	Keepalive      Keepalive // PongWait: DefaultAgentPongWait
+	Keepalive      frameconn.Keepalive // PongWait: frameconn.DefaultAgentPongWait
 	Handler        Handler
 	OnState        func(ConnState) // called from the client's goroutines; must not block
 	Logger         *slog.Logger
@@ -189,22 +197,43 @@ type ClientConfig struct {
 
 // Errors that end Client.Run: retrying would not help.
 var (
-	ErrUnauthorized = errors.New("the relay refused the token (wrong or revoked)")
+	ErrUnauthorized = errors.New("the relay refused the token") // followed by the relay's reason, when it gives one
 	ErrReplaced     = errors.New("another agent connected with the same token and took over the tunnel")
 	ErrRevoked      = errors.New("the token was revoked on the relay")
 )
 
+// errGoingAway is a goaway that leaves the agent free to reconnect.
+var errGoingAway = errors.New("the relay is going away")
+
+// relayError is the relay's goaway as an error: it says the relay's
+// message when there is one, else kind's text, never both (they say the
+// same thing: "took over the tunnel (... took over this tunnel)"), and
+// errors.Is finds kind.
+type relayError struct {
+	kind    error
+	message string // the relay's; may be empty
+}
+
+func (e *relayError) Error() string {
+	if e.message == "" {
+		return e.kind.Error()
+	}
+	return e.message
+}
+
+func (e *relayError) Unwrap() error { return e.kind }
+
 // Client is the agent's end of a tunnel: it connects, reconnects with
 // backoff, and hands requests to its Handler.
 type Client struct {
-	cfg    ClientConfig
+	cfg    Config
 	dialer websocket.Dialer
 	wsURLs []string // one per relay node; Run moves to the next when one fails
 	log    *slog.Logger
 }
 
 // NewClient validates cfg.
-func NewClient(cfg ClientConfig) (*Client, error) {
+func NewClient(cfg Config) (*Client, error) {
 	var wsURLs []string
 	for _, raw := range strings.Split(cfg.RelayURL, ",") {
 		ws, err := websocketURL(strings.TrimSpace(raw))
@@ -214,10 +243,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		wsURLs = append(wsURLs, ws)
 	}
 	if cfg.Handler == nil {
-		return nil, errors.New("relay: ClientConfig.Handler is required")
+		return nil, errors.New("relay: Config.Handler is required")
 	}
 	if cfg.MaxFrame <= 0 {
-		cfg.MaxFrame = DefaultMaxFrame
+		cfg.MaxFrame = wire.DefaultMaxFrame
 	}
 	if cfg.BackoffMin <= 0 {
 		cfg.BackoffMin = 100 * time.Millisecond
@@ -232,7 +261,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		cfg.StopGrace = 35 * time.Second
 	}
 	if cfg.Keepalive.PongWait <= 0 {
-		cfg.Keepalive.PongWait = DefaultAgentPongWait
+		cfg.Keepalive.PongWait = frameconn.DefaultAgentPongWait
 	}
 	if cfg.OnState == nil {
 		cfg.OnState = func(ConnState) {}
@@ -246,7 +275,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	c.dialer = websocket.Dialer{
 		Proxy:            http.ProxyFromEnvironment,
 		HandshakeTimeout: 10 * time.Second,
-		Subprotocols:     []string{Subprotocol},
+		Subprotocols:     []string{wire.Subprotocol},
 		TLSClientConfig:  cfg.TLSConfig,
 		ReadBufferSize:   32 << 10,
 		WriteBufferSize:  32 << 10,
@@ -270,8 +299,7 @@ func (c *Client) Run(ctx context.Context) error {
 			// node that misread who holds the tunnel). An agent that
 			// really has a twin is told again at once, and then goes.
 			replacedAt = time.Now()
-			c.log.Warn("the relay says another agent took over this tunnel; reconnecting once to make sure", "err", err)
-			err = fmt.Errorf("replaced: %w", err)
+			c.log.Warn("told to give the tunnel up; reconnecting once to make sure", "err", err)
 		} else if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrReplaced) || errors.Is(err, ErrRevoked) {
 			c.cfg.OnState(ConnState{State: StateOffline, Err: err})
 			return err
@@ -308,40 +336,35 @@ func (c *Client) backoff(attempt int) time.Duration {
 func (c *Client) connectOnce(ctx context.Context, wsURL string) (bool, error) {
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+c.cfg.Token)
-	h.Set(MaxFrameHeader, strconv.FormatInt(c.cfg.MaxFrame, 10))
+	h.Set(wire.MaxFrameHeader, strconv.FormatInt(c.cfg.MaxFrame, 10))
 	for _, v := range c.cfg.RequireHeaders {
-		h.Add(RequireHeaderHeader, v)
+		h.Add(wire.RequireHeaderHeader, v)
 	}
-	// The TCP connection is wrapped (under TLS, when there is TLS) so that
-	// sendLoop can batch its writes; see batchConn.
-	var bc *batchConn
 	dialer := c.dialer
-	dialer.NetDialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := (&net.Dialer{KeepAlive: 30 * time.Second, Resolver: c.cfg.Resolver}).DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		bc = newBatchConn(conn)
-		return bc, nil
-	}
-	ws, resp, err := dialer.DialContext(ctx, wsURL, h)
+	dialer.NetDialContext = (&net.Dialer{KeepAlive: 30 * time.Second, Resolver: c.cfg.Resolver}).DialContext
+	conn, resp, err := frameconn.Dial(ctx, dialer, wsURL, h, c.cfg.MaxFrame, c.cfg.Keepalive)
 	if err != nil {
 		if resp != nil {
 			defer resp.Body.Close()
 			msg := errorMessage(resp.Body)
 			if resp.StatusCode == http.StatusUnauthorized {
+				if msg == "" {
+					return false, ErrUnauthorized
+				}
+				// The reason ("token is not valid or was revoked") says
+				// what went wrong; ErrUnauthorized's text, who said so.
 				return false, fmt.Errorf("%w: %s", ErrUnauthorized, msg)
 			}
 			return false, fmt.Errorf("relay answered %s: %s", resp.Status, msg)
 		}
 		return false, err
 	}
-	cc := &clientConn{wsConn: newWSConn(ws, bc, c.cfg.MaxFrame, c.cfg.Keepalive), client: c, left: make(chan struct{})}
-	go cc.sendLoop()
+	cc := &clientConn{Conn: conn, client: c, left: make(chan struct{})}
+	go cc.SendLoop()
 	stop := context.AfterFunc(ctx, cc.stop)
 	defer stop()
 	err = cc.readLoop()
-	cc.close(err)
+	cc.Close(err)
 	return cc.helloSeen, err
 }
 
@@ -359,7 +382,7 @@ func websocketURL(raw string) (string, error) {
 	default:
 		return "", fmt.Errorf("relay URL %q: scheme must be http or https", raw)
 	}
-	u.Path = strings.TrimRight(u.Path, "/") + ConnectPath
+	u.Path = strings.TrimRight(u.Path, "/") + wire.ConnectPath
 	return u.String(), nil
 }
 
@@ -377,11 +400,12 @@ func errorMessage(r io.Reader) string {
 
 // clientConn is the agent's end of one websocket.
 type clientConn struct {
-	*wsConn
+	*frameconn.Conn
 	client        *Client
-	helloSeen     bool                   // owned by readLoop
-	limits        atomic.Pointer[Limits] // the relay's, from its hello
-	knowsTooLarge atomic.Bool            // the relay understands ResultTooLarge
+	helloSeen     bool                        // owned by readLoop
+	hello         wire.Hello                  // owned by readLoop: the relay's, once helloSeen
+	limits        atomic.Pointer[wire.Limits] // the relay's, from its hello
+	knowsTooLarge atomic.Bool                 // the relay understands ResultTooLarge
 
 	// forwardTimeout is the relay's, from its hello; set by readLoop
 	// before it hands over any request.
@@ -401,27 +425,23 @@ type clientConn struct {
 // gives the requests it holds up to StopGrace to be answered: a stop then
 // costs no sender an answer its handler gave.
 func (cc *clientConn) stop() {
-	defer func() {
-		// The last answers may still be queued behind a busy writer: the
-		// close goes after them, else the relay tells their senders the
-		// agent left without answering.
-		cc.flush()
-		cc.writeClose(websocket.CloseGoingAway, "agent stopping")
-		cc.close(context.Canceled)
-	}()
+	// The last answers may still be queued behind a busy writer: the
+	// close goes after them, else the relay tells their senders the
+	// agent left without answering.
+	defer cc.Finish(websocket.CloseGoingAway, "agent stopping", context.Canceled)
 	if !cc.leaveOK.Load() {
 		return
 	}
 	grace := time.NewTimer(cc.client.cfg.StopGrace)
 	defer grace.Stop()
-	if cc.send(outFrame{head: []byte{frameLeave}}, nil) != nil {
+	if cc.Send(frameconn.Frame{Head: wire.AppendLeave(nil, wire.Leave{})}, nil) != nil {
 		return
 	}
 	select {
 	case <-cc.left:
 	case <-grace.C:
 		return
-	case <-cc.done:
+	case <-cc.Done():
 		return
 	}
 	answered := make(chan struct{})
@@ -433,96 +453,134 @@ func (cc *clientConn) stop() {
 	case <-answered:
 	case <-grace.C:
 		cc.client.log.Warn("stopping before every request held was answered", "grace", cc.client.cfg.StopGrace)
-	case <-cc.done:
+	case <-cc.Done():
 	}
 }
 
 // sendUnlessClosed sends a frame, written at once or queued, blocking
 // while the queue is full; the frame is dropped only with the connection
 // (the relay then treats the request as not acknowledged).
-func (cc *clientConn) sendUnlessClosed(f outFrame) {
-	cc.send(f, nil)
+func (cc *clientConn) sendUnlessClosed(f frameconn.Frame) {
+	cc.Send(f, nil)
 }
 
+// readLoop reads the relay's frames until the connection ends or the relay
+// sends the agent away, and returns why. Each frame's buffer goes back to
+// the pool once read, but a request's, which its Stream releases.
 func (cc *clientConn) readLoop() error {
-	cfg := &cc.client.cfg
-	var hello Hello
 	for {
-		buf, err := cc.readFrame()
+		buf, err := cc.ReadFrame()
 		if err != nil {
 			return err
 		}
 		b := buf.Bytes()
 		switch b[0] {
-		case frameHello:
-			err := decodeJSON(b, frameHello, &hello)
-			putBuf(buf)
-			if err != nil {
-				return err
-			}
-			cc.helloSeen = true
-			l := limitsOf(&hello)
-			cc.limits.Store(&l)
-			if l.MaxFrame > 0 {
-				cc.setPeerMax(l.MaxFrame)
-			}
-			// A relay that announces its frame limit is one that knows
-			// ResultTooLarge: both came together.
-			cc.knowsTooLarge.Store(hello.MaxFrame > 0)
-			cc.forwardTimeout = time.Duration(hello.ForwardTimeoutMS) * time.Millisecond
-			cc.leaveOK.Store(hello.Leave)
-			cfg.OnState(ConnState{State: StateConnected, Hello: &hello})
-		case frameRequest:
-			if !cc.helloSeen {
-				putBuf(buf)
-				return fmt.Errorf("%w: request before hello", errMalformed)
-			}
-			req, err := decodeRequest(b)
-			if err != nil {
-				putBuf(buf)
-				return err
-			}
-			select {
-			case <-cc.left:
-				putBuf(buf)
-				return fmt.Errorf("%w: request after goaway left", errMalformed)
-			default:
-			}
-			cc.streams.Add(1)
-			cfg.Handler.ServeTunnel(req, &Stream{c: cc, stream: req.Stream, queued: req.Queued, buf: buf})
-		case frameNotice:
-			var n Notice
-			err := decodeJSON(b, frameNotice, &n)
-			putBuf(buf)
-			if err != nil {
-				return err
-			}
-			cfg.OnState(ConnState{State: StateConnected, Hello: &hello, Notice: n})
-		case frameGoAway:
-			g, err := decodeGoAway(b)
-			putBuf(buf)
-			if err != nil {
-				return err
-			}
-			switch g.Reason {
-			case GoAwayLeft:
-				select { // sent once, in answer to our leave
-				case <-cc.left:
-				default:
-					close(cc.left)
-				}
-				continue
-			case GoAwayReplaced:
-				return fmt.Errorf("%w (%s)", ErrReplaced, g.Message)
-			case GoAwayRevoked:
-				return fmt.Errorf("%w (%s)", ErrRevoked, g.Message)
-			default:
-				return fmt.Errorf("relay going away: %s", g.Message)
-			}
+		case wire.FrameRequest:
+			err = cc.readRequest(buf)
+		case wire.FrameHello:
+			err = cc.readHello(b)
+			frameconn.PutBuf(buf)
+		case wire.FrameNotice:
+			err = cc.readNotice(b)
+			frameconn.PutBuf(buf)
+		case wire.FrameGoAway:
+			err = cc.readGoAway(b)
+			frameconn.PutBuf(buf)
 		default:
-			typ := b[0] // b is the buffer's: read it before the buffer goes back
-			putBuf(buf)
-			return fmt.Errorf("%w: unexpected frame type 0x%02x from relay", errMalformed, typ)
+			err = fmt.Errorf("%w: unexpected frame type 0x%02x from relay", wire.ErrMalformed, b[0])
+			frameconn.PutBuf(buf)
 		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// readHello takes the relay's limits and abilities from its hello.
+func (cc *clientConn) readHello(b []byte) error {
+	if err := wire.DecodeHello(b, &cc.hello); err != nil {
+		return err
+	}
+	hello := &cc.hello
+	cc.helloSeen = true
+	l := hello.Limits()
+	cc.limits.Store(&l)
+	if l.MaxFrame > 0 {
+		cc.SetPeerMax(l.MaxFrame)
+	}
+	// A relay that announces its frame limit is one that knows
+	// ResultTooLarge: both came together.
+	cc.knowsTooLarge.Store(hello.MaxFrame > 0)
+	cc.forwardTimeout = time.Duration(hello.ForwardTimeoutMS) * time.Millisecond
+	cc.leaveOK.Store(hello.Leave)
+	cc.client.cfg.OnState(ConnState{State: StateConnected, Hello: hello})
+	return nil
+}
+
+// readRequest hands a request to the Handler, with buf, which its body
+// aliases, for the Stream to release; or releases buf and says why the
+// request has no place here.
+func (cc *clientConn) readRequest(buf *bytes.Buffer) error {
+	req, err := cc.decodeRequest(buf.Bytes())
+	if err != nil {
+		frameconn.PutBuf(buf)
+		return err
+	}
+	cc.streams.Add(1)
+	cc.client.cfg.Handler.ServeTunnel(req, &Stream{c: cc, stream: req.Stream, queued: req.Queued, buf: buf})
+	return nil
+}
+
+// decodeRequest parses a request frame, or says why it has no place here:
+// before the hello, or after the goaway that answers our leave.
+func (cc *clientConn) decodeRequest(b []byte) (*wire.Request, error) {
+	if !cc.helloSeen {
+		return nil, fmt.Errorf("%w: request before hello", wire.ErrMalformed)
+	}
+	req, err := wire.DecodeRequest(b)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-cc.left:
+		return nil, fmt.Errorf("%w: request after goaway left", wire.ErrMalformed)
+	default:
+	}
+	return req, nil
+}
+
+// readNotice shows the relay's counters.
+func (cc *clientConn) readNotice(b []byte) error {
+	var n wire.Notice
+	if err := wire.DecodeNotice(b, &n); err != nil {
+		return err
+	}
+	cc.client.cfg.OnState(ConnState{State: StateConnected, Hello: &cc.hello, Notice: n})
+	return nil
+}
+
+// readGoAway returns why the relay sends the agent away, or nil for its
+// answer to our leave, after which the connection stays for the answers.
+func (cc *clientConn) readGoAway(b []byte) error {
+	g, err := wire.DecodeGoAway(b)
+	if err != nil {
+		return err
+	}
+	switch g.Reason {
+	case wire.GoAwayLeft:
+		select { // sent once, in answer to our leave
+		case <-cc.left:
+		default:
+			close(cc.left)
+		}
+		return nil
+	case wire.GoAwayReplaced:
+		return &relayError{kind: ErrReplaced, message: g.Message}
+	case wire.GoAwayRevoked:
+		return &relayError{kind: ErrRevoked, message: g.Message}
+	default:
+		// The message says why ("relay shutting down"): said after
+		// "relay going away: " it would say it twice.
+		return &relayError{kind: errGoingAway, message: g.Message}
 	}
 }

@@ -1,4 +1,4 @@
-package relay
+package frameconn
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/relay/wire"
 	"github.com/gorilla/websocket"
 )
 
@@ -108,51 +109,39 @@ func TestBatchConnWritesABatchAtOnce(t *testing.T) {
 	}
 }
 
-// wsPair is a websocket over loopback TCP with a wsConn at each end, as the
-// relay and the agent make them.
-func wsPair(t *testing.T) (sender, receiver *wsConn) {
+// wsPair is a websocket over loopback TCP with a Conn at each end, made
+// as the relay (Accept) and the agent (Dial) make them.
+func wsPair(t *testing.T) (sender, receiver *Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *wsConn, 1)
+	got := make(chan *Conn, 1)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hw := &hijackBatch{ResponseWriter: w}
-		up := websocket.Upgrader{}
-		ws, err := up.Upgrade(hw, r, nil)
+		c, err := Accept(&websocket.Upgrader{}, w, r, 1<<20, Keepalive{})
 		if err != nil {
 			return
 		}
-		got <- newWSConn(ws, hw.bc, 1<<20, Keepalive{})
+		got <- c
 	})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	var bc *batchConn
-	d := websocket.Dialer{NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		bc = newBatchConn(c)
-		return bc, nil
-	}}
-	ws, _, err := d.Dial("ws://"+ln.Addr().String()+"/", nil)
+	sender, _, err = Dial(context.Background(), websocket.Dialer{}, "ws://"+ln.Addr().String()+"/", nil, 1<<20, Keepalive{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sender = newWSConn(ws, bc, 1<<20, Keepalive{})
 	receiver = <-got
-	go sender.sendLoop()
-	go receiver.sendLoop()
-	t.Cleanup(func() { sender.close(nil); receiver.close(nil) })
+	go sender.SendLoop()
+	go receiver.SendLoop()
+	t.Cleanup(func() { sender.Close(nil); receiver.Close(nil) })
 	return sender, receiver
 }
 
 // Senders writing their own frames and senders queueing behind a busy
 // writer mix, yet each sender's frames arrive in the order it sent them,
 // and every written callback runs once.
-func TestWSConnKeepsEachSendersOrder(t *testing.T) {
+func TestConnKeepsEachSendersOrder(t *testing.T) {
 	sender, receiver := wsPair(t)
 	const senders, each = 8, 300
 	var callbacks atomic.Int64
@@ -163,20 +152,20 @@ func TestWSConnKeepsEachSendersOrder(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				f := outFrame{head: appendAck([]byte{byte(s)}, uint64(i)), written: func() {
+				f := Frame{Head: wire.AppendAck([]byte{byte(s)}, wire.Ack{Stream: uint64(i)}), Written: func() {
 					if callbacks.Add(1) == senders*each {
 						close(allWritten)
 					}
 				}}
 				if i%10 == 0 {
 					// Several frames at once, as the agent's acks of a commit go.
-					if err := sender.sendAll([]outFrame{f}, nil); err != nil {
+					if err := sender.SendAll([]Frame{f}, nil); err != nil {
 						t.Error(err)
 						return
 					}
 					continue
 				}
-				if err := sender.send(f, nil); err != nil {
+				if err := sender.Send(f, nil); err != nil {
 					t.Error(err)
 					return
 				}
@@ -185,17 +174,18 @@ func TestWSConnKeepsEachSendersOrder(t *testing.T) {
 	}
 	next := make([]uint64, senders)
 	for n := 0; n < senders*each; n++ {
-		buf, err := receiver.readFrame()
+		buf, err := receiver.ReadFrame()
 		if err != nil {
 			t.Fatalf("after %d frames: %v", n, err)
 		}
 		b := buf.Bytes()
 		s := int(b[0])
-		i, err := decodeAck(b[1:])
-		putBuf(buf)
+		a, err := wire.DecodeAck(b[1:])
+		PutBuf(buf)
 		if err != nil {
 			t.Fatal(err)
 		}
+		i := a.Stream
 		if i != next[s] {
 			t.Fatalf("sender %d: frame %d arrived when %d was next", s, i, next[s])
 		}
@@ -213,17 +203,16 @@ func TestWSConnKeepsEachSendersOrder(t *testing.T) {
 	}
 }
 
-// An agent stopping while its last answers wait behind a busy writer
-// writes its close after them: the relay reads every answer, then the
-// close. (Written ahead, the close made the relay tell those senders the
-// agent left without answering.)
-func TestStopWritesQueuedAnswersBeforeClose(t *testing.T) {
+// An agent stopping (Finish, as the tunnel's stop ends) while its last
+// answers wait behind a busy writer writes its close after them: the relay
+// reads every answer, then the close. (Written ahead, the close made the
+// relay tell those senders the agent left without answering.)
+func TestFinishWritesQueuedAnswersBeforeClose(t *testing.T) {
 	sender, receiver := wsPair(t)
-	cc := &clientConn{wsConn: sender, client: &Client{cfg: ClientConfig{StopGrace: time.Second}}, left: make(chan struct{})}
 	const answers = 50
 	sender.writeMu.Lock() // a writer busy with a large frame
 	for i := range answers {
-		if err := sender.send(outFrame{head: appendAck(nil, uint64(i))}, nil); err != nil {
+		if err := sender.Send(Frame{Head: wire.AppendAck(nil, wire.Ack{Stream: uint64(i)})}, nil); err != nil {
 			sender.writeMu.Unlock()
 			t.Fatal(err)
 		}
@@ -231,7 +220,7 @@ func TestStopWritesQueuedAnswersBeforeClose(t *testing.T) {
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		cc.stop()
+		sender.Finish(websocket.CloseGoingAway, "agent stopping", context.Canceled)
 	}()
 	// The stop is under way; the busy writer finishes only now.
 	select {
@@ -241,17 +230,17 @@ func TestStopWritesQueuedAnswersBeforeClose(t *testing.T) {
 	}
 	sender.writeMu.Unlock()
 	for i := range answers {
-		buf, err := receiver.readFrame()
+		buf, err := receiver.ReadFrame()
 		if err != nil {
 			t.Fatalf("answer %d of %d: %v", i, answers, err)
 		}
-		got, err := decodeAck(buf.Bytes())
-		putBuf(buf)
-		if err != nil || got != uint64(i) {
+		got, err := wire.DecodeAck(buf.Bytes())
+		PutBuf(buf)
+		if err != nil || got.Stream != uint64(i) {
 			t.Fatalf("frame %d: %d, %v", i, got, err)
 		}
 	}
-	if _, err := receiver.readFrame(); !websocket.IsCloseError(err, websocket.CloseGoingAway) {
+	if _, err := receiver.ReadFrame(); !websocket.IsCloseError(err, websocket.CloseGoingAway) {
 		t.Errorf("after the answers: %v, want the agent's close", err)
 	}
 	<-stopped

@@ -1,4 +1,4 @@
-package relay_test
+package certs_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/certs"
 	"github.com/calltap/calltap/relay/cluster"
 	"github.com/calltap/calltap/relay/cluster/natstest"
 )
@@ -30,7 +30,7 @@ func TestACMEOneCertificateForEveryNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		tl, err := relay.NewTLS(relay.TLSOptions{
+		tl, err := certs.New(certs.Options{
 			Domains:      []string{acmeDomain},
 			SharedCache:  c.CertCache,
 			DirectoryURL: p.DirectoryURL,

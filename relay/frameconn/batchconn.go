@@ -1,4 +1,4 @@
-package relay
+package frameconn
 
 import (
 	"net"
@@ -6,7 +6,7 @@ import (
 )
 
 // batchConn is the network connection under a tunnel's websocket. While
-// sendLoop holds it (hold), writes collect in one buffer and reach the
+// SendLoop holds it (hold), writes collect in one buffer and reach the
 // socket in a single system call at release, so a burst of frames — acks,
 // requests, responses of many streams — costs one write, not one each.
 // Outside a hold it writes straight through (the handshake, a close frame
@@ -19,9 +19,9 @@ import (
 type batchConn struct {
 	net.Conn
 
-	mu   sync.Mutex
-	hold bool   // guarded by mu: set by sendLoop for the length of a batch
-	buf  []byte // guarded by mu: bytes written during the hold, not yet sent
+	mu   sync.Mutex // guards hold and buf: the writer's batch, and a close frame written outside it
+	hold bool       // guarded by mu: set by the writer for the length of a batch
+	buf  []byte     // guarded by mu: bytes written during the hold, not yet sent
 }
 
 // batchFlushAt sends the buffer early once it holds this much: beyond it a

@@ -1,4 +1,4 @@
-package relay_test
+package certs_test
 
 // These tests get real certificates from Let's Encrypt's test CA, Pebble,
 // run in this process: its web front end on a loopback HTTPS port, its
@@ -13,6 +13,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -29,6 +30,8 @@ import (
 
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/certs"
+	"github.com/calltap/calltap/relay/tunnel"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/calltap/calltap/storage/relaydb"
@@ -248,14 +251,14 @@ func TestACMECertificateByTLSALPN01(t *testing.T) {
 	// way to a certificate is TLS-ALPN-01 on the relay's TLS listener.
 	p := startPebble(t, portOf(t, addr), closedPort(t))
 	cacheDir := t.TempDir()
-	opts := relay.TLSOptions{
+	opts := certs.Options{
 		Domains:      []string{acmeDomain},
 		Email:        "ops@example.com",
 		CacheDir:     cacheDir,
 		DirectoryURL: p.DirectoryURL,
 		CARootsFile:  p.RootsFile,
 	}
-	tl, err := relay.NewTLS(opts)
+	tl, err := certs.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +317,7 @@ func TestACMECertificateByTLSALPN01(t *testing.T) {
 
 	// A restarted relay serves the cached certificate without the CA.
 	p.wfe.Close()
-	tl2, err := relay.NewTLS(opts)
+	tl2, err := certs.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +340,7 @@ func TestACMECertificateByHTTP01AndRedirect(t *testing.T) {
 	// The VA's TLS-ALPN-01 check goes to a closed port and fails, so the
 	// certificate can only come through HTTP-01 on --http-listen.
 	p := startPebble(t, closedPort(t), httpPort)
-	tl, err := relay.NewTLS(relay.TLSOptions{
+	tl, err := certs.New(certs.Options{
 		Domains:      []string{acmeDomain},
 		CacheDir:     t.TempDir(),
 		DirectoryURL: p.DirectoryURL,
@@ -388,7 +391,7 @@ func TestACMERelayEndToEnd(t *testing.T) {
 	addr := ln.Addr().String()
 	p := startPebble(t, portOf(t, addr), closedPort(t))
 	roots, root := p.issuerRoots()
-	tl, err := relay.NewTLS(relay.TLSOptions{
+	tl, err := certs.New(certs.Options{
 		Domains:      []string{acmeDomain},
 		Email:        "ops@example.com",
 		CacheDir:     t.TempDir(),
@@ -407,7 +410,7 @@ func TestACMERelayEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { relayDB.Close() })
-	pub, err := relay.PublicURL(acmeDomain, addr)
+	pub, err := certs.PublicURL(acmeDomain, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +450,20 @@ func TestACMERelayEndToEnd(t *testing.T) {
 	}
 
 	// The developer's local handler and agent.
-	rec, local := startHandler(t, nil)
+	// The handler answers 201 and hands what it saw to the test.
+	type seen struct {
+		r    *http.Request
+		body []byte
+	}
+	saw := make(chan seen, 4)
+	local := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		saw <- seen{r.Clone(context.Background()), body}
+		w.Header()["X-Reply"] = []string{"one", "two"}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "got %d bytes", len(body))
+	}))
+	defer local.Close()
 	agentDB, err := agentdb.OpenAgent(ctx, filepath.Join(dir, "agent.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -462,7 +478,7 @@ func TestACMERelayEndToEnd(t *testing.T) {
 	go func() { defer agentWG.Done(); agent.Run(agentCtx) }()
 	// The agent dials the relay by address and checks the certificate for
 	// the relay's name against Pebble's root only.
-	client, err := relay.NewClient(relay.ClientConfig{
+	client, err := tunnel.NewClient(tunnel.Config{
 		RelayURL:   "https://" + addr,
 		Token:      info.Token,
 		Handler:    agent,
@@ -483,7 +499,7 @@ func TestACMERelayEndToEnd(t *testing.T) {
 		agentDB.Close()
 	})
 	deadline := time.Now().Add(30 * time.Second)
-	for agent.TunnelState().State != relay.StateConnected {
+	for agent.TunnelState().State != tunnel.StateConnected {
 		select {
 		case err := <-clientErr:
 			t.Fatalf("agent gave up: %v", err)
@@ -519,13 +535,13 @@ func TestACMERelayEndToEnd(t *testing.T) {
 	}
 	checkIssuedByPebble(t, peer, root)
 
-	seenReqs := rec.all()
-	if len(seenReqs) != 1 {
-		t.Fatalf("local handler saw %d requests", len(seenReqs))
+	if len(saw) != 1 {
+		t.Fatalf("local handler saw %d requests", len(saw))
 	}
-	r := seenReqs[0]
-	if r.Method != "POST" || r.Path != "/webhooks/events" || r.Query != "attempt=1" || string(r.Body) != event {
-		t.Errorf("local handler saw %s %s?%s %q", r.Method, r.Path, r.Query, r.Body)
+	got1 := <-saw
+	r := got1.r
+	if r.Method != "POST" || r.URL.EscapedPath() != "/webhooks/events" || r.URL.RawQuery != "attempt=1" || string(got1.body) != event {
+		t.Errorf("local handler saw %s %s?%s %q", r.Method, r.URL.EscapedPath(), r.URL.RawQuery, got1.body)
 	}
 	if v := r.Header.Values("X-Signature"); len(v) != 2 || v[0] != "one" || v[1] != "two" {
 		t.Errorf("X-Signature at the handler: %q", v)
