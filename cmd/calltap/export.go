@@ -19,7 +19,7 @@ import (
 
 func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("export", "calltap export [--call-id ID]… [--event KIND] [--since 2h] [--q TEXT] [--format jsonl|har] [-o FILE] [--mask-header NAME]… [--include-secrets] [--redact [--redact-path PATH]…] [--progress] [--data DIR]",
-		"Write captures byte-exact, oldest first: as JSON Lines (a first line naming the format, its version and what was\nmasked, then one capture a line as the inspector's API details it), or as HAR 1.2 for browsers' developer tools and\nHTTP tools. Without -o, to standard output. Progress shows on stderr when it is a terminal, or with --progress.\n\nThe values of secret headers are masked as "+inspector.MaskedValue+": "+strings.Join(inspector.SecretHeaders, ", ")+",\nthose `listen --require-header` used with this data directory, and --mask-header; --include-secrets keeps them.\n--redact replaces the personal fields of call events with stand-ins (the same value, the same stand-in): for\nfixtures to share or commit.")
+		"Write captures byte-exact, oldest first: as JSON Lines (a first line naming the format, its version and what was\nmasked, then one capture a line as the inspector's API details it), or as HAR 1.2 for browsers' developer tools and\nHTTP tools. Without -o, to standard output. Progress shows on stderr when it is a terminal, or with --progress.\n\nThe values of secret headers are masked as "+inspector.MaskedValue+": "+strings.Join(inspector.SecretHeaders(), ", ")+",\nthose `listen --require-header` used with this data directory, and --mask-header; --include-secrets keeps them.\n--redact replaces the personal fields of call events with stand-ins (the same value, the same stand-in): for\nfixtures to share or commit.")
 	var (
 		dataDir = fs.String("data", defaultDataDir(), "data `dir`ectory")
 		callIDs stringList
@@ -99,7 +99,7 @@ func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 		if err != nil {
 			return fail(stdio, "export", err)
 		}
-		o.Mask = maskList(inspector.SecretHeaders, required, masks)
+		o.Mask = maskList(inspector.SecretHeaders(), required, masks)
 	}
 	w, commit := stdio.Out, func() error { return nil }
 	if *out != "" {
