@@ -165,7 +165,7 @@ func (c *CallsAPI) List(w http.ResponseWriter, r *http.Request) {
 	if anomaly != "" {
 		kept := items[:0]
 		for _, it := range items {
-			if callsHasAnomaly(it.Anomalies, anomaly) {
+			if callevent.HasAnomaly(it.Anomalies, anomaly) {
 				kept = append(kept, it)
 			}
 		}
@@ -195,15 +195,6 @@ func (c *CallsAPI) items(ctx context.Context, rows []agentdb.CallRow) ([]CallLis
 func callsIsAnomaly(code string) bool {
 	for _, c := range callevent.AnomalyCodes {
 		if c == code {
-			return true
-		}
-	}
-	return false
-}
-
-func callsHasAnomaly(as []callevent.Anomaly, code string) bool {
-	for _, a := range as {
-		if code == "any" || a.Code == code {
 			return true
 		}
 	}

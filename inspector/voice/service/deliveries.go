@@ -10,58 +10,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 )
 
 // Timestamp is an ISO 8601 time from the API; the zero value is null.
-type Timestamp struct{ time.Time }
-
-// UnmarshalJSON accepts RFC 3339 with or without fractions, and null.
-func (t *Timestamp) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		t.Time = time.Time{}
-		return nil
-	}
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("timestamp: %w", err)
-	}
-	if s == "" {
-		t.Time = time.Time{}
-		return nil
-	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02 15:04:05.999999999Z07:00"} {
-		if v, err := time.Parse(layout, s); err == nil {
-			t.Time = v.UTC()
-			return nil
-		}
-	}
-	return fmt.Errorf("timestamp %q is not ISO 8601", s)
-}
-
-// MarshalJSON writes RFC 3339 in UTC with microseconds, or null.
-func (t Timestamp) MarshalJSON() ([]byte, error) {
-	if t.IsZero() {
-		return []byte("null"), nil
-	}
-	return json.Marshal(api.FormatTime(t.Time))
-}
+type Timestamp = callevent.Timestamp
 
 // Delivery is a webhook delivery record (documentation 2.3). Items of the
 // delivery log carry the summary fields; GET /webhooks/{id}/ adds Payload,
 // ResponseBody and the attempts listing.
 type Delivery struct {
-	ID             string    `json:"id"`
-	Event          string    `json:"event"`
-	URL            string    `json:"url"`
-	Status         string    `json:"status"`
-	Attempts       int       `json:"attempts"`
-	MaxAttempts    int       `json:"max_attempts"`
-	ResponseStatus *int      `json:"response_status"`
-	Error          string    `json:"error"`
-	CallID         string    `json:"call_id"`
-	CreatedAt      Timestamp `json:"created_at"`
-	DeliveredAt    Timestamp `json:"delivered_at"`
+	callevent.DeliverySummary
 
 	// Payload is the exact bytes that were sent, as the service served
 	// them (never re-encoded). Empty in items of the log.
