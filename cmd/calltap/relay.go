@@ -476,6 +476,11 @@ func newLogger(stdio Stdio, asJSON, verbose bool) *slog.Logger {
 	if verbose {
 		level = slog.LevelDebug
 	}
+	return newLevelLogger(stdio, asJSON, level)
+}
+
+// newLevelLogger logs to stderr from level up, as JSON or text.
+func newLevelLogger(stdio Stdio, asJSON bool, level slog.Level) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if asJSON {
 		return slog.New(slog.NewJSONHandler(stdio.Err, opts))
