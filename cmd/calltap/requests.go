@@ -360,17 +360,11 @@ func (c *replayCmd) runOne(ctx context.Context, args []string, stdio Stdio) int 
 // replay runs an agent on db, without a tunnel, for one replay of orig and
 // its retries.
 func (c *replayCmd) replay(ctx context.Context, db *agentdb.AgentStore, orig string) (*agentdb.Capture, error) {
-	a, err := agent.New(agent.Config{Store: db})
+	a, stop, err := startAgent(ctx, agent.Config{Store: db})
 	if err != nil {
 		return nil, err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { a.Run(runCtx); close(done) }()
-	defer func() { cancel(); <-done }()
+	defer stop()
 	rc, err := a.ReplayAndWait(ctx, agent.ReplayOptions{ID: orig, To: c.to, Retry: c.retry, TimeScale: c.timeScale})
-	if e, ok := err.(*api.Error); ok {
-		return nil, errors.New(e.Message)
-	}
-	return rc, err
+	return rc, apiMessage(err)
 }
