@@ -87,7 +87,7 @@ func (a *Agent) prepareReplay(ctx context.Context, o ReplayOptions) (*agentdb.Ca
 		return nil, err
 	}
 	if o.Retry == "service" {
-		c.MaxAttempts = len(callevent.RetrySchedule())
+		c.MaxAttempts = callevent.MaxAttempts
 	}
 	if err := a.cm.save(ctx, writeOp{insert: c}); err != nil {
 		return nil, err
