@@ -34,17 +34,12 @@ func cmdCluster(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	res, err := openResults(*out)
+	pt, err := openPart(*out, "", "cluster")
 	if err != nil {
 		return err
 	}
-	defer res.close()
-	dir, err := scratch("", "cluster")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	cb := &clusterBench{bin: *bin, dir: dir, res: res, rounds: *rounds, dur: *dur, warm: *warm, queueDur: *queueDur}
+	defer pt.close()
+	cb := &clusterBench{bin: *bin, dir: pt.dir, res: pt.res, hp: pt.hp, hurl: pt.hurl, rounds: *rounds, dur: *dur, warm: *warm, queueDur: *queueDur}
 	defer cb.stop()
 	if err := cb.start(ctx); err != nil {
 		return err
@@ -90,10 +85,6 @@ func (cb *clusterBench) start(ctx context.Context) error {
 	}
 	cb.nats = nats
 	cb.stops = append(cb.stops, nats.shutdown)
-	if cb.hp, cb.hurl, err = startHandler(cb.dir); err != nil {
-		return err
-	}
-	cb.stops = append(cb.stops, cb.hp.stop)
 	for i := range 3 {
 		name := fmt.Sprintf("n%d", i)
 		// Each node is given its own NATS server, as when one runs on each

@@ -75,27 +75,17 @@ func cmdCost(ctx context.Context, args []string) error {
 	if _, err := exec.LookPath("perf"); err != nil {
 		return errors.New("perf is missing: apt-get install -y linux-perf")
 	}
-	res, err := openResults(*out)
+	pt, err := openPart(*out, *work, "cost")
 	if err != nil {
 		return err
 	}
-	defer res.close()
-	dir, err := scratch(*work, "cost")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
+	defer pt.close()
 	if *keep != "" {
 		if err := os.MkdirAll(*keep, 0o755); err != nil {
 			return err
 		}
 	}
-
-	hp, hurl, err := startHandler(dir)
-	if err != nil {
-		return err
-	}
-	defer hp.stop()
+	res, dir, hp, hurl := pt.res, pt.dir, pt.hp, pt.hurl
 
 	if *base != "" {
 		return reportAB(ctx, res, abRun{after: *bin, before: *base, dir: dir, hp: hp, hurl: hurl, warm: *warm, dur: *dur, rounds: *rounds}, *label)
@@ -326,6 +316,12 @@ func (c *costCell) measure(ctx context.Context, spec loadSpec, pids map[string]i
 		c.cpuAll[name] = (t - cpu0[name]) / n
 	}
 
+	return c.measureCalls(ctx, spec, pids, dir)
+}
+
+// measureCalls loads calltap again under perf stat, for each process's
+// system calls and context switches per request.
+func (c *costCell) measureCalls(ctx context.Context, spec loadSpec, pids map[string]int, dir string) error {
 	var stats []*exec.Cmd
 	var statErr error
 	span := perfSpan(spec.Duration)
@@ -340,7 +336,7 @@ func (c *costCell) measure(ctx context.Context, spec loadSpec, pids map[string]i
 			stats = append(stats, cmd)
 		}
 	}
-	r, err = runLoad(ctx, spec)
+	r, err := runLoad(ctx, spec)
 	for _, cmd := range stats {
 		if werr := cmd.Wait(); werr != nil && statErr == nil {
 			statErr = perfErr(cmd, werr)
