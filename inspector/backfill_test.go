@@ -363,7 +363,7 @@ func TestEndToEndFromTheServiceToTheHandler(t *testing.T) {
 		}
 		// The delay before attempt i+1 is at least the documented one,
 		// scaled; the documented delays grow, so the gaps do too.
-		gap, want := a.At.Sub(log[i-1].At.Time), time.Duration(float64(callevent.RetrySchedule[i])*scale)
+		gap, want := a.At.Sub(log[i-1].At.Time), time.Duration(float64(callevent.RetrySchedule()[i])*scale)
 		if gap < want {
 			t.Errorf("attempt %d came %s after attempt %d; the schedule wants at least %s", i+1, gap, i, want)
 		}

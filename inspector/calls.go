@@ -77,7 +77,6 @@ type CallsAPI struct {
 	// call.analysis_completed is reported; zero means
 	// callevent.DefaultAnalysisPendingAfter.
 	PendingAfter time.Duration
-	Now          func() time.Time // for tests; nil means time.Now
 }
 
 // CallRoutes registers the calls endpoints on mux.
@@ -85,13 +84,6 @@ func CallRoutes(mux *http.ServeMux, db *agentdb.AgentStore, pendingAfter time.Du
 	c := &CallsAPI{DB: db, PendingAfter: pendingAfter}
 	mux.HandleFunc("GET /api/v1/ext/calls/{$}", c.List)
 	mux.HandleFunc("GET /api/v1/ext/calls/{call_id}/{$}", c.Get)
-}
-
-func (c *CallsAPI) now() time.Time {
-	if c.Now != nil {
-		return c.Now()
-	}
-	return time.Now()
 }
 
 // CallEvents turns a call's captures into the events callevent analyses.
@@ -112,7 +104,7 @@ func CallEvents(caps []*agentdb.Capture) []callevent.CallEvent {
 }
 
 func (c *CallsAPI) analyze(caps []*agentdb.Capture) callevent.CallSummary {
-	return callevent.AnalyzeCall(CallEvents(caps), c.now(), c.PendingAfter)
+	return callevent.AnalyzeCall(CallEvents(caps), time.Now(), c.PendingAfter)
 }
 
 func callListItem(callID string, caps []*agentdb.Capture, s callevent.CallSummary) CallListItem {
@@ -173,7 +165,7 @@ func (c *CallsAPI) List(w http.ResponseWriter, r *http.Request) {
 	if anomaly != "" {
 		kept := items[:0]
 		for _, it := range items {
-			if callsHasAnomaly(it.Anomalies, anomaly) {
+			if callevent.HasAnomaly(it.Anomalies, anomaly) {
 				kept = append(kept, it)
 			}
 		}
@@ -203,15 +195,6 @@ func (c *CallsAPI) items(ctx context.Context, rows []agentdb.CallRow) ([]CallLis
 func callsIsAnomaly(code string) bool {
 	for _, c := range callevent.AnomalyCodes {
 		if c == code {
-			return true
-		}
-	}
-	return false
-}
-
-func callsHasAnomaly(as []callevent.Anomaly, code string) bool {
-	for _, a := range as {
-		if code == "any" || a.Code == code {
 			return true
 		}
 	}

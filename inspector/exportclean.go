@@ -12,11 +12,14 @@ import (
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
-// SecretHeaders carry credentials in the requests the voice service sends
+// SecretHeaders lists the headers that carry credentials in the requests the voice service sends
 // (section 5: an Authorization header set in event_webhook_headers holds the
 // client's secret) or in a handler's answers. An export masks their values
-// unless told to keep them.
-var SecretHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie", "X-Api-Key"}
+// unless told to keep them. A function, so that no caller can change the
+// list for every other.
+func SecretHeaders() []string {
+	return []string{"Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie", "X-Api-Key"}
+}
 
 // MaskedValue stands for a masked header's value: the header stays, so a
 // reader sees that it was sent and replay --header can supply it again.
@@ -66,32 +69,41 @@ func (o *ExportOptions) clean(c *agentdb.Capture) (*agentdb.Capture, error) {
 		body    *[]byte
 		what    string
 	}{{&out.RequestHeaders, &out.Body, "request"}, {&out.ResponseHeaders, &out.ResponseBody, "answer"}} {
-		var h wire.Header
-		if *part.headers != "" {
-			if err := h.UnmarshalJSON([]byte(*part.headers)); err != nil {
-				return nil, fmt.Errorf("capture %s: %s headers: %w", c.ID, part.what, err)
-			}
-		}
-		// A compressed body cannot be read for what to replace; leaving
-		// it as it is would let the data through.
-		if enc := h.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") && len(*part.body) > 0 {
-			return nil, fmt.Errorf("capture %s: its %s body is %s-encoded, which --redact cannot read; leave the capture out of the export (--event, --call-id, --since)", c.ID, part.what, enc)
-		}
-		if len(*part.body) > 0 {
-			*part.body = r.Body(*part.body)
-		}
-		if *part.headers == "" {
-			continue
-		}
-		n := len(*part.body)
-		if *part.headers, err = o.cleanHeaders(*part.headers, &n); err != nil {
-			return nil, err
+		if err := o.redact(part.headers, part.body, part.what); err != nil {
+			return nil, fmt.Errorf("capture %s: %w", c.ID, err)
 		}
 	}
 	out.Path, out.Query, out.Target, out.Error = r.Scrub(c.Path), r.Scrub(c.Query), r.Scrub(c.Target), r.Scrub(c.Error)
 	out.Event, out.CallID, out.DeliveryID, out.OccurredAt = "", "", "", ""
 	agent.IndexCapture(&out)
 	return &out, nil
+}
+
+// redact replaces the personal data in one side of a capture (the request
+// or the answer, what): its body, then its headers, with Content-Length set
+// to the body's new length.
+func (o *ExportOptions) redact(headers *string, body *[]byte, what string) error {
+	var h wire.Header
+	if *headers != "" {
+		if err := h.UnmarshalJSON([]byte(*headers)); err != nil {
+			return fmt.Errorf("%s headers: %w", what, err)
+		}
+	}
+	// A compressed body cannot be read for what to replace; leaving
+	// it as it is would let the data through.
+	if enc := h.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") && len(*body) > 0 {
+		return fmt.Errorf("its %s body is %s-encoded, which --redact cannot read; leave the capture out of the export (--event, --call-id, --since)", what, enc)
+	}
+	if len(*body) > 0 {
+		*body = o.Redactor.Body(*body)
+	}
+	if *headers == "" {
+		return nil
+	}
+	n := len(*body)
+	var err error
+	*headers, err = o.cleanHeaders(*headers, &n)
+	return err
 }
 
 // cleanHeaders masks the secret values of a header list (JSON, as stored),

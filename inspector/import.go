@@ -90,12 +90,8 @@ func ReadExport(r io.Reader) (*ExportFile, error) {
 			return nil, bad("not UTF-8 (at byte %d); calltap writes every line as UTF-8 JSON", invalidAt(b)+1)
 		}
 		if line == 1 {
-			h := &out.Header
-			if json.Unmarshal(b, h) != nil || h.Format != ExportFormat {
-				return nil, bad("not a calltap export (its first line names no format %q)", ExportFormat)
-			}
-			if h.Version > ExportVersion || h.Version < 1 {
-				return nil, bad("export version %d; this calltap reads version %d (upgrade calltap)", h.Version, ExportVersion)
+			if err := readHeader(b, &out.Header); err != nil {
+				return nil, bad("%v", err)
 			}
 			continue
 		}
@@ -122,6 +118,18 @@ func ReadExport(r io.Reader) (*ExportFile, error) {
 		return nil, errors.New("the file is empty: not a calltap export")
 	}
 	return out, nil
+}
+
+// readHeader reads an export's first line into h: the format and a
+// version this calltap reads.
+func readHeader(b []byte, h *ExportHeader) error {
+	if json.Unmarshal(b, h) != nil || h.Format != ExportFormat {
+		return fmt.Errorf("not a calltap export (its first line names no format %q)", ExportFormat)
+	}
+	if h.Version > ExportVersion || h.Version < 1 {
+		return fmt.Errorf("export version %d; this calltap reads version %d (upgrade calltap)", h.Version, ExportVersion)
+	}
+	return nil
 }
 
 var errLineTooLong = errors.New("line too long")
@@ -169,47 +177,117 @@ func quoteShort(s string) string {
 }
 
 // importedOf turns an exported line back into a capture, byte-exact,
-// checking each field.
+// checking each field: who it is, its texts, its state, its times, its
+// headers and answer, and its attempts, each a step of its own.
 func importedOf(l *exportLine) (Imported, error) {
 	d := &l.Detail
+	if err := checkIdentity(d); err != nil {
+		return Imported{}, err
+	}
+	t, err := decodeTexts(l)
+	if err != nil {
+		return Imported{}, err
+	}
+	if err := t.check(); err != nil {
+		return Imported{}, err
+	}
+	if err := checkState(d); err != nil {
+		return Imported{}, err
+	}
+	c := &agentdb.Capture{
+		ID: d.ID, Source: agent.SourceImport, Method: d.Method, Path: t.path, Query: t.query, Body: t.body,
+		Target: t.target, Status: d.Status, Error: t.err, ReplayOf: d.ReplayOf, Queued: d.Queued,
+		Attempts: d.Attempts, MaxAttempts: d.MaxAttempts, Duration: -1,
+	}
+	for _, step := range []func(*Detail, *agentdb.Capture) error{captureTimes, requestHeaders, responseOf, durationOf} {
+		if err := step(d, c); err != nil {
+			return Imported{}, err
+		}
+	}
+	if d.ResponseStatus != nil {
+		c.ResponseBody = t.responseBody
+	}
+	attempts, err := attemptsOf(d.AttemptLog)
+	if err != nil {
+		return Imported{}, err
+	}
+	agent.IndexCapture(c)
+	return Imported{Capture: c, Attempts: attempts}, nil
+}
+
+// checkIdentity checks the fields that name a capture and its method.
+func checkIdentity(d *Detail) error {
 	if !callevent.IsUUID(d.ID) {
-		return Imported{}, fmt.Errorf("id: %s is not a capture id (a UUID, as calltap makes them)", quoteShort(d.ID))
+		return fmt.Errorf("id: %s is not a capture id (a UUID, as calltap makes them)", quoteShort(d.ID))
 	}
 	if d.ReplayOf != "" && !callevent.IsUUID(d.ReplayOf) {
-		return Imported{}, fmt.Errorf("replay_of: %s is not a capture id", quoteShort(d.ReplayOf))
+		return fmt.Errorf("replay_of: %s is not a capture id", quoteShort(d.ReplayOf))
 	}
 	if !isToken(d.Method) || len(d.Method) > 32 {
-		return Imported{}, fmt.Errorf("method: %s is not an HTTP method", quoteShort(d.Method))
+		return fmt.Errorf("method: %s is not an HTTP method", quoteShort(d.Method))
 	}
-	texts := map[string]string{}
-	for _, f := range []struct{ name, value, encoding string }{
-		{"body", d.Body, d.BodyEncoding}, {"response_body", d.ResponseBody, d.ResponseBodyEncoding},
-		{"path", d.Path, l.PathEncoding}, {"query", d.Query, l.QueryEncoding}, {"target", d.Target, l.TargetEncoding}, {"error", d.Error, l.ErrorEncoding},
+	return nil
+}
+
+// importTexts are an exported line's text fields, decoded from the
+// encoding each names.
+type importTexts struct {
+	body, responseBody       []byte
+	path, query, target, err string
+}
+
+func decodeTexts(l *exportLine) (importTexts, error) {
+	d := &l.Detail
+	var t importTexts
+	var body, responseBody string
+	for _, f := range []struct {
+		name, value, encoding string
+		into                  *string
+	}{
+		{"body", d.Body, d.BodyEncoding, &body}, {"response_body", d.ResponseBody, d.ResponseBodyEncoding, &responseBody},
+		{"path", d.Path, l.PathEncoding, &t.path}, {"query", d.Query, l.QueryEncoding, &t.query},
+		{"target", d.Target, l.TargetEncoding, &t.target}, {"error", d.Error, l.ErrorEncoding, &t.err},
 	} {
 		b, err := decodeText(f.value, f.encoding)
 		if err != nil {
-			return Imported{}, fmt.Errorf("%s: %w", f.name, err)
+			return t, fmt.Errorf("%s: %w", f.name, err)
 		}
-		texts[f.name] = string(b)
+		*f.into = string(b)
 	}
-	path, query, target := texts["path"], texts["query"], texts["target"]
+	t.body, t.responseBody = []byte(body), []byte(responseBody)
+	return t, nil
+}
+
+// check checks the request line's parts and the error text for the form
+// and size a capture can have.
+func (t importTexts) check() error {
 	switch {
-	case !strings.HasPrefix(path, "/") || len(path) > maxURIPart || hasControl(path):
-		return Imported{}, fmt.Errorf("path: %s is not a request path (a / first, no control characters, at most 1 MiB)", quoteShort(path))
-	case len(query) > maxURIPart || hasControl(query):
-		return Imported{}, fmt.Errorf("query: not a query (no control characters, at most 1 MiB)")
-	case target != "" && (!(strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://")) || len(target) > 2*maxURIPart || hasControl(target)):
-		return Imported{}, fmt.Errorf("target: %s is not an http(s) URL", quoteShort(target))
-	case len(texts["error"]) > maxErrorText:
-		return Imported{}, fmt.Errorf("error: longer than %d KiB", maxErrorText>>10)
+	case !strings.HasPrefix(t.path, "/") || len(t.path) > maxURIPart || hasControl(t.path):
+		return fmt.Errorf("path: %s is not a request path (a / first, no control characters, at most 1 MiB)", quoteShort(t.path))
+	case len(t.query) > maxURIPart || hasControl(t.query):
+		return fmt.Errorf("query: not a query (no control characters, at most 1 MiB)")
+	case t.target != "" && !isTargetURL(t.target):
+		return fmt.Errorf("target: %s is not an http(s) URL", quoteShort(t.target))
+	case len(t.err) > maxErrorText:
+		return fmt.Errorf("error: longer than %d KiB", maxErrorText>>10)
 	}
+	return nil
+}
+
+func isTargetURL(s string) bool {
+	return (strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://")) && len(s) <= 2*maxURIPart && !hasControl(s)
+}
+
+// checkState checks the delivery state and fills what an older export
+// leaves out (pending, one attempt allowed).
+func checkState(d *Detail) error {
 	switch d.Status {
 	case "", agentdb.StatusPending, agentdb.StatusDelivered, agentdb.StatusFailed, agentdb.StatusUnknown:
 	default:
-		return Imported{}, fmt.Errorf("status: %s is not pending, delivered, failed or unknown", quoteShort(d.Status))
+		return fmt.Errorf("status: %s is not pending, delivered, failed or unknown", quoteShort(d.Status))
 	}
 	if d.Attempts < 0 || d.Attempts > maxAttempts || d.MaxAttempts < 0 || d.MaxAttempts > maxAttempts {
-		return Imported{}, fmt.Errorf("attempts: %d of %d, want 0 to %d", d.Attempts, d.MaxAttempts, maxAttempts)
+		return fmt.Errorf("attempts: %d of %d, want 0 to %d", d.Attempts, d.MaxAttempts, maxAttempts)
 	}
 	if d.Status == "" {
 		d.Status = agentdb.StatusPending
@@ -217,11 +295,11 @@ func importedOf(l *exportLine) (Imported, error) {
 	if d.MaxAttempts == 0 {
 		d.MaxAttempts = 1
 	}
-	c := &agentdb.Capture{
-		ID: d.ID, Source: agent.SourceImport, Method: d.Method, Path: path, Query: query, Body: []byte(texts["body"]),
-		Target: target, Status: d.Status, Error: texts["error"], ReplayOf: d.ReplayOf, Queued: d.Queued,
-		Attempts: d.Attempts, MaxAttempts: d.MaxAttempts, Duration: -1,
-	}
+	return nil
+}
+
+// captureTimes reads the capture's times; created_at is required.
+func captureTimes(d *Detail, c *agentdb.Capture) error {
 	for _, t := range []struct {
 		s    *string
 		into *time.Time
@@ -232,52 +310,70 @@ func importedOf(l *exportLine) (Imported, error) {
 		}
 		var err error
 		if *t.into, err = parseTime(*t.s); err != nil {
-			return Imported{}, fmt.Errorf("%s: %v", t.name, err)
+			return fmt.Errorf("%s: %v", t.name, err)
 		}
 	}
 	if c.CreatedAt.IsZero() {
-		return Imported{}, errors.New("created_at: missing")
+		return errors.New("created_at: missing")
 	}
+	return nil
+}
+
+func requestHeaders(d *Detail, c *agentdb.Capture) error {
 	if err := checkHeaders(d.RequestHeaders); err != nil {
-		return Imported{}, fmt.Errorf("request_headers: %w", err)
+		return fmt.Errorf("request_headers: %w", err)
 	}
 	hj, err := d.RequestHeaders.MarshalJSON()
 	if err != nil {
-		return Imported{}, err
+		return err
 	}
 	c.RequestHeaders = string(hj)
-	if d.ResponseStatus != nil {
-		if *d.ResponseStatus < 100 || *d.ResponseStatus > 599 {
-			return Imported{}, fmt.Errorf("response_status: %d is not an HTTP status (100 to 599)", *d.ResponseStatus)
-		}
-		if err := checkHeaders(d.ResponseHeaders); err != nil {
-			return Imported{}, fmt.Errorf("response_headers: %w", err)
-		}
-		c.ResponseStatus = *d.ResponseStatus
-		rh, err := d.ResponseHeaders.MarshalJSON()
-		if err != nil {
-			return Imported{}, err
-		}
-		c.ResponseHeaders, c.ResponseBody = string(rh), []byte(texts["response_body"])
+	return nil
+}
+
+// responseOf reads the handler's answer, when the capture has one.
+func responseOf(d *Detail, c *agentdb.Capture) error {
+	if d.ResponseStatus == nil {
+		return nil
 	}
-	if d.DurationMS != nil {
-		if c.Duration, err = parseDuration(*d.DurationMS); err != nil {
-			return Imported{}, fmt.Errorf("duration_ms: %v", err)
-		}
+	if *d.ResponseStatus < 100 || *d.ResponseStatus > 599 {
+		return fmt.Errorf("response_status: %d is not an HTTP status (100 to 599)", *d.ResponseStatus)
 	}
-	if len(d.AttemptLog) > maxAttempts {
-		return Imported{}, fmt.Errorf("attempt_log: %d attempts, at most %d", len(d.AttemptLog), maxAttempts)
+	if err := checkHeaders(d.ResponseHeaders); err != nil {
+		return fmt.Errorf("response_headers: %w", err)
+	}
+	rh, err := d.ResponseHeaders.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	c.ResponseStatus, c.ResponseHeaders = *d.ResponseStatus, string(rh)
+	return nil
+}
+
+func durationOf(d *Detail, c *agentdb.Capture) error {
+	if d.DurationMS == nil {
+		return nil
+	}
+	var err error
+	if c.Duration, err = parseDuration(*d.DurationMS); err != nil {
+		return fmt.Errorf("duration_ms: %v", err)
+	}
+	return nil
+}
+
+func attemptsOf(log []AttemptJSON) ([]agentdb.Attempt, error) {
+	if len(log) > maxAttempts {
+		return nil, fmt.Errorf("attempt_log: %d attempts, at most %d", len(log), maxAttempts)
 	}
 	var attempts []agentdb.Attempt
-	for i, aj := range d.AttemptLog {
+	for i, aj := range log {
 		a, err := attemptOf(aj, i)
 		if err != nil {
-			return Imported{}, fmt.Errorf("attempt_log[%d]: %w", i, err)
+			return nil, fmt.Errorf("attempt_log[%d]: %w", i, err)
 		}
 		attempts = append(attempts, a)
 	}
-	agent.IndexCapture(c)
-	return Imported{Capture: c, Attempts: attempts}, nil
+	return attempts, nil
 }
 
 func attemptOf(aj AttemptJSON, i int) (agentdb.Attempt, error) {

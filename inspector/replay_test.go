@@ -100,7 +100,7 @@ func TestReplayWithServiceRetrySchedule(t *testing.T) {
 			// Each gap is at least the schedule's delay, scaled.
 			at := target.calls()
 			for i := 1; i < len(at); i++ {
-				if gap, min := at[i].Sub(at[i-1]), time.Duration(float64(callevent.RetrySchedule[i])*0.001); gap < min {
+				if gap, min := at[i].Sub(at[i-1]), time.Duration(float64(callevent.RetrySchedule()[i])*0.001); gap < min {
 					t.Errorf("attempt %d came %v after the previous one, before the scheduled %v", i+1, gap, min)
 				}
 			}

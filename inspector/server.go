@@ -400,12 +400,12 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 	if format == "har" {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.har"`)
-		ExportHAR(r.Context(), db, ExportOptions{Filter: f, Mask: SecretHeaders}, s.cfg.Version, w)
+		ExportHAR(r.Context(), db, ExportOptions{Filter: f, Mask: SecretHeaders()}, s.cfg.Version, w)
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`.jsonl"`)
-	Export(r.Context(), db, ExportOptions{Filter: f, Mask: SecretHeaders}, w)
+	Export(r.Context(), db, ExportOptions{Filter: f, Mask: SecretHeaders()}, w)
 }
 
 // replayCall re-fires a whole call in the background: {"to"?, "time_scale"?

@@ -37,28 +37,12 @@ func cmdBackfill(ctx context.Context, args []string, stdio Stdio) int {
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
 	}
-	if len(fs.args) > 0 {
-		return usageError(stdio, "backfill", "unexpected argument %q", fs.args[0])
-	}
-	if *since < 0 {
-		return usageError(stdio, "backfill", "--since must be positive, or 0 for the whole log")
-	}
 	if *forwardTo != "" {
 		*forward = true
-		if _, err := agent.ParseTarget(*forwardTo); err != nil {
-			return usageError(stdio, "backfill", "--forward-to: %v", err)
-		}
 	}
-	if *forward && *forwardTo == "" {
-		return usageError(stdio, "backfill", "--forward needs --forward-to URL, the local handler")
-	}
-	var extra wire.Header
-	for _, h := range headers {
-		f, err := trigger.ParseHeader(h)
-		if err != nil {
-			return usageError(stdio, "backfill", "%s", strings.TrimPrefix(err.Error(), "trigger: "))
-		}
-		extra = append(extra, f)
+	extra, err := checkBackfill(fs.args, *since, *forward, *forwardTo, headers)
+	if err != nil {
+		return exitCode(stdio, "backfill", err)
 	}
 	c, err := sf.client(stdio, "backfill")
 	if err != nil {
@@ -75,28 +59,17 @@ func cmdBackfill(ctx context.Context, args []string, stdio Stdio) int {
 	if *forward && !*asJSON {
 		cfg.Console = stdio.Out // one line per forwarded request, as listen prints
 	}
-	a, err := agent.New(cfg)
+	// The agent outlives an interrupt until the backfill has returned.
+	a, stop, err := startAgent(context.Background(), cfg)
 	if err != nil {
 		return fail(stdio, "backfill", err)
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { a.Run(runCtx); close(done) }()
-	defer func() { cancel(); <-done }()
+	defer stop()
 
 	status := newStatusLine(stdio.Err)
 	res, err := a.Backfill(ctx, c, agent.BackfillOptions{
 		Since: *since, CallID: *callID, Forward: *forward, Header: extra,
-		Progress: func(p agent.BackfillProgress) {
-			s := fmt.Sprintf("backfill: %d pages walked (%d of %d deliveries)", p.Pages, p.Listed, p.Count)
-			if p.Phase != "listing" {
-				s += fmt.Sprintf(", %d missing, %d fetched, %d imported", p.Missing, p.Fetched, p.Imported)
-				if *forward {
-					s += fmt.Sprintf(", %d forwarded", p.Forwarded)
-				}
-			}
-			status.show(s, p.Phase == "done")
-		},
+		Progress: backfillProgress(status, *forward),
 	})
 	status.done()
 	if err != nil {
@@ -111,6 +84,46 @@ func cmdBackfill(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	printBackfill(stdio.Out, res, *since, *forward)
 	return 0
+}
+
+// checkBackfill checks the flags and reads the headers to add.
+func checkBackfill(args []string, since time.Duration, forward bool, forwardTo string, headers []string) (wire.Header, error) {
+	switch {
+	case len(args) > 0:
+		return nil, usagef("unexpected argument %q", args[0])
+	case since < 0:
+		return nil, usagef("--since must be positive, or 0 for the whole log")
+	case forward && forwardTo == "":
+		return nil, usagef("--forward needs --forward-to URL, the local handler")
+	}
+	if forwardTo != "" {
+		if _, err := agent.ParseTarget(forwardTo); err != nil {
+			return nil, usagef("--forward-to: %v", err)
+		}
+	}
+	var extra wire.Header
+	for _, h := range headers {
+		f, err := trigger.ParseHeader(h)
+		if err != nil {
+			return nil, usagef("%s", strings.TrimPrefix(err.Error(), "trigger: "))
+		}
+		extra = append(extra, f)
+	}
+	return extra, nil
+}
+
+// backfillProgress shows a backfill's progress on one status line.
+func backfillProgress(status *statusLine, forward bool) func(agent.BackfillProgress) {
+	return func(p agent.BackfillProgress) {
+		s := fmt.Sprintf("backfill: %d pages walked (%d of %d deliveries)", p.Pages, p.Listed, p.Count)
+		if p.Phase != "listing" {
+			s += fmt.Sprintf(", %d missing, %d fetched, %d imported", p.Missing, p.Fetched, p.Imported)
+			if forward {
+				s += fmt.Sprintf(", %d forwarded", p.Forwarded)
+			}
+		}
+		status.show(s, p.Phase == "done")
+	}
 }
 
 // printBackfill writes what a backfill did for a person.

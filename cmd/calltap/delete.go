@@ -138,33 +138,19 @@ func cmdDelete(ctx context.Context, args []string, stdio Stdio) int {
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
 	}
-	modes := 0
-	for _, set := range []bool{len(fs.args) > 0, *callID != "", *before != ""} {
-		if set {
-			modes++
-		}
-	}
-	if modes != 1 {
-		return usageError(stdio, "delete", "want capture IDs, --call-id or --before (one of them)")
-	}
-	var cutoff time.Time
-	if *before != "" {
-		t, err := parseBefore(*before, time.Now())
-		if err != nil {
-			return usageError(stdio, "delete", "--before: %v", err)
-		}
-		cutoff = t
-	}
-	if !*yes && !isTerminal(stdio.In) {
+	p, err := planDelete(fs.args, *callID, *before, *includeKept)
+	if err == nil && !*yes && !isTerminal(stdio.In) {
 		// A pipe, /dev/null, CI: nobody can answer, so nothing is asked.
-		return usageError(stdio, "delete", "standard input is not a terminal: add --yes to delete without asking")
+		err = usagef("standard input is not a terminal: add --yes to delete without asking")
+	}
+	if err != nil {
+		return exitCode(stdio, "delete", err)
 	}
 	db, err := agentDB(ctx, *dataDir)
 	if err != nil {
 		return fail(stdio, "delete", err)
 	}
 	defer db.Close()
-	p := deletePlan{callID: *callID, cutoff: cutoff, includeKept: *includeKept}
 	if len(fs.args) > 0 {
 		// Every reference is read before anything goes: one that names
 		// nothing (deleted already, mistyped) deletes nothing.
@@ -180,6 +166,33 @@ func cmdDelete(ctx context.Context, args []string, stdio Stdio) int {
 	if err != nil {
 		return fail(stdio, "delete", err)
 	}
+	return p.report(stdio, d)
+}
+
+// planDelete checks that one way of choosing was given, and reads it.
+func planDelete(ids []string, callID, before string, includeKept bool) (deletePlan, error) {
+	p := deletePlan{callID: callID, includeKept: includeKept}
+	modes := 0
+	for _, set := range []bool{len(ids) > 0, callID != "", before != ""} {
+		if set {
+			modes++
+		}
+	}
+	if modes != 1 {
+		return p, usagef("want capture IDs, --call-id or --before (one of them)")
+	}
+	if before != "" {
+		t, err := parseBefore(before, time.Now())
+		if err != nil {
+			return p, usagef("--before: %v", err)
+		}
+		p.cutoff = t
+	}
+	return p, nil
+}
+
+// report says what was deleted; deleting nothing of what was named exits 1.
+func (p deletePlan) report(stdio Stdio, d agentdb.Deleted) int {
 	if d.Captures == 0 && d.Media == 0 && !p.cutoff.IsZero() {
 		fmt.Fprintf(stdio.Out, "Nothing saved before %s to delete.\n", p.cutoff.Format(time.RFC3339))
 		return 0 // a routine prune that found nothing: no error
@@ -277,15 +290,11 @@ func cmdKeep(ctx context.Context, args []string, stdio Stdio) int {
 	if len(fs.args) == 0 {
 		return usageError(stdio, "keep", "want one or more capture IDs")
 	}
-	db, err := agentDB(ctx, *dataDir)
+	db, refs, err := openResolved(ctx, *dataDir, fs.args)
 	if err != nil {
 		return fail(stdio, "keep", err)
 	}
 	defer db.Close()
-	refs, err := resolveRefs(ctx, db, fs.args)
-	if err != nil {
-		return fail(stdio, "keep", err)
-	}
 	p := deletePlan{refs: refs}
 	for _, id := range p.ids() {
 		if err := db.SetKeep(ctx, id, !*off); errors.Is(err, storage.ErrNotFound) {

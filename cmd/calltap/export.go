@@ -19,139 +19,178 @@ import (
 
 func cmdExport(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("export", "calltap export [--call-id ID]… [--event KIND] [--since 2h] [--q TEXT] [--format jsonl|har] [-o FILE] [--mask-header NAME]… [--include-secrets] [--redact [--redact-path PATH]…] [--progress] [--data DIR]",
-		"Write captures byte-exact, oldest first: as JSON Lines (a first line naming the format, its version and what was\nmasked, then one capture a line as the inspector's API details it), or as HAR 1.2 for browsers' developer tools and\nHTTP tools. Without -o, to standard output. Progress shows on stderr when it is a terminal, or with --progress.\n\nThe values of secret headers are masked as "+inspector.MaskedValue+": "+strings.Join(inspector.SecretHeaders, ", ")+",\nthose `listen --require-header` used with this data directory, and --mask-header; --include-secrets keeps them.\n--redact replaces the personal fields of call events with stand-ins (the same value, the same stand-in): for\nfixtures to share or commit.")
-	var (
-		dataDir = fs.String("data", defaultDataDir(), "data `dir`ectory")
-		callIDs stringList
-		event   = fs.String("event", "", "only this event `kind`, e.g. call.ended")
-		since   = fs.Duration("since", 0, "only captures of the last d, e.g. 2h")
-		text    = fs.String("q", "", "full-text search in bodies for `words`")
-		out     = fs.String("o", "", "`file` to write (written whole or not at all)")
-		format  = fs.String("format", "jsonl", "output `format`: jsonl (calltap import reads it back) or har")
-		showAll = fs.Bool("progress", false, "a line on stderr every 1,000 captures and at the end, even when stderr is not a terminal")
-		secrets = fs.Bool("include-secrets", false, "keep the values of secret headers (Authorization, Cookie, …) as they came")
-		redact  = fs.Bool("redact", false, "replace contact, numbers, variables, summaries, answers and media links with stand-ins")
-		masks   stringList
-		paths   stringList
-	)
-	fs.Var(&callIDs, "call-id", "only this call, by its `id` (repeatable)")
-	fs.Var(&masks, "mask-header", "mask the values of the header `name` too (repeatable)")
-	fs.Var(&paths, "redact-path", "with --redact: a JSON `path` of the body to replace too, e.g. call.contact.custom_fields.city or data.room.name (repeatable)")
+		"Write captures byte-exact, oldest first: as JSON Lines (a first line naming the format, its version and what was\nmasked, then one capture a line as the inspector's API details it), or as HAR 1.2 for browsers' developer tools and\nHTTP tools. Without -o, to standard output. Progress shows on stderr when it is a terminal, or with --progress.\n\nThe values of secret headers are masked as "+inspector.MaskedValue+": "+strings.Join(inspector.SecretHeaders(), ", ")+",\nthose `listen --require-header` used with this data directory, and --mask-header; --include-secrets keeps them.\n--redact replaces the personal fields of call events with stand-ins (the same value, the same stand-in): for\nfixtures to share or commit.")
+	var e exportCmd
+	fs.StringVar(&e.dataDir, "data", defaultDataDir(), "data `dir`ectory")
+	fs.StringVar(&e.event, "event", "", "only this event `kind`, e.g. call.ended")
+	fs.DurationVar(&e.since, "since", 0, "only captures of the last d, e.g. 2h")
+	fs.StringVar(&e.text, "q", "", "full-text search in bodies for `words`")
+	fs.StringVar(&e.out, "o", "", "`file` to write (written whole or not at all)")
+	fs.StringVar(&e.format, "format", "jsonl", "output `format`: jsonl (calltap import reads it back) or har")
+	fs.BoolVar(&e.showAll, "progress", false, "a line on stderr every 1,000 captures and at the end, even when stderr is not a terminal")
+	fs.BoolVar(&e.secrets, "include-secrets", false, "keep the values of secret headers (Authorization, Cookie, …) as they came")
+	fs.BoolVar(&e.redact, "redact", false, "replace contact, numbers, variables, summaries, answers and media links with stand-ins")
+	fs.Var(&e.callIDs, "call-id", "only this call, by its `id` (repeatable)")
+	fs.Var(&e.masks, "mask-header", "mask the values of the header `name` too (repeatable)")
+	fs.Var(&e.paths, "redact-path", "with --redact: a JSON `path` of the body to replace too, e.g. call.contact.custom_fields.city or data.room.name (repeatable)")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
 	}
-	if len(fs.args) > 0 {
-		return usageError(stdio, "export", "unexpected argument %q", fs.args[0])
+	return exitCode(stdio, "export", e.run(ctx, fs.args, stdio))
+}
+
+// exportCmd is calltap export's flags.
+type exportCmd struct {
+	dataDir, event, text, out, format string
+	since                             time.Duration
+	showAll, secrets, redact          bool
+	callIDs, masks, paths             stringList
+}
+
+// check checks the flags against each other.
+func (e *exportCmd) check(args []string) error {
+	switch {
+	case len(args) > 0:
+		return usagef("unexpected argument %q", args[0])
+	case e.format != "jsonl" && e.format != "har":
+		return usagef("--format must be jsonl or har")
+	case e.since < 0:
+		return usagef("--since must be positive")
+	case len(e.paths) > 0 && !e.redact:
+		return usagef("--redact-path goes with --redact")
+	case e.secrets && len(e.masks) > 0:
+		return usagef("--mask-header and --include-secrets contradict each other")
 	}
-	if *format != "jsonl" && *format != "har" {
-		return usageError(stdio, "export", "--format must be jsonl or har")
-	}
-	if *since < 0 {
-		return usageError(stdio, "export", "--since must be positive")
-	}
-	if len(paths) > 0 && !*redact {
-		return usageError(stdio, "export", "--redact-path goes with --redact")
-	}
-	if *secrets && len(masks) > 0 {
-		return usageError(stdio, "export", "--mask-header and --include-secrets contradict each other")
-	}
-	for _, m := range masks {
+	for _, m := range e.masks {
 		if m == "" || strings.ContainsAny(m, ": \t") {
-			return usageError(stdio, "export", "--mask-header %q: want a header name", m)
+			return usagef("--mask-header %q: want a header name", m)
 		}
 	}
-	o := inspector.ExportOptions{}
-	if *redact {
-		r, err := callevent.NewRedactor(paths)
+	return nil
+}
+
+func (e *exportCmd) run(ctx context.Context, args []string, stdio Stdio) error {
+	if err := e.check(args); err != nil {
+		return err
+	}
+	o := inspector.ExportOptions{Filter: agentdb.CaptureFilter{Event: e.event, CallIDs: e.callIDs, Text: e.text}}
+	if e.redact {
+		r, err := callevent.NewRedactor(e.paths)
 		if err != nil {
-			return usageError(stdio, "export", "%v", err)
+			return usagef("%v", err)
 		}
 		o.Redactor = r
 	}
-	f := agentdb.CaptureFilter{Event: *event, CallIDs: callIDs, Text: *text}
-	if *since > 0 {
-		f.Since = time.Now().Add(-*since)
+	if e.since > 0 {
+		o.Filter.Since = time.Now().Add(-e.since)
 	}
-	db, path, err := readAgentDB(ctx, stdio, "export", *dataDir, *text != "")
+	db, err := openStoreToRead(ctx, stdio, "export", e.dataDir, e.text != "")
 	if err != nil {
-		return fail(stdio, "export", err)
-	}
-	if db == nil {
-		return fail(stdio, "export", errors.New(noStore(path)))
+		return err
 	}
 	defer db.Close()
-	// An unknown call or an empty selection is said before anything is
-	// written.
-	for _, id := range callIDs {
+	if err := e.checkSelection(ctx, db, o.Filter); err != nil {
+		return err
+	}
+	if !e.secrets {
+		required, err := requiredHeaderNames(e.dataDir)
+		if err != nil {
+			return err
+		}
+		o.Mask = maskList(inspector.SecretHeaders(), required, e.masks)
+	}
+	return e.write(ctx, db, o, stdio)
+}
+
+// checkSelection says an unknown call or an empty selection before
+// anything is written.
+func (e *exportCmd) checkSelection(ctx context.Context, db *agentdb.AgentStore, f agentdb.CaptureFilter) error {
+	for _, id := range e.callIDs {
 		if _, n, err := db.Captures(ctx, agentdb.CaptureFilter{CallID: id, Page: storage.Page{Limit: 1}}); err != nil {
-			return fail(stdio, "export", err)
+			return err
 		} else if n == 0 {
-			return fail(stdio, "export", fmt.Errorf("no capture of call %s in %s", id, *dataDir))
+			return fmt.Errorf("no capture of call %s in %s", id, e.dataDir)
 		}
 	}
 	if first, err := db.CapturesAfter(ctx, f, 0, 1); err != nil {
-		return fail(stdio, "export", err)
+		return err
 	} else if len(first) == 0 {
-		return fail(stdio, "export", errors.New("no capture matches: nothing to export"))
+		return errors.New("no capture matches: nothing to export")
 	}
-	if !*secrets {
-		required, err := requiredHeaderNames(*dataDir)
-		if err != nil {
-			return fail(stdio, "export", err)
-		}
-		o.Mask = maskList(inspector.SecretHeaders, required, masks)
+	return nil
+}
+
+// write writes the export to standard output or, with -o, to a file that
+// is whole or absent.
+func (e *exportCmd) write(ctx context.Context, db *agentdb.AgentStore, o inspector.ExportOptions, stdio Stdio) error {
+	w, commit, cleanup, err := e.output(stdio)
+	if err != nil {
+		return err
 	}
-	w, commit := stdio.Out, func() error { return nil }
-	if *out != "" {
-		// The file is written beside its place and renamed there, so
-		// that it is whole or absent; a failure names the user's path,
-		// not the temporary file's.
-		tmp, err := os.CreateTemp(filepath.Dir(*out), "."+filepath.Base(*out)+".*")
-		if err != nil {
-			return fail(stdio, "export", pathError(*out, err))
-		}
-		defer os.Remove(tmp.Name()) // gone by then unless the export failed
-		w, commit = tmp, func() error {
-			if err := tmp.Close(); err != nil {
-				return pathError(*out, err)
-			}
-			return pathError(*out, os.Rename(tmp.Name(), *out))
-		}
-	}
-	// A terminal sees one line rewritten; with --progress, anything else
-	// (a log, CI) gets a line every 1,000 captures and one at the end.
-	// Otherwise stderr stays quiet, for scripts that read it.
+	defer cleanup()
 	status := newStatusLine(stdio.Err)
-	progress := func(n int) {
-		switch {
-		case status.on:
-			status.show(fmt.Sprintf("exported %d captures…", n), false)
-		case *showAll:
-			fmt.Fprintf(stdio.Err, "calltap export: %d captures so far\n", n)
-		}
-	}
-	o.Filter, o.Progress = f, progress
+	o.Progress = e.progress(status, stdio)
 	export := inspector.Export
-	if *format == "har" {
+	if e.format == "har" {
 		export = func(ctx context.Context, db *agentdb.AgentStore, o inspector.ExportOptions, w io.Writer) (int, error) {
 			return inspector.ExportHAR(ctx, db, o, version, w)
 		}
 	}
 	n, err := export(ctx, db, o, w)
-	if err != nil && *out != "" {
-		err = pathError(*out, err)
+	if err != nil && e.out != "" {
+		err = pathError(e.out, err)
 	}
 	status.done()
 	if err == nil {
 		err = commit()
 	}
 	if err != nil {
-		return fail(stdio, "export", err)
+		return err
 	}
-	if *out != "" {
-		fmt.Fprintf(stdio.Err, "%d captures written to %s\n", n, *out)
+	if e.out != "" {
+		fmt.Fprintf(stdio.Err, "%d captures written to %s\n", n, e.out)
 	}
-	return 0
+	return nil
+}
+
+// output is where the export goes, what makes it final, and what removes
+// what a failed export left.
+func (e *exportCmd) output(stdio Stdio) (w io.Writer, commit, cleanup func() error, err error) {
+	nothing := func() error { return nil }
+	if e.out == "" {
+		return stdio.Out, nothing, nothing, nil
+	}
+	// The file is written beside its place and renamed there, so that it
+	// is whole or absent; a failure names the user's path, not the
+	// temporary file's.
+	tmp, err := os.CreateTemp(filepath.Dir(e.out), "."+filepath.Base(e.out)+".*")
+	if err != nil {
+		return nil, nil, nil, pathError(e.out, err)
+	}
+	commit = func() error {
+		if err := tmp.Close(); err != nil {
+			return pathError(e.out, err)
+		}
+		return pathError(e.out, os.Rename(tmp.Name(), e.out))
+	}
+	// Gone by then unless the export failed.
+	cleanup = func() error { return os.Remove(tmp.Name()) }
+	return tmp, commit, cleanup, nil
+}
+
+// progress reports the count: a terminal sees one line rewritten; with
+// --progress, anything else (a log, CI) gets a line every 1,000 captures
+// and one at the end. Otherwise stderr stays quiet, for scripts that read
+// it.
+func (e *exportCmd) progress(status *statusLine, stdio Stdio) func(int) {
+	return func(n int) {
+		switch {
+		case status.on:
+			status.show(fmt.Sprintf("exported %d captures…", n), false)
+		case e.showAll:
+			fmt.Fprintf(stdio.Err, "calltap export: %d captures so far\n", n)
+		}
+	}
 }
 
 func cmdImport(ctx context.Context, args []string, stdio Stdio) int {

@@ -143,3 +143,27 @@ func defaultDataDir() string {
 	}
 	return ".calltap"
 }
+
+// usageErr is a mistake in the command line: a command's check returns it,
+// and exitCode says it on one line and exits 2.
+type usageErr struct{ msg string }
+
+func (e *usageErr) Error() string { return e.msg }
+
+// usagef makes a usageErr.
+func usagef(format string, args ...any) error {
+	return &usageErr{msg: fmt.Sprintf(format, args...)}
+}
+
+// exitCode reports how cmd ended: 0 for nil, a usage error on one line and
+// 2, any other error on one line and 1.
+func exitCode(stdio Stdio, cmd string, err error) int {
+	var u *usageErr
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &u):
+		return usageError(stdio, cmd, "%s", u.msg)
+	}
+	return fail(stdio, cmd, err)
+}

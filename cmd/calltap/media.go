@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
+	"github.com/calltap/calltap/inspector/voice/service"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
 )
@@ -37,46 +39,18 @@ func cmdMedia(ctx context.Context, args []string, stdio Stdio) int {
 	if err != nil {
 		return usageError(stdio, "media", "%v", err)
 	}
-	m, err := client.Media(ctx, callID)
+	links, err := mediaLinks(ctx, client, callID)
 	if err != nil {
 		return fail(stdio, "media", err)
 	}
-	links := callevent.Media{RecordingURL: m.RecordingURL, TranscriptURL: m.TranscriptURL, ExpiresIn: m.ExpiresIn}
-	if links.RecordingURL == "" && links.TranscriptURL == "" {
-		links = agent.ParseMediaLinks(m.Raw)
-	}
-	if links.RecordingURL == "" && links.TranscriptURL == "" {
-		return fail(stdio, "media", fmt.Errorf("the service's answer holds no media link: %.300s", m.Raw))
-	}
-
 	db, err := agentDB(ctx, *dataDir)
 	if err != nil {
 		return fail(stdio, "media", err)
 	}
 	defer db.Close()
-	saver, err := agent.NewMediaSaver(agent.MediaConfig{DB: db, Dir: filepath.Join(*dataDir, "media"), AllowPrivate: *allowPrivate})
+	files, err := saveMedia(ctx, db, *dataDir, *allowPrivate, callID, links)
 	if err != nil {
 		return fail(stdio, "media", err)
-	}
-	saver.Save(ctx, "", callID, links)
-	saver.Wait()
-
-	var files []*agentdb.MediaFile
-	for _, u := range []string{links.RecordingURL, links.TranscriptURL} {
-		if u == "" {
-			continue
-		}
-		rows, _, err := db.MediaFiles(ctx, agentdb.MediaFilter{SourceURL: u, Page: storage.Page{Limit: 1}})
-		if err != nil {
-			return fail(stdio, "media", err)
-		}
-		files = append(files, rows...)
-	}
-	failed := 0
-	for _, f := range files {
-		if f.Status != agentdb.MediaSaved {
-			failed++
-		}
 	}
 	if *asJSON {
 		out := make([]inspector.MediaFileJSON, len(files))
@@ -87,20 +61,70 @@ func cmdMedia(ctx context.Context, args []string, stdio Stdio) int {
 		enc.SetIndent("", "  ")
 		enc.Encode(out)
 	} else {
-		tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "KIND\tSTATUS\tSIZE\tSHA256\tFILE")
-		for _, f := range files {
-			where := filepath.Join(*dataDir, "media", f.File)
-			if f.Status != agentdb.MediaSaved {
-				where = f.Error
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", f.Kind, f.Status, f.Size, f.SHA256, where)
+		printMedia(stdio.Out, *dataDir, files)
+	}
+	failed := 0
+	for _, f := range files {
+		if f.Status != agentdb.MediaSaved {
+			failed++
 		}
-		tw.Flush()
 	}
 	if failed > 0 {
 		fmt.Fprintf(stdio.Err, "calltap media: %d of %d files not saved\n", failed, len(files))
 		return 1
 	}
 	return 0
+}
+
+// mediaLinks asks the service for fresh links to a call's media: in the
+// documented fields, or found in the answer's raw JSON.
+func mediaLinks(ctx context.Context, client *service.Client, callID string) (callevent.Media, error) {
+	m, err := client.Media(ctx, callID)
+	if err != nil {
+		return callevent.Media{}, err
+	}
+	links := callevent.Media{RecordingURL: m.RecordingURL, TranscriptURL: m.TranscriptURL, ExpiresIn: m.ExpiresIn}
+	if links.RecordingURL == "" && links.TranscriptURL == "" {
+		links = agent.ParseMediaLinks(m.Raw)
+	}
+	if links.RecordingURL == "" && links.TranscriptURL == "" {
+		return links, fmt.Errorf("the service's answer holds no media link: %.300s", m.Raw)
+	}
+	return links, nil
+}
+
+// saveMedia downloads the files links name into the data directory and
+// returns their records.
+func saveMedia(ctx context.Context, db *agentdb.AgentStore, dataDir string, allowPrivate bool, callID string, links callevent.Media) ([]*agentdb.MediaFile, error) {
+	saver, err := agent.NewMediaSaver(agent.MediaConfig{DB: db, Dir: filepath.Join(dataDir, "media"), AllowPrivate: allowPrivate})
+	if err != nil {
+		return nil, err
+	}
+	saver.Save(ctx, "", callID, links)
+	saver.Wait()
+	var files []*agentdb.MediaFile
+	for _, u := range []string{links.RecordingURL, links.TranscriptURL} {
+		if u == "" {
+			continue
+		}
+		rows, _, err := db.MediaFiles(ctx, agentdb.MediaFilter{SourceURL: u, Page: storage.Page{Limit: 1}})
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, rows...)
+	}
+	return files, nil
+}
+
+func printMedia(w io.Writer, dataDir string, files []*agentdb.MediaFile) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tSTATUS\tSIZE\tSHA256\tFILE")
+	for _, f := range files {
+		where := filepath.Join(dataDir, "media", f.File)
+		if f.Status != agentdb.MediaSaved {
+			where = f.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", f.Kind, f.Status, f.Size, f.SHA256, where)
+	}
+	tw.Flush()
 }

@@ -34,45 +34,13 @@ func cmdMockService(ctx context.Context, args []string, stdio Stdio) int {
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
 	}
-	if len(fs.args) > 0 {
-		return usageError(stdio, "mock-service", "unexpected argument %q", fs.args[0])
+	cfgKeys, err := mockServiceKeys(fs.args, keys, *keysFile)
+	if err == nil {
+		err = checkMockService(cfgKeys, *timeScale, *timeout, *mediaTTL, *seed, *listen)
 	}
-	var cfgKeys []emulator.Key
-	for _, spec := range keys {
-		k, err := emulator.ParseKey(spec)
-		if err != nil {
-			return usageError(stdio, "mock-service", "--api-key: %v", err)
-		}
-		cfgKeys = append(cfgKeys, k)
+	if err != nil {
+		return exitCode(stdio, "mock-service", err)
 	}
-	if *keysFile != "" {
-		f, err := os.Open(*keysFile)
-		if err != nil {
-			return usageError(stdio, "mock-service", "--api-keys-file: %v", err)
-		}
-		fileKeys, err := emulator.ParseKeys(f)
-		f.Close()
-		if err != nil {
-			return usageError(stdio, "mock-service", "--api-keys-file %s: %v", *keysFile, err)
-		}
-		cfgKeys = append(cfgKeys, fileKeys...)
-	}
-	switch {
-	case len(cfgKeys) == 0:
-		return usageError(stdio, "mock-service", "no API key: give --api-key 'key=webhooks:read,webhooks:write' or --api-keys-file")
-	case *timeScale <= 0 || *timeScale > 1000:
-		return usageError(stdio, "mock-service", "--time-scale must be above 0 and at most 1000")
-	case *timeout <= 0:
-		return usageError(stdio, "mock-service", "--delivery-timeout must be positive")
-	case *mediaTTL < time.Second:
-		return usageError(stdio, "mock-service", "--media-expires-in must be at least 1s")
-	case *seed < 0 || *seed > 10000:
-		return usageError(stdio, "mock-service", "--seed must be between 0 and 10000")
-	}
-	if _, _, err := net.SplitHostPort(*listen); err != nil {
-		return usageError(stdio, "mock-service", "--listen %q: want host:port", *listen)
-	}
-
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fail(stdio, "mock-service", err)
@@ -82,16 +50,10 @@ func cmdMockService(ctx context.Context, args []string, stdio Stdio) int {
 	if pub == "" {
 		pub = "http://" + reachableAddr(ln.Addr().(*net.TCPAddr))
 	}
-	log := newLogger(stdio, *jsonLogs, false)
-	deliveryLog := log
+	deliveryLog := newLogger(stdio, *jsonLogs, false)
 	if *quiet {
 		// Attempts are logged at Info; faults of the emulator still show.
-		opts := &slog.HandlerOptions{Level: slog.LevelWarn}
-		if *jsonLogs {
-			deliveryLog = slog.New(slog.NewJSONHandler(stdio.Err, opts))
-		} else {
-			deliveryLog = slog.New(slog.NewTextHandler(stdio.Err, opts))
-		}
+		deliveryLog = newLevelLogger(stdio, *jsonLogs, slog.LevelWarn)
 	}
 	srv, err := emulator.New(emulator.Config{
 		Keys:              cfgKeys,
@@ -116,6 +78,54 @@ func cmdMockService(ctx context.Context, args []string, stdio Stdio) int {
 		return fail(stdio, "mock-service", err)
 	}
 	return 0
+}
+
+// mockServiceKeys reads the API keys of --api-key and --api-keys-file.
+func mockServiceKeys(args []string, keys stringList, keysFile string) ([]emulator.Key, error) {
+	if len(args) > 0 {
+		return nil, usagef("unexpected argument %q", args[0])
+	}
+	var cfgKeys []emulator.Key
+	for _, spec := range keys {
+		k, err := emulator.ParseKey(spec)
+		if err != nil {
+			return nil, usagef("--api-key: %v", err)
+		}
+		cfgKeys = append(cfgKeys, k)
+	}
+	if keysFile == "" {
+		return cfgKeys, nil
+	}
+	f, err := os.Open(keysFile)
+	if err != nil {
+		return nil, usagef("--api-keys-file: %v", err)
+	}
+	defer f.Close()
+	fileKeys, err := emulator.ParseKeys(f)
+	if err != nil {
+		return nil, usagef("--api-keys-file %s: %v", keysFile, err)
+	}
+	return append(cfgKeys, fileKeys...), nil
+}
+
+// checkMockService checks the emulator's flags' ranges.
+func checkMockService(keys []emulator.Key, timeScale float64, timeout, mediaTTL time.Duration, seed int, listen string) error {
+	switch {
+	case len(keys) == 0:
+		return usagef("no API key: give --api-key 'key=webhooks:read,webhooks:write' or --api-keys-file")
+	case timeScale <= 0 || timeScale > 1000:
+		return usagef("--time-scale must be above 0 and at most 1000")
+	case timeout <= 0:
+		return usagef("--delivery-timeout must be positive")
+	case mediaTTL < time.Second:
+		return usagef("--media-expires-in must be at least 1s")
+	case seed < 0 || seed > 10000:
+		return usagef("--seed must be between 0 and 10000")
+	}
+	if _, _, err := net.SplitHostPort(listen); err != nil {
+		return usagef("--listen %q: want host:port", listen)
+	}
+	return nil
 }
 
 // reachableAddr is addr as a client dials it: an unspecified host (":9090")

@@ -37,3 +37,18 @@ func refNote(r inspector.CaptureRef, took string) string {
 	}
 	return fmt.Sprintf("delivery %s has %d captures (%s); %s", r.Ref, len(r.Captures), strings.Join(r.IDs(), ", "), took)
 }
+
+// openResolved opens the agent's store in dataDir and reads the references
+// a command was given; the caller closes the store.
+func openResolved(ctx context.Context, dataDir string, refs []string) (*agentdb.AgentStore, []inspector.CaptureRef, error) {
+	db, err := agentDB(ctx, dataDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	rs, err := resolveRefs(ctx, db, refs)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return db, rs, nil
+}

@@ -145,6 +145,50 @@ func (f *natsFlags) open(ctx context.Context, rf *relayFlags, log *slog.Logger) 
 	return cluster.Open(ctx, o)
 }
 
+// checkRelayFlags checks calltap relay's flags against each other.
+func checkRelayFlags(fs *flagSet, rf *relayFlags, tf *tlsFlags, nf *natsFlags, insecure bool) error {
+	if len(fs.args) > 0 {
+		return usagef("unexpected argument %q", fs.args[0])
+	}
+	for _, validate := range []func() error{rf.validate, func() error { return tf.validate(insecure) }, nf.validate} {
+		if err := validate(); err != nil {
+			return usagef("%v", err)
+		}
+	}
+	if nf.urls != "" && flagGiven(fs, "queue-max-bytes") {
+		// A stream counts messages per subject, not their bytes: a byte
+		// limit per tunnel would be each node's guess, not a limit.
+		return usagef("--queue-max-bytes cannot be kept with --nats (the stream counts requests, not bytes, per tunnel); use --queue-max-count")
+	}
+	return nil
+}
+
+// relayStore is where a relay keeps its state: a cluster's NATS, or the
+// data directory's SQLite.
+type relayStore struct {
+	db      relay.Store
+	admin   relay.TokenStore
+	cluster *cluster.Cluster // nil for one node
+	close   func()
+}
+
+func openRelayStore(ctx context.Context, nf *natsFlags, rf *relayFlags, tf *tlsFlags, dataDir string, sync syncFlag, log *slog.Logger) (*relayStore, error) {
+	if nf.urls != "" {
+		c, err := nf.open(ctx, rf, log)
+		if err != nil {
+			return nil, err
+		}
+		tf.shared = c.CertCache
+		log.Info("relay node of a cluster", "node", c.Self(), "nats", nf.urls, "replicas", nf.replicas)
+		return &relayStore{db: c, admin: c, cluster: c, close: func() { c.Close() }}, nil
+	}
+	sdb, err := relayDB(ctx, dataDir, storage.WithSync(sync.syncMode()))
+	if err != nil {
+		return nil, err
+	}
+	return &relayStore{db: sdb, admin: sdb, close: func() { sdb.Close() }}, nil
+}
+
 func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 	if len(args) > 0 && args[0] == "token" {
 		return cmdRelayToken(ctx, args[1:], stdio)
@@ -170,46 +214,16 @@ func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
 	}
-	if len(fs.args) > 0 {
-		return usageError(stdio, "relay", "unexpected argument %q", fs.args[0])
-	}
-	if err := rf.validate(); err != nil {
-		return usageError(stdio, "relay", "%v", err)
-	}
-	if err := tf.validate(*insecure); err != nil {
-		return usageError(stdio, "relay", "%v", err)
-	}
-	if err := nf.validate(); err != nil {
-		return usageError(stdio, "relay", "%v", err)
-	}
-	if nf.urls != "" && flagGiven(fs, "queue-max-bytes") {
-		// A stream counts messages per subject, not their bytes: a byte
-		// limit per tunnel would be each node's guess, not a limit.
-		return usageError(stdio, "relay", "--queue-max-bytes cannot be kept with --nats (the stream counts requests, not bytes, per tunnel); use --queue-max-count")
+	if err := checkRelayFlags(fs, &rf, &tf, &nf, *insecure); err != nil {
+		return exitCode(stdio, "relay", err)
 	}
 	log := newLogger(stdio, *jsonLogs, *logVerbose)
-	var (
-		db    relay.Store
-		admin relay.TokenStore
-		cl    *cluster.Cluster
-	)
-	if nf.urls != "" {
-		c, err := nf.open(ctx, &rf, log)
-		if err != nil {
-			return fail(stdio, "relay", err)
-		}
-		defer c.Close()
-		db, admin, cl = c, c, c
-		tf.shared = c.CertCache
-		log.Info("relay node of a cluster", "node", c.Self(), "nats", nf.urls, "replicas", nf.replicas)
-	} else {
-		sdb, err := relayDB(ctx, *dataDir, storage.WithSync(sync.syncMode()))
-		if err != nil {
-			return fail(stdio, "relay", err)
-		}
-		defer sdb.Close()
-		db, admin = sdb, sdb
+	st, err := openRelayStore(ctx, &nf, &rf, &tf, *dataDir, sync, log)
+	if err != nil {
+		return fail(stdio, "relay", err)
 	}
+	defer st.close()
+	db, admin, cl := st.db, st.admin, st.cluster
 	pub := *publicURL
 	if pub == "" {
 		pub = tf.publicURL(*listen, *insecure)
@@ -300,127 +314,156 @@ func keepCertificates(ctx context.Context, certs *certs.TLS, log *slog.Logger) e
 
 func cmdRelayToken(ctx context.Context, args []string, stdio Stdio) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		w := stdio.Err
-		if len(args) > 0 {
-			w = stdio.Out
-		}
-		fmt.Fprintln(w, "Usage: calltap relay token create NAME | list | revoke NAME  (--data DIR | --nats URLS) [--json]")
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
+		return relayTokenUsage(args, stdio)
 	}
-	sub := args[0]
-	name := "relay token " + sub
-	fs := newFlagSet("relay token "+sub, "calltap relay token "+sub+" [NAME] --data DIR", "Manage developers' tokens in a relay's data directory.")
-	dataDir := fs.String("data", defaultDataDir(), "the relay's data `dir`ectory")
-	asJSON := fs.Bool("json", false, "print JSON")
-	var nf natsFlags
-	nf.register(fs, false)
-	var publicURL *string
-	if sub == "create" {
-		publicURL = fs.String("public-url", "", "the relay's public `url` (default: the one the relay last ran with)")
+	t := tokenCmd{sub: args[0]}
+	name := "relay token " + t.sub
+	fs := newFlagSet("relay token "+t.sub, "calltap relay token "+t.sub+" [NAME] --data DIR", "Manage developers' tokens in a relay's data directory.")
+	fs.StringVar(&t.dataDir, "data", defaultDataDir(), "the relay's data `dir`ectory")
+	fs.BoolVar(&t.asJSON, "json", false, "print JSON")
+	t.nf.register(fs, false)
+	if t.sub == "create" {
+		fs.StringVar(&t.publicURL, "public-url", "", "the relay's public `url` (default: the one the relay last ran with)")
 	}
-	switch sub {
+	switch t.sub {
 	case "create", "list", "revoke":
 	default:
-		return usageError(stdio, "relay token", "unknown subcommand %q: want create, list or revoke", sub)
+		return usageError(stdio, "relay token", "unknown subcommand %q: want create, list or revoke", t.sub)
 	}
 	if ok, code := parseFlags(fs, args[1:], stdio); !ok {
 		return code
 	}
+	return exitCode(stdio, name, t.run(ctx, fs.args, stdio))
+}
+
+// relayTokenUsage answers calltap relay token with no subcommand (exit 2)
+// or -h (exit 0).
+func relayTokenUsage(args []string, stdio Stdio) int {
+	w, code := stdio.Err, 2
+	if len(args) > 0 {
+		w, code = stdio.Out, 0
+	}
+	fmt.Fprintln(w, "Usage: calltap relay token create NAME | list | revoke NAME  (--data DIR | --nats URLS) [--json]")
+	return code
+}
+
+// tokenCmd is calltap relay token's subcommand and flags.
+type tokenCmd struct {
+	sub, dataDir, publicURL string
+	asJSON                  bool
+	nf                      natsFlags
+}
+
+func (t *tokenCmd) run(ctx context.Context, args []string, stdio Stdio) error {
 	want := 1
-	if sub == "list" {
+	if t.sub == "list" {
 		want = 0
 	}
-	if len(fs.args) != want {
-		if want == 1 {
-			return usageError(stdio, name, "give one token NAME")
-		}
-		return usageError(stdio, name, "unexpected argument %q", fs.args[0])
+	switch {
+	case len(args) != want && want == 1:
+		return usagef("give one token NAME")
+	case len(args) != want:
+		return usagef("unexpected argument %q", args[0])
 	}
-	if err := nf.validate(); err != nil {
-		return usageError(stdio, name, "%v", err)
+	if err := t.nf.validate(); err != nil {
+		return usagef("%v", err)
 	}
-	var db relay.TokenStore
-	if nf.urls != "" {
-		c, err := nf.open(ctx, nil, slog.New(slog.DiscardHandler))
-		if err != nil {
-			return fail(stdio, name, err)
-		}
-		defer c.Close()
-		db = c
-	} else {
-		sdb, err := relayDB(ctx, *dataDir)
-		if err != nil {
-			return fail(stdio, name, err)
-		}
-		defer sdb.Close()
-		db = sdb
+	db, closeDB, err := t.open(ctx)
+	if err != nil {
+		return err
 	}
-	switch sub {
+	defer closeDB()
+	switch t.sub {
 	case "create":
-		pub := *publicURL
-		if pub == "" {
-			var err error
-			if pub, err = relay.PublicURLOf(ctx, db); err != nil {
-				return fail(stdio, name, err)
-			}
-		}
-		info, err := relay.CreateToken(ctx, db, fs.args[0], pub)
-		if err != nil {
-			return fail(stdio, name, err)
-		}
-		if *asJSON {
-			json.NewEncoder(stdio.Out).Encode(info)
-			return 0
-		}
-		fmt.Fprintf(stdio.Out, "Token for %s (shown once; keep it secret):\n  %s\n\nTunnel URL (stable; give it to the voice service as event_webhook_url):\n  %s\n\nOn the laptop:\n  calltap listen --relay %s --token %s --forward-to http://127.0.0.1:3000/webhooks\n",
-			info.Name, info.Token, info.URL, orPlaceholder(pub, "<relay-url>"), info.Token)
+		return t.create(ctx, db, args[0], stdio)
 	case "list":
-		toks, err := db.Tokens(ctx)
-		if err != nil {
-			return fail(stdio, name, err)
-		}
-		pub, _ := relay.PublicURLOf(ctx, db)
-		type row struct {
-			Name      string     `json:"name"`
-			TunnelID  string     `json:"tunnel_id"`
-			URL       string     `json:"url"`
-			CreatedAt time.Time  `json:"created_at"`
-			RevokedAt *time.Time `json:"revoked_at"`
-		}
-		rows := []row{}
-		for _, t := range toks {
-			rows = append(rows, row{t.Name, t.TunnelID, strings.TrimRight(pub, "/") + "/t/" + t.TunnelID, t.CreatedAt, t.RevokedAt})
-		}
-		if *asJSON {
-			json.NewEncoder(stdio.Out).Encode(rows)
-			return 0
-		}
-		tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tSTATE\tCREATED\tURL")
-		for _, r := range rows {
-			state := "active"
-			if r.RevokedAt != nil {
-				state = "revoked"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, state, r.CreatedAt.Format(time.DateTime), r.URL)
-		}
-		tw.Flush()
-	case "revoke":
-		if err := db.RevokeToken(ctx, fs.args[0]); errors.Is(err, relaydb.ErrNotFound) {
-			return fail(stdio, name, fmt.Errorf("no active token named %q", fs.args[0]))
-		} else if err != nil {
-			return fail(stdio, name, err)
-		}
-		if *asJSON {
-			json.NewEncoder(stdio.Out).Encode(map[string]any{"name": fs.args[0], "revoked": true})
-			return 0
-		}
-		fmt.Fprintf(stdio.Out, "Revoked %s. A connected agent is dropped within a second, on whichever node it is; its URL answers 404.\n", fs.args[0])
+		return t.list(ctx, db, stdio)
 	}
-	return 0
+	return t.revoke(ctx, db, args[0], stdio)
+}
+
+// open opens the relay's tokens: in NATS with --nats, else in the data
+// directory's SQLite.
+func (t *tokenCmd) open(ctx context.Context) (relay.TokenStore, func(), error) {
+	if t.nf.urls != "" {
+		c, err := t.nf.open(ctx, nil, slog.New(slog.DiscardHandler))
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, func() { c.Close() }, nil
+	}
+	sdb, err := relayDB(ctx, t.dataDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sdb, func() { sdb.Close() }, nil
+}
+
+func (t *tokenCmd) create(ctx context.Context, db relay.TokenStore, name string, stdio Stdio) error {
+	pub := t.publicURL
+	if pub == "" {
+		var err error
+		if pub, err = relay.PublicURLOf(ctx, db); err != nil {
+			return err
+		}
+	}
+	info, err := relay.CreateToken(ctx, db, name, pub)
+	if err != nil {
+		return err
+	}
+	if t.asJSON {
+		return json.NewEncoder(stdio.Out).Encode(info)
+	}
+	fmt.Fprintf(stdio.Out, "Token for %s (shown once; keep it secret):\n  %s\n\nTunnel URL (stable; give it to the voice service as event_webhook_url):\n  %s\n\nOn the laptop:\n  calltap listen --relay %s --token %s --forward-to http://127.0.0.1:3000/webhooks\n",
+		info.Name, info.Token, info.URL, orPlaceholder(pub, "<relay-url>"), info.Token)
+	return nil
+}
+
+// tokenRow is a line of calltap relay token list.
+type tokenRow struct {
+	Name      string     `json:"name"`
+	TunnelID  string     `json:"tunnel_id"`
+	URL       string     `json:"url"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at"`
+}
+
+func (t *tokenCmd) list(ctx context.Context, db relay.TokenStore, stdio Stdio) error {
+	toks, err := db.Tokens(ctx)
+	if err != nil {
+		return err
+	}
+	pub, _ := relay.PublicURLOf(ctx, db)
+	rows := []tokenRow{}
+	for _, t := range toks {
+		rows = append(rows, tokenRow{t.Name, t.TunnelID, strings.TrimRight(pub, "/") + "/t/" + t.TunnelID, t.CreatedAt, t.RevokedAt})
+	}
+	if t.asJSON {
+		return json.NewEncoder(stdio.Out).Encode(rows)
+	}
+	tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATE\tCREATED\tURL")
+	for _, r := range rows {
+		state := "active"
+		if r.RevokedAt != nil {
+			state = "revoked"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, state, r.CreatedAt.Format(time.DateTime), r.URL)
+	}
+	return tw.Flush()
+}
+
+func (t *tokenCmd) revoke(ctx context.Context, db relay.TokenStore, name string, stdio Stdio) error {
+	if err := db.RevokeToken(ctx, name); errors.Is(err, relaydb.ErrNotFound) {
+		return fmt.Errorf("no active token named %q", name)
+	} else if err != nil {
+		return err
+	}
+	if t.asJSON {
+		return json.NewEncoder(stdio.Out).Encode(map[string]any{"name": name, "revoked": true})
+	}
+	fmt.Fprintf(stdio.Out, "Revoked %s. A connected agent is dropped within a second, on whichever node it is; its URL answers 404.\n", name)
+	return nil
 }
 
 func orPlaceholder(s, p string) string {
@@ -435,6 +478,11 @@ func newLogger(stdio Stdio, asJSON, verbose bool) *slog.Logger {
 	if verbose {
 		level = slog.LevelDebug
 	}
+	return newLevelLogger(stdio, asJSON, level)
+}
+
+// newLevelLogger logs to stderr from level up, as JSON or text.
+func newLevelLogger(stdio Stdio, asJSON bool, level slog.Level) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if asJSON {
 		return slog.New(slog.NewJSONHandler(stdio.Err, opts))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"strconv"
@@ -90,47 +91,21 @@ func statusRange(s string) (int, int, error) {
 // run replays the selection through an agent over db and reports; the
 // exit status is 1 when anything did not match.
 func (r *callReplay) run(ctx context.Context, stdio Stdio, db *agentdb.AgentStore) int {
-	a, err := agent.New(agent.Config{Store: db})
+	a, stop, err := startAgent(ctx, agent.Config{Store: db})
 	if err != nil {
 		return fail(stdio, "replay", err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { a.Run(runCtx); close(done) }()
-	defer func() { cancel(); <-done }()
-
+	defer stop()
 	set, _ := replayHeaders(r.headers)
 	o := agent.CallReplayOptions{CallID: r.callID, To: r.to, TimeScale: r.timeScale, WithRetries: r.retries, SetHeaders: set}
 	originals, err := a.CallOriginals(ctx, o)
 	if err != nil {
 		return fail(stdio, "replay", apiMessage(err))
 	}
-	lo, hi := 0, 0
-	if r.expect != "" {
-		lo, hi, _ = statusRange(r.expect)
-	}
 	var results []callReplayResult
 	failed := 0
 	err = a.ReplayCall(ctx, originals, o, func(orig, c *agentdb.Capture) {
-		res := callReplayResult{Original: orig.ID, ID: c.ID, Event: orig.Event, Status: c.ResponseStatus, Error: c.Error, Failures: []string{}}
-		if res.Event == "" {
-			res.Event = orig.Method + " " + orig.Path
-		}
-		if r.expect != "" && (c.ResponseStatus < lo || c.ResponseStatus > hi) {
-			got := "got no answer"
-			if c.Error != "" {
-				got += " (" + c.Error + ")"
-			}
-			if c.ResponseStatus > 0 {
-				got = "answered " + strconv.Itoa(c.ResponseStatus)
-			}
-			res.Failures = append(res.Failures, fmt.Sprintf("%s, want %s", got, r.expect))
-		}
-		for _, e := range r.expectJSON {
-			if msg := checkBodyJSON(c.ResponseBody, e); msg != "" {
-				res.Failures = append(res.Failures, msg)
-			}
-		}
+		res := r.check(orig, c)
 		if len(res.Failures) > 0 {
 			failed++
 		}
@@ -142,25 +117,68 @@ func (r *callReplay) run(ctx context.Context, stdio Stdio, db *agentdb.AgentStor
 	if r.asJSON {
 		json.NewEncoder(stdio.Out).Encode(map[string]any{"replayed": len(results), "failed": failed, "results": results})
 	} else {
-		for _, res := range results {
-			mark := "ok  "
-			if len(res.Failures) > 0 {
-				mark = "FAIL"
-			}
-			fmt.Fprintf(stdio.Out, "%s %-26s %s → %d", mark, res.Event, res.Original, res.Status)
-			if len(res.Failures) > 0 {
-				fmt.Fprintf(stdio.Out, "  %s", strings.Join(res.Failures, "; "))
-			} else if res.Error != "" {
-				fmt.Fprintf(stdio.Out, "  %s", res.Error)
-			}
-			fmt.Fprintln(stdio.Out)
-		}
-		fmt.Fprintf(stdio.Out, "%d replayed, %d failed\n", len(results), failed)
+		printCallReplay(stdio.Out, results, failed)
 	}
 	if failed > 0 {
 		return 1
 	}
 	return 0
+}
+
+// startAgent runs an agent of cfg, without a tunnel, for replays and
+// backfills; stop ends it and waits.
+func startAgent(ctx context.Context, cfg agent.Config) (a *agent.Agent, stop func(), err error) {
+	a, err = agent.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { a.Run(runCtx); close(done) }()
+	return a, func() { cancel(); <-done }, nil
+}
+
+// check holds the replay c of orig against --expect and --expect-body-json.
+func (r *callReplay) check(orig, c *agentdb.Capture) callReplayResult {
+	res := callReplayResult{Original: orig.ID, ID: c.ID, Event: orig.Event, Status: c.ResponseStatus, Error: c.Error, Failures: []string{}}
+	if res.Event == "" {
+		res.Event = orig.Method + " " + orig.Path
+	}
+	if r.expect != "" {
+		if lo, hi, _ := statusRange(r.expect); c.ResponseStatus < lo || c.ResponseStatus > hi {
+			got := "got no answer"
+			if c.Error != "" {
+				got += " (" + c.Error + ")"
+			}
+			if c.ResponseStatus > 0 {
+				got = "answered " + strconv.Itoa(c.ResponseStatus)
+			}
+			res.Failures = append(res.Failures, fmt.Sprintf("%s, want %s", got, r.expect))
+		}
+	}
+	for _, e := range r.expectJSON {
+		if msg := checkBodyJSON(c.ResponseBody, e); msg != "" {
+			res.Failures = append(res.Failures, msg)
+		}
+	}
+	return res
+}
+
+func printCallReplay(w io.Writer, results []callReplayResult, failed int) {
+	for _, res := range results {
+		mark := "ok  "
+		if len(res.Failures) > 0 {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(w, "%s %-26s %s → %d", mark, res.Event, res.Original, res.Status)
+		if len(res.Failures) > 0 {
+			fmt.Fprintf(w, "  %s", strings.Join(res.Failures, "; "))
+		} else if res.Error != "" {
+			fmt.Fprintf(w, "  %s", res.Error)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "%d replayed, %d failed\n", len(results), failed)
 }
 
 // apiMessage is an API error's message alone, as a command prints it.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/url"
 	"os"
@@ -73,38 +74,45 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 		json.NewEncoder(stdio.Out).Encode(api.NewPage(count, len(out), f.Offset, out))
 		return 0
 	}
-	tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
+	printRequests(stdio.Out, rows)
+	fmt.Fprintf(stdio.Out, "%d of %d in %s\n", len(rows), count, path)
+	return 0
+}
+
+// printRequests writes rows as a table, a line each.
+func printRequests(w io.Writer, rows []*agentdb.Capture) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTIME\tMETHOD\tPATH\tEVENT\tSTATUS\tFLAGS")
 	for _, c := range rows {
 		status := "-"
 		if c.ResponseStatus > 0 {
 			status = fmt.Sprint(c.ResponseStatus)
 		}
-		flags := ""
-		if c.Queued {
-			flags += "queued "
-		}
-		if c.DuplicateOf != "" {
-			flags += "duplicate "
-		}
-		if c.ReplayOf != "" {
-			flags += "replay "
-		}
-		switch c.Status {
-		case agentdb.StatusFailed:
-			flags += "failed "
-		case agentdb.StatusUnknown: // not a failure: the sender may have got the handler's answer
-			flags += "answer-unknown "
-		}
 		ev := c.Event
 		if ev == "" {
 			ev = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.CreatedAt.Local().Format(time.DateTime), c.Method, c.Path, ev, status, flags)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.CreatedAt.Local().Format(time.DateTime), c.Method, c.Path, ev, status, requestFlags(c))
 	}
 	tw.Flush()
-	fmt.Fprintf(stdio.Out, "%d of %d in %s\n", len(rows), count, path)
-	return 0
+}
+
+// requestFlags is the FLAGS column of a capture: what sets it apart.
+func requestFlags(c *agentdb.Capture) string {
+	flags := ""
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{
+		{c.Queued, "queued"}, {c.DuplicateOf != "", "duplicate"}, {c.ReplayOf != "", "replay"},
+		{c.Status == agentdb.StatusFailed, "failed"},
+		{c.Status == agentdb.StatusUnknown, "answer-unknown"}, // not a failure: the sender may have got the handler's answer
+	} {
+		if f.on {
+			flags += f.name + " "
+		}
+	}
+	return flags
 }
 
 // listRequests is a page of the captures f selects, newest first, and
@@ -196,6 +204,19 @@ func lagText(lag agentdb.Lag) string {
 }
 
 // noStore says that a read-only command found no store, and what makes one.
+// openStoreToRead is readAgentDB for a command that needs a store: where
+// there is none, the error says so.
+func openStoreToRead(ctx context.Context, stdio Stdio, cmd, dataDir string, search bool) (*agentdb.AgentStore, error) {
+	db, path, err := readAgentDB(ctx, stdio, cmd, dataDir, search)
+	if err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, errors.New(noStore(path))
+	}
+	return db, nil
+}
+
 func noStore(path string) string {
 	return fmt.Sprintf("no store at %s: nothing captured there yet (calltap dev or calltap listen creates it; --data DIR reads another)", path)
 }
@@ -203,106 +224,118 @@ func noStore(path string) string {
 func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("replay", "calltap replay ID [--to URL] [--retry service [--time-scale F]] [--json]\n       calltap replay --call CALL_ID | --from FILE [--to URL] [--time-scale F] [--with-retries] [--header 'Name: value']… [--expect 2xx] [--expect-body-json path=value]… [--json]",
 		"Re-send a captured request, byte-exact, to the local handler it went to (or --to), and store the result as a new\ncapture linked to the original. Works whether or not an agent is running. ID is a capture id, a unique prefix\nof one, or a delivery id (the payload's id, which trigger prints): of a delivery that came several times, the\noriginal is replayed.\n\nWith --call, re-fire a whole call's events in their original order, spaced as they first arrived (times\n--time-scale; 0 sends them back to back); with --from, those of an export, without a store. --expect checks each\nanswer and exits 1 naming every event that did not match: captured calls as regression tests of a handler.")
-	var (
-		dataDir    = fs.String("data", defaultDataDir(), "data `dir`ectory")
-		to         = fs.String("to", "", "send to this `url` instead")
-		retry      = fs.String("retry", "", "`schedule`: 'service' retries like the voice service: 0, 30s, 2m, 8m, 32m on errors, 408, 429, 5xx")
-		timeScale  = fs.Float64("time-scale", 1, "multiply the retry delays (0.01 runs the schedule in 25 s), or with --call/--from the gaps between events (0: none)")
-		asJSON     = fs.Bool("json", false, "print the result as JSON")
-		call       = fs.String("call", "", "replay every event of the call `id`, in order")
-		from       = fs.String("from", "", "replay the captures of this export `file` (calltap export), without a store")
-		retries    = fs.Bool("with-retries", false, "with --call/--from: replay the service's retries of a delivery too, not just the first")
-		expect     = fs.String("expect", "", "with --call/--from: the `status` class (2xx) or status each answer must have")
-		expectJSON stringList
-	)
-	fs.Var(&expectJSON, "expect-body-json", "with --call/--from: `path=value` every answer's JSON body must hold (repeatable)")
-	var headers stringList
-	fs.Var(&headers, "header", "with --call/--from: `'Name: value'` to send instead of the captured value, e.g. a secret the export masked (repeatable)")
+	var c replayCmd
+	fs.StringVar(&c.dataDir, "data", defaultDataDir(), "data `dir`ectory")
+	fs.StringVar(&c.to, "to", "", "send to this `url` instead")
+	fs.StringVar(&c.retry, "retry", "", "`schedule`: 'service' retries like the voice service: 0, 30s, 2m, 8m, 32m on errors, 408, 429, 5xx")
+	fs.Float64Var(&c.timeScale, "time-scale", 1, "multiply the retry delays (0.01 runs the schedule in 25 s), or with --call/--from the gaps between events (0: none)")
+	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON")
+	fs.StringVar(&c.call, "call", "", "replay every event of the call `id`, in order")
+	fs.StringVar(&c.from, "from", "", "replay the captures of this export `file` (calltap export), without a store")
+	fs.BoolVar(&c.retries, "with-retries", false, "with --call/--from: replay the service's retries of a delivery too, not just the first")
+	fs.StringVar(&c.expect, "expect", "", "with --call/--from: the `status` class (2xx) or status each answer must have")
+	fs.Var(&c.expectJSON, "expect-body-json", "with --call/--from: `path=value` every answer's JSON body must hold (repeatable)")
+	fs.Var(&c.headers, "header", "with --call/--from: `'Name: value'` to send instead of the captured value, e.g. a secret the export masked (repeatable)")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
 	}
-	if *call != "" || *from != "" {
-		if len(fs.args) > 0 {
-			return usageError(stdio, "replay", "give a capture ID or --call/--from, not both")
-		}
-		if *retry != "" {
-			return usageError(stdio, "replay", "--retry replays one capture; not with --call/--from")
-		}
-		r := &callReplay{callID: *call, from: *from, to: *to, timeScale: *timeScale, retries: *retries, expect: *expect, expectJSON: expectJSON, headers: headers, asJSON: *asJSON}
-		if err := r.validate(); err != nil {
-			return usageError(stdio, "replay", "%v", err)
-		}
-		dir := *dataDir
-		if *from != "" {
-			tmp, err := os.MkdirTemp("", "calltap-replay-")
-			if err != nil {
-				return fail(stdio, "replay", err)
-			}
-			defer os.RemoveAll(tmp)
-			db, masked, err := loadExport(ctx, *from, tmp)
-			if err != nil {
-				return fail(stdio, "replay", err)
-			}
-			defer db.Close()
-			// A masked secret goes out as the mask: say so, and how to
-			// give it, rather than leave a 401 to puzzle over.
-			given, _ := replayHeaders(headers)
-			if missing, err := unsupplied(ctx, db, masked, given); err != nil {
-				return fail(stdio, "replay", err)
-			} else if len(missing) > 0 {
-				fmt.Fprintf(stdio.Err, "calltap replay: the export masked %s: sent as %s unless given with --header '%s: …'\n", strings.Join(missing, ", "), inspector.MaskedValue, missing[0])
-			}
-			return r.run(ctx, stdio, db)
-		}
-		db, err := agentDB(ctx, dir)
-		if err != nil {
-			return fail(stdio, "replay", err)
-		}
-		defer db.Close()
-		return r.run(ctx, stdio, db)
+	if c.call != "" || c.from != "" {
+		return c.runCall(ctx, fs.args, stdio)
 	}
-	if *expect != "" || len(expectJSON) > 0 || *retries || len(headers) > 0 {
-		return usageError(stdio, "replay", "--expect, --expect-body-json, --header and --with-retries go with --call or --from")
+	return c.runOne(ctx, fs.args, stdio)
+}
+
+// replayCmd is calltap replay's flags.
+type replayCmd struct {
+	dataDir, to, retry, call, from, expect string
+	timeScale                              float64
+	asJSON, retries                        bool
+	expectJSON, headers                    stringList
+}
+
+// runCall replays a whole call (--call) or an export (--from).
+func (c *replayCmd) runCall(ctx context.Context, args []string, stdio Stdio) int {
+	if len(args) > 0 {
+		return usageError(stdio, "replay", "give a capture ID or --call/--from, not both")
 	}
-	if len(fs.args) != 1 {
-		return usageError(stdio, "replay", "give one capture ID (or a prefix of one, or a delivery id)")
+	if c.retry != "" {
+		return usageError(stdio, "replay", "--retry replays one capture; not with --call/--from")
 	}
-	if *retry != "" && *retry != "service" {
-		return usageError(stdio, "replay", "--retry must be 'service'")
+	r := &callReplay{callID: c.call, from: c.from, to: c.to, timeScale: c.timeScale, retries: c.retries, expect: c.expect, expectJSON: c.expectJSON, headers: c.headers, asJSON: c.asJSON}
+	if err := r.validate(); err != nil {
+		return usageError(stdio, "replay", "%v", err)
 	}
-	if !(*timeScale > 0) || math.IsInf(*timeScale, 0) {
-		return usageError(stdio, "replay", "--time-scale must be a positive number")
+	if c.from != "" {
+		return c.replayExport(ctx, r, stdio)
 	}
-	db, err := agentDB(ctx, *dataDir)
+	db, err := agentDB(ctx, c.dataDir)
 	if err != nil {
 		return fail(stdio, "replay", err)
 	}
 	defer db.Close()
-	refs, err := resolveRefs(ctx, db, fs.args)
+	return r.run(ctx, stdio, db)
+}
+
+// replayExport replays the captures of an export, loaded into a store of
+// its own that is removed afterwards.
+func (c *replayCmd) replayExport(ctx context.Context, r *callReplay, stdio Stdio) int {
+	tmp, err := os.MkdirTemp("", "calltap-replay-")
 	if err != nil {
 		return fail(stdio, "replay", err)
 	}
+	defer os.RemoveAll(tmp)
+	db, masked, err := loadExport(ctx, c.from, tmp)
+	if err != nil {
+		return fail(stdio, "replay", err)
+	}
+	defer db.Close()
+	// A masked secret goes out as the mask: say so, and how to give it,
+	// rather than leave a 401 to puzzle over.
+	given, _ := replayHeaders(c.headers)
+	if missing, err := unsupplied(ctx, db, masked, given); err != nil {
+		return fail(stdio, "replay", err)
+	} else if len(missing) > 0 {
+		fmt.Fprintf(stdio.Err, "calltap replay: the export masked %s: sent as %s unless given with --header '%s: …'\n", strings.Join(missing, ", "), inspector.MaskedValue, missing[0])
+	}
+	return r.run(ctx, stdio, db)
+}
+
+// checkOne checks the flags of a one-capture replay.
+func (c *replayCmd) checkOne(args []string) error {
+	switch {
+	case c.expect != "" || len(c.expectJSON) > 0 || c.retries || len(c.headers) > 0:
+		return usagef("--expect, --expect-body-json, --header and --with-retries go with --call or --from")
+	case len(args) != 1:
+		return usagef("give one capture ID (or a prefix of one, or a delivery id)")
+	case c.retry != "" && c.retry != "service":
+		return usagef("--retry must be 'service'")
+	case !(c.timeScale > 0) || math.IsInf(c.timeScale, 0):
+		return usagef("--time-scale must be a positive number")
+	}
+	return nil
+}
+
+// runOne replays one capture, the original of the one named, and exits 1
+// unless the new capture was delivered.
+func (c *replayCmd) runOne(ctx context.Context, args []string, stdio Stdio) int {
+	if err := c.checkOne(args); err != nil {
+		return exitCode(stdio, "replay", err)
+	}
+	db, refs, err := openResolved(ctx, c.dataDir, args)
+	if err != nil {
+		return fail(stdio, "replay", err)
+	}
+	defer db.Close()
 	orig := refs[0].Original().ID
 	if note := refNote(refs[0], "replaying the original, "+orig); note != "" {
 		fmt.Fprintf(stdio.Err, "calltap replay: %s\n", note)
 	}
-	a, err := agent.New(agent.Config{Store: db})
+	rc, err := c.replay(ctx, db, orig)
 	if err != nil {
 		return fail(stdio, "replay", err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { a.Run(runCtx); close(done) }()
-	defer func() { cancel(); <-done }()
-	c, err := a.ReplayAndWait(ctx, agent.ReplayOptions{ID: orig, To: *to, Retry: *retry, TimeScale: *timeScale})
-	if err != nil {
-		if e, ok := err.(*api.Error); ok {
-			return fail(stdio, "replay", fmt.Errorf("%s", e.Message))
-		}
-		return fail(stdio, "replay", err)
-	}
-	if *asJSON {
-		d, err := inspector.CaptureDetail(ctx, a.Store(), c.ID)
+	if c.asJSON {
+		d, err := inspector.CaptureDetail(ctx, db, rc.ID)
 		if err != nil {
 			return fail(stdio, "replay", err)
 		}
@@ -310,16 +343,28 @@ func cmdReplay(ctx context.Context, args []string, stdio Stdio) int {
 		return 0
 	}
 	status := "no response"
-	if c.ResponseStatus > 0 {
-		status = fmt.Sprint(c.ResponseStatus)
+	if rc.ResponseStatus > 0 {
+		status = fmt.Sprint(rc.ResponseStatus)
 	}
-	fmt.Fprintf(stdio.Out, "replayed %s as %s → %s: %s (%d attempt(s))", orig, c.ID, c.Target, status, c.Attempts)
-	if c.Error != "" {
-		fmt.Fprintf(stdio.Out, " — %s", c.Error)
+	fmt.Fprintf(stdio.Out, "replayed %s as %s → %s: %s (%d attempt(s))", orig, rc.ID, rc.Target, status, rc.Attempts)
+	if rc.Error != "" {
+		fmt.Fprintf(stdio.Out, " — %s", rc.Error)
 	}
 	fmt.Fprintln(stdio.Out)
-	if c.Status != "delivered" {
+	if rc.Status != "delivered" {
 		return 1
 	}
 	return 0
+}
+
+// replay runs an agent on db, without a tunnel, for one replay of orig and
+// its retries.
+func (c *replayCmd) replay(ctx context.Context, db *agentdb.AgentStore, orig string) (*agentdb.Capture, error) {
+	a, stop, err := startAgent(ctx, agent.Config{Store: db})
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	rc, err := a.ReplayAndWait(ctx, agent.ReplayOptions{ID: orig, To: c.to, Retry: c.retry, TimeScale: c.timeScale})
+	return rc, apiMessage(err)
 }

@@ -319,27 +319,32 @@ func cmdServiceDelivery(ctx context.Context, args []string, stdio Stdio) int {
 	case *asJSON:
 		json.NewEncoder(stdio.Out).Encode(d)
 	default:
-		resp := "no answer"
-		if d.ResponseStatus != nil {
-			resp = fmt.Sprint(*d.ResponseStatus)
-		}
-		tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "id\t%s\nevent\t%s\ncall\t%s\nurl\t%s\nstatus\t%s after %d of %d attempts\nresponse\t%s\n",
-			d.ID, orDash(d.Event), orDash(d.CallID), d.URL, orDash(d.Status), d.Attempts, d.MaxAttempts, resp)
-		if d.Error != "" {
-			fmt.Fprintf(tw, "error\t%s\n", d.Error)
-		}
-		for _, a := range d.AttemptLog {
-			st := "-"
-			if a.ResponseStatus != nil {
-				st = fmt.Sprint(*a.ResponseStatus)
-			}
-			fmt.Fprintf(tw, "attempt %d\t%s  %s  %s\n", a.N, a.At.Local().Format("2006-01-02 15:04:05.000"), st, a.Error)
-		}
-		fmt.Fprintf(tw, "payload\t%d bytes (--payload prints them)\n", len(d.Payload))
-		tw.Flush()
+		printDelivery(stdio.Out, d)
 	}
 	return 0
+}
+
+// printDelivery writes a delivery record for a person, its payload aside.
+func printDelivery(w io.Writer, d *service.Delivery) {
+	resp := "no answer"
+	if d.ResponseStatus != nil {
+		resp = fmt.Sprint(*d.ResponseStatus)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%s\nevent\t%s\ncall\t%s\nurl\t%s\nstatus\t%s after %d of %d attempts\nresponse\t%s\n",
+		d.ID, orDash(d.Event), orDash(d.CallID), d.URL, orDash(d.Status), d.Attempts, d.MaxAttempts, resp)
+	if d.Error != "" {
+		fmt.Fprintf(tw, "error\t%s\n", d.Error)
+	}
+	for _, a := range d.AttemptLog {
+		st := "-"
+		if a.ResponseStatus != nil {
+			st = fmt.Sprint(*a.ResponseStatus)
+		}
+		fmt.Fprintf(tw, "attempt %d\t%s  %s  %s\n", a.N, a.At.Local().Format("2006-01-02 15:04:05.000"), st, a.Error)
+	}
+	fmt.Fprintf(tw, "payload\t%d bytes (--payload prints them)\n", len(d.Payload))
+	tw.Flush()
 }
 
 func cmdServiceReplay(ctx context.Context, args []string, stdio Stdio) int {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/inspector/voice/service"
 )
 
@@ -28,7 +29,7 @@ func TestBackfillKeepsAnUnknownPayloadsDeliveryID(t *testing.T) {
 	a := runAgent(t, &seen{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d := &service.Delivery{ID: "wh_plain", URL: "http://pub.example/t/abc/hooks", Payload: []byte(`{"hello":"world"}`)}
+	d := &service.Delivery{DeliverySummary: callevent.DeliverySummary{ID: "wh_plain", URL: "http://pub.example/t/abc/hooks"}, Payload: []byte(`{"hello":"world"}`)}
 
 	item, res := importOne(t, ctx, a, d, BackfillItem{DeliveryID: d.ID}, false)
 	if res.Imported != 1 || item.CaptureID == "" || item.Error != "" {
@@ -55,13 +56,13 @@ func TestBackfillItemEventFromThePayload(t *testing.T) {
 	defer cancel()
 	payload := []byte(`{"id":"wh_1","event":"call.ended","call":{"call_id":"call_9"}}`)
 
-	item, _ := importOne(t, ctx, a, &service.Delivery{ID: "wh_1", Payload: payload}, BackfillItem{DeliveryID: "wh_1"}, false)
+	item, _ := importOne(t, ctx, a, &service.Delivery{DeliverySummary: callevent.DeliverySummary{ID: "wh_1"}, Payload: payload}, BackfillItem{DeliveryID: "wh_1"}, false)
 	if item.Event != "call.ended" || item.CallID != "call_9" {
 		t.Errorf("unlisted event: item has event %q, call %q; want the payload's call.ended, call_9", item.Event, item.CallID)
 	}
 	payload = []byte(`{"id":"wh_2","event":"call.ended","call":{"call_id":"call_9"}}`)
 	listed := BackfillItem{DeliveryID: "wh_2", Event: "call.answered", CallID: "call_8"}
-	item, _ = importOne(t, ctx, a, &service.Delivery{ID: "wh_2", Payload: payload}, listed, false)
+	item, _ = importOne(t, ctx, a, &service.Delivery{DeliverySummary: callevent.DeliverySummary{ID: "wh_2"}, Payload: payload}, listed, false)
 	if item.Event != "call.answered" || item.CallID != "call_8" {
 		t.Errorf("listed event: item has event %q, call %q; want the listing's call.answered, call_8", item.Event, item.CallID)
 	}
@@ -75,7 +76,7 @@ func TestBackfillItemSaysTheHandlersStatus(t *testing.T) {
 	defer cancel()
 	payload := []byte(`{"id":"wh_3","event":"call.ended","call":{"call_id":"call_9"}}`)
 
-	item, res := importOne(t, ctx, a, &service.Delivery{ID: "wh_3", Payload: payload}, BackfillItem{DeliveryID: "wh_3"}, true)
+	item, res := importOne(t, ctx, a, &service.Delivery{DeliverySummary: callevent.DeliverySummary{ID: "wh_3"}, Payload: payload}, BackfillItem{DeliveryID: "wh_3"}, true)
 	if res.Forwarded != 1 || res.Delivered != 0 || item.ResponseStatus == nil || *item.ResponseStatus != http.StatusInternalServerError {
 		t.Fatalf("forwarded to a failing handler: %+v, item %+v", res, item)
 	}

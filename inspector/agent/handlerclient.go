@@ -71,13 +71,9 @@ func (e *bodyTooLargeError) Error() string {
 	return fmt.Sprintf("the response body is larger than %d bytes", e.limit)
 }
 
-// do sends req (an http URL, a body of known length) and reads the answer.
-// Errors are *url.Error, as net/http's client returns them.
-func (hc *handlerClient) do(ctx context.Context, req *http.Request) (*handlerResponse, error) {
-	return hc.doLimited(ctx, req, hc.maxBody, nil)
-}
-
-// doLimited is do with a response body limit of its own. sent, if not nil,
+// doLimited sends req (an http URL, a body of known length) and reads the
+// answer, at most maxBody bytes of it. Errors are *url.Error, as net/http's
+// client returns them. sent, if not nil,
 // is called when the request has been written whole, before its answer is
 // read: work done there overlaps the handler's. A try again on a new
 // connection writes the request, and calls sent, again.

@@ -19,6 +19,11 @@ import (
 // requests from it and writes whatever bytes it likes back: a handler that
 // misbehaves exactly as asked. It returns the address and the number of
 // connections accepted.
+// do is doLimited with the client's own body limit, as the tests send.
+func (hc *handlerClient) do(ctx context.Context, req *http.Request) (*handlerResponse, error) {
+	return hc.doLimited(ctx, req, hc.maxBody, nil)
+}
+
 func rawHandler(t *testing.T, answer func(br *bufio.Reader, c net.Conn)) (string, *atomic.Int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -87,7 +87,7 @@ func (a *Agent) prepareReplay(ctx context.Context, o ReplayOptions) (*agentdb.Ca
 		return nil, err
 	}
 	if o.Retry == "service" {
-		c.MaxAttempts = len(callevent.RetrySchedule)
+		c.MaxAttempts = callevent.MaxAttempts
 	}
 	if err := a.cm.save(ctx, writeOp{insert: c}); err != nil {
 		return nil, err
@@ -210,7 +210,7 @@ func (a *Agent) deliverWithSchedule(ctx context.Context, c *agentdb.Capture, sca
 	if scale <= 0 {
 		scale = 1
 	}
-	for n, delay := range callevent.RetrySchedule {
+	for n, delay := range callevent.RetrySchedule() {
 		if n > 0 {
 			t := time.NewTimer(time.Duration(float64(delay) * scale))
 			select {

@@ -34,125 +34,176 @@ func cmdCluster(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	res, err := openResults(*out)
+	pt, err := openPart(*out, "", "cluster")
 	if err != nil {
 		return err
 	}
-	defer res.close()
-	dir, err := scratch("", "cluster")
-	if err != nil {
+	defer pt.close()
+	cb := &clusterBench{bin: *bin, dir: pt.dir, res: pt.res, hp: pt.hp, hurl: pt.hurl, rounds: *rounds, dur: *dur, warm: *warm, queueDur: *queueDur}
+	defer cb.stop()
+	if err := cb.start(ctx); err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	cb.ev, cb.stamp = jsonEvent2K()
+	if err := cb.measureLoad(ctx); err != nil {
+		return err
+	}
+	if err := cb.measureEnqueue(ctx); err != nil {
+		return err
+	}
+	return cb.measureDrain(ctx)
+}
 
-	nats, err := startNATS(dir, 3)
-	if err != nil {
-		return err
-	}
-	defer nats.shutdown()
-	hp, hurl, err := startHandler(dir)
-	if err != nil {
-		return err
-	}
-	defer hp.stop()
+// clusterBench is one run of cmdCluster: its processes and its settings.
+type clusterBench struct {
+	bin, dir            string
+	res                 *results
+	rounds              int
+	dur, warm, queueDur time.Duration
+	ev                  []byte
+	stamp               int
+	nats                *natsCluster
+	hp                  *proc
+	hurl                string
+	nodes               []*calltap
+	stops               []func()
+	depth               float64 // requests held while the agent was away
+}
 
-	var nodes []*calltap
+func (cb *clusterBench) stop() {
+	for i := len(cb.stops) - 1; i >= 0; i-- {
+		cb.stops[i]()
+	}
+}
+
+// start starts three NATS servers, the handler, three relay nodes and the
+// agent on node 0, and waits until every node knows where the agent is.
+func (cb *clusterBench) start(ctx context.Context) error {
+	nats, err := startNATS(cb.dir, 3)
+	if err != nil {
+		return err
+	}
+	cb.nats = nats
+	cb.stops = append(cb.stops, nats.shutdown)
 	for i := range 3 {
 		name := fmt.Sprintf("n%d", i)
 		// Each node is given its own NATS server, as when one runs on each
 		// relay machine (the client learns the others from it): a request
 		// across nodes then crosses the servers' routes too.
-		ct, err := newNode(*bin, filepath.Join(dir, name), hurl, append(relayFlagsNoLimits,
+		ct, err := newNode(cb.bin, filepath.Join(cb.dir, name), cb.hurl, append(relayFlagsNoLimits,
 			"--nats", "nats://"+nats.servers[i].Addr().String(), "--nats-replicas", "3", "--node", name, "--queue-max-count", "1000000")...)
 		if err != nil {
 			return err
 		}
-		defer ct.stop()
+		cb.stops = append(cb.stops, ct.stop)
 		if err := ct.startRelay(ctx); err != nil {
 			return err
 		}
-		nodes = append(nodes, ct)
+		cb.nodes = append(cb.nodes, ct)
 	}
 	// One token, in the shared bucket: every node serves its URL.
-	if err := nodes[0].createToken(ctx, "--nats", nats.urls()); err != nil {
+	if err := cb.nodes[0].createToken(ctx, "--nats", nats.urls()); err != nil {
 		return err
 	}
-	for _, n := range nodes[1:] {
-		n.token, n.tunnelPath = nodes[0].token, nodes[0].tunnelPath
+	for _, n := range cb.nodes[1:] {
+		n.token, n.tunnelPath = cb.nodes[0].token, cb.nodes[0].tunnelPath
 	}
-	if err := nodes[0].startAgent(ctx, true); err != nil {
+	if err := cb.nodes[0].startAgent(ctx, true); err != nil {
 		return err
 	}
 	// Every node must know where the agent is before its load begins.
-	for _, n := range nodes[1:] {
-		err := poll(ctx, 10*time.Second, 5*time.Millisecond, "node "+n.relayURL+" did not learn which node holds the agent", func() bool {
-			resp, err := httpc.Post(n.relayURL+n.tunnelPath+"/voice", "application/json", strings.NewReader("{}"))
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == 204 || resp.StatusCode == 200
-		})
-		if err != nil {
+	for _, n := range cb.nodes[1:] {
+		if err := poll(ctx, 10*time.Second, 5*time.Millisecond, "node "+n.relayURL+" did not learn which node holds the agent", n.answers); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
-	ev, stamp := jsonEvent2K()
-	type cell struct {
-		name    string
-		node    int
-		conns   int
-		r       loadResult
-		traffic natsTraffic
+// answers reports whether the node's tunnel URL reaches the agent.
+func (ct *calltap) answers() bool {
+	resp, err := httpc.Post(ct.relayURL+ct.tunnelPath+"/voice", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		return false
 	}
-	var cells []*cell
+	resp.Body.Close()
+	return resp.StatusCode == 204 || resp.StatusCode == 200
+}
+
+// clusterCell is one load of measureLoad: a node and a concurrency.
+type clusterCell struct {
+	name    string
+	node    int
+	conns   int
+	r       loadResult
+	traffic natsTraffic
+}
+
+// measureLoad posts the same event to the agent's node and to another, in
+// alternating rounds, and adds their rows.
+func (cb *clusterBench) measureLoad(ctx context.Context) error {
+	var cells []*clusterCell
 	for _, conns := range []int{1, 32} {
-		cells = append(cells, &cell{name: "same node", node: 0, conns: conns}, &cell{name: "across nodes", node: 1, conns: conns})
+		cells = append(cells, &clusterCell{name: "same node", node: 0, conns: conns}, &clusterCell{name: "across nodes", node: 1, conns: conns})
 	}
-	for round := range *rounds {
+	for round := range cb.rounds {
 		for i := range cells {
 			c := cells[i]
 			if round%2 == 1 { // alternate the order, so drift is shared
 				c = cells[len(cells)-1-i]
 			}
-			fmt.Fprintf(os.Stderr, "cluster: round %d/%d  c=%-2d %s\n", round+1, *rounds, c.conns, c.name)
-			u, _ := url.Parse(nodes[c.node].relayURL)
-			var t0, t1 natsTraffic
-			r, err := runLoad(ctx, loadSpec{Addr: u.Host, Path: nodes[c.node].tunnelPath + "/voice", Body: ev, Stamp: stamp,
-				ContentType: "application/json", Conns: c.conns, Warmup: *warm, Duration: *dur,
-				OnStart: func() { t0 = nats.traffic() },
-				OnEnd:   func() { t1 = nats.traffic() }})
-			if err != nil {
+			fmt.Fprintf(os.Stderr, "cluster: round %d/%d  c=%-2d %s\n", round+1, cb.rounds, c.conns, c.name)
+			if err := cb.load(ctx, c); err != nil {
 				return err
 			}
-			c.r.merge(r)
-			c.traffic = c.traffic.add(t1.sub(t0))
 		}
 	}
 	for k := 0; k < len(cells); k += 2 { // pairs: same node, across nodes
-		same, cross, conns := cells[k], cells[k+1], cells[k].conns
-		// The table's columns compare direct with calltap; here both
-		// sides are calltap, so each row says which is which.
-		m := fmt.Sprintf("Team relay, 2 KB events, c=%d", conns)
-		res.add(row{Measure: m + ": requests/s",
-			Calltap: fmt.Sprintf("agent's node %s%s, another node %s%s (%.2f×)", fmtRate(same.r.rate(), "/s"), failed(same.r),
-				fmtRate(cross.r.rate(), "/s"), failed(cross.r), cross.r.rate()/same.r.rate())})
-		res.add(row{Measure: m + ": latency p50 / p99",
-			Calltap: fmt.Sprintf("agent's node %s / %s, another node %s / %s (%s / %s)",
-				fmtDur(same.r.pct(50)), fmtDur(same.r.pct(99)), fmtDur(cross.r.pct(50)), fmtDur(cross.r.pct(99)),
-				fmtDelta(cross.r.pct(50)-same.r.pct(50)), fmtDelta(cross.r.pct(99)-same.r.pct(99)))})
-		if conns == 32 {
-			res.add(row{Measure: "Team relay: NATS traffic per request (relays ↔ NATS; between NATS servers)",
-				Calltap: "agent's node " + same.traffic.perRequest(same.r.N) + ", another node " + cross.traffic.perRequest(cross.r.N)})
-		}
+		cb.addLoadRows(cells[k], cells[k+1])
 	}
+	return nil
+}
 
-	// The queue across nodes: the agent away, each node takes a third of
-	// the senders; the agent comes back on node 2.
-	nodes[0].agent.stop()
+func (cb *clusterBench) load(ctx context.Context, c *clusterCell) error {
+	n := cb.nodes[c.node]
+	u, _ := url.Parse(n.relayURL)
+	var t0, t1 natsTraffic
+	r, err := runLoad(ctx, loadSpec{Addr: u.Host, Path: n.tunnelPath + "/voice", Body: cb.ev, Stamp: cb.stamp,
+		ContentType: "application/json", Conns: c.conns, Warmup: cb.warm, Duration: cb.dur,
+		OnStart: func() { t0 = cb.nats.traffic() },
+		OnEnd:   func() { t1 = cb.nats.traffic() }})
+	if err != nil {
+		return err
+	}
+	c.r.merge(r)
+	c.traffic = c.traffic.add(t1.sub(t0))
+	return nil
+}
+
+// addLoadRows adds the rows of one concurrency: the table's columns
+// compare direct with calltap; here both sides are calltap, so each row
+// says which is which.
+func (cb *clusterBench) addLoadRows(same, cross *clusterCell) {
+	m := fmt.Sprintf("Team relay, 2 KB events, c=%d", same.conns)
+	cb.res.add(row{Measure: m + ": requests/s",
+		Calltap: fmt.Sprintf("agent's node %s%s, another node %s%s (%.2f×)", fmtRate(same.r.rate(), "/s"), failed(same.r),
+			fmtRate(cross.r.rate(), "/s"), failed(cross.r), cross.r.rate()/same.r.rate())})
+	cb.res.add(row{Measure: m + ": latency p50 / p99",
+		Calltap: fmt.Sprintf("agent's node %s / %s, another node %s / %s (%s / %s)",
+			fmtDur(same.r.pct(50)), fmtDur(same.r.pct(99)), fmtDur(cross.r.pct(50)), fmtDur(cross.r.pct(99)),
+			fmtDelta(cross.r.pct(50)-same.r.pct(50)), fmtDelta(cross.r.pct(99)-same.r.pct(99)))})
+	if same.conns == 32 {
+		cb.res.add(row{Measure: "Team relay: NATS traffic per request (relays ↔ NATS; between NATS servers)",
+			Calltap: "agent's node " + same.traffic.perRequest(same.r.N) + ", another node " + cross.traffic.perRequest(cross.r.N)})
+	}
+}
+
+// measureEnqueue measures the queue across nodes: the agent away, each
+// node takes a third of the senders.
+func (cb *clusterBench) measureEnqueue(ctx context.Context) error {
+	cb.nodes[0].agent.stop()
 	if err := poll(ctx, 10*time.Second, 5*time.Millisecond, "the agent's node did not see it leave", func() bool {
-		v, err := nodes[0].relayMetric("calltap_tunnels_connected")
+		v, err := cb.nodes[0].relayMetric("calltap_tunnels_connected")
 		return err == nil && v == 0
 	}); err != nil {
 		return err
@@ -161,12 +212,12 @@ func cmdCluster(ctx context.Context, args []string) error {
 	var mu sync.Mutex
 	var enq loadResult
 	var loadErr error
-	t0 := nats.traffic()
-	for _, n := range nodes {
+	t0 := cb.nats.traffic()
+	for _, n := range cb.nodes {
 		u, _ := url.Parse(n.relayURL)
 		wg.Go(func() {
-			r, err := runLoad(ctx, loadSpec{Addr: u.Host, Path: n.tunnelPath + "/voice", Body: ev, Stamp: stamp, ContentType: "application/json",
-				Conns: 11, Warmup: 300 * time.Millisecond, Duration: *queueDur})
+			r, err := runLoad(ctx, loadSpec{Addr: u.Host, Path: n.tunnelPath + "/voice", Body: cb.ev, Stamp: cb.stamp, ContentType: "application/json",
+				Conns: 11, Warmup: 300 * time.Millisecond, Duration: cb.queueDur})
 			mu.Lock()
 			defer mu.Unlock()
 			enq.merge(r)
@@ -177,33 +228,39 @@ func cmdCluster(ctx context.Context, args []string) error {
 	if loadErr != nil {
 		return loadErr
 	}
-	enqTraffic := nats.traffic().sub(t0)
+	enqTraffic := cb.nats.traffic().sub(t0)
 	enqRow := row{Measure: "Team relay: enqueue with the agent away, senders on all three nodes (2 KB, c=33; stored R3 in JetStream, 202)",
-		Calltap: fmtRate(float64(enq.N)/(*queueDur).Seconds(), "/s") + fmt.Sprintf(", p50 %s, p99 %s, NATS traffic %s per request",
+		Calltap: fmtRate(float64(enq.N)/cb.queueDur.Seconds(), "/s") + fmt.Sprintf(", p50 %s, p99 %s, NATS traffic %s per request",
 			fmtDur(enq.pct(50)), fmtDur(enq.pct(99)), enqTraffic.perRequest(enq.N))}
 	if enq.Statuses[202] != enq.N {
 		enqRow.Calltap += fmt.Sprintf(" (%d not 202)", enq.N-enq.Statuses[202])
 	}
-	res.add(enqRow)
+	cb.res.add(enqRow)
+	return cb.settleDepth(ctx)
+}
 
-	var depth float64
-	if err := poll(ctx, 30*time.Second, 10*time.Millisecond, "the shared queue's depth did not settle", func() bool {
-		v, err := nodes[2].relayMetric("calltap_cluster_queue_depth")
-		if err == nil && v > 0 && v == depth {
+// settleDepth waits until the shared queue's depth holds still.
+func (cb *clusterBench) settleDepth(ctx context.Context) error {
+	return poll(ctx, 30*time.Second, 10*time.Millisecond, "the shared queue's depth did not settle", func() bool {
+		v, err := cb.nodes[2].relayMetric("calltap_cluster_queue_depth")
+		if err == nil && v > 0 && v == cb.depth {
 			return true
 		}
-		depth = v
+		cb.depth = v
 		return false
-	}); err != nil {
-		return err
-	}
-	before, err := handlerCount(hurl)
+	})
+}
+
+// measureDrain brings the agent back on node 2 and times the drain of the
+// shared queue.
+func (cb *clusterBench) measureDrain(ctx context.Context) error {
+	before, err := handlerCount(cb.hurl)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "cluster: %d requests held in the stream; the agent comes back on node 2\n", int(depth))
-	back := nodes[2]
-	back.dir = nodes[0].dir // the same agent store, as a developer's laptop
+	fmt.Fprintf(os.Stderr, "cluster: %d requests held in the stream; the agent comes back on node 2\n", int(cb.depth))
+	back := cb.nodes[2]
+	back.dir = cb.nodes[0].dir // the same agent store, as a developer's laptop
 	t1 := time.Now()
 	if err := back.startAgent(ctx, false); err != nil {
 		return err
@@ -216,8 +273,8 @@ func cmdCluster(ctx context.Context, args []string) error {
 			}
 			return false
 		}
-		n, err := handlerCount(hurl)
-		if err == nil && float64(n-before) >= depth {
+		n, err := handlerCount(cb.hurl)
+		if err == nil && float64(n-before) >= cb.depth {
 			tDrained = time.Since(t1)
 			return true
 		}
@@ -225,8 +282,8 @@ func cmdCluster(ctx context.Context, args []string) error {
 	}); err != nil {
 		return err
 	}
-	res.add(row{Measure: fmt.Sprintf("Team relay: drain of the shared queue, %s held (queued on three nodes) → delivered via node 2, in order", fmtCount(int(depth))),
-		Calltap: fmtRate(depth/(tDrained-tConnected).Seconds(), "/s") + " (" + fmtDur(tDrained-tConnected) + " after connecting)"})
+	cb.res.add(row{Measure: fmt.Sprintf("Team relay: drain of the shared queue, %s held (queued on three nodes) → delivered via node 2, in order", fmtCount(int(cb.depth))),
+		Calltap: fmtRate(cb.depth/(tDrained-tConnected).Seconds(), "/s") + " (" + fmtDur(tDrained-tConnected) + " after connecting)"})
 	return nil
 }
 

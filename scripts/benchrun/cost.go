@@ -75,27 +75,17 @@ func cmdCost(ctx context.Context, args []string) error {
 	if _, err := exec.LookPath("perf"); err != nil {
 		return errors.New("perf is missing: apt-get install -y linux-perf")
 	}
-	res, err := openResults(*out)
+	pt, err := openPart(*out, *work, "cost")
 	if err != nil {
 		return err
 	}
-	defer res.close()
-	dir, err := scratch(*work, "cost")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
+	defer pt.close()
 	if *keep != "" {
 		if err := os.MkdirAll(*keep, 0o755); err != nil {
 			return err
 		}
 	}
-
-	hp, hurl, err := startHandler(dir)
-	if err != nil {
-		return err
-	}
-	defer hp.stop()
+	res, dir, hp, hurl := pt.res, pt.dir, pt.hp, pt.hurl
 
 	if *base != "" {
 		return reportAB(ctx, res, abRun{after: *bin, before: *base, dir: dir, hp: hp, hurl: hurl, warm: *warm, dur: *dur, rounds: *rounds}, *label)
@@ -326,6 +316,12 @@ func (c *costCell) measure(ctx context.Context, spec loadSpec, pids map[string]i
 		c.cpuAll[name] = (t - cpu0[name]) / n
 	}
 
+	return c.measureCalls(ctx, spec, pids, dir)
+}
+
+// measureCalls loads calltap again under perf stat, for each process's
+// system calls and context switches per request.
+func (c *costCell) measureCalls(ctx context.Context, spec loadSpec, pids map[string]int, dir string) error {
 	var stats []*exec.Cmd
 	var statErr error
 	span := perfSpan(spec.Duration)
@@ -340,7 +336,7 @@ func (c *costCell) measure(ctx context.Context, spec loadSpec, pids map[string]i
 			stats = append(stats, cmd)
 		}
 	}
-	r, err = runLoad(ctx, spec)
+	r, err := runLoad(ctx, spec)
 	for _, cmd := range stats {
 		if werr := cmd.Wait(); werr != nil && statErr == nil {
 			statErr = perfErr(cmd, werr)
@@ -393,22 +389,8 @@ func readPerfStat(path string) (map[string]float64, time.Duration, error) {
 	counts := map[string]float64{}
 	var elapsed time.Duration
 	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		switch {
-		case len(f) >= 4 && f[1] == "seconds" && f[2] == "time" && f[3] == "elapsed":
-			s, err := strconv.ParseFloat(f[0], 64)
-			if err != nil {
-				return nil, 0, fmt.Errorf("unreadable elapsed time %q", line)
-			}
-			elapsed = time.Duration(s * float64(time.Second))
-		case len(f) >= 3 && f[0] == "<not" && f[1] == "counted>":
-			counts[f[2]] = 0
-		case len(f) >= 2 && (strings.Contains(f[1], ":") || f[1] == "context-switches" || f[1] == "cs"):
-			v, err := strconv.ParseFloat(strings.ReplaceAll(f[0], ",", ""), 64)
-			if err != nil {
-				continue
-			}
-			counts[f[1]] = v
+		if err := readPerfLine(line, counts, &elapsed); err != nil {
+			return nil, 0, err
 		}
 	}
 	if elapsed <= 0 {
@@ -420,6 +402,27 @@ func readPerfStat(path string) (map[string]float64, time.Duration, error) {
 		}
 	}
 	return counts, elapsed, nil
+}
+
+// readPerfLine reads one line of perf stat's output into counts or
+// elapsed.
+func readPerfLine(line string, counts map[string]float64, elapsed *time.Duration) error {
+	f := strings.Fields(line)
+	switch {
+	case len(f) >= 4 && f[1] == "seconds" && f[2] == "time" && f[3] == "elapsed":
+		s, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return fmt.Errorf("unreadable elapsed time %q", line)
+		}
+		*elapsed = time.Duration(s * float64(time.Second))
+	case len(f) >= 3 && f[0] == "<not" && f[1] == "counted>":
+		counts[f[2]] = 0
+	case len(f) >= 2 && (strings.Contains(f[1], ":") || f[1] == "context-switches" || f[1] == "cs"):
+		if v, err := strconv.ParseFloat(strings.ReplaceAll(f[0], ",", ""), 64); err == nil {
+			counts[f[1]] = v
+		}
+	}
+	return nil
 }
 
 // fsyncP50 is the p50 of appending 4 KiB to a file in dir and
@@ -453,40 +456,73 @@ var (
 )
 
 func reportCost(res *results, cells []*costCell, perf bool, label string) {
-	// A labelled run (a baseline build) prints its own tables, with no
-	// targets: they are the current build's.
-	add := func(x row) {
-		if label != "" {
-			x.Table += " — " + label
-			x.Target, x.Met = "", ""
-		}
-		res.add(x)
+	r := costReport{res: res, label: label}
+	r.costRows(cells)
+	r.latencyRows(cells)
+	r.visibleRows(cells)
+	if !perf {
+		return
 	}
-	add(row{Table: costTable, Head: true, Cells: []string{"Setup", "Load", "Process", "CPU", "CPU until idle", "System calls", "Context switches"}})
+	for _, p := range []struct {
+		name, title string
+		stages      []string
+	}{
+		{"agent", "Cost per 2 KB request: the agent's CPU by stage", agentStageNames},
+		{"relay", "Cost per 2 KB request: the relay's CPU by stage", relayStageNames},
+	} {
+		r.stageRows(cells, p.name, p.title, p.stages)
+	}
+}
+
+// costReport writes the cost part's tables.
+type costReport struct {
+	res   *results
+	label string
+}
+
+// add adds x. A labelled run (a baseline build) prints its own tables,
+// with no targets: they are the current build's.
+func (r costReport) add(x row) {
+	if r.label != "" {
+		x.Table += " — " + r.label
+		x.Target, x.Met = "", ""
+	}
+	r.res.add(x)
+}
+
+// syscallLimit is the target of system calls per request of a process
+// under a load, 0 for none.
+func syscallLimit(conns int, name string) float64 {
+	switch {
+	case conns == 1 && name != "handler":
+		return 15
+	case conns > 1 && name == "agent":
+		return 6
+	case conns > 1 && name == "relay":
+		return 5
+	}
+	return 0
+}
+
+func (r costReport) costRows(cells []*costCell) {
+	r.add(row{Table: costTable, Head: true, Cells: []string{"Setup", "Load", "Process", "CPU", "CPU until idle", "System calls", "Context switches"}})
 	for _, c := range cells {
 		for _, name := range costProcs {
 			x := row{Table: costTable, Cells: []string{"--sync " + c.sync, fmt.Sprintf("c=%d", c.conns), name,
 				fmtDur(c.cpu[name]), fmtDur(c.cpuAll[name]), fmt.Sprintf("%.1f", c.syscalls[name]), fmt.Sprintf("%.1f", c.switches[name])}}
-			limit := 0.0
-			switch {
-			case c.conns == 1 && name != "handler":
-				limit = 15
-			case c.conns > 1 && name == "agent":
-				limit = 6
-			case c.conns > 1 && name == "relay":
-				limit = 5
-			}
-			if limit > 0 {
+			if limit := syscallLimit(c.conns, name); limit > 0 {
 				x.Target, x.Met = fmt.Sprintf("≤ %.0f system calls", limit), verdict(c.syscalls[name] <= limit)
 			}
-			add(x)
+			r.add(x)
 		}
 	}
-	add(row{Table: costTable, Note: "Per request, in the load's window: CPU of all threads (/proc/PID/stat); CPU until idle adds what the load left to do " +
+	r.add(row{Table: costTable, Note: "Per request, in the load's window: CPU of all threads (/proc/PID/stat); CPU until idle adds what the load left to do " +
 		"once it ended (captures applied to the store, the search index), read when every process is idle; system calls " +
 		"(perf stat -e raw_syscalls:sys_enter) and context switches, i.e. thread wake-ups (perf stat -e context-switches)."})
+}
 
-	add(row{Table: latencyTable, Head: true, Cells: []string{"Setup", "Load", "p50 direct", "p50 through calltap", "Added p50", "fsync p50"}})
+func (r costReport) latencyRows(cells []*costCell) {
+	r.add(row{Table: latencyTable, Head: true, Cells: []string{"Setup", "Load", "p50 direct", "p50 through calltap", "Added p50", "fsync p50"}})
 	for _, c := range cells {
 		added := c.through.pct(50) - c.direct.pct(50)
 		x := row{Table: latencyTable, Cells: []string{"--sync " + c.sync, fmt.Sprintf("c=%d", c.conns),
@@ -500,11 +536,13 @@ func reportCost(res *results, cells []*costCell, perf bool, label string) {
 			}
 			x.Met = verdict(added <= limit)
 		}
-		add(x)
+		r.add(x)
 	}
-	add(row{Table: latencyTable, Note: "fsync p50: 4 KiB appended to a file in the agent's data directory and fdatasync'd, 200 times, while idle."})
+	r.add(row{Table: latencyTable, Note: "fsync p50: 4 KiB appended to a file in the agent's data directory and fdatasync'd, 200 times, while idle."})
+}
 
-	add(row{Table: visibleTable, Head: true, Cells: []string{"Setup", "After its answer, the inspector", "p50", "max"}})
+func (r costReport) visibleRows(cells []*costCell) {
+	r.add(row{Table: visibleTable, Head: true, Cells: []string{"Setup", "After its answer, the inspector", "p50", "max"}})
 	for _, c := range cells {
 		if len(c.listed) == 0 {
 			continue
@@ -520,56 +558,49 @@ func reportCost(res *results, cells []*costCell, perf bool, label string) {
 		} {
 			ds := slices.Clone(v.ds)
 			slices.Sort(ds)
-			add(row{Table: visibleTable, Cells: []string{"--sync " + c.sync, v.what, fmtDur(ds[len(ds)/2]), fmtDur(ds[len(ds)-1])},
+			r.add(row{Table: visibleTable, Cells: []string{"--sync " + c.sync, v.what, fmtDur(ds[len(ds)/2]), fmtDur(ds[len(ds)-1])},
 				Target: v.target, Met: verdict(ds[len(ds)-1] <= v.limit)})
 		}
 	}
-	add(row{Table: visibleTable, Note: "20 requests one at a time, each with a word of its own; from the sender's answer until the inspector's API lists it, and until its text search (?q=) finds it, polled every millisecond."})
+	r.add(row{Table: visibleTable, Note: "20 requests one at a time, each with a word of its own; from the sender's answer until the inspector's API lists it, and until its text search (?q=) finds it, polled every millisecond."})
+}
 
-	if !perf {
-		return
+// stageRows writes where a process's CPU went, by stage, from its profile.
+func (r costReport) stageRows(cells []*costCell, name, title string, stages []string) {
+	head := []string{"Stage"}
+	for _, c := range cells {
+		head = append(head, c.label())
 	}
-	for _, p := range []struct {
-		name, title string
-		stages      []string
-	}{
-		{"agent", "Cost per 2 KB request: the agent's CPU by stage", agentStageNames},
-		{"relay", "Cost per 2 KB request: the relay's CPU by stage", relayStageNames},
-	} {
-		head := []string{"Stage"}
+	r.add(row{Table: title, Head: true, Cells: head})
+	for _, s := range stages {
+		x := row{Table: title, Cells: []string{s}}
 		for _, c := range cells {
-			head = append(head, c.label())
+			share := float64(c.stages[name][s]) / float64(max(stageSamples(c, name), 1))
+			x.Cells = append(x.Cells, fmt.Sprintf("%.0f%% · %s", 100*share, fmtDur(time.Duration(share*float64(c.cpu[name])))))
 		}
-		add(row{Table: p.title, Head: true, Cells: head})
-		for _, s := range p.stages {
-			x := row{Table: p.title, Cells: []string{s}}
-			for _, c := range cells {
-				total := 0
-				for _, n := range c.stages[p.name] {
-					total += n
-				}
-				share := float64(c.stages[p.name][s]) / float64(max(total, 1))
-				x.Cells = append(x.Cells, fmt.Sprintf("%.0f%% · %s", 100*share, fmtDur(time.Duration(share*float64(c.cpu[p.name])))))
-			}
-			add(x)
-		}
-		x := row{Table: p.title, Cells: []string{"samples"}}
-		for _, c := range cells {
-			total := 0
-			for _, n := range c.stages[p.name] {
-				total += n
-			}
-			x.Cells = append(x.Cells, fmtCount(total))
-		}
-		add(x)
-		add(row{Table: p.title, Note: "perf record -F 999 -g on the " + p.name + " under the same load: % of samples, and that share of its CPU per request. " +
-			"A sample goes to the stage of its innermost frame that a stage's pattern matches (scripts/benchrun/cost.go)."})
-		for _, c := range cells {
-			if top := topOther(c.other[p.name], 3); top != "" {
-				fmt.Fprintf(os.Stderr, "cost: %s, %s: other: %s\n", p.name, c.label(), top)
-			}
+		r.add(x)
+	}
+	x := row{Table: title, Cells: []string{"samples"}}
+	for _, c := range cells {
+		x.Cells = append(x.Cells, fmtCount(stageSamples(c, name)))
+	}
+	r.add(x)
+	r.add(row{Table: title, Note: "perf record -F 999 -g on the " + name + " under the same load: % of samples, and that share of its CPU per request. " +
+		"A sample goes to the stage of its innermost frame that a stage's pattern matches (scripts/benchrun/cost.go)."})
+	for _, c := range cells {
+		if top := topOther(c.other[name], 3); top != "" {
+			fmt.Fprintf(os.Stderr, "cost: %s, %s: other: %s\n", name, c.label(), top)
 		}
 	}
+}
+
+// stageSamples is the count of a process's profile samples in a cell.
+func stageSamples(c *costCell, name string) int {
+	total := 0
+	for _, n := range c.stages[name] {
+		total += n
+	}
+	return total
 }
 
 // topOther lists the n functions with the most unclassified samples.

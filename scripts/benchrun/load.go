@@ -105,93 +105,132 @@ type sample struct {
 var loadRuns atomic.Uint64
 
 func runLoad(ctx context.Context, s loadSpec) (loadResult, error) {
-	run := loadRuns.Add(1) & 0xff
-	req := buildRequest(s, s.Addr)
-	base := time.Now()
-	var stop atomic.Bool
-	var errs atomic.Int64
-	per := make([][]sample, s.Conns)
+	l := &loadRun{s: s, run: loadRuns.Add(1) & 0xff, req: buildRequest(s, s.Addr), base: time.Now(), per: make([][]sample, s.Conns)}
 	var wg sync.WaitGroup
-	var ready sync.WaitGroup
-	var firstErr atomic.Value
 	for i := range s.Conns {
 		wg.Add(1)
-		ready.Add(1)
+		l.ready.Add(1)
 		go func() {
 			defer wg.Done()
-			samples := make([]sample, 0, 1<<14)
-			req := req
-			var seq uint64
-			stampAt := -1
-			if s.Stamp > 0 {
-				req = bytes.Clone(req)
-				stampAt = len(req) - len(s.Body) + s.Stamp
-			}
-			var conn net.Conn
-			var br *bufio.Reader
-			readyOnce := sync.OnceFunc(ready.Done)
-			defer readyOnce()
-			for !stop.Load() {
-				if conn == nil {
-					c, err := net.DialTimeout("tcp", s.Addr, 5*time.Second)
-					if err != nil {
-						firstErr.CompareAndSwap(nil, err)
-						errs.Add(1)
-						time.Sleep(10 * time.Millisecond)
-						continue
-					}
-					conn, br = c, bufio.NewReaderSize(c, 64<<10)
-					readyOnce()
-				}
-				if stampAt >= 0 {
-					seq++
-					stampHex(req, stampAt, run<<40|uint64(i)<<32|seq)
-				}
-				start := time.Since(base)
-				conn.SetDeadline(time.Now().Add(30 * time.Second))
-				_, err := conn.Write(req)
-				var status int
-				var closeAfter bool
-				if err == nil {
-					status, closeAfter, err = readResponse(br)
-				}
-				end := time.Since(base)
-				if err != nil {
-					if !stop.Load() {
-						firstErr.CompareAndSwap(nil, err)
-						errs.Add(1)
-					}
-					conn.Close()
-					conn = nil
-					continue
-				}
-				samples = append(samples, sample{int64(start), int64(end), status})
-				if closeAfter {
-					conn.Close()
-					conn = nil
-				}
-			}
-			if conn != nil {
-				conn.Close()
-			}
-			per[i] = samples
+			l.per[i] = l.conn(i)
 		}()
 	}
-	ready.Wait() // connections open before the clock starts
+	l.ready.Wait() // connections open before the clock starts
 	sleep(ctx, s.Warmup)
-	t0 := time.Since(base)
+	t0 := time.Since(l.base)
 	if s.OnStart != nil {
 		s.OnStart()
 	}
 	sleep(ctx, s.Duration)
-	t1 := time.Since(base)
+	t1 := time.Since(l.base)
 	if s.OnEnd != nil {
 		s.OnEnd()
 	}
-	stop.Store(true)
+	l.stop.Store(true)
 	wg.Wait()
-	res := loadResult{Elapsed: t1 - t0, Statuses: map[int]int{}, Errors: int(errs.Load())}
-	for _, samples := range per {
+	res := l.result(t0, t1)
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	if res.N == 0 {
+		err, _ := l.firstErr.Load().(error)
+		return res, fmt.Errorf("no request completed against %s: %v", s.Addr, err)
+	}
+	return res, nil
+}
+
+// loadRun is one runLoad: its connections' shared state.
+type loadRun struct {
+	s        loadSpec
+	run      uint64
+	req      []byte // the request every connection sends, before its stamp
+	base     time.Time
+	per      [][]sample // each connection's, written by it before wg.Done
+	stop     atomic.Bool
+	errs     atomic.Int64
+	firstErr atomic.Value
+	ready    sync.WaitGroup // each connection's first dial
+}
+
+// conn runs connection i until stop: a request at a time, each stamped
+// with a value of its own, timed from its write to its answer's end.
+func (l *loadRun) conn(i int) []sample {
+	samples := make([]sample, 0, 1<<14)
+	req := l.req
+	var seq uint64
+	stampAt := -1
+	if l.s.Stamp > 0 {
+		req = bytes.Clone(req)
+		stampAt = len(req) - len(l.s.Body) + l.s.Stamp
+	}
+	var conn net.Conn
+	var br *bufio.Reader
+	readyOnce := sync.OnceFunc(l.ready.Done)
+	defer readyOnce()
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	for !l.stop.Load() {
+		if conn == nil {
+			if conn, br = l.dial(); conn == nil {
+				continue
+			}
+			readyOnce()
+		}
+		if stampAt >= 0 {
+			seq++
+			stampHex(req, stampAt, l.run<<40|uint64(i)<<32|seq)
+		}
+		x, closeAfter, err := l.send(conn, br, req)
+		if err != nil || closeAfter {
+			conn.Close()
+			conn = nil
+		}
+		if err == nil {
+			samples = append(samples, x)
+		}
+	}
+	return samples
+}
+
+// dial opens a connection, or notes the error and pauses.
+func (l *loadRun) dial() (net.Conn, *bufio.Reader) {
+	c, err := net.DialTimeout("tcp", l.s.Addr, 5*time.Second)
+	if err != nil {
+		l.firstErr.CompareAndSwap(nil, err)
+		l.errs.Add(1)
+		time.Sleep(10 * time.Millisecond)
+		return nil, nil
+	}
+	return c, bufio.NewReaderSize(c, 64<<10)
+}
+
+// send sends req on conn and reads the answer; an error (not counted once
+// the run stops) leaves the connection to be closed.
+func (l *loadRun) send(conn net.Conn, br *bufio.Reader, req []byte) (sample, bool, error) {
+	start := time.Since(l.base)
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	_, err := conn.Write(req)
+	var status int
+	var closeAfter bool
+	if err == nil {
+		status, closeAfter, err = readResponse(br)
+	}
+	end := time.Since(l.base)
+	if err != nil && !l.stop.Load() {
+		l.firstErr.CompareAndSwap(nil, err)
+		l.errs.Add(1)
+	}
+	return sample{int64(start), int64(end), status}, closeAfter, err
+}
+
+// result counts the requests that started and ended in the measured
+// window, t0 to t1.
+func (l *loadRun) result(t0, t1 time.Duration) loadResult {
+	res := loadResult{Elapsed: t1 - t0, Statuses: map[int]int{}, Errors: int(l.errs.Load())}
+	for _, samples := range l.per {
 		for _, x := range samples {
 			if x.start >= int64(t0) && x.end <= int64(t1) {
 				res.N++
@@ -201,14 +240,7 @@ func runLoad(ctx context.Context, s loadSpec) (loadResult, error) {
 		}
 	}
 	slices.Sort(res.Lat)
-	if err := ctx.Err(); err != nil {
-		return res, err
-	}
-	if res.N == 0 {
-		err, _ := firstErr.Load().(error)
-		return res, fmt.Errorf("no request completed against %s: %v", s.Addr, err)
-	}
-	return res, nil
+	return res
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -235,59 +267,76 @@ func readResponse(br *bufio.Reader) (status int, closeAfter bool, err error) {
 	if err != nil {
 		return 0, false, errBadResponse
 	}
-	length := int64(-1)
-	chunked := false
+	h, err := readHeaders(br)
+	if err != nil {
+		return 0, false, err
+	}
+	switch {
+	case h.chunked:
+		err = discardChunks(br)
+	case h.length >= 0:
+		_, err = br.Discard(int(h.length))
+	default:
+		io.Copy(io.Discard, br)
+		h.closeAfter = true
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return status, h.closeAfter, nil
+}
+
+// responseHeaders is what readResponse needs of a response's headers.
+type responseHeaders struct {
+	length              int64 // -1: none given
+	chunked, closeAfter bool
+}
+
+func readHeaders(br *bufio.Reader) (responseHeaders, error) {
+	h := responseHeaders{length: -1}
 	for {
-		line, err = br.ReadSlice('\n')
+		line, err := br.ReadSlice('\n')
 		if err != nil {
-			return 0, false, err
+			return h, err
 		}
 		if len(line) <= 2 {
-			break
+			return h, nil
 		}
 		name, value, ok := bytes.Cut(line, []byte(":"))
 		if !ok {
-			return 0, false, errBadResponse
+			return h, errBadResponse
 		}
 		value = bytes.TrimSpace(value)
 		switch {
 		case bytes.EqualFold(name, []byte("Content-Length")):
-			length, err = strconv.ParseInt(string(value), 10, 64)
-			if err != nil {
-				return 0, false, errBadResponse
+			if h.length, err = strconv.ParseInt(string(value), 10, 64); err != nil {
+				return h, errBadResponse
 			}
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-			chunked = bytes.Contains(bytes.ToLower(value), []byte("chunked"))
+			h.chunked = bytes.Contains(bytes.ToLower(value), []byte("chunked"))
 		case bytes.EqualFold(name, []byte("Connection")):
-			closeAfter = bytes.EqualFold(value, []byte("close"))
+			h.closeAfter = bytes.EqualFold(value, []byte("close"))
 		}
 	}
-	switch {
-	case chunked:
-		for {
-			line, err := br.ReadSlice('\n')
-			if err != nil {
-				return 0, false, err
-			}
-			sz, _, _ := bytes.Cut(bytes.TrimSpace(line), []byte(";"))
-			n, err := strconv.ParseInt(string(sz), 16, 64)
-			if err != nil {
-				return 0, false, errBadResponse
-			}
-			if _, err := br.Discard(int(n) + 2); err != nil { // data and its CRLF
-				return 0, false, err
-			}
-			if n == 0 { // no trailers from our servers
-				break
-			}
+}
+
+// discardChunks reads a chunked body to its end.
+func discardChunks(br *bufio.Reader) error {
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return err
 		}
-	case length >= 0:
-		if _, err := br.Discard(int(length)); err != nil {
-			return 0, false, err
+		sz, _, _ := bytes.Cut(bytes.TrimSpace(line), []byte(";"))
+		n, err := strconv.ParseInt(string(sz), 16, 64)
+		if err != nil {
+			return errBadResponse
 		}
-	default:
-		io.Copy(io.Discard, br)
-		closeAfter = true
+		if _, err := br.Discard(int(n) + 2); err != nil { // data and its CRLF
+			return err
+		}
+		if n == 0 { // no trailers from our servers
+			return nil
+		}
 	}
-	return status, closeAfter, nil
 }

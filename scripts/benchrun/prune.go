@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -31,32 +30,18 @@ func cmdPrune(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	res, err := openResults(*out)
+	pt, err := openPart(*out, "", "prune")
 	if err != nil {
 		return err
 	}
-	defer res.close()
-	dir, err := scratch("", "prune")
-	if err != nil {
+	defer pt.close()
+	if err := seedOld(ctx, filepath.Join(pt.dir, "agent", "agent.db"), *n); err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	if err := seedOld(ctx, filepath.Join(dir, "agent", "agent.db"), *n); err != nil {
+	if err := pt.withRelay(ctx, *bin, relayFlagsNoLimits...); err != nil {
 		return err
 	}
-	hp, hurl, err := startHandler(dir)
-	if err != nil {
-		return err
-	}
-	defer hp.stop()
-	ct, err := newCalltap(ctx, *bin, dir, hurl, relayFlagsNoLimits...)
-	if err != nil {
-		return err
-	}
-	defer ct.stop()
-	if err := ct.startRelay(ctx); err != nil {
-		return err
-	}
+	res, ct := pt.res, pt.ct
 	// The agent's default retention (30 days) prunes the 60-day-old
 	// captures as it starts.
 	if err := ct.startAgent(ctx, true); err != nil {

@@ -23,30 +23,15 @@ func cmdQueue(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	res, err := openResults(*out)
+	pt, err := openPart(*out, "", "queue")
 	if err != nil {
 		return err
 	}
-	defer res.close()
-	dir, err := scratch("", "queue")
-	if err != nil {
+	defer pt.close()
+	if err := pt.withRelay(ctx, *bin, append(relayFlagsNoLimits, "--queue-max-count", "1000000", "--queue-max-bytes", "4000000000")...); err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	hp, hurl, err := startHandler(dir)
-	if err != nil {
-		return err
-	}
-	defer hp.stop()
-
-	ct, err := newCalltap(ctx, *bin, dir, hurl, append(relayFlagsNoLimits, "--queue-max-count", "1000000", "--queue-max-bytes", "4000000000")...)
-	if err != nil {
-		return err
-	}
-	defer ct.stop()
-	if err := ct.startRelay(ctx); err != nil {
-		return err
-	}
+	res, ct := pt.res, pt.ct
 	ev, stamp := jsonEvent2K()
 	u, _ := url.Parse(ct.relayURL)
 	var c0, c1 time.Duration
@@ -64,11 +49,19 @@ func cmdQueue(ctx context.Context, args []string) error {
 	}
 	res.add(enq)
 
+	return measureQueueDrain(ctx, pt)
+}
+
+// measureQueueDrain starts the agent of a relay holding requests and times
+// until they are saved by it and removed from the relay, and until the
+// handler has them all.
+func measureQueueDrain(ctx context.Context, pt *part) error {
+	ct := pt.ct
 	depth, err := ct.relayMetric("calltap_queue_depth")
 	if err != nil {
 		return err
 	}
-	before, err := handlerCount(hurl)
+	before, err := handlerCount(pt.hurl)
 	if err != nil {
 		return err
 	}
@@ -90,7 +83,7 @@ func cmdQueue(ctx context.Context, args []string) error {
 				tAcked = time.Since(t0)
 			}
 		}
-		if n, err := handlerCount(hurl); err == nil && float64(n-before) >= depth {
+		if n, err := handlerCount(pt.hurl); err == nil && float64(n-before) >= depth {
 			tDelivered = time.Since(t0)
 		}
 		return tAcked > 0 && tDelivered > 0
@@ -99,9 +92,9 @@ func cmdQueue(ctx context.Context, args []string) error {
 		return err
 	}
 	held := fmtCount(int(depth))
-	res.add(row{Measure: fmt.Sprintf("Offline queue: drain on reconnect, %s held → saved by the agent and removed from the relay", held),
+	pt.res.add(row{Measure: fmt.Sprintf("Offline queue: drain on reconnect, %s held → saved by the agent and removed from the relay", held),
 		Calltap: fmtRate(depth/(tAcked-tConnected).Seconds(), "/s") + " (" + fmtDur(tAcked-tConnected) + " after connecting)"})
-	res.add(row{Measure: fmt.Sprintf("Offline queue: drain on reconnect, %s held → delivered to the handler, in order", held),
+	pt.res.add(row{Measure: fmt.Sprintf("Offline queue: drain on reconnect, %s held → delivered to the handler, in order", held),
 		Calltap: fmtRate(depth/(tDelivered-tConnected).Seconds(), "/s") + " (" + fmtDur(tDelivered-tConnected) + ")"})
 	return nil
 }

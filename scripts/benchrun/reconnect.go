@@ -25,37 +25,19 @@ func cmdReconnect(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var waits []time.Duration
-	for _, s := range strings.Split(*downs, ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(s))
-		if err != nil {
-			return fmt.Errorf("--down: %v", err)
-		}
-		waits = append(waits, d)
-	}
-	res, err := openResults(*out)
+	waits, err := parseDurations(*downs)
 	if err != nil {
 		return err
 	}
-	defer res.close()
-	dir, err := scratch("", "reconnect")
+	pt, err := openPart(*out, "", "reconnect")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	hp, hurl, err := startHandler(dir)
-	if err != nil {
+	defer pt.close()
+	if err := pt.withRelay(ctx, *bin, append(relayFlagsNoLimits, "--offline", "reject")...); err != nil {
 		return err
 	}
-	defer hp.stop()
-	ct, err := newCalltap(ctx, *bin, dir, hurl, append(relayFlagsNoLimits, "--offline", "reject")...)
-	if err != nil {
-		return err
-	}
-	defer ct.stop()
-	if err := ct.startRelay(ctx); err != nil {
-		return err
-	}
+	res, ct := pt.res, pt.ct
 	if err := ct.startAgent(ctx, true); err != nil {
 		return err
 	}
@@ -90,4 +72,17 @@ func cmdReconnect(ctx context.Context, args []string) error {
 		}
 	}
 	return nil
+}
+
+// parseDurations reads --down, a comma-separated list of durations.
+func parseDurations(list string) ([]time.Duration, error) {
+	var ds []time.Duration
+	for _, s := range strings.Split(list, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("--down: %v", err)
+		}
+		ds = append(ds, d)
+	}
+	return ds, nil
 }

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,13 +40,9 @@ func cmdScale(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var counts []int
-	for _, s := range strings.Split(*countsFlag, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n <= 0 {
-			return fmt.Errorf("--counts: %q is not a count", s)
-		}
-		counts = append(counts, n)
+	counts, err := parseCounts(*countsFlag)
+	if err != nil {
+		return err
 	}
 	res, err := openResults(*out)
 	if err != nil {
@@ -80,28 +77,10 @@ func cmdScale(ctx context.Context, args []string) error {
 	go hs.Serve(ln)
 	defer hs.Close()
 
-	most := 0
-	for _, n := range counts {
-		most = max(most, n)
-	}
-	fmt.Fprintf(os.Stderr, "scale: creating %d tokens\n", most)
 	tokFile := filepath.Join(dir, "tokens")
-	f, err := os.Create(tokFile)
-	if err != nil {
+	if err := writeTokens(ctx, db, relayURL, tokFile, slices.Max(counts)); err != nil {
 		return err
 	}
-	for i := range most {
-		info, err := relay.CreateToken(ctx, db, fmt.Sprintf("agent-%d", i), relayURL)
-		if err != nil {
-			f.Close()
-			return err
-		}
-		fmt.Fprintln(f, info.Token)
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -111,60 +90,113 @@ func cmdScale(ctx context.Context, args []string) error {
 		if err := waitGoroutines(baseG, 20*time.Second); err != nil {
 			return err
 		}
-		rss0 := liveRSS()
-		g0 := runtime.NumGoroutine()
-		fmt.Fprintf(os.Stderr, "scale: connecting %d agents\n", n)
-		cmd := exec.CommandContext(ctx, self, "hold", "--relay", relayURL, "--tokens", tokFile, "--n", strconv.Itoa(n), "--dialers", strconv.Itoa(*dialers))
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
+		h := holdRun{self: self, relayURL: relayURL, tokFile: tokFile, n: n, dialers: *dialers, idle: *idle}
+		if err := h.measure(ctx, res); err != nil {
 			return err
 		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		var took time.Duration
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "connected "); ok {
-				took, _ = time.ParseDuration(v)
-				break
-			}
-		}
-		if took == 0 {
-			stdin.Close()
-			cmd.Wait()
-			return fmt.Errorf("the agents did not all connect")
-		}
-		time.Sleep(2 * time.Second) // handshakes' garbage collected, timers settled
-		rss1 := liveRSS()
-		g1 := runtime.NumGoroutine()
-		c0, _ := procCPU(os.Getpid())
-		time.Sleep(*idle)
-		c1, _ := procCPU(os.Getpid())
-		stdin.Close() // the holder exits, closing every websocket
-		cmd.Wait()
-
-		label := fmtCount(n)
-		perTunnel := float64(rss1-rss0) / float64(n)
-		r := row{Measure: fmt.Sprintf("Relay with %s idle tunnels: RSS per tunnel (total %s)", label, fmtBytes(float64(rss1))),
-			Calltap: fmtBytes(perTunnel)}
-		if n >= 10000 {
-			r.Target, r.Met = "≤ 64 KiB", verdict(perTunnel <= 64<<10)
-		}
-		res.add(r)
-		res.add(row{Measure: fmt.Sprintf("Relay with %s idle tunnels: goroutines per tunnel", label),
-			Calltap: fmt.Sprintf("%.2f", float64(g1-g0)/float64(n))})
-		res.add(row{Measure: fmt.Sprintf("Relay with %s idle tunnels: CPU while idle", label),
-			Calltap: fmt.Sprintf("%.1f%% of a core", 100*(c1-c0).Seconds()/idle.Seconds())})
-		res.add(row{Measure: fmt.Sprintf("Relay accept rate: %s agents connecting, %d at a time (handshake, token check, hello)", label, *dialers),
-			Calltap: fmtRate(float64(n)/took.Seconds(), "/s")})
 	}
 	return nil
+}
+
+// parseCounts reads --counts, a comma-separated list of counts.
+func parseCounts(list string) ([]int, error) {
+	var counts []int
+	for _, s := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("--counts: %q is not a count", s)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
+}
+
+// writeTokens creates n tokens on the relay and writes them to file, one a
+// line.
+func writeTokens(ctx context.Context, db *relaydb.Store, relayURL, file string, n int) error {
+	fmt.Fprintf(os.Stderr, "scale: creating %d tokens\n", n)
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		info, err := relay.CreateToken(ctx, db, fmt.Sprintf("agent-%d", i), relayURL)
+		if err != nil {
+			f.Close()
+			return err
+		}
+		fmt.Fprintln(f, info.Token)
+	}
+	return f.Close()
+}
+
+// holdRun is one measure of cmdScale: n agents held by a child process.
+type holdRun struct {
+	self, relayURL, tokFile string
+	n, dialers              int
+	idle                    time.Duration
+}
+
+// measure connects the agents, measures the relay with them idle, and adds
+// the rows.
+func (h holdRun) measure(ctx context.Context, res *results) error {
+	rss0 := liveRSS()
+	g0 := runtime.NumGoroutine()
+	fmt.Fprintf(os.Stderr, "scale: connecting %d agents\n", h.n)
+	cmd := exec.CommandContext(ctx, h.self, "hold", "--relay", h.relayURL, "--tokens", h.tokFile, "--n", strconv.Itoa(h.n), "--dialers", strconv.Itoa(h.dialers))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer cmd.Wait()
+	defer stdin.Close() // the holder exits, closing every websocket
+	took := connectedAfter(stdout)
+	if took == 0 {
+		return fmt.Errorf("the agents did not all connect")
+	}
+	time.Sleep(2 * time.Second) // handshakes' garbage collected, timers settled
+	rss1 := liveRSS()
+	g1 := runtime.NumGoroutine()
+	c0, _ := procCPU(os.Getpid())
+	time.Sleep(h.idle)
+	c1, _ := procCPU(os.Getpid())
+
+	label := fmtCount(h.n)
+	perTunnel := float64(rss1-rss0) / float64(h.n)
+	r := row{Measure: fmt.Sprintf("Relay with %s idle tunnels: RSS per tunnel (total %s)", label, fmtBytes(float64(rss1))),
+		Calltap: fmtBytes(perTunnel)}
+	if h.n >= 10000 {
+		r.Target, r.Met = "≤ 64 KiB", verdict(perTunnel <= 64<<10)
+	}
+	res.add(r)
+	res.add(row{Measure: fmt.Sprintf("Relay with %s idle tunnels: goroutines per tunnel", label),
+		Calltap: fmt.Sprintf("%.2f", float64(g1-g0)/float64(h.n))})
+	res.add(row{Measure: fmt.Sprintf("Relay with %s idle tunnels: CPU while idle", label),
+		Calltap: fmt.Sprintf("%.1f%% of a core", 100*(c1-c0).Seconds()/h.idle.Seconds())})
+	res.add(row{Measure: fmt.Sprintf("Relay accept rate: %s agents connecting, %d at a time (handshake, token check, hello)", label, h.dialers),
+		Calltap: fmtRate(float64(h.n)/took.Seconds(), "/s")})
+	return nil
+}
+
+// connectedAfter reads the holder's "connected <duration>" line; 0 if it
+// ended without one.
+func connectedAfter(stdout io.Reader) time.Duration {
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "connected "); ok {
+			took, _ := time.ParseDuration(v)
+			return took
+		}
+	}
+	return 0
 }
 
 // liveRSS is this process's resident memory after a full collection has

@@ -90,143 +90,181 @@ func cmdStore(ctx context.Context, args []string) error {
 // measureWrites runs the agent's writer pattern against a fresh store:
 // batches of up to 256 in one transaction each, every capture's response
 // recorded in the following batch.
+//
+// The store indexes captures for search after saving them, into a file of
+// its own (when the writer is idle, or beside it beyond a backlog of
+// 50,000), so a burst is saved without indexing; a sustained load is held
+// to the indexer's pace. Both are measured; the target is for the
+// sustained one, which counts the time until every capture saved is also
+// indexed. Stores are durable, as calltap's are by default (--sync full:
+// each commit synced); one burst is measured again with --sync normal, to
+// show what durability costs.
 func measureWrites(ctx context.Context, res *results, dur time.Duration) error {
 	dir, err := os.MkdirTemp("", "calltap-bench-store-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	// A pool of real event bodies; each capture gets its own copy with a
-	// unique delivery id, as each delivery has.
-	type tmpl struct {
-		p     callevent.Payload
-		body  []byte
-		stamp int
+	pool, err := bodyPool()
+	if err != nil {
+		return err
 	}
-	var pool []tmpl
+	for _, mode := range []writeMode{{false, false, storage.SyncFull}, {true, false, storage.SyncFull}, {true, true, storage.SyncFull}, {true, false, storage.SyncNormal}} {
+		rate, err := mode.measure(ctx, dir, pool, dur)
+		if err != nil {
+			return err
+		}
+		res.add(mode.row(rate, pool))
+	}
+	return nil
+}
+
+const (
+	writeBatch = 256
+	burstMax   = 45_000 // a burst stays within the index's backlog
+)
+
+// bodyTmpl is a real event body; each capture gets its own copy with a
+// unique delivery id, as each delivery has.
+type bodyTmpl struct {
+	p     callevent.Payload
+	body  []byte
+	stamp int
+}
+
+func bodyPool() ([]bodyTmpl, error) {
+	var pool []bodyTmpl
 	start := time.Now().Add(-24 * time.Hour)
 	for k := range 400 {
 		for _, p := range callBodies(k, start) {
 			b, err := json.Marshal(p)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			pool = append(pool, tmpl{p, b, bytes.Index(b, []byte(p.ID)) + 24})
+			pool = append(pool, bodyTmpl{p, b, bytes.Index(b, []byte(p.ID)) + 24})
 		}
 	}
+	return pool, nil
+}
+
+// writeMode is one measure of measureWrites.
+type writeMode struct {
+	withResponse, keepIndex bool
+	sync                    storage.SyncMode
+}
+
+// measure writes to a store of its own for dur, after a warm-up, and
+// returns captures/s.
+func (m writeMode) measure(ctx context.Context, dir string, pool []bodyTmpl, dur time.Duration) (float64, error) {
+	db, err := agentdb.OpenAgent(ctx, filepath.Join(dir, fmt.Sprintf("agent-%v-%v-%s.db", m.withResponse, m.keepIndex, m.sync)),
+		agentdb.WithSync(m.sync))
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	if m.keepIndex {
+		// What a sustained load beyond the backlog's bound meets: the
+		// indexer works beside the writer from the first capture.
+		db.SetSearchBacklogMax(0)
+	}
+	batches := make(chan []*agentdb.Capture, 4)
+	stop := make(chan struct{})
+	go produceBatches(pool, batches, stop)
+	defer func() {
+		close(stop)
+		for range batches {
+		}
+	}()
+	w := &storeWriter{db: db, mode: m, batches: batches}
+	if err := w.write(ctx, time.Now().Add(500*time.Millisecond)); err != nil { // warm up
+		return 0, err
+	}
+	w.n = 0
+	t0 := time.Now()
+	if err := w.write(ctx, t0.Add(dur)); err != nil {
+		return 0, err
+	}
+	if m.keepIndex {
+		if err := db.CatchUpSearch(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return float64(w.n) / time.Since(t0).Seconds(), nil
+}
+
+// produceBatches builds captures the way the agent's read loop does,
+// beside the writer, as in the agent, until stop.
+func produceBatches(pool []bodyTmpl, batches chan<- []*agentdb.Capture, stop <-chan struct{}) {
+	defer close(batches)
+	n := 0
+	for {
+		b := make([]*agentdb.Capture, writeBatch)
+		for i := range b {
+			t := pool[n%len(pool)]
+			body := bytes.Clone(t.body)
+			stampHex(body, t.stamp, uint64(n))
+			c := captureOf(t.p, body, time.Now().UTC())
+			c.DeliveryID = c.DeliveryID[:24] + string(body[t.stamp:t.stamp+12])
+			b[i] = c
+			n++
+		}
+		select {
+		case batches <- b:
+		case <-stop:
+			return
+		}
+	}
+}
+
+// storeWriter writes batches as the agent's writer does, each batch's
+// answers recorded with the next.
+type storeWriter struct {
+	db       *agentdb.AgentStore
+	mode     writeMode
+	batches  <-chan []*agentdb.Capture
+	prev     []*agentdb.Capture
+	n, total int
+}
+
+func (w *storeWriter) write(ctx context.Context, until time.Time) error {
+	for time.Now().Before(until) && (w.mode.keepIndex || w.total < burstMax) {
+		ins := <-w.batches
+		var upd []*agentdb.Capture
+		if w.mode.withResponse {
+			for _, c := range w.prev {
+				upd = append(upd, answered(c))
+			}
+		}
+		if _, err := w.db.WriteCaptures(ctx, ins, upd); err != nil {
+			return err
+		}
+		w.prev = ins
+		w.n += len(ins)
+		w.total += len(ins)
+	}
+	return nil
+}
+
+func (m writeMode) row(rate float64, pool []bodyTmpl) row {
 	var bytesSum int
 	for _, t := range pool {
 		bytesSum += len(t.body)
 	}
-	const batch = 256
-	// The store indexes captures for search after saving them, into a file
-	// of its own (when the writer is idle, or beside it beyond a backlog of
-	// 50,000), so a burst is saved without indexing; a sustained load is
-	// held to the indexer's pace. Both are measured; the target is for the
-	// sustained one, which counts the time until every capture saved is
-	// also indexed.
-	const burstMax = 45_000
-	//
-	// Stores are durable, as calltap's are by default (--sync full: each
-	// commit synced); one burst is measured again with --sync normal, to
-	// show what durability costs.
-	for _, mode := range []struct {
-		withResponse, keepIndex bool
-		sync                    storage.SyncMode
-	}{{false, false, storage.SyncFull}, {true, false, storage.SyncFull}, {true, true, storage.SyncFull}, {true, false, storage.SyncNormal}} {
-		withResponse := mode.withResponse
-		db, err := agentdb.OpenAgent(ctx, filepath.Join(dir, fmt.Sprintf("agent-%v-%v-%s.db", withResponse, mode.keepIndex, mode.sync)),
-			agentdb.WithSync(mode.sync))
-		if err != nil {
-			return err
-		}
-		if mode.keepIndex {
-			// What a sustained load beyond the backlog's bound meets: the
-			// indexer works beside the writer from the first capture.
-			db.SetSearchBacklogMax(0)
-		}
-		// A producer builds captures the way the agent's read loop does,
-		// beside the writer, as in the agent.
-		batches := make(chan []*agentdb.Capture, 4)
-		stop := make(chan struct{})
-		go func() {
-			defer close(batches)
-			n := 0
-			for {
-				b := make([]*agentdb.Capture, batch)
-				for i := range b {
-					t := pool[n%len(pool)]
-					body := bytes.Clone(t.body)
-					stampHex(body, t.stamp, uint64(n))
-					c := captureOf(t.p, body, time.Now().UTC())
-					c.DeliveryID = c.DeliveryID[:24] + string(body[t.stamp:t.stamp+12])
-					b[i] = c
-					n++
-				}
-				select {
-				case batches <- b:
-				case <-stop:
-					return
-				}
-			}
-		}()
-		var prev []*agentdb.Capture
-		var n, total int
-		write := func(until time.Time) error {
-			for time.Now().Before(until) && (mode.keepIndex || total < burstMax) {
-				ins := <-batches
-				var upd []*agentdb.Capture
-				if withResponse {
-					for _, c := range prev {
-						upd = append(upd, answered(c))
-					}
-				}
-				if _, err := db.WriteCaptures(ctx, ins, upd); err != nil {
-					return err
-				}
-				prev = ins
-				n += len(ins)
-				total += len(ins)
-			}
-			return nil
-		}
-		if err := write(time.Now().Add(500 * time.Millisecond)); err != nil { // warm up
-			return err
-		}
-		n = 0
-		t0 := time.Now()
-		if err := write(t0.Add(dur)); err != nil {
-			return err
-		}
-		if mode.keepIndex {
-			if err := db.CatchUpSearch(ctx); err != nil {
-				return err
-			}
-		}
-		el := time.Since(t0)
-		close(stop)
-		for range batches {
-		}
-		db.Close()
-		rate := float64(n) / el.Seconds()
-		avg := float64(bytesSum) / float64(len(pool))
-		shape := fmt.Sprintf("%.1f KB events, batches of %d", avg/1000, batch)
-		switch {
-		case mode.sync == storage.SyncNormal:
-			res.add(row{Measure: "Capture store: captures/s in a burst as above, each saved and its response recorded, with --sync normal (commits synced at checkpoints only; " + shape + ")",
-				Calltap: fmtRate(rate, "/s")})
-		case mode.keepIndex:
-			res.add(row{Measure: "Capture store: captures/s sustained, each saved, its response recorded and indexed for search (" + shape + "; index beside the writer)",
-				Calltap: fmtRate(rate, "/s"), Target: "≥ 20,000 /s", Met: verdict(rate >= 20000)})
-		case withResponse:
-			res.add(row{Measure: "Capture store: captures/s in a burst (≤ 45,000, search index deferred), each saved and its response recorded (" + shape + "; every commit synced, --sync full)",
-				Calltap: fmtRate(rate, "/s")})
-		default:
-			res.add(row{Measure: "Capture store: captures/s in a burst (≤ 45,000, search index deferred), insert only (" + shape + ")",
-				Calltap: fmtRate(rate, "/s")})
-		}
+	avg := float64(bytesSum) / float64(len(pool))
+	shape := fmt.Sprintf("%.1f KB events, batches of %d", avg/1000, writeBatch)
+	switch {
+	case m.sync == storage.SyncNormal:
+		return row{Measure: "Capture store: captures/s in a burst as above, each saved and its response recorded, with --sync normal (commits synced at checkpoints only; " + shape + ")",
+			Calltap: fmtRate(rate, "/s")}
+	case m.keepIndex:
+		return row{Measure: "Capture store: captures/s sustained, each saved, its response recorded and indexed for search (" + shape + "; index beside the writer)",
+			Calltap: fmtRate(rate, "/s"), Target: "≥ 20,000 /s", Met: verdict(rate >= 20000)}
+	case m.withResponse:
+		return row{Measure: "Capture store: captures/s in a burst (≤ 45,000, search index deferred), each saved and its response recorded (" + shape + "; every commit synced, --sync full)",
+			Calltap: fmtRate(rate, "/s")}
 	}
-	return nil
+	return row{Measure: "Capture store: captures/s in a burst (≤ 45,000, search index deferred), insert only (" + shape + ")",
+		Calltap: fmtRate(rate, "/s")}
 }
 
 // answered is c after the handler answered 200, as the agent records it.
@@ -246,22 +284,10 @@ const storeGenVersion = "3"
 // cacheDir, keyed by the agent schema's migrations: a schema change
 // rebuilds it.
 func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (string, error) {
-	h := sha256.New()
-	files, err := filepath.Glob(filepath.Join(repo, "storage", "agentdb", "migrations", "*.sql"))
-	if err != nil || len(files) == 0 {
-		return "", fmt.Errorf("no agent migrations under %s: run from the calltap tree or pass --repo", repo)
+	key, err := storeKey(repo, size)
+	if err != nil {
+		return "", err
 	}
-	sort.Strings(files)
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(h, "%s\x00%d\x00", filepath.Base(f), len(b))
-		h.Write(b)
-	}
-	fmt.Fprintf(h, "gen %s size %d", storeGenVersion, size)
-	key := hex.EncodeToString(h.Sum(nil))[:16]
 	path := filepath.Join(cacheDir, "store-"+key+".db")
 	if _, err := os.Stat(path); err == nil {
 		fmt.Fprintf(os.Stderr, "store: using cached %s\n", path)
@@ -281,46 +307,48 @@ func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (stri
 		os.Remove(agentdb.SearchIndexPath(building) + suffix)
 	}
 	fmt.Fprintf(os.Stderr, "store: building %d captures in %s (once; kept for later runs)\n", size, path)
-	db, err := agentdb.OpenAgent(ctx, building)
-	if err != nil {
+	if err := buildStore(ctx, building, size, batch); err != nil {
 		return "", err
 	}
+	return path, moveStore(building, path)
+}
+
+// storeKey names a synthetic store by the agent schema's migrations, the
+// generator's version and the size.
+func storeKey(repo string, size int) (string, error) {
+	h := sha256.New()
+	files, err := filepath.Glob(filepath.Join(repo, "storage", "agentdb", "migrations", "*.sql"))
+	if err != nil || len(files) == 0 {
+		return "", fmt.Errorf("no agent migrations under %s: run from the calltap tree or pass --repo", repo)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", filepath.Base(f), len(b))
+		h.Write(b)
+	}
+	fmt.Fprintf(h, "gen %s size %d", storeGenVersion, size)
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// buildStore writes size captures of past calls, 100 ms apart, to a new
+// store at path, with its search index complete.
+func buildStore(ctx context.Context, path string, size, batch int) error {
+	db, err := agentdb.OpenAgent(ctx, path)
+	if err != nil {
+		return err
+	}
 	batches := make(chan []*agentdb.Capture, 2)
-	go func() {
-		defer close(batches)
-		start := time.Now().Add(-30 * 24 * time.Hour).UTC()
-		var b []*agentdb.Capture
-		n := 0
-		for k := 0; n < size; k++ {
-			for _, p := range callBodies(k, start) {
-				if n == size {
-					break
-				}
-				body, _ := json.Marshal(p)
-				c := captureOf(p, body, start.Add(time.Duration(n)*100*time.Millisecond))
-				c.Status = agentdb.StatusDelivered
-				b = append(b, c)
-				n++
-				if len(b) == batch {
-					select {
-					case batches <- b:
-					case <-ctx.Done():
-						return
-					}
-					b = nil
-				}
-			}
-		}
-		if len(b) > 0 {
-			batches <- b
-		}
-	}()
+	go pastCaptures(ctx, size, batch, batches)
 	t0 := time.Now()
 	n := 0
 	for b := range batches {
 		if _, err := db.WriteCaptures(ctx, b, nil); err != nil {
 			db.Close()
-			return "", err
+			return err
 		}
 		n += len(b)
 		if n%100_000 < len(b) {
@@ -329,29 +357,63 @@ func bigStore(ctx context.Context, repo, cacheDir string, size, batch int) (stri
 	}
 	if err := ctx.Err(); err != nil {
 		db.Close()
-		return "", err
+		return err
 	}
 	if err := db.CatchUpSearch(ctx); err != nil { // the store is cached with its search index complete
 		db.Close()
-		return "", err
+		return err
 	}
-	if err := db.Close(); err != nil {
-		return "", err
+	return db.Close()
+}
+
+// pastCaptures sends size delivered captures of past calls, in batches.
+func pastCaptures(ctx context.Context, size, batch int, batches chan<- []*agentdb.Capture) {
+	defer close(batches)
+	start := time.Now().Add(-30 * 24 * time.Hour).UTC()
+	var b []*agentdb.Capture
+	n := 0
+	for k := 0; n < size; k++ {
+		for _, p := range callBodies(k, start) {
+			if n == size {
+				break
+			}
+			body, _ := json.Marshal(p)
+			c := captureOf(p, body, start.Add(time.Duration(n)*100*time.Millisecond))
+			c.Status = agentdb.StatusDelivered
+			b = append(b, c)
+			n++
+			if len(b) < batch {
+				continue
+			}
+			select {
+			case batches <- b:
+			case <-ctx.Done():
+				return
+			}
+			b = nil
+		}
 	}
-	// The store and its search index file, each with any WAL left.
+	if len(b) > 0 {
+		batches <- b
+	}
+}
+
+// moveStore renames a built store, its search index file and any WAL
+// left, to path.
+func moveStore(building, path string) error {
 	for _, f := range [][2]string{{building, path}, {agentdb.SearchIndexPath(building), agentdb.SearchIndexPath(path)}} {
 		for _, suffix := range []string{"-wal", "-shm"} {
 			if _, err := os.Stat(f[0] + suffix); err == nil {
 				if err := os.Rename(f[0]+suffix, f[1]+suffix); err != nil {
-					return "", err
+					return err
 				}
 			}
 		}
 	}
 	if err := os.Rename(agentdb.SearchIndexPath(building), agentdb.SearchIndexPath(path)); err != nil {
-		return "", err
+		return err
 	}
-	return path, os.Rename(building, path)
+	return os.Rename(building, path)
 }
 
 // measureQueries serves the store through the inspector's real HTTP

@@ -41,22 +41,12 @@ func cmdTunnel(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	res, err := openResults(*out)
+	pt, err := openPart(*out, *work, "tunnel")
 	if err != nil {
 		return err
 	}
-	defer res.close()
-	dir, err := scratch(*work, "tunnel")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-
-	hp, hurl, err := startHandler(dir)
-	if err != nil {
-		return err
-	}
-	defer hp.stop()
+	defer pt.close()
+	res, dir, hurl := pt.res, pt.dir, pt.hurl
 	hu, _ := url.Parse(hurl)
 
 	ev, stamp := jsonEvent2K()

@@ -163,7 +163,7 @@ func (s *senders) startCall() {
 // deliver tries one delivery on the service's schedule.
 func (s *senders) deliver(id string, d delivery) {
 	for attempt := 1; attempt <= callevent.MaxAttempts; attempt++ {
-		time.Sleep(callevent.RetrySchedule[attempt-1] / timeScale)
+		time.Sleep(callevent.RetrySchedule()[attempt-1] / timeScale)
 		status := s.attempt(id, d, attempt)
 		if status >= 200 && status < 300 {
 			s.mu.Lock()

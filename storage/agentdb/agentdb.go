@@ -14,10 +14,11 @@ import (
 	"database/sql"
 	"embed"
 	"errors"
-	"github.com/calltap/calltap/storage/intake"
 	"io/fs"
 	"log/slog"
 	"sync"
+
+	"github.com/calltap/calltap/storage/intake"
 
 	"github.com/calltap/calltap/storage"
 )
@@ -187,7 +188,7 @@ func (db *AgentStore) closeParts() error {
 		errs = append(errs, db.bodies.Close())
 	}
 	if db.index != nil {
-		errs = append(errs, db.index.removeIfDamaged(db.path))
+		errs = append(errs, db.index.removeIfDamaged())
 	}
 	return errors.Join(errs...)
 }

@@ -6,11 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/calltap/calltap/storage/intake"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/calltap/calltap/storage/intake"
 )
 
 // The answer reserve: room the agent sets aside at its start for the

@@ -5,10 +5,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/calltap/calltap/storage/intake"
 )
 
 // Bodies of intake.BodyMin bytes and more are kept in files: byte-exact

@@ -64,12 +64,6 @@ const (
 	StatusUnknown = "unknown"
 )
 
-// maxIndexedBody keeps huge bodies out of the full-text index.
-const (
-	maxIndexedBody     = 1 << 20
-	maxIndexedBodyText = "1048576" // the same, in SQL
-)
-
 func micros(t time.Time) sql.NullInt64 {
 	if t.IsZero() {
 		return sql.NullInt64{}

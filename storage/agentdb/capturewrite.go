@@ -9,9 +9,9 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"github.com/calltap/calltap/storage/intake"
 	"time"
-	"unicode/utf8"
+
+	"github.com/calltap/calltap/storage/intake"
 )
 
 // Written is what WriteCaptures assigned to one inserted capture.
@@ -164,11 +164,6 @@ func (w *rawConn) insert(c *Capture, out Written) (Written, error) {
 		return out, fmt.Errorf("storage: insert capture body: %w", err)
 	}
 	return out, nil
-}
-
-// indexable reports whether a body goes into the full-text index.
-func indexable(body []byte) bool {
-	return len(body) > 0 && len(body) <= maxIndexedBody && utf8.Valid(body)
 }
 
 func (w *rawConn) updateCapture(c *Capture) error {

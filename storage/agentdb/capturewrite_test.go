@@ -5,6 +5,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/calltap/calltap/storage/agentdb/searchindex"
 )
 
 // A capture saved without a status or an attempt bound gets the defaults
@@ -59,10 +61,10 @@ func TestWriteCapturesAnswerWithoutStatus(t *testing.T) {
 	}
 }
 
-// Bodies up to maxIndexedBody bytes of UTF-8 go into the full-text index;
+// Bodies up to searchindex.MaxBody bytes of UTF-8 go into the full-text index;
 // empty, larger or binary ones do not.
 func TestIndexable(t *testing.T) {
-	atBound := bytes.Repeat([]byte("a"), maxIndexedBody)
+	atBound := bytes.Repeat([]byte("a"), searchindex.MaxBody)
 	for _, tc := range []struct {
 		name string
 		body []byte
@@ -75,7 +77,7 @@ func TestIndexable(t *testing.T) {
 		{"past the bound", append(atBound, 'a'), false},
 		{"binary", binaryBody, false},
 	} {
-		if got := indexable(tc.body); got != tc.want {
+		if got := searchindex.Indexable(tc.body); got != tc.want {
 			t.Errorf("%s: indexable %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -6,12 +6,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/calltap/calltap/storage"
-	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/intake"
 )
 
 // savedStore makes a closed agent store at dir/agent.db holding n captures

@@ -5,13 +5,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/calltap/calltap/storage/intake"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/calltap/calltap/storage/agentdb/searchindex"
+	"github.com/calltap/calltap/storage/intake"
 )
 
 // Deleting captures (calltap delete, the inspector, retention) removes,
@@ -158,7 +160,7 @@ func (db *AgentStore) deleteWhere(ctx context.Context, cond string, args []any, 
 // search index.
 func (db *AgentStore) pickDoomed(ctx context.Context, cond string, args []any, limit int) ([]*doomed, error) {
 	rows, err := db.read.QueryContext(ctx, `SELECT c.seq, c.id, c.size, coalesce(length(c.response_body), 0), b.file, coalesce(b.file_offset, 0),
-		CASE WHEN b.file IS NULL AND length(b.body) <= `+maxIndexedBodyText+` THEN b.body END
+		CASE WHEN b.file IS NULL AND length(b.body) <= `+searchindex.MaxBodyText+` THEN b.body END
 		FROM captures c LEFT JOIN capture_bodies b ON b.seq = c.seq WHERE `+cond+` ORDER BY c.seq LIMIT ?`, append(args, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("storage: pick captures to delete: %w", err)
@@ -173,7 +175,7 @@ func (db *AgentStore) pickDoomed(ctx context.Context, cond string, args []any, l
 			return nil, fmt.Errorf("storage: pick captures to delete: %w", err)
 		}
 		d.file = file.String
-		if indexable(body) {
+		if searchindex.Indexable(body) {
 			d.text = body
 		}
 		batch = append(batch, d)
@@ -190,7 +192,7 @@ func (db *AgentStore) pickDoomed(ctx context.Context, cond string, args []any, l
 // while segment files are read (see the top of the file).
 func (db *AgentStore) readDoomedText(batch []*doomed) {
 	for _, d := range batch {
-		if d.file == "" || d.size > maxIndexedBody {
+		if d.file == "" || d.size > searchindex.MaxBody {
 			continue
 		}
 		body, err := db.readFileBody(d.file, d.offset, d.size)
@@ -202,7 +204,7 @@ func (db *AgentStore) readDoomedText(batch []*doomed) {
 			d.indexSkipped = true
 			continue
 		}
-		if indexable(body) {
+		if searchindex.Indexable(body) {
 			d.text = body
 		}
 	}
@@ -235,7 +237,7 @@ func (ix *indexer) deleteBatch(ctx context.Context, batch []*doomed) (gone []*do
 		return nil, nil, fmt.Errorf("storage: begin deleting: %w", err)
 	}
 	defer tx.Rollback()
-	upto, err := ix.lockProgress(ctx, tx)
+	upto, err := ix.file.LockProgress(ctx, tx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -243,7 +245,7 @@ func (ix *indexer) deleteBatch(ctx context.Context, batch []*doomed) (gone []*do
 	if err != nil || len(gone) == 0 {
 		return nil, nil, err
 	}
-	if err := ix.forget(ctx, tx, gone, upto); err != nil {
+	if err := ix.file.Forget(ctx, tx, indexEntries(gone), upto); err != nil {
 		return nil, nil, err
 	}
 	if media, err = deleteDependents(ctx, tx, gone); err != nil {
@@ -253,19 +255,6 @@ func (ix *indexer) deleteBatch(ctx context.Context, batch []*doomed) (gone []*do
 		return nil, nil, ix.damage(fmt.Errorf("storage: commit deleting: %w", err))
 	}
 	return gone, media, nil
-}
-
-// lockProgress takes the search index's write lock in tx (a no-op update
-// of its progress row), as the indexer takes it, and returns the position
-// read under it (indexed_upto): the captures up to it have index entries.
-func (ix *indexer) lockProgress(ctx context.Context, tx *sql.Tx) (upto int64, err error) {
-	if _, err := tx.ExecContext(ctx, `UPDATE search.search_progress SET indexed_upto = indexed_upto WHERE id = 1`); err != nil {
-		return 0, ix.damage(fmt.Errorf("storage: lock the search index: %w", err))
-	}
-	if err := tx.QueryRowContext(ctx, `SELECT indexed_upto FROM search.search_progress WHERE id = 1`).Scan(&upto); err != nil {
-		return 0, ix.damage(fmt.Errorf("storage: read search progress: %w", err))
-	}
-	return upto, nil
 }
 
 // deleteCaptureRows deletes batch's capture rows and returns those it
@@ -295,25 +284,17 @@ func deleteCaptureRows(ctx context.Context, tx *sql.Tx, batch []*doomed) (gone [
 	return gone, nil
 }
 
-// forget removes the search entries of the captures in gone that were
-// indexed (seq up to upto, with text), through search_forget: FTS4
-// removes an entry only given its text.
-func (ix *indexer) forget(ctx context.Context, tx *sql.Tx, gone []*doomed, upto int64) error {
-	for _, d := range gone {
-		if d.seq > upto || d.text == nil || d.indexSkipped {
-			continue // never indexed
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO search.search_forget (docid, body) VALUES (?, ?)`, d.seq, string(d.text)); err != nil {
-			return ix.damage(fmt.Errorf("storage: forget a search entry: %w", err))
-		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM search.captures_fts WHERE docid = ?`, d.seq); err != nil {
-			return ix.damage(fmt.Errorf("storage: delete a search entry: %w", err))
+// indexEntries are the search entries the captures in gone may have: none
+// for a body that could not be read back (see deleteBatch).
+func indexEntries(gone []*doomed) []searchindex.Entry {
+	es := make([]searchindex.Entry, len(gone))
+	for i, d := range gone {
+		es[i] = searchindex.Entry{Seq: d.seq, Text: d.text}
+		if d.indexSkipped {
+			es[i].Text = nil
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM search.search_forget`); err != nil {
-		return ix.damage(fmt.Errorf("storage: forget search entries: %w", err))
-	}
-	return nil
+	return es
 }
 
 // deleteDependents deletes the rows that belong to the captures in gone:

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/calltap/calltap/storage/intake"
 	"maps"
 	"os"
 	"path/filepath"
@@ -14,6 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/calltap/calltap/storage/agentdb/searchindex"
+	"github.com/calltap/calltap/storage/intake"
 )
 
 // ftsCount counts the search index's own entries for word, whether or not
@@ -342,14 +344,14 @@ func TestPruneLetsWritesThrough(t *testing.T) {
 	}
 }
 
-// A body of exactly maxIndexedBody bytes kept in a segment is indexed, and
+// A body of exactly searchindex.MaxBody bytes kept in a segment is indexed, and
 // its entry goes with it, the newest indexed capture as any other; the
 // deletion counts its request and response bodies.
 func TestDeleteForgetsTheLargestIndexedBody(t *testing.T) {
 	ctx := context.Background()
 	db := openAgentDB(t)
 	head := `{"w":"quokka `
-	body := []byte(head + strings.Repeat("x", maxIndexedBody-len(head)-2) + `"}`)
+	body := []byte(head + strings.Repeat("x", searchindex.MaxBody-len(head)-2) + `"}`)
 	c := testCapture(1, body)
 	saveCaptures(t, db, c)
 	answer := answeredCapture(c)

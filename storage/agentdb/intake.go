@@ -6,14 +6,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/calltap/calltap/storage"
-	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/intake"
 )
 
 // The intake log is the agent store's answer path. A request's capture is

@@ -8,7 +8,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/calltap/calltap/storage/intake"
 )
 
 func openIntakeDB(t testing.TB, path string, opts ...Option) *AgentStore {

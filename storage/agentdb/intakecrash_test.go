@@ -5,13 +5,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/calltap/calltap/storage/intake"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/calltap/calltap/storage/intake"
 )
 
 // captureLog sends slog's default logger to a buffer for the test.

@@ -3,12 +3,13 @@ package agentdb
 import (
 	"context"
 	"fmt"
-	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/calltap/calltap/storage/intake"
 
 	"github.com/calltap/calltap/storage/disktest"
 )

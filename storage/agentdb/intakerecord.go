@@ -3,8 +3,9 @@ package agentdb
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/calltap/calltap/storage/intake"
 	"time"
+
+	"github.com/calltap/calltap/storage/intake"
 
 	"github.com/calltap/calltap/storage/varfield"
 )

@@ -3,11 +3,12 @@ package agentdb
 import (
 	"bufio"
 	"fmt"
-	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/calltap/calltap/storage/intake"
 )
 
 // intakeOwned reports whether a live process holds the intake lock in dir

@@ -2,7 +2,11 @@
 
 package agentdb
 
-import "path/filepath"
+import (
+	"path/filepath"
+
+	"github.com/calltap/calltap/storage/intake"
+)
 
 // intakeOwned reports whether a live process holds the intake lock in dir
 // (an agent owns the log), by trying it.

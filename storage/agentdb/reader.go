@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/calltap/calltap/storage"
-	"github.com/calltap/calltap/storage/intake"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/intake"
 )
 
 // A reader is an agent store opened by a command that only reads it

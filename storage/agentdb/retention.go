@@ -5,12 +5,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/calltap/calltap/storage/intake"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/intake"
 )
 
 // Retention is how much history an agent store keeps. The pruner is the
@@ -206,7 +208,7 @@ func (db *AgentStore) vacuumSchema(ctx context.Context, conn *sql.Conn, schema s
 		db.writeGate.Lock()
 		defer db.writeGate.Unlock()
 	}
-	if err := incrementalVacuum(ctx, conn, schema); err != nil {
+	if err := storage.IncrementalVacuum(ctx, conn, schema); err != nil {
 		return err
 	}
 	// The WAL holds a copy of every page the prune touched, and keeps
@@ -233,37 +235,6 @@ func truncateWAL(ctx context.Context, conn *sql.Conn, schema string) error {
 		case <-time.After(time.Duration(try+1) * 5 * time.Millisecond):
 		}
 	}
-}
-
-// incrementalVacuum frees the free pages of schema, switching it to
-// incremental auto_vacuum first if it is not (the search index file is
-// created by the indexer; an empty or new one converts at once).
-func incrementalVacuum(ctx context.Context, conn *sql.Conn, schema string) error {
-	var mode int
-	if err := conn.QueryRowContext(ctx, `PRAGMA `+schema+`.auto_vacuum`).Scan(&mode); err != nil {
-		return fmt.Errorf("storage: %s auto_vacuum: %w", schema, err)
-	}
-	if mode != 2 {
-		if _, err := conn.ExecContext(ctx, `PRAGMA `+schema+`.auto_vacuum = INCREMENTAL`); err != nil {
-			return fmt.Errorf("storage: %s auto_vacuum: %w", schema, err)
-		}
-		if _, err := conn.ExecContext(ctx, `VACUUM `+schema); err != nil {
-			return fmt.Errorf("storage: vacuum %s: %w", schema, err)
-		}
-	}
-	// PRAGMA incremental_vacuum returns a row per step: read them all so
-	// that it runs to the end.
-	rows, err := conn.QueryContext(ctx, `PRAGMA `+schema+`.incremental_vacuum`)
-	if err != nil {
-		return fmt.Errorf("storage: incremental vacuum of %s: %w", schema, err)
-	}
-	for rows.Next() {
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("storage: incremental vacuum of %s: %w", schema, err)
-	}
-	return nil
 }
 
 // DiskUsage is the space the store's files take on disk: the database and

@@ -48,9 +48,9 @@ func (db *AgentStore) searchCaptures(ctx context.Context, f CaptureFilter, q str
 		args = append(args, string(list))
 		return db.listWhere(ctx, joinWhere(conds), args, f.Page)
 	case len(conds) == 0:
-		var count int
-		if err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM search.captures_fts WHERE body MATCH ?`, q).Scan(&count); err != nil {
-			return nil, 0, db.index.damage(fmt.Errorf("storage: count search matches: %w", err))
+		count, err := db.index.file.Count(ctx, db.read, q)
+		if err != nil {
+			return nil, 0, err
 		}
 		if seqs, err = db.ftsSeqs(ctx, q, "DESC", f.Limit, f.Offset); err != nil {
 			return nil, 0, err
@@ -70,29 +70,8 @@ func page(seqs []int64, p Page) []int64 {
 
 // ftsSeqs returns the seqs of the captures whose body matches FTS query
 // q, in order ("ASC" or "DESC").
-func (db *AgentStore) ftsSeqs(ctx context.Context, q, order string, limit, offset int) (_ []int64, err error) {
-	defer func() { err = db.index.damage(err) }() // these statements read the index alone
-	if order != "ASC" && order != "DESC" {
-		return nil, fmt.Errorf("storage: search order %q", order)
-	}
-	rows, err := db.read.QueryContext(ctx, `SELECT docid FROM search.captures_fts WHERE body MATCH ? ORDER BY docid `+order+` LIMIT ? OFFSET ?`,
-		q, limit, offset)
-	if err != nil {
-		return nil, fmt.Errorf("storage: search: %w", err)
-	}
-	defer rows.Close()
-	var seqs []int64
-	for rows.Next() {
-		var seq int64
-		if err := rows.Scan(&seq); err != nil {
-			return nil, fmt.Errorf("storage: search: %w", err)
-		}
-		seqs = append(seqs, seq)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("storage: search: %w", err)
-	}
-	return seqs, nil
+func (db *AgentStore) ftsSeqs(ctx context.Context, q, order string, limit, offset int) ([]int64, error) {
+	return db.index.file.Seqs(ctx, db.read, q, order, limit, offset)
 }
 
 // capturesBySeq loads the listed captures, newest first, without bodies.

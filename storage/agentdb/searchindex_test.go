@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/calltap/calltap/storage/agentdb/searchindex"
 )
 
 func searchIDs(t *testing.T, db *AgentStore, text string) []string {
@@ -470,7 +472,7 @@ func TestRemoveSearchIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := removeSearchIndex(path); err != nil {
+	if err := searchindex.Remove(path); err != nil {
 		t.Fatal(err)
 	}
 	for _, suffix := range []string{"", "-wal"} {
@@ -481,7 +483,7 @@ func TestRemoveSearchIndex(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(index+"-shm", "inside"), 0o700); err != nil { // cannot be removed
 		t.Fatal(err)
 	}
-	if err := removeSearchIndex(path); err == nil || !strings.Contains(err.Error(), "remove the damaged search index") {
+	if err := searchindex.Remove(path); err == nil || !strings.Contains(err.Error(), "remove the damaged search index") {
 		t.Fatalf("removing an index whose -shm cannot go: %v", err)
 	}
 }

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"github.com/calltap/calltap/storage"
-	"github.com/calltap/calltap/storage/intake"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/intake"
 )
 
 // synchronous is w's PRAGMA synchronous: 1 NORMAL, 2 FULL.

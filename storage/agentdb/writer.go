@@ -5,9 +5,10 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/intake"
-	"io"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
 )

@@ -136,11 +136,13 @@ type ContactFilter struct {
 	Values []string
 }
 
-// ContactColumns are the contact fields a search filter can name.
-var ContactColumns = []string{"id", "name", "phone", "email"}
+// ContactColumns are the contact fields a search filter can name: a fresh
+// list each call, so that no caller changes what the store accepts.
+func ContactColumns() []string { return []string{"id", "name", "phone", "email"} }
 
-func isContactColumn(name string) bool {
-	for _, c := range ContactColumns {
+// IsContactColumn reports whether name is one of ContactColumns.
+func IsContactColumn(name string) bool {
+	for _, c := range ContactColumns() {
 		if c == name {
 			return true
 		}
@@ -213,7 +215,7 @@ func (db *Store) ListContacts(ctx context.Context, filters []ContactFilter, p Pa
 			expr = `CAST(json_extract(custom_fields, ?) AS TEXT)`
 			args = append(args, `$."`+strings.ReplaceAll(f.Field, `"`, ``)+`"`)
 		} else {
-			if !isContactColumn(f.Field) {
+			if !IsContactColumn(f.Field) {
 				return nil, 0, fmt.Errorf("storage: %q is not a contact field", f.Field)
 			}
 			expr = f.Field

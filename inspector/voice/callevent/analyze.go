@@ -266,9 +266,13 @@ func (v *callView) endedOverdue() (since time.Time, overdue bool) {
 	return since, !since.IsZero() && v.now.Sub(since) > v.pendingAfter
 }
 
-// HasAnomaly reports whether the summary has an anomaly with this code.
-func (s CallSummary) HasAnomaly(code string) bool {
-	for _, a := range s.Anomalies {
+// HasAnomaly reports whether as has an anomaly with this code; "any"
+// matches every anomaly.
+func HasAnomaly(as []Anomaly, code string) bool {
+	if code == "any" {
+		return len(as) > 0
+	}
+	for _, a := range as {
 		if a.Code == code {
 			return true
 		}

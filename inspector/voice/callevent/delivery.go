@@ -12,8 +12,11 @@ import (
 // MaxAttempts is how many times the service tries one delivery.
 const MaxAttempts = 5
 
-// RetrySchedule is the delay before each attempt.
-var RetrySchedule = [MaxAttempts]time.Duration{0, 30 * time.Second, 2 * time.Minute, 8 * time.Minute, 32 * time.Minute}
+// RetrySchedule is the delay before each attempt (section 6.8). An array
+// returned by value, so that no caller can change the schedule for all.
+func RetrySchedule() [MaxAttempts]time.Duration {
+	return [MaxAttempts]time.Duration{0, 30 * time.Second, 2 * time.Minute, 8 * time.Minute, 32 * time.Minute}
+}
 
 // Retryable reports whether the service tries again after an attempt that
 // ended with status: network errors and time-outs (status 0), 408, 429 and

@@ -81,10 +81,8 @@ func (s *Server) contacts(w http.ResponseWriter, r *http.Request, search bool) {
 // empty result.
 func (s *Server) contactFilter(r *http.Request, name string, values []string) (servicedb.ContactFilter, error) {
 	f := servicedb.ContactFilter{Field: name, Values: values}
-	for _, c := range servicedb.ContactColumns {
-		if c == name {
-			return f, nil
-		}
+	if servicedb.IsContactColumn(name) {
+		return f, nil
 	}
 	if !fieldNameRE.MatchString(name) {
 		return f, api.Invalid("%q is not a contact field nor a custom field in use", name)
@@ -94,7 +92,7 @@ func (s *Server) contactFilter(r *http.Request, name string, values []string) (s
 		return f, err
 	}
 	if !inUse {
-		return f, api.Invalid("%q is not a contact field (%s) nor a custom field in use", name, strings.Join(servicedb.ContactColumns, ", "))
+		return f, api.Invalid("%q is not a contact field (%s) nor a custom field in use", name, strings.Join(servicedb.ContactColumns(), ", "))
 	}
 	f.Custom = true
 	return f, nil

@@ -104,8 +104,8 @@ func (s *Server) attempt(ctx context.Context, d *servicedb.Delivery) {
 	switch {
 	case status >= 200 && status < 300:
 		o.Status, o.DeliveredAt = StatusDelivered, finished
-	case callevent.Retryable(status) && try < d.MaxAttempts && try < len(callevent.RetrySchedule):
-		o.Status, o.NextAt = StatusPending, finished.Add(s.scaled(callevent.RetrySchedule[try]))
+	case callevent.Retryable(status) && try < d.MaxAttempts && try < callevent.MaxAttempts:
+		o.Status, o.NextAt = StatusPending, finished.Add(s.scaled(callevent.RetrySchedule()[try]))
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

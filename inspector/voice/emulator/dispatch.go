@@ -116,69 +116,122 @@ type dispatchPlan struct {
 	outcome string
 }
 
+// validateDispatch checks a dispatch request as the documentation's 4.8
+// describes it, and makes its plan: the delivery headers, the events
+// subscribed to and the scenario's flow.
 func (s *Server) validateDispatch(req *dispatchRequest) (*dispatchPlan, error) {
 	p := &dispatchPlan{}
-	if !callevent.IsPhoneNumber(req.ToNumber) {
-		return nil, api.Invalid("to_number must be a phone number with a leading + and the country code, e.g. +12025550143; got %q", req.ToNumber)
-	}
-	if req.FromNumber != "" && !callevent.IsPhoneNumber(req.FromNumber) {
-		return nil, api.Invalid("from_number must be a phone number with a leading + and the country code; got %q", req.FromNumber)
-	}
-	if req.EventWebhookURL != "" {
-		if err := s.checkWebhookURL(req.EventWebhookURL); err != nil {
-			return nil, err
-		}
+	if err := s.checkTarget(req); err != nil {
+		return nil, err
 	}
 	var err error
 	if p.headers, err = parseHeaderObject(req.EventWebhookHeaders); err != nil {
 		return nil, err
 	}
-	if req.EventWebhookEvents != nil {
-		p.events = map[string]bool{}
-		for _, e := range *req.EventWebhookEvents {
-			if !callevent.IsKind(e) {
-				return nil, api.Invalid("event_webhook_events: %q is not an event kind (%s)", e, strings.Join(callevent.Kinds, ", "))
-			}
-			p.events[e] = true
+	if p.events, err = subscribedEvents(req.EventWebhookEvents); err != nil {
+		return nil, err
+	}
+	if err := planScenario(req, p); err != nil {
+		return nil, err
+	}
+	for _, check := range []func(*dispatchRequest) error{checkTimings, checkIDs, checkContact} {
+		if err := check(req); err != nil {
+			return nil, err
 		}
 	}
+	return p, nil
+}
+
+// checkTarget checks the numbers and the webhook URL.
+func (s *Server) checkTarget(req *dispatchRequest) error {
+	if !callevent.IsPhoneNumber(req.ToNumber) {
+		return api.Invalid("to_number must be a phone number with a leading + and the country code, e.g. +12025550143; got %q", req.ToNumber)
+	}
+	if req.FromNumber != "" && !callevent.IsPhoneNumber(req.FromNumber) {
+		return api.Invalid("from_number must be a phone number with a leading + and the country code; got %q", req.FromNumber)
+	}
+	if req.EventWebhookURL != "" {
+		return s.checkWebhookURL(req.EventWebhookURL)
+	}
+	return nil
+}
+
+// subscribedEvents reads event_webhook_events; nil (omitted) means all six.
+func subscribedEvents(list *[]string) (map[string]bool, error) {
+	if list == nil {
+		return nil, nil
+	}
+	events := map[string]bool{}
+	for _, e := range *list {
+		if !callevent.IsKind(e) {
+			return nil, api.Invalid("event_webhook_events: %q is not an event kind (%s)", e, strings.Join(callevent.Kinds, ", "))
+		}
+		events[e] = true
+	}
+	return events, nil
+}
+
+// planScenario sets the flow and the outcome code of the scenario asked
+// for (completed when none is).
+func planScenario(req *dispatchRequest, p *dispatchPlan) error {
 	switch req.Scenario {
 	case "", ScenarioCompleted:
 		req.Scenario, p.flow = ScenarioCompleted, callevent.FlowCompleted
 	case ScenarioBusy, ScenarioNoAnswer, ScenarioDispatchError:
 		p.flow, p.outcome = callevent.FlowFailed, strings.TrimPrefix(req.Scenario, "failed:")
 	default:
-		return nil, api.Invalid("scenario must be one of %s, %s, %s, %s; got %q", ScenarioCompleted, ScenarioBusy, ScenarioNoAnswer, ScenarioDispatchError, req.Scenario)
+		return api.Invalid("scenario must be one of %s, %s, %s, %s; got %q", ScenarioCompleted, ScenarioBusy, ScenarioNoAnswer, ScenarioDispatchError, req.Scenario)
 	}
-	if t := req.Timings; t != nil {
-		for name, v := range map[string]float64{"ring_seconds": t.RingSeconds, "talk_seconds": t.TalkSeconds,
-			"recording_after_seconds": t.RecordingAfterSeconds, "analysis_after_seconds": t.AnalysisAfterSeconds} {
-			if v < 0 || v > 86400 {
-				return nil, api.Invalid("timings.%s must be between 0 and 86400 seconds", name)
-			}
+	return nil
+}
+
+func checkTimings(req *dispatchRequest) error {
+	t := req.Timings
+	if t == nil {
+		return nil
+	}
+	for _, v := range []struct {
+		name  string
+		value float64
+	}{{"ring_seconds", t.RingSeconds}, {"talk_seconds", t.TalkSeconds},
+		{"recording_after_seconds", t.RecordingAfterSeconds}, {"analysis_after_seconds", t.AnalysisAfterSeconds}} {
+		if v.value < 0 || v.value > 86400 {
+			return api.Invalid("timings.%s must be between 0 and 86400 seconds", v.name)
 		}
 	}
+	return nil
+}
+
+// checkIDs checks that the campaign's and the agent's ids, when given, are
+// UUIDs.
+func checkIDs(req *dispatchRequest) error {
 	if req.CampaignID != "" {
 		if _, err := uuid.Parse(req.CampaignID); err != nil {
-			return nil, api.Invalid("campaign_id must be a UUID")
+			return api.Invalid("campaign_id must be a UUID")
 		}
 	}
 	if req.Agent != nil && req.Agent.ID != "" {
 		if _, err := uuid.Parse(req.Agent.ID); err != nil {
-			return nil, api.Invalid("agent.id must be a UUID")
+			return api.Invalid("agent.id must be a UUID")
 		}
 	}
-	if c := req.Contact; c != nil {
-		if c.ID != "" {
-			if _, err := uuid.Parse(c.ID); err != nil {
-				return nil, api.Invalid("contact.id must be a UUID")
-			}
-		}
-		if c.Phone != "" && !callevent.IsPhoneNumber(c.Phone) {
-			return nil, api.Invalid("contact.phone must be a phone number with a leading + and the country code")
+	return nil
+}
+
+func checkContact(req *dispatchRequest) error {
+	c := req.Contact
+	if c == nil {
+		return nil
+	}
+	if c.ID != "" {
+		if _, err := uuid.Parse(c.ID); err != nil {
+			return api.Invalid("contact.id must be a UUID")
 		}
 	}
-	return p, nil
+	if c.Phone != "" && !callevent.IsPhoneNumber(c.Phone) {
+		return api.Invalid("contact.phone must be a phone number with a leading + and the country code")
+	}
+	return nil
 }
 
 // checkWebhookURL applies section 6.10: https only; http (and every other

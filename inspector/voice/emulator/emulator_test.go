@@ -418,7 +418,7 @@ func TestCompletedCallDeliversEveryEventInOrder(t *testing.T) {
 			t.Errorf("%s: record payload differs from the bytes sent", r.event)
 		}
 		if rec.Attempts != 1 || rec.MaxAttempts != 5 || rec.ResponseStatus == nil || *rec.ResponseStatus != 200 ||
-			rec.DeliveredAt == nil || rec.Event != r.event || rec.CallID != callID || !strings.HasPrefix(rec.URL, tg.URL) ||
+			rec.DeliveredAt.IsZero() || rec.Event != r.event || rec.CallID != callID || !strings.HasPrefix(rec.URL, tg.URL) ||
 			rec.ResponseBody != "answer OK" || len(rec.AttemptLog) != 1 || rec.NextAttemptAt != nil {
 			t.Errorf("%s: record %+v", r.event, rec.DeliveryItem)
 		}
@@ -561,7 +561,7 @@ func TestRetriesFollowTheScaledSchedule(t *testing.T) {
 		}
 		ta, _ := time.Parse(time.RFC3339Nano, *a.At)
 		tb, _ := time.Parse(time.RFC3339Nano, *b.At)
-		if gap, min := tb.Sub(ta), time.Duration(float64(callevent.RetrySchedule[i])*scale); gap < min {
+		if gap, min := tb.Sub(ta), time.Duration(float64(callevent.RetrySchedule()[i])*scale); gap < min {
 			t.Errorf("attempt %d came %s after attempt %d; the schedule wants at least %s", i+1, gap, i, min)
 		}
 	}
@@ -654,7 +654,7 @@ func TestReplayGivesAFreshBudget(t *testing.T) {
 	healthy.Store(true) // the client fixed its endpoint
 	e.ok("POST", "/api/v1/ext/webhooks/replay/", rwKey, map[string]any{"id": id}, 200, &res)
 	rec = e.waitSettled(id)
-	if rec.Status != emulator.StatusDelivered || rec.Attempts != 1 || len(rec.AttemptLog) != 11 || rec.DeliveredAt == nil || rec.Error != "" {
+	if rec.Status != emulator.StatusDelivered || rec.Attempts != 1 || len(rec.AttemptLog) != 11 || rec.DeliveredAt.IsZero() || rec.Error != "" {
 		t.Fatalf("after the fix: %s after %d (log %d) error %q", rec.Status, rec.Attempts, len(rec.AttemptLog), rec.Error)
 	}
 	got := tg.requests()
@@ -739,7 +739,7 @@ func TestPaging(t *testing.T) {
 	// Newest first.
 	e.ok("GET", "/api/v1/ext/webhooks/?limit=200", roKey, nil, 200, &deliveries)
 	for i := 1; i < len(deliveries.Results); i++ {
-		if *deliveries.Results[i].CreatedAt > *deliveries.Results[i-1].CreatedAt {
+		if deliveries.Results[i].CreatedAt.After(deliveries.Results[i-1].CreatedAt.Time) {
 			t.Fatalf("deliveries not newest first at %d", i)
 		}
 	}

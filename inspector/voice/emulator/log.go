@@ -16,18 +16,8 @@ import (
 // does not show): the record of section 2.3 without the payload, the
 // response body and the attempts listing.
 type DeliveryItem struct {
-	ID             string  `json:"id"`
-	Event          string  `json:"event"`
-	URL            string  `json:"url"`
-	Status         string  `json:"status"`
-	Attempts       int     `json:"attempts"`
-	MaxAttempts    int     `json:"max_attempts"`
-	ResponseStatus *int    `json:"response_status"`
-	Error          string  `json:"error"`
-	CallID         string  `json:"call_id"`
-	CreatedAt      *string `json:"created_at"`
-	DeliveredAt    *string `json:"delivered_at"`
-	NextAttemptAt  *string `json:"next_attempt_at"` // the emulator's own: when the next attempt is due
+	callevent.DeliverySummary
+	NextAttemptAt *string `json:"next_attempt_at"` // the emulator's own: when the next attempt is due
 }
 
 // DeliveryRecord is the data of GET /webhooks/{id}/ (section 2.3).
@@ -59,10 +49,10 @@ type ReplayResult struct {
 }
 
 func itemOf(d *servicedb.Delivery) DeliveryItem {
-	it := DeliveryItem{
+	it := DeliveryItem{DeliverySummary: callevent.DeliverySummary{
 		ID: d.ID, Event: d.Event, URL: d.URL, Status: d.Status, Attempts: d.Attempts, MaxAttempts: d.MaxAttempts,
-		Error: d.Error, CallID: d.CallID, CreatedAt: api.Time(d.CreatedAt), DeliveredAt: api.Time(d.DeliveredAt),
-	}
+		Error: d.Error, CallID: d.CallID, CreatedAt: callevent.Timestamp{Time: d.CreatedAt}, DeliveredAt: callevent.Timestamp{Time: d.DeliveredAt},
+	}}
 	if d.ResponseStatus != 0 {
 		rs := d.ResponseStatus
 		it.ResponseStatus = &rs

@@ -48,7 +48,6 @@ type Client struct {
 	key       string
 	http      *http.Client
 	userAgent string
-	sleep     func(ctx context.Context, d time.Duration) error // tests may shorten waits
 }
 
 // Option adjusts a Client.
@@ -83,7 +82,6 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 		base:      u,
 		key:       apiKey,
 		userAgent: "calltap",
-		sleep:     sleepCtx,
 		http: &http.Client{
 			Timeout: 60 * time.Second,
 			Transport: &http.Transport{
@@ -142,7 +140,7 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 	if cl.query != nil {
 		rel.RawQuery = cl.query.Encode()
 	}
-	target := c.base.ResolveReference(rel)
+	target := c.base.ResolveReference(rel).String()
 	var body []byte
 	if cl.body != nil {
 		var err error
@@ -152,71 +150,87 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 	}
 	op := cl.method + " " + "/" + cl.path
 	for try := 0; ; try++ {
-		req, err := http.NewRequestWithContext(ctx, cl.method, target.String(), bytes.NewReader(body))
+		status, header, raw, err := c.roundTrip(ctx, cl.method, target, body, op)
 		if err != nil {
 			return err
 		}
-		req.Header.Set("Authorization", "Bearer "+c.key)
-		req.Header.Set("Accept", "application/json")
-		req.Header.Set("User-Agent", c.userAgent)
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := c.http.Do(req)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return &Error{Kind: ErrNetwork, Op: op, URL: c.base.String(), Err: err}
-		}
-		raw, rerr := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))
-		resp.Body.Close()
-		if rerr != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return &Error{Kind: ErrNetwork, Op: op, URL: c.base.String(), Err: fmt.Errorf("reading the response: %w", rerr)}
-		}
-		if len(raw) > maxResponse {
-			return &Error{Op: op, Status: resp.StatusCode, Message: fmt.Sprintf("the response is larger than %d MiB", maxResponse>>20)}
-		}
-		if resp.StatusCode == http.StatusTooManyRequests {
-			wait, known := retryAfter(resp.Header.Get("Retry-After"), time.Now())
+		if status == http.StatusTooManyRequests {
+			wait, known := retryAfter(header.Get("Retry-After"), time.Now())
 			if !known {
 				wait = time.Second << try // no hint: back off 1 s, 2 s, 4 s
 			}
 			if try < maxRetries && wait <= maxRetryWait {
-				if err := c.sleep(ctx, wait); err != nil {
+				if err := sleepCtx(ctx, wait); err != nil {
 					return err
 				}
 				continue
 			}
-			e := apiError(op, cl.what, resp.StatusCode, raw)
+			e := apiError(op, cl.what, status, raw)
 			e.RetryAfter, e.Retries = wait, try
 			return e
 		}
-		if resp.StatusCode >= 300 {
-			return apiError(op, cl.what, resp.StatusCode, raw)
+		return c.decode(op, cl.what, status, raw, out)
+	}
+}
+
+// roundTrip sends one request and reads its answer, at most maxResponse
+// bytes of it.
+func (c *Client) roundTrip(ctx context.Context, method, target string, body []byte, op string) (int, http.Header, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, target, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, nil, nil, ctx.Err()
 		}
-		var env envelope
-		if err := json.Unmarshal(raw, &env); err != nil || env.Status == nil {
-			return &Error{Kind: ErrNotService, Op: op, Status: resp.StatusCode, URL: c.base.String()}
+		return 0, nil, nil, &Error{Kind: ErrNetwork, Op: op, URL: c.base.String(), Err: err}
+	}
+	raw, rerr := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))
+	resp.Body.Close()
+	if rerr != nil {
+		if ctx.Err() != nil {
+			return 0, nil, nil, ctx.Err()
 		}
-		if !*env.Status {
-			e := apiError(op, cl.what, resp.StatusCode, raw)
-			if e.Message == "" {
-				e.Message = env.Message
-			}
-			return e
+		return 0, nil, nil, &Error{Kind: ErrNetwork, Op: op, URL: c.base.String(), Err: fmt.Errorf("reading the response: %w", rerr)}
+	}
+	if len(raw) > maxResponse {
+		return 0, nil, nil, &Error{Op: op, Status: resp.StatusCode, Message: fmt.Sprintf("the response is larger than %d MiB", maxResponse>>20)}
+	}
+	return resp.StatusCode, resp.Header, raw, nil
+}
+
+// decode reads an answer other than 429: an error for a failing status or
+// a false status in the envelope, else the envelope's data into out.
+func (c *Client) decode(op, what string, status int, raw []byte, out any) error {
+	if status >= 300 {
+		return apiError(op, what, status, raw)
+	}
+	var env envelope
+	if err := json.Unmarshal(raw, &env); err != nil || env.Status == nil {
+		return &Error{Kind: ErrNotService, Op: op, Status: status, URL: c.base.String()}
+	}
+	if !*env.Status {
+		e := apiError(op, what, status, raw)
+		if e.Message == "" {
+			e.Message = env.Message
 		}
-		if out == nil {
-			return nil
-		}
-		if err := json.Unmarshal(env.Data, out); err != nil {
-			return &Error{Op: op, Status: resp.StatusCode, Message: "the response's data is not what the documentation describes: " + err.Error()}
-		}
+		return e
+	}
+	if out == nil {
 		return nil
 	}
+	if err := json.Unmarshal(env.Data, out); err != nil {
+		return &Error{Op: op, Status: status, Message: "the response's data is not what the documentation describes: " + err.Error()}
+	}
+	return nil
 }
 
 // retryAfter reads a Retry-After header: delay-seconds or an HTTP date.

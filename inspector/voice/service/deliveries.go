@@ -10,58 +10,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 )
 
 // Timestamp is an ISO 8601 time from the API; the zero value is null.
-type Timestamp struct{ time.Time }
-
-// UnmarshalJSON accepts RFC 3339 with or without fractions, and null.
-func (t *Timestamp) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		t.Time = time.Time{}
-		return nil
-	}
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("timestamp: %w", err)
-	}
-	if s == "" {
-		t.Time = time.Time{}
-		return nil
-	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05.999999999", "2006-01-02 15:04:05.999999999Z07:00"} {
-		if v, err := time.Parse(layout, s); err == nil {
-			t.Time = v.UTC()
-			return nil
-		}
-	}
-	return fmt.Errorf("timestamp %q is not ISO 8601", s)
-}
-
-// MarshalJSON writes RFC 3339 in UTC with microseconds, or null.
-func (t Timestamp) MarshalJSON() ([]byte, error) {
-	if t.IsZero() {
-		return []byte("null"), nil
-	}
-	return json.Marshal(api.FormatTime(t.Time))
-}
+type Timestamp = callevent.Timestamp
 
 // Delivery is a webhook delivery record (documentation 2.3). Items of the
 // delivery log carry the summary fields; GET /webhooks/{id}/ adds Payload,
 // ResponseBody and the attempts listing.
 type Delivery struct {
-	ID             string    `json:"id"`
-	Event          string    `json:"event"`
-	URL            string    `json:"url"`
-	Status         string    `json:"status"`
-	Attempts       int       `json:"attempts"`
-	MaxAttempts    int       `json:"max_attempts"`
-	ResponseStatus *int      `json:"response_status"`
-	Error          string    `json:"error"`
-	CallID         string    `json:"call_id"`
-	CreatedAt      Timestamp `json:"created_at"`
-	DeliveredAt    Timestamp `json:"delivered_at"`
+	callevent.DeliverySummary
 
 	// Payload is the exact bytes that were sent, as the service served
 	// them (never re-encoded). Empty in items of the log.
@@ -114,105 +73,144 @@ func (c *Client) Deliveries(ctx context.Context, f Filter, progress func(Progres
 	if size <= 0 {
 		size = PageSize
 	}
-	q := url.Values{}
+	w := &logWalk{c: c, f: f, q: url.Values{}, seen: map[string]bool{}, ordered: true, counts: map[int]bool{}, progress: progress}
 	if f.CallID != "" {
-		q.Set("call_id", f.CallID)
+		w.q.Set("call_id", f.CallID)
 	}
-	q.Set("limit", strconv.Itoa(size))
-
-	var (
-		out     []Delivery
-		seen    = map[string]bool{}
-		p       Progress
-		ordered = true // every new row so far came newest first
-		last    time.Time
-		counts  = map[int]bool{} // every count the pages gave
-	)
-	// page reads one page and reports how many of its rows were new.
-	page := func(offset int) (rows []Delivery, fresh int, limit, count int, err error) {
-		q.Set("offset", strconv.Itoa(offset))
-		var pg struct {
-			Count   int        `json:"count"`
-			Limit   int        `json:"limit"`
-			Offset  int        `json:"offset"`
-			Results []Delivery `json:"results"`
-		}
-		if err := c.do(ctx, call{method: "GET", path: "webhooks/", query: q}, &pg); err != nil {
-			return nil, 0, 0, 0, err
-		}
-		for _, d := range pg.Results {
-			if d.ID == "" || seen[d.ID] {
-				continue
-			}
-			// Order is judged on new rows only: rows pushed back onto
-			// this page by an insertion are newer than the last row of
-			// the page before.
-			if !last.IsZero() && d.CreatedAt.After(last) {
-				ordered = false
-			}
-			if !d.CreatedAt.IsZero() {
-				last = d.CreatedAt.Time
-			}
-			seen[d.ID] = true
-			fresh++
-			if f.Since.IsZero() || d.CreatedAt.IsZero() || !d.CreatedAt.Before(f.Since) {
-				out = append(out, d)
-			}
-		}
-		p.Pages++
-		p.Count, p.Seen = pg.Count, len(seen)
-		counts[pg.Count] = true
-		return pg.Results, fresh, pg.Limit, pg.Count, nil
-	}
-	// pastSince reports whether the walk, newest first, has gone past
-	// f.Since, so that every later row is older.
-	pastSince := func() bool {
-		return !f.Since.IsZero() && ordered && !last.IsZero() && last.Before(f.Since)
-	}
-
-	offset := 0
-	for {
-		rows, _, limit, count, err := page(offset)
-		if err != nil {
-			return out, err
-		}
-		if limit <= 0 {
-			// A page object without its limit: fall back to what came.
-			limit = len(rows)
-		}
-		offset += limit
-		p.Offset = offset
-		if progress != nil {
-			progress(p)
-		}
-		if len(rows) == 0 || offset >= count || pastSince() {
-			break
-		}
-		if p.Pages >= maxWalkPages {
-			return out, fmt.Errorf("GET /webhooks/: still not at the end after %d pages; narrow the walk with --call-id", p.Pages)
-		}
+	w.q.Set("limit", strconv.Itoa(size))
+	if err := w.walk(ctx); err != nil {
+		return w.out, err
 	}
 	// Rows created during the walk sit at the head, newest first: when the
 	// count moved, read the head again until a page brings nothing new.
-	if ordered && len(counts) > 1 {
-		for offset := 0; p.Pages < maxWalkPages; {
-			rows, fresh, limit, count, err := page(offset)
-			if err != nil {
-				return out, err
-			}
-			if progress != nil {
-				progress(p)
-			}
-			if limit <= 0 {
-				limit = len(rows)
-			}
-			offset += limit
-			if fresh == 0 || len(rows) == 0 || offset >= count {
-				break
-			}
+	if w.ordered && len(w.counts) > 1 {
+		if err := w.rereadHead(ctx); err != nil {
+			return w.out, err
 		}
 	}
-	return out, nil
+	return w.out, nil
+}
+
+// logWalk is one walk of the delivery log, owned by the Deliveries call
+// that made it.
+type logWalk struct {
+	c        *Client
+	f        Filter
+	q        url.Values
+	progress func(Progress)
+
+	out     []Delivery
+	seen    map[string]bool // ids read so far
+	p       Progress
+	ordered bool         // every new row so far came newest first
+	last    time.Time    // the created_at of the last new row
+	counts  map[int]bool // every count the pages gave
+}
+
+// logPage is what one page of the walk brought.
+type logPage struct {
+	rows         []Delivery
+	fresh        int // rows not seen before
+	limit, count int
+}
+
+// page reads the page at offset and keeps its new rows.
+func (w *logWalk) page(ctx context.Context, offset int) (logPage, error) {
+	w.q.Set("offset", strconv.Itoa(offset))
+	var pg struct {
+		Count   int        `json:"count"`
+		Limit   int        `json:"limit"`
+		Offset  int        `json:"offset"`
+		Results []Delivery `json:"results"`
+	}
+	if err := w.c.do(ctx, call{method: "GET", path: "webhooks/", query: w.q}, &pg); err != nil {
+		return logPage{}, err
+	}
+	fresh := 0
+	for _, d := range pg.Results {
+		if w.keep(d) {
+			fresh++
+		}
+	}
+	w.p.Pages++
+	w.p.Count, w.p.Seen = pg.Count, len(w.seen)
+	w.counts[pg.Count] = true
+	limit := pg.Limit
+	if limit <= 0 {
+		// A page object without its limit: fall back to what came.
+		limit = len(pg.Results)
+	}
+	return logPage{rows: pg.Results, fresh: fresh, limit: limit, count: pg.Count}, nil
+}
+
+// keep notes a row and reports whether it was new; new rows since f.Since
+// join the result.
+func (w *logWalk) keep(d Delivery) bool {
+	if d.ID == "" || w.seen[d.ID] {
+		return false
+	}
+	// Order is judged on new rows only: rows pushed back onto this page
+	// by an insertion are newer than the last row of the page before.
+	if !w.last.IsZero() && d.CreatedAt.After(w.last) {
+		w.ordered = false
+	}
+	if !d.CreatedAt.IsZero() {
+		w.last = d.CreatedAt.Time
+	}
+	w.seen[d.ID] = true
+	if w.f.Since.IsZero() || d.CreatedAt.IsZero() || !d.CreatedAt.Before(w.f.Since) {
+		w.out = append(w.out, d)
+	}
+	return true
+}
+
+// pastSince reports whether the walk, newest first, has gone past
+// f.Since, so that every later row is older.
+func (w *logWalk) pastSince() bool {
+	return !w.f.Since.IsZero() && w.ordered && !w.last.IsZero() && w.last.Before(w.f.Since)
+}
+
+// walk reads the log from the start until the offset reaches the count.
+func (w *logWalk) walk(ctx context.Context) error {
+	offset := 0
+	for {
+		pg, err := w.page(ctx, offset)
+		if err != nil {
+			return err
+		}
+		offset += pg.limit
+		w.p.Offset = offset
+		w.report()
+		if len(pg.rows) == 0 || offset >= pg.count || w.pastSince() {
+			return nil
+		}
+		if w.p.Pages >= maxWalkPages {
+			return fmt.Errorf("GET /webhooks/: still not at the end after %d pages; narrow the walk with --call-id", w.p.Pages)
+		}
+	}
+}
+
+func (w *logWalk) report() {
+	if w.progress != nil {
+		w.progress(w.p)
+	}
+}
+
+// rereadHead reads the head of the log again until a page brings nothing
+// new.
+func (w *logWalk) rereadHead(ctx context.Context) error {
+	for offset := 0; w.p.Pages < maxWalkPages; {
+		pg, err := w.page(ctx, offset)
+		if err != nil {
+			return err
+		}
+		w.report()
+		offset += pg.limit
+		if pg.fresh == 0 || len(pg.rows) == 0 || offset >= pg.count {
+			return nil
+		}
+	}
+	return nil
 }
 
 // Delivery reads one delivery with the exact payload that was sent.

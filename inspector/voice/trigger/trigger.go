@@ -108,81 +108,31 @@ func optErr(format string, args ...any) error {
 func Build(o Options) ([]Outgoing, string, error) {
 	spec := o.Spec
 	spec.OutcomeCode = o.OutcomeCode
-	switch {
-	case o.Kind != "" && o.Flow != "":
-		return nil, "", optErr("give an event kind or a flow, not both")
-	case o.Kind != "":
-		if !callevent.IsKind(o.Kind) {
-			return nil, "", optErr("unknown event kind %q; one of %s", o.Kind, strings.Join(callevent.Kinds, ", "))
-		}
-		spec.Flow = callevent.FlowCompleted
-		if o.Kind == callevent.KindFailed {
-			spec.Flow = callevent.FlowFailed
-		}
-	case o.Flow == callevent.FlowCompleted || o.Flow == callevent.FlowFailed:
-		spec.Flow = o.Flow
-	case o.Flow == "":
-		return nil, "", optErr("give an event kind or --flow completed|failed")
-	default:
-		return nil, "", optErr("unknown flow %q; completed or failed", o.Flow)
+	flow, err := flowOf(o)
+	if err != nil {
+		return nil, "", err
 	}
-	if o.OutcomeCode != "" && spec.Flow != callevent.FlowFailed {
-		return nil, "", optErr("--outcome-code applies to call.failed only")
-	}
+	spec.Flow = flow
 	payloads := spec.Events()
 	if o.Kind != "" {
-		for _, p := range payloads {
-			if p.Event == o.Kind {
-				payloads = []callevent.Payload{p}
-				break
-			}
-		}
+		payloads = onlyKind(payloads, o.Kind)
 	}
 	callID := payloads[0].Call.CallID
-
-	type edit struct{ path, value string }
-	var edits []edit
-	for _, kv := range o.Set {
-		path, value, ok := strings.Cut(kv, "=")
-		if !ok || path == "" {
-			return nil, "", optErr("--set %q: want path=value, e.g. call.variables.lead_id=EZ-1", kv)
-		}
-		edits = append(edits, edit{path, value})
+	edits, err := parseSets(o.Set)
+	if err != nil {
+		return nil, "", err
 	}
-	maps := make([]map[string]any, len(payloads))
-	for i, p := range payloads {
-		m, err := p.ToMap()
-		if err != nil {
-			return nil, "", err
-		}
-		maps[i] = m
+	maps, err := editedMaps(payloads, edits)
+	if err != nil {
+		return nil, "", err
 	}
-	for _, e := range edits {
-		top, _, _ := strings.Cut(e.path, ".")
-		anyHas := false
-		for _, m := range maps {
-			if _, ok := m[top]; ok {
-				anyHas = true
-			}
-		}
-		for _, m := range maps {
-			if _, ok := m[top]; ok || !anyHas {
-				if err := callevent.SetPath(m, e.path, e.value); err != nil {
-					return nil, "", optErr("--set %s: %v", e.path, err)
-				}
-			}
-		}
-	}
-
 	out := make([]Outgoing, len(payloads))
 	for i, p := range payloads {
-		var body []byte
-		var err error
-		if len(edits) == 0 {
-			body, err = json.Marshal(p) // documented member order
-		} else {
-			body, err = json.Marshal(maps[i])
+		var v any = p // documented member order
+		if len(edits) > 0 {
+			v = maps[i]
 		}
+		body, err := json.Marshal(v)
 		if err != nil {
 			return nil, "", err
 		}
@@ -193,6 +143,89 @@ func Build(o Options) ([]Outgoing, string, error) {
 		}
 	}
 	return out, callID, nil
+}
+
+// flowOf is the call's flow that o asks for: an event kind's, or --flow.
+func flowOf(o Options) (string, error) {
+	var flow string
+	switch {
+	case o.Kind != "" && o.Flow != "":
+		return "", optErr("give an event kind or a flow, not both")
+	case o.Kind != "":
+		if !callevent.IsKind(o.Kind) {
+			return "", optErr("unknown event kind %q; one of %s", o.Kind, strings.Join(callevent.Kinds, ", "))
+		}
+		flow = callevent.FlowCompleted
+		if o.Kind == callevent.KindFailed {
+			flow = callevent.FlowFailed
+		}
+	case o.Flow == callevent.FlowCompleted || o.Flow == callevent.FlowFailed:
+		flow = o.Flow
+	case o.Flow == "":
+		return "", optErr("give an event kind or --flow completed|failed")
+	default:
+		return "", optErr("unknown flow %q; completed or failed", o.Flow)
+	}
+	if o.OutcomeCode != "" && flow != callevent.FlowFailed {
+		return "", optErr("--outcome-code applies to call.failed only")
+	}
+	return flow, nil
+}
+
+// onlyKind keeps the payload of one event kind, when the flow has it.
+func onlyKind(payloads []callevent.Payload, kind string) []callevent.Payload {
+	for _, p := range payloads {
+		if p.Event == kind {
+			return []callevent.Payload{p}
+		}
+	}
+	return payloads
+}
+
+// edit is one --set: a dot path in the body and the value it gets.
+type edit struct{ path, value string }
+
+func parseSets(sets []string) ([]edit, error) {
+	var edits []edit
+	for _, kv := range sets {
+		path, value, ok := strings.Cut(kv, "=")
+		if !ok || path == "" {
+			return nil, optErr("--set %q: want path=value, e.g. call.variables.lead_id=EZ-1", kv)
+		}
+		edits = append(edits, edit{path, value})
+	}
+	return edits, nil
+}
+
+// editedMaps returns the payloads as maps with the edits made. An edit
+// whose top-level member some payloads have (analysis, media) goes to
+// those only; one that none has goes to every payload.
+func editedMaps(payloads []callevent.Payload, edits []edit) ([]map[string]any, error) {
+	maps := make([]map[string]any, len(payloads))
+	for i, p := range payloads {
+		m, err := p.ToMap()
+		if err != nil {
+			return nil, err
+		}
+		maps[i] = m
+	}
+	for _, e := range edits {
+		top, _, _ := strings.Cut(e.path, ".")
+		anyHas := false
+		for _, m := range maps {
+			_, ok := m[top]
+			anyHas = anyHas || ok
+		}
+		for _, m := range maps {
+			if _, ok := m[top]; !ok && anyHas {
+				continue
+			}
+			if err := callevent.SetPath(m, e.path, e.value); err != nil {
+				return nil, optErr("--set %s: %v", e.path, err)
+			}
+		}
+	}
+	return maps, nil
 }
 
 // Run builds the events and POSTs them to o.URL one after another, each

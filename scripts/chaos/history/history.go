@@ -302,19 +302,3 @@ func (l *Log[T]) Close() error {
 	}
 	return l.err
 }
-
-// WriteAll writes recs to dir/name in one go, replacing the file: for the
-// store, read once after the run drained.
-func WriteAll[T any](dir, name string, recs []T) error {
-	l, err := Create[T](dir, name)
-	if err != nil {
-		return err
-	}
-	for _, r := range recs {
-		if err := l.Append(r); err != nil {
-			l.Close()
-			return err
-		}
-	}
-	return l.Close()
-}

@@ -21,7 +21,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 	appendConcurrently(t, dir)
 	faults := []Fault{{Start: 10, End: 20, Kind: FaultSigkill, Target: "agent"}}
-	if err := WriteAll(dir, FaultsFile, faults); err != nil {
+	if err := writeAll(dir, FaultsFile, faults); err != nil {
 		t.Fatal(err)
 	}
 	h, err := Read(dir)
@@ -102,4 +102,20 @@ func TestReadNoMeta(t *testing.T) {
 	if _, err := Read(t.TempDir()); err == nil {
 		t.Fatal("Read of an empty folder succeeded")
 	}
+}
+
+// writeAll writes recs to dir/name in one go (historytest.WriteAll, which
+// this package's own tests cannot import).
+func writeAll[T any](dir, name string, recs []T) error {
+	l, err := Create[T](dir, name)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if err := l.Append(r); err != nil {
+			l.Close()
+			return err
+		}
+	}
+	return l.Close()
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/calltap/calltap/scripts/chaos/history"
+	"github.com/calltap/calltap/scripts/chaos/history/historytest"
 )
 
 // writeRun saves a one-delivery run in a new folder; lost makes the
@@ -30,9 +31,9 @@ func writeRun(t *testing.T, lost bool) string {
 	store := []history.Capture{{CaptureID: "p1", Tunnel: "t", DeliveryID: "d1", ReceivedAt: t0 + 1.005e9,
 		State: "delivered", ResponseStatus: 200}}
 	for _, err := range []error{
-		history.WriteAll(dir, history.SendsFile, sends),
-		history.WriteAll(dir, history.HandlerFile, copies),
-		history.WriteAll(dir, history.StoreFile, store),
+		historytest.WriteAll(dir, history.SendsFile, sends),
+		historytest.WriteAll(dir, history.HandlerFile, copies),
+		historytest.WriteAll(dir, history.StoreFile, store),
 	} {
 		if err != nil {
 			t.Fatal(err)
