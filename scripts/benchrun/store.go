@@ -21,6 +21,7 @@ import (
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
+	"github.com/calltap/calltap/storage/agentdb/searchindex"
 	"github.com/google/uuid"
 )
 
@@ -156,17 +157,17 @@ type writeMode struct {
 // measure writes to a store of its own for dur, after a warm-up, and
 // returns captures/s.
 func (m writeMode) measure(ctx context.Context, dir string, pool []bodyTmpl, dur time.Duration) (float64, error) {
-	db, err := agentdb.OpenAgent(ctx, filepath.Join(dir, fmt.Sprintf("agent-%v-%v-%s.db", m.withResponse, m.keepIndex, m.sync)),
-		agentdb.WithSync(m.sync))
+	opts := []agentdb.Option{agentdb.WithSync(m.sync)}
+	if m.keepIndex {
+		// What a sustained load beyond the backlog's bound meets: the
+		// indexer works beside the writer from the first capture.
+		opts = append(opts, agentdb.WithSearch(searchindex.BacklogMax(0)))
+	}
+	db, err := agentdb.OpenAgent(ctx, filepath.Join(dir, fmt.Sprintf("agent-%v-%v-%s.db", m.withResponse, m.keepIndex, m.sync)), opts...)
 	if err != nil {
 		return 0, err
 	}
 	defer db.Close()
-	if m.keepIndex {
-		// What a sustained load beyond the backlog's bound meets: the
-		// indexer works beside the writer from the first capture.
-		db.SetSearchBacklogMax(0)
-	}
 	batches := make(chan []*agentdb.Capture, 4)
 	stop := make(chan struct{})
 	go produceBatches(pool, batches, stop)

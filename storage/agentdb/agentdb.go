@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/calltap/calltap/storage/agentdb/searchindex"
 	"github.com/calltap/calltap/storage/intake"
 
 	"github.com/calltap/calltap/storage"
@@ -52,6 +53,7 @@ type options struct {
 	sync   storage.SyncMode
 	intake bool
 	disk   intake.Disk // writes and syncs the intake log and body files; a test's option sets another
+	search []searchindex.Option
 }
 
 // WithIntake makes the agent store keep an intake log (see intake.go) for
@@ -60,6 +62,12 @@ func WithIntake() Option { return func(o *options) { o.intake = true } }
 
 // WithSync sets how durable commits are; the default is storage.SyncFull.
 func WithSync(m storage.SyncMode) Option { return func(o *options) { o.sync = m } }
+
+// WithSearch sets how the search index keeps pace with the writer
+// (searchindex.BacklogMax, Idle, Lead).
+func WithSearch(opts ...searchindex.Option) Option {
+	return func(o *options) { o.search = append(o.search, opts...) }
+}
 
 // AgentStore is the agent's database: captures, attempts, media, the
 // search index and large bodies (calltap listen, dev).
@@ -79,9 +87,9 @@ type AgentStore struct {
 	// keep a deletion waiting past busyTimeout; the gate queues them.
 	writeGate sync.Mutex
 
-	ckpt   *checkpointer  // WAL checkpoints off the commit path; nil when read-only
-	index  *indexer       // the full-text index, a file of its own; nil when read-only
-	bodies *intake.Bodies // large request bodies (storage/intake)
+	ckpt   *checkpointer        // WAL checkpoints off the commit path; nil when read-only
+	index  *searchindex.Indexer // the full-text index, a file of its own; nil when read-only
+	bodies *intake.Bodies       // large request bodies (storage/intake)
 
 	intake *intakeLog // nil unless opened WithIntake (and no other process holds the log)
 	reader *reader    // set by OpenAgentReader: a read-only store (reader.go)
@@ -117,9 +125,9 @@ func OpenAgent(ctx context.Context, path string, opts ...Option) (_ *AgentStore,
 			sdb.Explain(&err)
 		}
 	}()
-	// The full-text index is a file of its own (see searchindex.go),
+	// The full-text index is a file of its own (storage/agentdb/searchindex),
 	// attached to every read connection.
-	if db.index, err = openIndexer(ctx, func() *sql.DB { return sdb.Pool("deferred", true) }, path); err != nil {
+	if db.index, err = searchindex.Open(ctx, func() *sql.DB { return sdb.Pool("deferred", true) }, path, BodiesDir(path), o.search...); err != nil {
 		return nil, err
 	}
 	if db.ckpt, err = startCheckpointer(ctx, sdb.Pool("immediate", false)); err != nil {
@@ -172,7 +180,7 @@ func (db *AgentStore) closeStore() error {
 func (db *AgentStore) closeParts() error {
 	errs := []error{db.read.Close()} // sdb.Close closes it again, which does nothing
 	if db.index != nil {
-		errs = append(errs, db.index.close())
+		errs = append(errs, db.index.Close())
 	}
 	if db.ckpt != nil {
 		errs = append(errs, db.ckpt.close())
@@ -188,7 +196,7 @@ func (db *AgentStore) closeParts() error {
 		errs = append(errs, db.bodies.Close())
 	}
 	if db.index != nil {
-		errs = append(errs, db.index.removeIfDamaged())
+		errs = append(errs, db.index.RemoveIfDamaged())
 	}
 	return errors.Join(errs...)
 }

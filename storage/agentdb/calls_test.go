@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-func openAgentDB(t *testing.T) *AgentStore {
+func openAgentDB(t *testing.T, opts ...Option) *AgentStore {
 	t.Helper()
-	return openAgentAt(t, filepath.Join(t.TempDir(), "agent.db"))
+	return openAgentAt(t, filepath.Join(t.TempDir(), "agent.db"), opts...)
 }
 
 var callsT0 = time.Date(2025, 3, 14, 15, 0, 0, 0, time.UTC)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"time"
+
+	"github.com/calltap/calltap/storage"
 )
 
 // Capture is one request the agent received, byte-exact, and what became of
@@ -64,20 +66,6 @@ const (
 	StatusUnknown = "unknown"
 )
 
-func micros(t time.Time) sql.NullInt64 {
-	if t.IsZero() {
-		return sql.NullInt64{}
-	}
-	return sql.NullInt64{Int64: t.UnixMicro(), Valid: true}
-}
-
-func fromMicros(n sql.NullInt64) time.Time {
-	if !n.Valid {
-		return time.Time{}
-	}
-	return time.UnixMicro(n.Int64).UTC()
-}
-
 const captureColumns = `seq, id, relay_id, source, created_at, arrived_at, queued, method, path, query, request_headers,
 	size, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, response_status,
 	error, duration_us, delivered_at, attempts, max_attempts, keep`
@@ -107,13 +95,13 @@ func scanCapture(sc interface{ Scan(...any) error }, extra ...any) (*Capture, er
 	c.RelayID, c.Event, c.CallID, c.DeliveryID, c.OccurredAt = relayID.String, event.String, callID.String, deliveryID.String, occurredAt.String
 	c.DuplicateOf, c.ReplayOf, c.Error = dupOf.String, replayOf.String, errTxt.String
 	c.CreatedAt = time.UnixMicro(created).UTC()
-	c.ArrivedAt = fromMicros(arrived)
+	c.ArrivedAt = storage.FromMicros(arrived)
 	c.ResponseStatus = int(respStatus.Int64)
 	c.Duration = -1
 	if dur.Valid {
 		c.Duration = time.Duration(dur.Int64) * time.Microsecond
 	}
-	c.DeliveredAt = fromMicros(delivered)
+	c.DeliveredAt = storage.FromMicros(delivered)
 	return &c, nil
 }
 

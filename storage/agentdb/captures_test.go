@@ -312,8 +312,7 @@ func TestCapturesByStatusClass(t *testing.T) {
 // just saved is found.
 func TestEachCaptureSearchesWhatIsNotYetIndexed(t *testing.T) {
 	ctx := context.Background()
-	db := openAgentDB(t)
-	idleForever(db)
+	db := openAgentDB(t, idleForever)
 	c := testCapture(1, []byte(`{"city":"Reno"}`))
 	saveCaptures(t, db, c)
 	var got []string

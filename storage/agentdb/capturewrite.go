@@ -45,7 +45,7 @@ func (db *AgentStore) WriteCaptures(ctx context.Context, inserts, updates []*Cap
 		return nil, err
 	}
 	if db.index != nil && len(inserts) > 0 {
-		if err := db.index.waitRoom(ctx, len(inserts)); err != nil {
+		if err := db.index.WaitRoom(ctx, len(inserts)); err != nil {
 			return nil, err
 		}
 	}
@@ -62,7 +62,7 @@ func (db *AgentStore) WriteCaptures(ctx context.Context, inserts, updates []*Cap
 		return nil, err
 	}
 	if db.index != nil && last > 0 {
-		db.index.saved(last)
+		db.index.Saved(last)
 	}
 	if db.intake != nil {
 		db.intake.noteSaved(inserts)

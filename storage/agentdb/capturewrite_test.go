@@ -61,8 +61,8 @@ func TestWriteCapturesAnswerWithoutStatus(t *testing.T) {
 	}
 }
 
-// Bodies up to searchindex.MaxBody bytes of UTF-8 go into the full-text index;
-// empty, larger or binary ones do not.
+// Bodies up to searchindex.MaxBody bytes of UTF-8 go into the full-text
+// index; empty, larger or binary ones do not.
 func TestIndexable(t *testing.T) {
 	atBound := bytes.Repeat([]byte("a"), searchindex.MaxBody)
 	for _, tc := range []struct {
@@ -88,17 +88,16 @@ func TestIndexable(t *testing.T) {
 func TestAnswersDoNotWaitForTheIndex(t *testing.T) {
 	ctx := context.Background()
 	path := t.TempDir() + "/agent.db"
-	db := openAgentAt(t, path)
-	db.SetSearchBacklogMax(0)
+	db := openAgentAt(t, path, WithSearch(searchindex.BacklogMax(0)))
 	unlock := lockSearchIndex(t, path)
 	defer unlock()
 	var first []*Capture
-	for i := range searchLead + 100 {
+	for i := range searchindex.DefaultLead + 100 {
 		first = append(first, testCapture(i, []byte(`{"city":"Austin"}`)))
 	}
 	saveCaptures(t, db, first...)
-	if n := db.SearchBacklog(); n <= searchLead {
-		t.Fatalf("backlog %d, want it past the lead %d", n, searchLead)
+	if n := db.SearchBacklog(); n <= searchindex.DefaultLead {
+		t.Fatalf("backlog %d, want it past the lead %d", n, searchindex.DefaultLead)
 	}
 	// The deadline bounds a hang; the write takes milliseconds.
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -108,10 +107,7 @@ func TestAnswersDoNotWaitForTheIndex(t *testing.T) {
 	}
 	// Held, the indexer gives up only after the busy timeout (10 s); an
 	// answer that waited for it returns only once it has.
-	db.index.mu.Lock()
-	failed := db.index.failed
-	db.index.mu.Unlock()
-	if failed != nil {
+	if failed := db.index.Err(); failed != nil {
 		t.Errorf("the answer was recorded only once the indexer gave up (%v): it waited for the index", failed)
 	}
 }

@@ -146,7 +146,7 @@ func (db *AgentStore) deleteWhere(ctx context.Context, cond string, args []any, 
 	}
 	db.readDoomedText(batch)
 	db.writeGate.Lock()
-	out, media, err := db.index.deleteBatch(ctx, batch)
+	out, media, err := deleteBatch(ctx, db.index, batch)
 	db.writeGate.Unlock()
 	if err != nil {
 		return Deleted{}, false, err
@@ -231,13 +231,13 @@ type mediaGone struct {
 // deleteBatch is one deletion transaction (see the top of the file); it
 // returns the captures of batch it deleted (another process may have
 // deleted some already) and the media rows that went with them.
-func (ix *indexer) deleteBatch(ctx context.Context, batch []*doomed) (gone []*doomed, media []mediaGone, err error) {
-	tx, err := ix.db.BeginTx(ctx, nil)
+func deleteBatch(ctx context.Context, ix *searchindex.Indexer, batch []*doomed) (gone []*doomed, media []mediaGone, err error) {
+	tx, err := ix.DB().BeginTx(ctx, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("storage: begin deleting: %w", err)
 	}
 	defer tx.Rollback()
-	upto, err := ix.file.LockProgress(ctx, tx)
+	upto, err := ix.File().LockProgress(ctx, tx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -245,14 +245,14 @@ func (ix *indexer) deleteBatch(ctx context.Context, batch []*doomed) (gone []*do
 	if err != nil || len(gone) == 0 {
 		return nil, nil, err
 	}
-	if err := ix.file.Forget(ctx, tx, indexEntries(gone), upto); err != nil {
+	if err := ix.File().Forget(ctx, tx, indexEntries(gone), upto); err != nil {
 		return nil, nil, err
 	}
 	if media, err = deleteDependents(ctx, tx, gone); err != nil {
 		return nil, nil, err
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, nil, ix.damage(fmt.Errorf("storage: commit deleting: %w", err))
+		return nil, nil, ix.Damage(fmt.Errorf("storage: commit deleting: %w", err))
 	}
 	return gone, media, nil
 }

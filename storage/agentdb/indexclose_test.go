@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/calltap/calltap/storage/agentdb/searchindex"
 )
 
 // indexedUpto is the search index's position in the store at path, read
@@ -36,11 +38,11 @@ func TestCloseLeavesTheBacklogForTheNextStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 20 * searchChunk
-	batch := make([]*Capture, 0, searchChunk)
+	n := 20 * searchindex.Chunk
+	batch := make([]*Capture, 0, searchindex.Chunk)
 	for i := 1; i <= n; i++ {
 		batch = append(batch, testCapture(i, fmt.Appendf(nil, `{"n":%d,"city":"Austin"}`, i)))
-		if len(batch) == searchChunk {
+		if len(batch) == searchindex.Chunk {
 			saveCaptures(t, db, batch...)
 			batch = batch[:0]
 		}

@@ -211,7 +211,7 @@ func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Captu
 		return nil, err
 	}
 	if db.index != nil && len(inserts) > 0 {
-		db.index.touch()
+		db.index.Touch()
 	}
 	in.npending.Store(int64(len(in.pending)))
 	select {
@@ -438,7 +438,7 @@ func (in *intakeLog) catchUp(ctx context.Context) error {
 func (in *intakeLog) apply(ctx context.Context, batch []logged) error {
 	db := in.db
 	if db.index != nil {
-		if err := db.index.waitRoom(ctx, len(batch)); err != nil {
+		if err := db.index.WaitRoom(ctx, len(batch)); err != nil {
 			return err
 		}
 	}
@@ -471,7 +471,7 @@ func (in *intakeLog) apply(ctx context.Context, batch []logged) error {
 		}
 	}
 	if db.index != nil && last > 0 {
-		db.index.saved(last)
+		db.index.Saved(last)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/storage/agentdb/searchindex"
 	"github.com/calltap/calltap/storage/intake"
 )
 
@@ -807,16 +808,14 @@ func TestIntakeApplyWaitsForTheIndex(t *testing.T) {
 	holdApplies(t)
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db := openIntakeDB(t, path)
+	// A bound of 0 and no lead: past the bound, the writer waits for the
+	// indexer.
+	db := openIntakeDB(t, path, WithSearch(searchindex.BacklogMax(0), searchindex.Lead(0)))
 	defer db.Close()
 	unlock := lockSearchIndex(t, path)
 	defer unlock() // before Close, which applies what is pending
+	// A backlog of one past the bound, the lead spent, the index held.
 	saveCaptures(t, db, testCapture(0, []byte(`{"city":"Austin"}`)))
-	// A backlog of one past a bound of 0, the lead spent, the index held.
-	db.SetSearchBacklogMax(0)
-	db.index.mu.Lock()
-	db.index.credit = 0
-	db.index.mu.Unlock()
 	var logged []*Capture
 	for i := 1; i <= 10; i++ { // fewer than applyBatch: applyLoop waits applyDelay
 		logged = append(logged, testCapture(i, []byte(`{"city":"Austin"}`)))
@@ -861,12 +860,9 @@ func loggingKeepsTheIndexerWaiting(t *testing.T) (judged bool) {
 	t.Helper()
 	holdApplies(t)
 	ctx := context.Background()
-	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"))
-	defer db.Close()
 	const idle = 600 * time.Millisecond
-	db.index.mu.Lock()
-	db.index.idle = idle
-	db.index.mu.Unlock()
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"), WithSearch(searchindex.Idle(idle)))
+	defer db.Close()
 	if _, err := db.LogCaptures(ctx, []*Capture{testCapture(1, []byte(`{"city":"Austin"}`))}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -930,11 +926,14 @@ func TestIntakeFullBatchAppliedAtOnce(t *testing.T) {
 func TestIntakeApplyKeepsTheFileItStoppedIn(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db := openIntakeDB(t, path)
+	// A bound of 0 and a lead of one batch left to the writer, the index
+	// held: the indexer never moves.
+	db := openIntakeDB(t, path, WithSearch(searchindex.BacklogMax(0), searchindex.Lead(applyBatch)))
+	unlock := lockSearchIndex(t, path)
+	defer unlock()
 	in := db.intake
 	close(in.stop) // no applyLoop: the test applies
 	<-in.done
-	idleForever(db) // the indexer leaves the backlog alone
 	direct := testCapture(0, []byte(`{}`))
 	saveCaptures(t, db, direct)
 	logOne := func(inserts, updates []*Capture) {
@@ -964,12 +963,8 @@ func TestIntakeApplyKeepsTheFileItStoppedIn(t *testing.T) {
 	for in.log.Gen() == stoppedIn {
 		logOne(nil, []*Capture{big})
 	}
-	// A backlog past the bound, and a lead of one batch left to the
-	// writer: the second batch waits for an indexer that never moves.
-	db.SetSearchBacklogMax(0)
-	db.index.mu.Lock()
-	db.index.credit = applyBatch
-	db.index.mu.Unlock()
+	// A backlog past the bound, and the lead of one batch: the second
+	// batch waits for an indexer that never moves.
 	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	if err := in.catchUp(short); !errors.Is(err, context.DeadlineExceeded) {
@@ -978,6 +973,7 @@ func TestIntakeApplyKeepsTheFileItStoppedIn(t *testing.T) {
 	if in.applied.gen != stoppedIn {
 		t.Fatalf("the first batch ended in log %d, want %d", in.applied.gen, stoppedIn)
 	}
+	unlock() // the store closes without waiting for the index's lock
 	// Killed: nothing more applied.
 	in.mu.Lock()
 	in.closed = true

@@ -168,7 +168,7 @@ func TestReaderCountsOnlyWhatIsNotApplied(t *testing.T) {
 func TestReaderCountsTheUnindexed(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db := openAgentAt(t, path)
+	db := openAgentAt(t, path, idleForever) // the index moves only when told
 	saveCaptures(t, db, testCapture(1, []byte(`{"n":1}`)), testCapture(2, []byte(`{"n":2}`)), testCapture(3, []byte(`{"n":3}`)))
 	if err := db.CatchUpSearch(ctx); err != nil {
 		t.Fatal(err)
@@ -189,7 +189,7 @@ func TestReaderCountsTheUnindexed(t *testing.T) {
 	if n := unindexed(); n != 0 {
 		t.Fatalf("an index caught up: %d unindexed, want 0", n)
 	}
-	idleForever(db) // the two next stay out of the index
+	// the two next stay out of the index
 	saveCaptures(t, db, testCapture(4, []byte(`{"n":4}`)), testCapture(5, []byte(`{"n":5}`)))
 	if n := unindexed(); n != 2 {
 		t.Fatalf("two captures saved after the index moved: %d unindexed, want 2", n)

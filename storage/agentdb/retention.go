@@ -180,7 +180,7 @@ const rowOverhead = 2048
 // system (auto_vacuum is incremental: migration 0012), in the store and
 // in the search index, whose entries FTS4 removes by merging segments.
 func (db *AgentStore) vacuum(ctx context.Context) error {
-	conn, err := db.index.db.Conn(ctx)
+	conn, err := db.index.DB().Conn(ctx)
 	if err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func (db *AgentStore) vacuum(ctx context.Context) error {
 	// ('merge=X,Y') left the index larger than before the prune. This
 	// runs on the indexer's connection, off the capture writer's path.
 	if _, err := conn.ExecContext(ctx, `INSERT INTO search.captures_fts (captures_fts) VALUES ('optimize')`); err != nil {
-		return db.index.damage(fmt.Errorf("storage: merge the search index: %w", err))
+		return db.index.Damage(fmt.Errorf("storage: merge the search index: %w", err))
 	}
 	for _, schema := range []string{"search", "main"} {
 		if err := db.vacuumSchema(ctx, conn, schema); err != nil {

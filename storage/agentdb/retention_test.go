@@ -283,7 +283,7 @@ func TestVacuumTriesTheWALForAWhile(t *testing.T) {
 	db := openAgentAt(t, path)
 	saveCaptures(t, db, testCapture(1, []byte(`{"n":1}`)))
 	// Each try waits 20 ms for the reader, not busyTimeout.
-	if _, err := db.index.db.ExecContext(ctx, `PRAGMA busy_timeout = 20`); err != nil {
+	if _, err := db.index.DB().ExecContext(ctx, `PRAGMA busy_timeout = 20`); err != nil {
 		t.Fatal(err)
 	}
 	reader, err := sql.Open("sqlite3", "file:"+path+"?mode=ro")
@@ -325,7 +325,7 @@ func TestVacuumTriesTheWALForAWhile(t *testing.T) {
 	// goes first in a vacuum, and takes its own time).
 	tx = hold()
 	saveCaptures(t, db, testCapture(3, []byte(`{"n":3}`)))
-	conn, err := db.index.db.Conn(ctx)
+	conn, err := db.index.DB().Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

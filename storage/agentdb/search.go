@@ -48,7 +48,7 @@ func (db *AgentStore) searchCaptures(ctx context.Context, f CaptureFilter, q str
 		args = append(args, string(list))
 		return db.listWhere(ctx, joinWhere(conds), args, f.Page)
 	case len(conds) == 0:
-		count, err := db.index.file.Count(ctx, db.read, q)
+		count, err := db.index.File().Count(ctx, db.read, q)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -71,7 +71,7 @@ func page(seqs []int64, p Page) []int64 {
 // ftsSeqs returns the seqs of the captures whose body matches FTS query
 // q, in order ("ASC" or "DESC").
 func (db *AgentStore) ftsSeqs(ctx context.Context, q, order string, limit, offset int) ([]int64, error) {
-	return db.index.file.Seqs(ctx, db.read, q, order, limit, offset)
+	return db.index.File().Seqs(ctx, db.read, q, order, limit, offset)
 }
 
 // capturesBySeq loads the listed captures, newest first, without bodies.

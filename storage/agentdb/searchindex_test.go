@@ -26,21 +26,16 @@ func searchIDs(t *testing.T, db *AgentStore, text string) []string {
 	return ids(rows)
 }
 
-// idleForever keeps db's background indexer from indexing a backlog within
-// its bound, so that a test sees the backlog it left.
-func idleForever(db *AgentStore) {
-	db.index.mu.Lock()
-	db.index.idle = time.Hour
-	db.index.mu.Unlock()
-}
+// idleForever keeps a store's background indexer from indexing a backlog
+// within its bound, so that a test sees the backlog it left.
+var idleForever = WithSearch(searchindex.Idle(time.Hour))
 
 // A capture is found by text search as soon as it is saved, though the
 // full-text index takes it later; indexing then leaves no backlog and the
 // same answers.
 func TestSearchSeesCapturesNotYetIndexed(t *testing.T) {
 	ctx := context.Background()
-	db := openAgentDB(t)
-	idleForever(db)
+	db := openAgentDB(t, idleForever)
 	var cs []*Capture
 	for i := range 10 {
 		cs = append(cs, testCapture(i, fmt.Appendf(nil, `{"city":"Denver","lead_id":"L-%d"}`, i)))
@@ -79,18 +74,9 @@ func TestSearchIndexedWhenIdle(t *testing.T) {
 	if _, err := db.WriteCaptures(ctx, []*Capture{testCapture(1, []byte(`{"city":"Austin"}`))}, nil); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.After(time.Minute)
-	for {
-		db.index.mu.Lock()
-		backlog, moved := db.index.last-db.index.upto, db.index.moved
-		db.index.mu.Unlock()
-		if backlog == 0 {
-			break
-		}
-		select {
-		case <-moved: // the indexer's position moved
-		case <-deadline:
-			t.Fatalf("backlog still %d after 10 s of no writes", db.SearchBacklog())
+	for deadline := time.Now().Add(time.Minute); db.SearchBacklog() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) { // bounds a hang
+			t.Fatalf("backlog still %d after a minute of no writes", db.SearchBacklog())
 		}
 	}
 	var upto int64
@@ -128,17 +114,16 @@ func lockSearchIndex(t *testing.T, path string) (unlock func()) {
 }
 
 // Beyond the bound, the indexer works beside the writer, and a writer that
-// outruns it by more than searchLead waits for it: here the index file is
+// outruns it by more than searchindex.DefaultLead waits for it: here the index file is
 // locked by another connection until the second write has begun, so that
-// write can only leave the backlog within bound+searchLead(+1) by waiting.
+// write can only leave the backlog within bound+searchindex.DefaultLead(+1) by waiting.
 func TestSearchBacklogIsBounded(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db := openAgentAt(t, path)
-	db.SetSearchBacklogMax(0)
+	db := openAgentAt(t, path, WithSearch(searchindex.BacklogMax(0)))
 	unlock := lockSearchIndex(t, path)
 	var first []*Capture
-	for i := range searchLead + 100 {
+	for i := range searchindex.DefaultLead + 100 {
 		first = append(first, testCapture(i, []byte(`{"city":"Austin"}`)))
 	}
 	if _, err := db.WriteCaptures(ctx, first, nil); err != nil {
@@ -146,18 +131,18 @@ func TestSearchBacklogIsBounded(t *testing.T) {
 	}
 	wrote := make(chan error, 1)
 	go func() {
-		_, err := db.WriteCaptures(ctx, []*Capture{testCapture(searchLead+100, []byte(`{"city":"Austin"}`))}, nil)
+		_, err := db.WriteCaptures(ctx, []*Capture{testCapture(searchindex.DefaultLead+100, []byte(`{"city":"Austin"}`))}, nil)
 		wrote <- err
 	}()
 	unlock() // the indexer goes on
 	if err := <-wrote; err != nil {
 		t.Fatal(err)
 	}
-	if n := db.SearchBacklog(); n > searchLead+1 {
-		t.Fatalf("the second write left a backlog of %d, bound 0 + %d", n, searchLead)
+	if n := db.SearchBacklog(); n > searchindex.DefaultLead+1 {
+		t.Fatalf("the second write left a backlog of %d, bound 0 + %d", n, searchindex.DefaultLead)
 	}
-	if _, n, err := db.Captures(ctx, CaptureFilter{Text: "Austin", Page: Page{Limit: 1}}); err != nil || n != searchLead+101 {
-		t.Errorf("search count %d, %v; want %d", n, err, searchLead+101)
+	if _, n, err := db.Captures(ctx, CaptureFilter{Text: "Austin", Page: Page{Limit: 1}}); err != nil || n != searchindex.DefaultLead+101 {
+		t.Errorf("search count %d, %v; want %d", n, err, searchindex.DefaultLead+101)
 	}
 }
 
@@ -190,9 +175,8 @@ func TestSearchBacklogSurvivesReopen(t *testing.T) {
 func TestSearchIndexWithTwoWriters(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	a := openAgentAt(t, path)
+	a := openAgentAt(t, path, WithSearch(searchindex.BacklogMax(3)))
 	b := openAgentAt(t, path)
-	a.SetSearchBacklogMax(3)
 	write := func(db *AgentStore, n int) {
 		t.Helper()
 		if _, err := db.WriteCaptures(ctx, []*Capture{testCapture(n, fmt.Appendf(nil, `{"city":"Chicago","n":"N%d"}`, n))}, nil); err != nil {
@@ -295,13 +279,15 @@ func TestSearchIndexRebuilt(t *testing.T) {
 func TestSearchBacklogDoesNotStopWrites(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db := openAgentAt(t, path)
-	idleForever(db)
-	db.SetSearchBacklogMax(1 << 40)
+	// A bound of 0 with the index held from the start, and a lead of four
+	// leads: the writes below leave the backlog three leads past the bound,
+	// and the writer one lead, as a lowered bound would.
+	db := openAgentAt(t, path, WithSearch(searchindex.BacklogMax(0), searchindex.Lead(4*searchindex.DefaultLead)))
+	unlock := lockSearchIndex(t, path)
 	n := 0
 	for range 12 {
 		var batch []*Capture
-		for range searchLead / 4 {
+		for range searchindex.DefaultLead / 4 {
 			batch = append(batch, testCapture(n, []byte(`{"city":"Denver"}`)))
 			n++
 		}
@@ -309,8 +295,7 @@ func TestSearchBacklogDoesNotStopWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	unlock := lockSearchIndex(t, path)
-	db.SetSearchBacklogMax(0) // 3 leads behind
+	// 3 leads behind
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if _, err := db.WriteCaptures(wctx, []*Capture{testCapture(n, []byte(`{"city":"Denver"}`))}, nil); err != nil {
@@ -330,11 +315,10 @@ func TestSearchBacklogDoesNotStopWrites(t *testing.T) {
 func TestSearchBacklogEndsPastADeletedNewestCapture(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db, err := OpenAgent(ctx, path)
+	db, err := OpenAgent(ctx, path, idleForever)
 	if err != nil {
 		t.Fatal(err)
 	}
-	idleForever(db)
 	saveCaptures(t, db, testCapture(1, []byte(`{"city":"Lima"}`)), testCapture(2, []byte(`{"city":"Quito"}`)))
 	if _, err := db.DeleteCaptures(ctx, testCapture(2, nil).ID); err != nil {
 		t.Fatal(err)
@@ -372,18 +356,17 @@ func closeWithin(t *testing.T, db *AgentStore) {
 }
 
 // The intake log's applies keep to the indexer's pace as a direct write
-// does: with the index held, they stop searchLead past the bound until the
+// does: with the index held, they stop searchindex.DefaultLead past the bound until the
 // indexer moves.
 func TestSearchBacklogBoundsTheApplies(t *testing.T) {
 	holdApplies(t)
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db := openIntakeDB(t, path)
+	db := openIntakeDB(t, path, WithSearch(searchindex.BacklogMax(0)))
 	defer db.Close()
-	db.SetSearchBacklogMax(0)
 	unlock := lockSearchIndex(t, path)
 	var cs []*Capture
-	for i := range searchLead + 3*applyBatch {
+	for i := range searchindex.DefaultLead + 3*applyBatch {
 		cs = append(cs, testCapture(i, []byte(`{"city":"Austin"}`)))
 	}
 	if _, err := db.LogCaptures(ctx, cs, nil); err != nil {
@@ -393,7 +376,7 @@ func TestSearchBacklogBoundsTheApplies(t *testing.T) {
 	go func() { applied <- db.intake.catchUp(ctx) }()
 	// The lead spent, the applies wait with a few batches pending; then the
 	// indexer goes on. The deadline bounds a hang.
-	held := int64(len(cs) - searchLead)
+	held := int64(len(cs) - searchindex.DefaultLead)
 	for deadline := time.Now().Add(30 * time.Second); db.intake.npending.Load() > held; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d records pending, want the applies to go on to %d", db.intake.npending.Load(), held)
@@ -403,8 +386,8 @@ func TestSearchBacklogBoundsTheApplies(t *testing.T) {
 	if err := <-applied; err != nil {
 		t.Fatal(err)
 	}
-	if n := db.SearchBacklog(); n > searchLead+applyBatch {
-		t.Fatalf("the applies left a backlog of %d, bound 0 + %d (+ a batch)", n, searchLead)
+	if n := db.SearchBacklog(); n > searchindex.DefaultLead+applyBatch {
+		t.Fatalf("the applies left a backlog of %d, bound 0 + %d (+ a batch)", n, searchindex.DefaultLead)
 	}
 }
 
@@ -437,12 +420,12 @@ func TestSearchIndexesTheApplies(t *testing.T) {
 func TestReopenIndexesTheBacklog(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db := openAgentAt(t, path)
+	db := openAgentAt(t, path, idleForever) // the index moves only when told
 	saveCaptures(t, db, testCapture(1, []byte(`{"n":1}`)))
 	if err := db.CatchUpSearch(ctx); err != nil {
 		t.Fatal(err)
 	}
-	idleForever(db) // the next two stay out of the index
+	// the next two stay out of the index
 	saveCaptures(t, db, testCapture(2, []byte(`{"n":2}`)), testCapture(3, []byte(`{"n":3}`)))
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
@@ -488,75 +471,10 @@ func TestRemoveSearchIndex(t *testing.T) {
 	}
 }
 
-// A writer within the backlog's bound never waits, whatever credit it has
-// left; past it, with its credit spent, it waits for the indexer.
-func TestSearchBoundAndCredit(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "agent.db")
-	db := openAgentAt(t, path)
-	var cs []*Capture
-	for i := range 10 {
-		cs = append(cs, testCapture(i, []byte(`{"n":1}`)))
-	}
-	saveCaptures(t, db, cs...)
-	if err := db.CatchUpSearch(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// Within (a backlog of 0, a bound of 0), no credit: it saves at once.
-	db.SetSearchBacklogMax(0)
-	db.index.mu.Lock()
-	db.index.credit = 0
-	db.index.mu.Unlock()
-	short, cancel := context.WithTimeout(ctx, 5*time.Second) // bounds a hang
-	defer cancel()
-	if _, err := db.WriteCaptures(short, []*Capture{testCapture(10, []byte(`{"n":1}`))}, nil); err != nil {
-		t.Fatalf("a write within the bound: %v", err)
-	}
-	// Past the bound, the index held: the lead, then nothing more.
-	unlock := lockSearchIndex(t, path)
-	defer unlock()
-	saveCaptures(t, db, testCapture(100, []byte(`{"n":1}`))) // past the bound, whether or not the indexer took the last one
-	db.index.mu.Lock()
-	db.index.credit = 5
-	db.index.mu.Unlock()
-	var lead []*Capture
-	for i := 11; i < 16; i++ {
-		lead = append(lead, testCapture(i, []byte(`{"n":1}`)))
-	}
-	if _, err := db.WriteCaptures(ctx, lead, nil); err != nil {
-		t.Fatal(err)
-	}
-	spent, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	if _, err := db.WriteCaptures(spent, []*Capture{testCapture(16, []byte(`{"n":1}`))}, nil); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("a write past the bound with no credit left, the index held: %v, want it to wait", err)
-	}
-}
-
-// Each capture the indexer indexes is one more the writer may save past
-// the bound, up to searchLead; a position that goes back gives nothing.
-func TestIndexingGivesCredit(t *testing.T) {
-	ix := &indexer{upto: 100, moved: make(chan struct{})}
-	ix.setPosition(150, 200)
-	if ix.credit != 50 {
-		t.Fatalf("50 indexed: credit %d, want 50", ix.credit)
-	}
-	ix.setPosition(140, 200)
-	if ix.credit != 50 || ix.upto != 140 {
-		t.Fatalf("a position back by 10: credit %d, upto %d; want 50, 140", ix.credit, ix.upto)
-	}
-	ix.setPosition(140+2*searchLead, 200+2*searchLead)
-	if ix.credit != searchLead {
-		t.Fatalf("%d indexed: credit %d, want the lead %d", 2*searchLead, ix.credit, searchLead)
-	}
-}
-
 // A backlog within its bound, up to the bound itself, waits for the
 // writer to be idle: the indexer leaves it alone meanwhile.
 func TestIndexerLeavesABacklogAtItsBound(t *testing.T) {
-	db := openAgentDB(t)
-	idleForever(db)
-	db.SetSearchBacklogMax(2)
+	db := openAgentDB(t, idleForever, WithSearch(searchindex.BacklogMax(2)))
 	saveCaptures(t, db, testCapture(1, []byte(`{"n":1}`)), testCapture(2, []byte(`{"n":2}`)))
 	// A while to see that nothing happens: an indexer that went on would
 	// have in milliseconds.
