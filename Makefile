@@ -25,14 +25,18 @@ check-tools:
 vet:
 	$(GO) vet ./...
 
-# staticcheck and deadcode, fetched at pinned versions by go run so a fresh
-# machine needs nothing installed. deadcode counts what tests use as used, so
-# a helper that only tests call is not reported.
+# staticcheck, deadcode and gocyclo, fetched at pinned versions by go run so
+# a fresh machine needs nothing installed. deadcode counts what tests use as
+# used, so a helper that only tests call is not reported. gocyclo holds every
+# function outside tests to a cyclomatic complexity of 15: one a reader
+# holds at once.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 DEADCODE    := golang.org/x/tools/cmd/deadcode@v0.52.0
+GOCYCLO     := github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0
 
 lint:
 	$(GO) run $(STATICCHECK) ./...
+	@out=$$($(GO) run $(GOCYCLO) -over 15 -ignore '_test' cmd relay inspector web storage scripts 2>&1) || { echo "$$out"; echo "gocyclo: functions above complexity 15 (split them into named steps)"; exit 1; }
 	@out=$$($(GO) run $(DEADCODE) -test ./...) && if [ -n "$$out" ]; then echo "$$out"; echo "deadcode: unused functions above"; exit 1; fi
 
 # The tools first (prerequisites run left to right), then vet and lint, then

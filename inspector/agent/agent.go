@@ -15,6 +15,28 @@
 // answered 503 outcome_unknown: the handler may have had it). An orderly
 // stop loses nothing a crash would not, and on a full disk keeps the
 // answers it could not record for the next start.
+//
+// # Locks across packages
+//
+// The answer path nests locks of four packages, always in this order and
+// never the other way; a lock not listed is taken alone (Agent: stopMu,
+// turnMu, stateMu, notifyMu; committer: replyMu, stopMu):
+//
+//	agent       committer.mu          held across a commit (commit, committer.go)
+//	  agentdb     intakeLog.mu        held by LogCaptures for a whole append (intake.go)
+//	    searchindex Indexer.mu        Touch, under intakeLog.mu, briefly (searchindex/indexer.go)
+//	  inspector   hub.mu              committedAnswer → Agent.publish → the inspector's
+//	                                  Server.publish → hub.publish, under committer.mu
+//	agentdb     intakeLog.applyMu     held by an apply (applyLoop, or a reader catching up)
+//	  agentdb     intakeLog.mu        briefly, to take the pending records
+//	  searchindex Indexer.mu          WaitRoom and Saved, briefly
+//	  agentdb     writeGate, rawMu    the store's one write connection (writer.go)
+//
+// The answer path's two chains meet only at the store's files: an apply
+// runs on the intake log's goroutine, never under committer.mu. No lock
+// is held across a write to the relay: frameconn's Conn.writeMu is taken by
+// ackAll and finishAll (exchange.go) after every lock above is let go, and
+// the Frame.Written callbacks it runs take none of them.
 package agent
 
 import (

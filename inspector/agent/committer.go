@@ -38,7 +38,7 @@ type committer struct {
 	captures        captureWriter                               // set by New (a test's by NewWritingThrough), then read-only
 	log             *slog.Logger                                // read-only
 	committedInsert func(c *agentdb.Capture, w agentdb.Written) // the Agent's: tells the inspector and the media saver; read-only
-	committedAnswer func(c *agentdb.Capture)                    // the Agent's: tells the inspector of an answer or update committed; read-only
+	committedAnswer func(c *agentdb.Capture)                    // the Agent's: tells the inspector of an answer or update committed; called holding mu (by commit); read-only
 
 	ops       chan writeOp // the write queue: any goroutine sends (queue), loop receives
 	answers   *responses   // the handler's answers waiting to be recorded, with the linger timer
@@ -84,7 +84,7 @@ type writeOp struct {
 	insert *agentdb.Capture // a capture to add; the store gives it its seq and, if sent again, its first copy's id
 	update *agentdb.Capture // a capture to change (a deferred request's queued mark)
 	ack    *exchange        // acknowledged to the relay once the insert is committed (ackAll)
-	after  func(error)      // told the commit's outcome, on loop's goroutine (or queue's caller, once stopped)
+	after  func(error)      // told the commit's outcome, on loop's goroutine (or queue's caller, once stopped); whoever runs it must then call sendReplies, which sends the answers it may have added (addReply)
 	// keep: should the commit fail, the write is tried again (with the
 	// next one, or after a pause) until it succeeds, and after is called
 	// only then. For writes nobody can be told failed: a queued request
@@ -264,7 +264,9 @@ func (cm *committer) commitInline(c *agentdb.Capture) error {
 }
 
 // commit commits inserts and updates with the answers waiting, holding mu
-// throughout. A failed commit gives the answers back, in front, and puts
+// throughout: the store's LogCaptures and committedAnswer (which takes the
+// inspector's hub lock) run under it (see the package comment's lock
+// order). A failed commit gives the answers back, in front, and puts
 // the agent in save-first mode. ran is false, and nothing is committed,
 // when there was nothing to: no answers waiting and skipEmpty.
 func (cm *committer) commit(ctx context.Context, inserts, updates []*agentdb.Capture, skipEmpty bool) (ran bool, written []agentdb.Written, err error) {

@@ -11,7 +11,13 @@ import (
 )
 
 // ServeTunnel takes a request from the relay. It runs on the connection's
-// read loop, so it only queues work.
+// read loop, so it does no I/O of its own: it reads the body for the call
+// event's fields (newCapture), picks a plan, and starts the request's
+// goroutine or queues it, on the turn line and in the committer's write
+// queue. That queue is bounded (1024 writes): when it is full, ServeTunnel
+// blocks until the committer takes from it, and so the read loop stops
+// reading, which holds the relay to the agent's pace (the relay keeps what
+// it cannot send in its queue).
 //
 // A live request is forwarded while its capture is committed, and the relay
 // gets the handler's answer once both are done: the sender's answer means

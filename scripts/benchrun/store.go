@@ -21,7 +21,6 @@ import (
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
-	"github.com/calltap/calltap/storage/agentdb/searchindex"
 	"github.com/google/uuid"
 )
 
@@ -161,7 +160,7 @@ func (m writeMode) measure(ctx context.Context, dir string, pool []bodyTmpl, dur
 	if m.keepIndex {
 		// What a sustained load beyond the backlog's bound meets: the
 		// indexer works beside the writer from the first capture.
-		opts = append(opts, agentdb.WithSearch(searchindex.BacklogMax(0)))
+		opts = append(opts, agentdb.WithSearchBacklogMax(0))
 	}
 	db, err := agentdb.OpenAgent(ctx, filepath.Join(dir, fmt.Sprintf("agent-%v-%v-%s.db", m.withResponse, m.keepIndex, m.sync)), opts...)
 	if err != nil {

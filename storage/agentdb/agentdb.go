@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/calltap/calltap/storage/agentdb/searchindex"
 	"github.com/calltap/calltap/storage/intake"
@@ -52,8 +53,9 @@ type Option func(*options)
 type options struct {
 	sync   storage.SyncMode
 	intake bool
-	disk   intake.Disk // writes and syncs the intake log and body files; a test's option sets another
-	search []searchindex.Option
+	disk   intake.Disk      // writes and syncs the intake log and body files; a test's option sets another
+	pace   searchindex.Pace // how the search index keeps pace with the writer
+	delay  time.Duration    // the intake log's apply delay (defaultApplyDelay); a test's option sets another
 }
 
 // WithIntake makes the agent store keep an intake log (see intake.go) for
@@ -63,11 +65,10 @@ func WithIntake() Option { return func(o *options) { o.intake = true } }
 // WithSync sets how durable commits are; the default is storage.SyncFull.
 func WithSync(m storage.SyncMode) Option { return func(o *options) { o.sync = m } }
 
-// WithSearch sets how the search index keeps pace with the writer
-// (searchindex.BacklogMax, Idle, Lead).
-func WithSearch(opts ...searchindex.Option) Option {
-	return func(o *options) { o.search = append(o.search, opts...) }
-}
+// WithSearchBacklogMax sets the bound of the search index's backlog
+// (default 50,000): past it the indexer works beside the writer, which it
+// holds to its pace; 0 indexes every capture as soon as it is saved.
+func WithSearchBacklogMax(n int64) Option { return func(o *options) { o.pace.BacklogMax = n } }
 
 // AgentStore is the agent's database: captures, attempts, media, the
 // search index and large bodies (calltap listen, dev).
@@ -108,7 +109,7 @@ func newStore(sdb *storage.DB, sync storage.SyncMode, bodies *intake.Bodies) *Ag
 // search index and its body files. An index SQLite cannot read is deleted
 // and rebuilt.
 func OpenAgent(ctx context.Context, path string, opts ...Option) (_ *AgentStore, err error) {
-	o := options{sync: storage.SyncFull, disk: intake.OSDisk{}}
+	o := options{sync: storage.SyncFull, disk: intake.OSDisk{}, delay: defaultApplyDelay, pace: searchindex.DefaultPace()}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -127,7 +128,7 @@ func OpenAgent(ctx context.Context, path string, opts ...Option) (_ *AgentStore,
 	}()
 	// The full-text index is a file of its own (storage/agentdb/searchindex),
 	// attached to every read connection.
-	if db.index, err = searchindex.Open(ctx, func() *sql.DB { return sdb.Pool("deferred", true) }, path, BodiesDir(path), o.search...); err != nil {
+	if db.index, err = searchindex.Open(ctx, func() *sql.DB { return sdb.Pool("deferred", true) }, path, BodiesDir(path), o.pace); err != nil {
 		return nil, err
 	}
 	if db.ckpt, err = startCheckpointer(ctx, sdb.Pool("immediate", false)); err != nil {
@@ -135,7 +136,7 @@ func OpenAgent(ctx context.Context, path string, opts ...Option) (_ *AgentStore,
 	}
 	// What an agent killed before it applied its log left there is applied
 	// now, whoever opens the store, unless that agent's successor holds it.
-	if db.intake, err = openIntake(ctx, db, o.intake, o.disk); err != nil {
+	if db.intake, err = openIntake(ctx, db, o.intake, o.disk, o.delay); err != nil {
 		return nil, err
 	}
 	return db, nil
@@ -200,6 +201,3 @@ func (db *AgentStore) closeParts() error {
 	}
 	return errors.Join(errs...)
 }
-
-// nullString maps "" to NULL so that optional text columns stay NULL.
-func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }

@@ -174,7 +174,7 @@ func TestMigrateBodiesApart(t *testing.T) {
 	for i, body := range bodies {
 		res, err := w.ExecContext(ctx, `INSERT INTO captures (id, relay_id, source, created_at, late, method, path, body, event, replay_of,
 			status, response_status, response_body, attempts) VALUES (?, ?, 'tunnel', ?, ?, 'POST', '/x', ?, 'call.ended', ?, 'delivered', 200, ?, 1)`,
-			fmt.Sprintf("id-%d", i), fmt.Sprintf("r-%d", i), capT0.UnixMicro(), i == 1, body, nullString(map[bool]string{true: "id-0"}[i == 2]), []byte("resp"))
+			fmt.Sprintf("id-%d", i), fmt.Sprintf("r-%d", i), capT0.UnixMicro(), i == 1, body, sql.NullString{String: "id-0", Valid: i == 2}, []byte("resp"))
 		if err != nil {
 			t.Fatal(err)
 		}

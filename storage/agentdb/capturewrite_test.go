@@ -88,7 +88,7 @@ func TestIndexable(t *testing.T) {
 func TestAnswersDoNotWaitForTheIndex(t *testing.T) {
 	ctx := context.Background()
 	path := t.TempDir() + "/agent.db"
-	db := openAgentAt(t, path, WithSearch(searchindex.BacklogMax(0)))
+	db := openAgentAt(t, path, WithSearchBacklogMax(0))
 	unlock := lockSearchIndex(t, path)
 	defer unlock()
 	var first []*Capture

@@ -3,7 +3,9 @@ package agentdb
 import (
 	"os"
 	"sync"
+	"time"
 
+	"github.com/calltap/calltap/storage/agentdb/searchindex"
 	"github.com/calltap/calltap/storage/intake"
 )
 
@@ -51,3 +53,10 @@ func (d *faultDisk) Sync(f *os.File) error {
 	}
 	return s(f)
 }
+
+// withPace sets how the store's search index keeps pace with its writer.
+func withPace(set func(*searchindex.Pace)) Option { return func(o *options) { set(&o.pace) } }
+
+// withApplyDelay sets how long the first pending record of the intake log
+// waits, at most, to be applied.
+func withApplyDelay(d time.Duration) Option { return func(o *options) { o.delay = d } }

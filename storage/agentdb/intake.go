@@ -59,10 +59,10 @@ import (
 // applyBatch is the most records applied in one SQLite transaction.
 const applyBatch = 512
 
-// applyDelay is how long the first pending record waits, at most, to be
+// defaultApplyDelay is how long the first pending record waits, at most, to be
 // applied (readers in this process never wait for it: they apply what is
 // pending first); a variable for tests.
-var applyDelay = 50 * time.Millisecond
+const defaultApplyDelay = 50 * time.Millisecond
 
 // The log files live among the body segments (BodiesDir): a request's
 // body stays where the log wrote it, and the store names its file and
@@ -97,23 +97,26 @@ type logged struct {
 // intakeLog is an agent store's log: its writer (LogCaptures), the records
 // not yet applied, and the goroutine that applies them.
 type intakeLog struct {
-	db   *AgentStore
-	dir  string
-	sync bool     // storage.SyncFull: a batch with inserts is fdatasynced before LogCaptures returns
-	lock *os.File // the folder's lock file, held exclusively while open
+	db    *AgentStore
+	dir   string
+	sync  bool          // storage.SyncFull: a batch with inserts is fdatasynced before LogCaptures returns
+	delay time.Duration // how long the first pending record waits, at most, to be applied (defaultApplyDelay; a test's option sets another)
+	lock  *os.File      // the folder's lock file, held exclusively while open
 
-	mu        sync.Mutex  // guards the fields below it; held by LogCaptures for a whole append
-	log       *intake.Log // the file appended to
-	pending   []logged    // appended, not yet applied, in order
-	byDeliver map[string]string
-	byRelay   map[string]string
-	ids       *idFilter     // the store's delivery ids (idfilter.go); nil until built
-	committed deliveryIndex // what SQLite holds: db (openIntake); read when ids may hold an id
-	closed    bool
+	// mu is held by LogCaptures for a whole append, and by the indexer's
+	// Touch under it (lock order: inspector/agent's package comment).
+	mu        sync.Mutex
+	log       *intake.Log       // guarded by mu: the file appended to
+	pending   []logged          // guarded by mu: appended, not yet applied, in order
+	byDeliver map[string]string // guarded by mu: delivery id → the first pending capture's id
+	byRelay   map[string]string // guarded by mu: relay id → the pending capture's id
+	ids       *idFilter         // guarded by mu: the store's delivery ids (idfilter.go); nil until built
+	committed deliveryIndex     // guarded by mu: what SQLite holds: db (openIntake); read when ids may hold an id
+	closed    bool              // guarded by mu: set by close
 
 	npending atomic.Int64 // len(pending), read without mu
 
-	applyMu sync.Mutex // held while applying: by applyLoop, or a reader catching up
+	applyMu sync.Mutex // held while applying: by applyLoop, or a reader catching up; taken before mu and the store's write locks
 	applied pos        // guarded by applyMu: the position recorded in intake_state
 	failed  error      // guarded by applyMu: the last apply's error, nil once one succeeds
 
@@ -127,7 +130,7 @@ type intakeLog struct {
 // applies what a previous owner left there, and, if own, keeps it and
 // starts a new file to append to, written through disk. It returns nil
 // (and applies nothing) when another process owns the log.
-func openIntake(ctx context.Context, db *AgentStore, own bool, disk intake.Disk) (*intakeLog, error) {
+func openIntake(ctx context.Context, db *AgentStore, own bool, disk intake.Disk, delay time.Duration) (*intakeLog, error) {
 	dir := BodiesDir(db.path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("storage: intake folder: %w", err)
@@ -148,7 +151,7 @@ func openIntake(ctx context.Context, db *AgentStore, own bool, disk intake.Disk)
 		}
 		return nil, fmt.Errorf("storage: intake lock: %w", err)
 	}
-	in := &intakeLog{db: db, dir: dir, sync: db.sync == storage.SyncFull, lock: lock,
+	in := &intakeLog{db: db, dir: dir, sync: db.sync == storage.SyncFull, delay: delay, lock: lock,
 		byDeliver: map[string]string{}, byRelay: map[string]string{},
 		log:  intake.NewLog(dir, db.sync == storage.SyncFull, db.bodies.SyncDir, intake.WithDisk(disk)),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
@@ -360,7 +363,7 @@ func (in *intakeLog) redelivery(ctx context.Context, r string) (string, int64, b
 	return id, 0, err == nil, err
 }
 
-// applyLoop applies pending records: applyDelay after the first of a
+// applyLoop applies pending records: in.delay after the first of a
 // quiet spell, or at once when applyBatch are waiting.
 func (in *intakeLog) applyLoop() {
 	defer close(in.done)
@@ -373,7 +376,7 @@ func (in *intakeLog) applyLoop() {
 			return
 		}
 		if in.npending.Load() < applyBatch {
-			timer.Reset(applyDelay)
+			timer.Reset(in.delay)
 			select {
 			case <-timer.C:
 			case <-in.stop:

@@ -25,7 +25,7 @@ import (
 
 func openIntakeDB(t testing.TB, path string, opts ...Option) *AgentStore {
 	t.Helper()
-	db, err := OpenAgent(context.Background(), path, append(opts, WithIntake())...)
+	db, err := OpenAgent(context.Background(), path, append(append(opts, held()...), WithIntake())...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,9 +55,20 @@ func crash(t testing.TB, db *AgentStore) {
 
 // holdApplies keeps applyLoop from applying anything for the test.
 func holdApplies(t *testing.T) {
-	old := applyDelay
-	applyDelay = time.Hour
-	t.Cleanup(func() { applyDelay = old })
+	heldApplies = true
+	t.Cleanup(func() { heldApplies = false })
+}
+
+// heldApplies is set by holdApplies for the test that calls it: the stores
+// it opens apply their intake log only when told (or at close).
+var heldApplies bool
+
+// held is withApplyDelay(time.Hour) while heldApplies.
+func held() []Option {
+	if heldApplies {
+		return []Option{withApplyDelay(time.Hour)}
+	}
+	return nil
 }
 
 // What LogCaptures saved reads back as WriteCaptures would have saved it:
@@ -249,7 +260,7 @@ func TestIntakeDamageBeforeNewerLogIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	_, err = OpenAgent(ctx, path, WithIntake())
+	_, err = OpenAgent(ctx, path, append(held(), WithIntake())...)
 	if err == nil || !strings.Contains(err.Error(), "damaged") {
 		t.Fatalf("open: %v, want the damage reported", err)
 	}
@@ -300,8 +311,8 @@ func TestIntakeWriterProcess(t *testing.T) {
 	if dir == "" {
 		return // run by TestIntakeKilledMidBatch only
 	}
-	applyDelay = time.Millisecond // applies all the time: the kill may land in one
-	db, err := OpenAgent(context.Background(), filepath.Join(dir, "agent.db"), WithIntake())
+	// Applies all the time: the kill may land in one.
+	db, err := OpenAgent(context.Background(), filepath.Join(dir, "agent.db"), WithIntake(), withApplyDelay(time.Millisecond))
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
@@ -810,7 +821,7 @@ func TestIntakeApplyWaitsForTheIndex(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.db")
 	// A bound of 0 and no lead: past the bound, the writer waits for the
 	// indexer.
-	db := openIntakeDB(t, path, WithSearch(searchindex.BacklogMax(0), searchindex.Lead(0)))
+	db := openIntakeDB(t, path, WithSearchBacklogMax(0), withPace(func(p *searchindex.Pace) { p.Lead = 0 }))
 	defer db.Close()
 	unlock := lockSearchIndex(t, path)
 	defer unlock() // before Close, which applies what is pending
@@ -861,7 +872,7 @@ func loggingKeepsTheIndexerWaiting(t *testing.T) (judged bool) {
 	holdApplies(t)
 	ctx := context.Background()
 	const idle = 600 * time.Millisecond
-	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"), WithSearch(searchindex.Idle(idle)))
+	db := openIntakeDB(t, filepath.Join(t.TempDir(), "agent.db"), withPace(func(p *searchindex.Pace) { p.Idle = idle }))
 	defer db.Close()
 	if _, err := db.LogCaptures(ctx, []*Capture{testCapture(1, []byte(`{"city":"Austin"}`))}, nil); err != nil {
 		t.Fatal(err)
@@ -928,7 +939,7 @@ func TestIntakeApplyKeepsTheFileItStoppedIn(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.db")
 	// A bound of 0 and a lead of one batch left to the writer, the index
 	// held: the indexer never moves.
-	db := openIntakeDB(t, path, WithSearch(searchindex.BacklogMax(0), searchindex.Lead(applyBatch)))
+	db := openIntakeDB(t, path, WithSearchBacklogMax(0), withPace(func(p *searchindex.Pace) { p.Lead = applyBatch }))
 	unlock := lockSearchIndex(t, path)
 	defer unlock()
 	in := db.intake

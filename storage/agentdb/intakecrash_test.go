@@ -122,7 +122,7 @@ func TestIntakeTornTailIsCutWhateverFollows(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			db, err = OpenAgent(context.Background(), path, WithIntake())
+			db, err = OpenAgent(context.Background(), path, append(held(), WithIntake())...)
 			if err != nil {
 				t.Fatalf("open after a torn last record (newer log: %s): %v", newer, err)
 			}
@@ -183,7 +183,7 @@ func TestIntakeDamageBeforeSyncedRecordsIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, err = OpenAgent(context.Background(), path, WithIntake())
+	_, err = OpenAgent(context.Background(), path, append(held(), WithIntake())...)
 	if err == nil {
 		t.Fatal("the store opened past damage that whole records follow")
 	}

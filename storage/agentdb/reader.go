@@ -23,7 +23,7 @@ import (
 //
 // It sees every request already answered. While an agent owns the store,
 // the requests it answered may still be in its intake log, applied to
-// SQLite within applyDelay: the reader waits until the agent has applied
+// SQLite within its apply delay: the reader waits until the agent has applied
 // every record the log held when it opened (ownerCaughtUp), and searches
 // wait for the agent's index in the same way. With no agent, records or
 // an index backlog left by one that was killed are what a reader cannot
@@ -31,7 +31,7 @@ import (
 // OpenAgent (which applies them) where it can write.
 
 // ownerWait bounds how long a reader waits for a live agent to apply its
-// log or index its captures: the agent applies within applyDelay, and
+// log or index its captures: the agent applies within its apply delay, and
 // retries a failed apply (a full disk) every second.
 const ownerWait = 5 * time.Second
 

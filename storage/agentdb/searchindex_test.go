@@ -28,7 +28,7 @@ func searchIDs(t *testing.T, db *AgentStore, text string) []string {
 
 // idleForever keeps a store's background indexer from indexing a backlog
 // within its bound, so that a test sees the backlog it left.
-var idleForever = WithSearch(searchindex.Idle(time.Hour))
+var idleForever = withPace(func(p *searchindex.Pace) { p.Idle = time.Hour })
 
 // A capture is found by text search as soon as it is saved, though the
 // full-text index takes it later; indexing then leaves no backlog and the
@@ -120,7 +120,7 @@ func lockSearchIndex(t *testing.T, path string) (unlock func()) {
 func TestSearchBacklogIsBounded(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db := openAgentAt(t, path, WithSearch(searchindex.BacklogMax(0)))
+	db := openAgentAt(t, path, WithSearchBacklogMax(0))
 	unlock := lockSearchIndex(t, path)
 	var first []*Capture
 	for i := range searchindex.DefaultLead + 100 {
@@ -175,7 +175,7 @@ func TestSearchBacklogSurvivesReopen(t *testing.T) {
 func TestSearchIndexWithTwoWriters(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	a := openAgentAt(t, path, WithSearch(searchindex.BacklogMax(3)))
+	a := openAgentAt(t, path, WithSearchBacklogMax(3))
 	b := openAgentAt(t, path)
 	write := func(db *AgentStore, n int) {
 		t.Helper()
@@ -282,7 +282,7 @@ func TestSearchBacklogDoesNotStopWrites(t *testing.T) {
 	// A bound of 0 with the index held from the start, and a lead of four
 	// leads: the writes below leave the backlog three leads past the bound,
 	// and the writer one lead, as a lowered bound would.
-	db := openAgentAt(t, path, WithSearch(searchindex.BacklogMax(0), searchindex.Lead(4*searchindex.DefaultLead)))
+	db := openAgentAt(t, path, WithSearchBacklogMax(0), withPace(func(p *searchindex.Pace) { p.Lead = 4 * searchindex.DefaultLead }))
 	unlock := lockSearchIndex(t, path)
 	n := 0
 	for range 12 {
@@ -362,7 +362,7 @@ func TestSearchBacklogBoundsTheApplies(t *testing.T) {
 	holdApplies(t)
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "agent.db")
-	db := openIntakeDB(t, path, WithSearch(searchindex.BacklogMax(0)))
+	db := openIntakeDB(t, path, WithSearchBacklogMax(0))
 	defer db.Close()
 	unlock := lockSearchIndex(t, path)
 	var cs []*Capture
@@ -474,7 +474,7 @@ func TestRemoveSearchIndex(t *testing.T) {
 // A backlog within its bound, up to the bound itself, waits for the
 // writer to be idle: the indexer leaves it alone meanwhile.
 func TestIndexerLeavesABacklogAtItsBound(t *testing.T) {
-	db := openAgentDB(t, idleForever, WithSearch(searchindex.BacklogMax(2)))
+	db := openAgentDB(t, idleForever, WithSearchBacklogMax(2))
 	saveCaptures(t, db, testCapture(1, []byte(`{"n":1}`)), testCapture(2, []byte(`{"n":2}`)))
 	// A while to see that nothing happens: an indexer that went on would
 	// have in milliseconds.

@@ -55,6 +55,9 @@ type Indexer struct {
 	stop  chan struct{} // closed by Close
 	done  chan struct{} // closed when run returns
 
+	// mu is taken last: the store's writers take it under their own locks
+	// (Touch under the intake log's, WaitRoom and Saved under an apply's),
+	// and nothing is called while it is held.
 	mu        sync.Mutex
 	upto      int64         // guarded by mu: every capture with seq ≤ upto is indexed (or not indexable)
 	last      int64         // guarded by mu: newest capture seq seen
@@ -69,13 +72,13 @@ type Indexer struct {
 
 // Open opens the index file beside the store at path, whose large bodies
 // are in the folder bodies (creating or rebuilding it), and starts the
-// background indexer. pool opens a pool on the store with the index
+// background indexer, keeping pace. pool opens a pool on the store with the index
 // attached as "search".
 // An index SQLite finds damaged is deleted and made again: it is derived
 // from the store. Should the second try fail the same way, the damage is
 // the store's, and the error says so (the caller explains it).
-func Open(ctx context.Context, pool func() *sql.DB, path, bodies string, opts ...Option) (*Indexer, error) {
-	ix, err := openOnce(ctx, pool, path, bodies, opts)
+func Open(ctx context.Context, pool func() *sql.DB, path, bodies string, pace Pace) (*Indexer, error) {
+	ix, err := openOnce(ctx, pool, path, bodies, pace)
 	if err == nil || !storage.IsCorrupt(err) {
 		return ix, err
 	}
@@ -83,20 +86,16 @@ func Open(ctx context.Context, pool func() *sql.DB, path, bodies string, opts ..
 	if err := Remove(path); err != nil {
 		return nil, err
 	}
-	return openOnce(ctx, pool, path, bodies, opts)
+	return openOnce(ctx, pool, path, bodies, pace)
 }
 
-func openOnce(ctx context.Context, pool func() *sql.DB, path, bodies string, opts []Option) (*Indexer, error) {
+func openOnce(ctx context.Context, pool func() *sql.DB, path, bodies string, pace Pace) (*Indexer, error) {
 	idb := pool() // the store, with the index attached as "search"
 	idb.SetMaxOpenConns(1)
 	idb.SetMaxIdleConns(1)
 	idb.SetConnMaxLifetime(0)
 	ix := &Indexer{db: idb, file: NewFile(path, bodies), store: path, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		bound: DefaultBacklogMax, idle: searchIdle, lead: DefaultLead, moved: make(chan struct{})}
-	for _, o := range opts {
-		o(ix)
-	}
-	ix.credit = ix.lead
+		bound: max(pace.BacklogMax, 0), idle: pace.Idle, lead: pace.Lead, credit: pace.Lead, moved: make(chan struct{})}
 	if err := ix.prepare(ctx); err != nil {
 		idb.Close()
 		return nil, err
@@ -307,20 +306,26 @@ func (ix *Indexer) Index(ctx context.Context, max int) (int64, error) {
 	return last - upto, nil
 }
 
-// Option adjusts an Indexer at Open.
-type Option func(*Indexer)
+// Pace is how the indexer keeps pace with the capture writer.
+type Pace struct {
+	// BacklogMax is the backlog's bound: within it the indexer waits for
+	// the writer to be idle; past it, it works beside the writer, which
+	// saves no more than the indexer indexes (plus Lead). 0 indexes every
+	// capture as soon as it is saved.
+	BacklogMax int64
+	// Lead is how many captures the writer may save past the bound before
+	// the indexer's pace holds it.
+	Lead int64
+	// Idle is how long the writer must have written nothing for the
+	// indexer to take a backlog within its bound.
+	Idle time.Duration
+}
 
-// BacklogMax sets the bound of the backlog (default 50,000); 0 indexes
-// every capture as soon as it is saved, beside the writer.
-func BacklogMax(n int64) Option { return func(ix *Indexer) { ix.bound = max(n, 0) } }
-
-// Idle sets how long the writer must have written nothing for the
-// background indexer to take a backlog within its bound (default 50 ms).
-func Idle(d time.Duration) Option { return func(ix *Indexer) { ix.idle = d } }
-
-// Lead sets how many captures the writer may save past the bound before
-// the indexer's pace holds it (default 4,096).
-func Lead(n int64) Option { return func(ix *Indexer) { ix.lead = n } }
+// DefaultPace is the pace of a store opened with no other: a bound of
+// 50,000 captures, a lead of 4,096, 50 ms idle.
+func DefaultPace() Pace {
+	return Pace{BacklogMax: DefaultBacklogMax, Lead: DefaultLead, Idle: searchIdle}
+}
 
 // Err is the background indexer's last error, nil after a success.
 func (ix *Indexer) Err() error {
