@@ -2,17 +2,22 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/tunnel"
 	"github.com/calltap/calltap/storage"
@@ -40,60 +45,6 @@ func runApp(ctx context.Context, stdio Stdio, name string, app interface {
 	}
 	return 0
 }
-
-// runParts runs every part until one of them returns or ctx ends, then
-// cancels the others and waits for all of them. A part that must stop in
-// stages does so itself once its context ends (relay.Server.Serve, the
-// tunnel's leave, agent.Agent.Run). It returns the first
-// error a part returned on its own, before anything asked it to stop: a
-// part that ends (a revoked tunnel, a listener that failed) ends the
-// command, instead of leaving the others running for nobody.
-func runParts(ctx context.Context, parts ...func(context.Context) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
-	)
-	for _, run := range parts {
-		wg.Go(func() {
-			err := run(ctx)
-			once.Do(func() {
-				if ctx.Err() == nil {
-					first = err
-				}
-				cancel()
-			})
-		})
-	}
-	wg.Wait()
-	return first
-}
-
-// serveHTTP is a part that serves hs on ln until ctx ends, then gives the
-// requests in flight up to grace to finish.
-func serveHTTP(hs *http.Server, ln net.Listener, grace time.Duration) func(context.Context) error {
-	return func(ctx context.Context) error {
-		served := make(chan error, 1)
-		go func() { served <- hs.Serve(ln) }()
-		select {
-		case err := <-served:
-			return err
-		case <-ctx.Done():
-		}
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
-		defer cancel()
-		if err := hs.Shutdown(shutdownCtx); err != nil {
-			hs.Close() // long-lived streams (the inspector's live list) end here
-		}
-		<-served
-		return nil
-	}
-}
-
-// httpGrace is how long a server stopping waits for its requests in flight.
-const httpGrace = 5 * time.Second
 
 // agentApp is what `calltap listen` and `calltap dev` run: the agent over
 // its store, the inspector, the tunnel to a relay and, for dev, the relay
@@ -298,4 +249,80 @@ func (app *agentApp) runTunnel(ctx context.Context) error {
 		return fmt.Errorf("%v — check --token, or ask for a new one with 'calltap relay token create'", err)
 	}
 	return err
+}
+
+// devToken is the local token of `calltap dev`, kept in the data directory
+// so the tunnel id (and URL) survive restarts.
+func devToken(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "dev-token")
+	if b, err := os.ReadFile(path); err == nil {
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	var b [32]byte
+	rand.Read(b[:])
+	t := "ct_dev_" + base64.RawURLEncoding.EncodeToString(b[:])
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", err
+	}
+	return t, os.WriteFile(path, []byte(t+"\n"), 0o600)
+}
+
+// agentFlags are the agent's and inspector's settings, shared by listen and dev.
+type agentFlags struct {
+	forwardTo      string
+	inspect        string
+	inspectHosts   stringList
+	inspectToken   string
+	dataDir        string
+	forwardTimeout time.Duration
+	jsonLogs       bool
+	quiet          bool
+	rewriteMedia   bool
+	allowPrivate   bool
+	pendingAfter   time.Duration
+	sync           syncFlag
+	retention      retentionFlags
+}
+
+func (f *agentFlags) register(fs *flagSet) {
+	fs.StringVar(&f.forwardTo, "forward-to", "", "the local handler's `url`, e.g. http://127.0.0.1:3000/webhooks (the rest of the tunnel path and the query are appended)")
+	fs.StringVar(&f.inspect, "inspect", "127.0.0.1:4040", "`address` of the inspector (browser UI and JSON API); empty to disable")
+	fs.Var(&f.inspectHosts, "inspect-host", "extra `host` name the inspector accepts, or its whole origin when a proxy serves it (https://name) (repeatable)")
+	fs.StringVar(&f.inspectToken, "inspect-token", "", "`token` the inspector requires (needed to bind beyond loopback)")
+	fs.StringVar(&f.dataDir, "data", defaultDataDir(), "data `dir`ectory: captures, saved media")
+	fs.DurationVar(&f.forwardTimeout, "handler-timeout", 30*time.Second, "how long the local handler may take")
+	fs.BoolVar(&f.jsonLogs, "log-json", false, "log as JSON")
+	fs.BoolVar(&f.quiet, "quiet", false, "do not print a line per request")
+	fs.BoolVar(&f.rewriteMedia, "rewrite-media", false, "replays point media links at the copies the agent saved (the signed originals expire)")
+	fs.BoolVar(&f.allowPrivate, "allow-private-media", false, "let media links point at loopback or private addresses (on in dev)")
+	fs.DurationVar(&f.pendingAfter, "analysis-pending-after", callevent.DefaultAnalysisPendingAfter, "flag a call whose call.analysis_completed has not come this long after call.ended")
+	f.sync.register(fs)
+	f.retention.register(fs)
+}
+
+func (f *agentFlags) validate() error {
+	if _, err := agent.ParseTarget(f.forwardTo); err != nil {
+		return fmt.Errorf("--forward-to: %v", err)
+	}
+	for _, h := range f.inspectHosts {
+		if err := inspector.ValidInspectHost(h); err != nil {
+			return fmt.Errorf("--inspect-host %v", err)
+		}
+	}
+	if f.inspect != "" {
+		host, _, err := net.SplitHostPort(f.inspect)
+		if err != nil {
+			return fmt.Errorf("--inspect %q: want host:port", f.inspect)
+		}
+		ip := net.ParseIP(host)
+		loopback := host == "localhost" || (ip != nil && ip.IsLoopback())
+		if !loopback && f.inspectToken == "" {
+			return fmt.Errorf("--inspect %s is beyond loopback: set --inspect-token too", f.inspect)
+		}
+	}
+	return nil
 }

@@ -2,12 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
-	"errors"
-	"os"
-	"path/filepath"
-	"strings"
 )
 
 func cmdDev(ctx context.Context, args []string, stdio Stdio) int {
@@ -39,24 +33,4 @@ func cmdDev(ctx context.Context, args []string, stdio Stdio) int {
 	af.allowPrivate = true // everything in dev is local: the emulator's media links are on loopback
 	return runApp(ctx, stdio, "dev", &agentApp{flags: &af, stdio: stdio, log: log,
 		devRelay: &devRelay{listen: *listen, publicURL: *pubURL, flags: rf}})
-}
-
-// devToken is the local token of `calltap dev`, kept in the data directory
-// so the tunnel id (and URL) survive restarts.
-func devToken(dataDir string) (string, error) {
-	path := filepath.Join(dataDir, "dev-token")
-	if b, err := os.ReadFile(path); err == nil {
-		if t := strings.TrimSpace(string(b)); t != "" {
-			return t, nil
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", err
-	}
-	var b [32]byte
-	rand.Read(b[:])
-	t := "ct_dev_" + base64.RawURLEncoding.EncodeToString(b[:])
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return "", err
-	}
-	return t, os.WriteFile(path, []byte(t+"\n"), 0o600)
 }

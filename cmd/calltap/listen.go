@@ -6,81 +6,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
-	"time"
 	"unicode"
 
-	"github.com/calltap/calltap/inspector"
-	"github.com/calltap/calltap/inspector/agent"
-	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay/tunnel"
-	"github.com/calltap/calltap/storage/agentdb"
 )
-
-// agentFlags are the agent's and inspector's settings, shared by listen and dev.
-type agentFlags struct {
-	forwardTo      string
-	inspect        string
-	inspectHosts   stringList
-	inspectToken   string
-	dataDir        string
-	forwardTimeout time.Duration
-	jsonLogs       bool
-	quiet          bool
-	rewriteMedia   bool
-	allowPrivate   bool
-	pendingAfter   time.Duration
-	sync           syncFlag
-	retention      retentionFlags
-}
-
-func (f *agentFlags) register(fs *flagSet) {
-	fs.StringVar(&f.forwardTo, "forward-to", "", "the local handler's `url`, e.g. http://127.0.0.1:3000/webhooks (the rest of the tunnel path and the query are appended)")
-	fs.StringVar(&f.inspect, "inspect", "127.0.0.1:4040", "`address` of the inspector (browser UI and JSON API); empty to disable")
-	fs.Var(&f.inspectHosts, "inspect-host", "extra `host` name the inspector accepts, or its whole origin when a proxy serves it (https://name) (repeatable)")
-	fs.StringVar(&f.inspectToken, "inspect-token", "", "`token` the inspector requires (needed to bind beyond loopback)")
-	fs.StringVar(&f.dataDir, "data", defaultDataDir(), "data `dir`ectory: captures, saved media")
-	fs.DurationVar(&f.forwardTimeout, "handler-timeout", 30*time.Second, "how long the local handler may take")
-	fs.BoolVar(&f.jsonLogs, "log-json", false, "log as JSON")
-	fs.BoolVar(&f.quiet, "quiet", false, "do not print a line per request")
-	fs.BoolVar(&f.rewriteMedia, "rewrite-media", false, "replays point media links at the copies the agent saved (the signed originals expire)")
-	fs.BoolVar(&f.allowPrivate, "allow-private-media", false, "let media links point at loopback or private addresses (on in dev)")
-	fs.DurationVar(&f.pendingAfter, "analysis-pending-after", callevent.DefaultAnalysisPendingAfter, "flag a call whose call.analysis_completed has not come this long after call.ended")
-	f.sync.register(fs)
-	f.retention.register(fs)
-}
-
-func (f *agentFlags) validate() error {
-	if _, err := agent.ParseTarget(f.forwardTo); err != nil {
-		return fmt.Errorf("--forward-to: %v", err)
-	}
-	for _, h := range f.inspectHosts {
-		if err := inspector.ValidInspectHost(h); err != nil {
-			return fmt.Errorf("--inspect-host %v", err)
-		}
-	}
-	if f.inspect != "" {
-		host, _, err := net.SplitHostPort(f.inspect)
-		if err != nil {
-			return fmt.Errorf("--inspect %q: want host:port", f.inspect)
-		}
-		ip := net.ParseIP(host)
-		loopback := host == "localhost" || (ip != nil && ip.IsLoopback())
-		if !loopback && f.inspectToken == "" {
-			return fmt.Errorf("--inspect %s is beyond loopback: set --inspect-token too", f.inspect)
-		}
-	}
-	return nil
-}
-
-func agentDB(ctx context.Context, dataDir string, opts ...agentdb.Option) (*agentdb.AgentStore, error) {
-	return agentdb.OpenAgent(ctx, filepath.Join(dataDir, "agent.db"), opts...)
-}
 
 func cmdListen(ctx context.Context, args []string, stdio Stdio) int {
 	fs := newFlagSet("listen", "calltap listen --relay URL --token TOKEN --forward-to URL [flags]",
@@ -159,75 +90,4 @@ func listenToken(flagValue, file, env string) (string, error) {
 		return "", fmt.Errorf("the token from %s has whitespace or a control character inside it; a calltap token has none", source)
 	}
 	return tok, nil
-}
-
-// refusalReportEvery is how often the console sums up refused senders.
-const refusalReportEvery = 10 * time.Second
-
-// refusalReport turns the relay's running count of senders refused for a
-// missing --require-header into console lines: the first refusals at once,
-// then at most one line per interval with the count since the last line,
-// so that a flood of refusals prints a few lines, not one each.
-type refusalReport struct {
-	out   io.Writer
-	every time.Duration
-
-	mu         sync.Mutex
-	seen       int64       // the relay's count last heard
-	unreported int64       // refusals not printed yet
-	printedAt  time.Time   // when the last line was printed
-	timer      *time.Timer // pending summary; nil when none
-	stopped    bool
-}
-
-// note takes the relay's running count. The count only grows while the
-// relay runs; a smaller one (a connection's first state, or a restarted
-// relay) adds nothing.
-func (r *refusalReport) note(total int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if total <= r.seen || r.stopped {
-		return
-	}
-	r.unreported += total - r.seen
-	r.seen = total
-	if r.timer != nil {
-		return // the summary due will carry these
-	}
-	if wait := time.Until(r.printedAt.Add(r.every)); wait > 0 {
-		r.timer = time.AfterFunc(wait, r.summarise)
-		return
-	}
-	r.printLocked("")
-}
-
-// summarise prints what came in since the last line, an interval ago.
-func (r *refusalReport) summarise() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.timer = nil
-	if !r.stopped {
-		r.printLocked(" in the last " + r.every.String())
-	}
-}
-
-// stop prints what was not reported yet and ends the summaries.
-func (r *refusalReport) stop() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.timer != nil {
-		r.timer.Stop()
-		r.timer = nil
-	}
-	r.printLocked("")
-	r.stopped = true
-}
-
-func (r *refusalReport) printLocked(period string) {
-	if r.unreported == 0 {
-		return
-	}
-	fmt.Fprintf(r.out, "  relay refused %d request(s) without the required header%s\n", r.unreported, period)
-	r.unreported = 0
-	r.printedAt = time.Now()
 }

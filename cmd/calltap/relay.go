@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"math"
@@ -13,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -22,88 +20,9 @@ import (
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/certs"
 	"github.com/calltap/calltap/relay/cluster"
-	"github.com/calltap/calltap/relay/frameconn"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/relaydb"
 )
-
-// relayFlags are the public server's settings, shared by relay and dev.
-type relayFlags struct {
-	forwardTimeout time.Duration
-	maxBody        int64
-	maxHeaderBytes int
-	offline        string
-	queueMaxCount  int
-	queueMaxBytes  int64
-	queueMaxAge    time.Duration
-	rateLimit      float64
-	rateBurst      int
-	maxInFlight    int
-	authTimeout    time.Duration
-	pongWait       time.Duration
-	stopGrace      time.Duration
-}
-
-// register adds the flags; dev has no rate limit unless asked, since
-// everything it serves is on loopback.
-func (f *relayFlags) register(fs *flagSet, dev bool) {
-	d := relay.DefaultConfig()
-	rateLimit := d.RateLimit
-	if dev {
-		rateLimit = 0
-	}
-	fs.DurationVar(&f.forwardTimeout, "forward-timeout", d.ForwardTimeout, "how long a sender waits for the local handler before 504")
-	fs.Int64Var(&f.maxBody, "max-body", d.MaxBody, "largest body in bytes: a larger request → 413, a larger answer of the local handler → 502")
-	fs.IntVar(&f.maxHeaderBytes, "max-header-bytes", d.MaxHeaderBytes, "largest request head in bytes (larger → 431)")
-	fs.StringVar(&f.offline, "offline", d.Offline, "`mode` while a tunnel has no agent: queue (store, answer 202) or reject (503 + Retry-After)")
-	fs.IntVar(&f.queueMaxCount, "queue-max-count", d.QueueMaxCount, "most requests held per offline tunnel (more → 503)")
-	fs.Int64Var(&f.queueMaxBytes, "queue-max-bytes", d.QueueMaxBytes, "most bytes held per offline tunnel (more → 503)")
-	fs.DurationVar(&f.queueMaxAge, "queue-max-age", d.QueueMaxAge, "queued requests older than this are dropped")
-	fs.Float64Var(&f.rateLimit, "rate-limit", rateLimit, "requests per second per tunnel (more → 429); 0: no limit")
-	fs.IntVar(&f.rateBurst, "rate-burst", d.RateBurst, "burst allowed above --rate-limit")
-	fs.IntVar(&f.maxInFlight, "max-in-flight", d.MaxInFlight, "concurrent requests per tunnel (more → 503)")
-	fs.DurationVar(&f.authTimeout, "auth-timeout", d.AuthTimeout, "time a client has to send its request head (agents: to authenticate)")
-	fs.DurationVar(&f.pongWait, "pong-wait", d.Keepalive.PongWait, "an agent silent this long is considered gone")
-	fs.DurationVar(&f.stopGrace, "stop-grace", defaultStopGrace, "on SIGTERM, how long requests in flight may take to be answered; those still waiting then get 503 + Retry-After")
-}
-
-func (f *relayFlags) config(db relay.Store, publicURL string) relay.Config {
-	return relay.Config{
-		Store: db, PublicURL: publicURL, Version: version,
-		ForwardTimeout: f.forwardTimeout, MaxBody: f.maxBody, MaxHeaderBytes: f.maxHeaderBytes,
-		Offline: f.offline, QueueMaxCount: f.queueMaxCount, QueueMaxBytes: f.queueMaxBytes, QueueMaxAge: f.queueMaxAge,
-		RateLimit: f.rateLimit, RateBurst: f.rateBurst, NoRateLimit: f.rateLimit == 0, MaxInFlight: f.maxInFlight, AuthTimeout: f.authTimeout,
-		Keepalive: frameconn.Keepalive{PongWait: f.pongWait},
-	}
-}
-
-func (f *relayFlags) validate() error {
-	if f.offline != relay.OfflineQueue && f.offline != relay.OfflineReject {
-		return fmt.Errorf("--offline must be %q or %q", relay.OfflineQueue, relay.OfflineReject)
-	}
-	if !(f.rateLimit >= 0) || math.IsInf(f.rateLimit, 0) {
-		return fmt.Errorf("--rate-limit must be a number of requests per second, or 0 for no limit; got %v", f.rateLimit)
-	}
-	if f.rateBurst < 1 {
-		return fmt.Errorf("--rate-burst must be 1 or more")
-	}
-	return nil
-}
-
-// flagGiven reports whether name was set on the command line.
-func flagGiven(fs *flagSet, name string) bool {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
-	return given
-}
-
-// defaultStopGrace is a relay's --stop-grace: within the 30 s a service
-// manager usually waits after SIGTERM before it kills.
-const defaultStopGrace = 20 * time.Second
-
-func relayDB(ctx context.Context, dataDir string, opts ...storage.Option) (*relaydb.Store, error) {
-	return relaydb.Open(ctx, filepath.Join(dataDir, "relay.db"), opts...)
-}
 
 // natsFlags make a relay node of a cluster whose state is in NATS JetStream.
 type natsFlags struct {
@@ -464,28 +383,4 @@ func (t *tokenCmd) revoke(ctx context.Context, db relay.TokenStore, name string,
 	}
 	fmt.Fprintf(stdio.Out, "Revoked %s. A connected agent is dropped within a second, on whichever node it is; its URL answers 404.\n", name)
 	return nil
-}
-
-func orPlaceholder(s, p string) string {
-	if s == "" {
-		return p
-	}
-	return s
-}
-
-func newLogger(stdio Stdio, asJSON, verbose bool) *slog.Logger {
-	level := slog.LevelInfo
-	if verbose {
-		level = slog.LevelDebug
-	}
-	return newLevelLogger(stdio, asJSON, level)
-}
-
-// newLevelLogger logs to stderr from level up, as JSON or text.
-func newLevelLogger(stdio Stdio, asJSON bool, level slog.Level) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
-	if asJSON {
-		return slog.New(slog.NewJSONHandler(stdio.Err, opts))
-	}
-	return slog.New(slog.NewTextHandler(stdio.Err, opts))
 }

@@ -139,44 +139,6 @@ func readConfig(path string) (map[string]string, error) {
 	return out, nil
 }
 
-// isTerminal reports whether v (stdin or stdout) is a terminal: where
-// progress is shown, and a person can answer a prompt. A character device
-// is not enough: /dev/null is one, and a prompt there answers itself.
-func isTerminal(v any) bool {
-	f, ok := v.(*os.File)
-	return ok && isTTY(f.Fd())
-}
-
-// statusLine rewrites one line of progress on a terminal; elsewhere it
-// writes nothing.
-type statusLine struct {
-	w    io.Writer
-	on   bool
-	last time.Time
-	wide int
-}
-
-func newStatusLine(w io.Writer) *statusLine { return &statusLine{w: w, on: isTerminal(w)} }
-
-// show draws s, at most every 100 ms unless force.
-func (l *statusLine) show(s string, force bool) {
-	if !l.on || !force && time.Since(l.last) < 100*time.Millisecond {
-		return
-	}
-	l.last = time.Now()
-	pad := max(l.wide-len(s), 0)
-	l.wide = len(s)
-	fmt.Fprintf(l.w, "\r%s%s", s, strings.Repeat(" ", pad))
-}
-
-// done ends the progress line.
-func (l *statusLine) done() {
-	if l.on && l.wide > 0 {
-		fmt.Fprintf(l.w, "\r%s\r", strings.Repeat(" ", l.wide))
-		l.wide = 0
-	}
-}
-
 func cmdService(ctx context.Context, args []string, stdio Stdio) int {
 	const help = `Usage: calltap service <command> [flags]
 
@@ -378,11 +340,4 @@ func cmdServiceReplay(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	fmt.Fprintf(stdio.Out, "replay of delivery %s %s (status %s)\n", r.ID, queued, orDash(r.Status))
 	return 0
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
