@@ -63,7 +63,7 @@ const maxStackFields = 16
 // (the default), or, with an event filter, stored only.
 func (t *Table) Match(req Request) Decision {
 	var buf [maxStackFields]value
-	vals := buf[:0]
+	var vals []value
 	if len(t.paths) <= maxStackFields {
 		vals = buf[:len(t.paths)]
 	} else {
@@ -94,7 +94,7 @@ func (t *Table) Match(req Request) Decision {
 // read fills vals from one pass over body.
 func (t *Table) read(body []byte, vals []value) {
 	var buf [maxStackFields]field
-	fields := buf[:0]
+	var fields []field
 	if len(vals) <= maxStackFields {
 		fields = buf[:len(vals)]
 	} else {

@@ -114,9 +114,6 @@ func WithCallValues(cv CallValues) Option {
 	return func(t *Table) { t.calls = cv }
 }
 
-// Routes are the file's routes, in file order.
-func (t *Table) Routes() []*Route { return t.routes }
-
 // Load reads and checks the route file at path. Its error names the file
 // and the line: "routes.toml:7: route "media": ...".
 func Load(path string, opts ...Option) (*Table, error) {

@@ -78,16 +78,16 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 func TestParseGood(t *testing.T) {
 	tb := mustParse(t, goodFile)
 	var names []string
-	for _, r := range tb.Routes() {
+	for _, r := range tb.routes {
 		names = append(names, fmt.Sprintf("%s@%d", r.Name, r.Line))
 	}
 	if got := strings.Join(names, " "); got != "alice@2 media@7 signed@12 quiet@18 bob@23" {
 		t.Fatalf("routes %s", got)
 	}
-	if r := tb.Routes()[3]; !r.StoreOnly || r.ForwardTo != nil {
+	if r := tb.routes[3]; !r.StoreOnly || r.ForwardTo != nil {
 		t.Fatalf("quiet: %+v", r)
 	}
-	if r := tb.Routes()[1]; r.ForwardTo.String() != "https://127.0.0.1:4000" {
+	if r := tb.routes[1]; r.ForwardTo.String() != "https://127.0.0.1:4000" {
 		t.Fatalf("media: %v", r.ForwardTo)
 	}
 	if _, err := Parse("routes.toml", []byte(goodFile), WithEvents([]string{"call.["})); err == nil {
