@@ -6,17 +6,6 @@ import (
 	"sync"
 )
 
-// CallValues is the memory of what a call's events carried at the table's
-// match paths, so that a later event lacking a field is routed on the value
-// its call had. The agent's store backs it, so that it holds across
-// restarts and for replays; Memory is the in-memory one.
-type CallValues interface {
-	// Get is the value the call's events last had at dotPath.
-	Get(callID, dotPath string) (string, bool)
-	// Remember records the value an event of the call has at dotPath.
-	Remember(callID, dotPath, value string)
-}
-
 // Memory is a CallValues in memory.
 type Memory struct {
 	mu   sync.Mutex

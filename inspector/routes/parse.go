@@ -7,7 +7,9 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,6 +17,35 @@ import (
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
 )
+
+// Load reads and checks the route file at path. Its error names the file
+// and the line: "routes.toml:7: route "media": ...".
+func Load(path string, opts ...Option) (*Table, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(filepath.Base(path), data, opts...)
+}
+
+// Parse checks a route file's contents; name is the file's name for errors.
+func Parse(name string, data []byte, opts ...Option) (*Table, error) {
+	t, err := parse(data)
+	if err != nil {
+		var le *lineError
+		if errors.As(err, &le) {
+			return nil, fmt.Errorf("%s:%d: %s", name, le.line, le.msg)
+		}
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	for _, o := range opts {
+		o(t)
+	}
+	if err := checkGlobs(t.events); err != nil {
+		return nil, fmt.Errorf("event filter: %w", err)
+	}
+	return t, nil
+}
 
 // fileDoc and routeDoc are the file as TOML decodes it, before the checks.
 type fileDoc struct {

@@ -50,12 +50,8 @@
 package routes
 
 import (
-	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 )
 
 // Names a Decision gives to requests that no route of the file took; a
@@ -99,6 +95,17 @@ type Table struct {
 	calls  CallValues
 }
 
+// CallValues is the memory of what a call's events carried at the table's
+// match paths, so that a later event lacking a field is routed on the value
+// its call had. The agent's store backs it, so that it holds across
+// restarts and for replays; Memory is the in-memory one.
+type CallValues interface {
+	// Get is the value the call's events last had at dotPath.
+	Get(callID, dotPath string) (string, bool)
+	// Remember records the value an event of the call has at dotPath.
+	Remember(callID, dotPath, value string)
+}
+
 // Option configures a Table.
 type Option func(*Table)
 
@@ -112,35 +119,6 @@ func WithEvents(globs []string) Option {
 // carried, so that a call stays together.
 func WithCallValues(cv CallValues) Option {
 	return func(t *Table) { t.calls = cv }
-}
-
-// Load reads and checks the route file at path. Its error names the file
-// and the line: "routes.toml:7: route "media": ...".
-func Load(path string, opts ...Option) (*Table, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return Parse(filepath.Base(path), data, opts...)
-}
-
-// Parse checks a route file's contents; name is the file's name for errors.
-func Parse(name string, data []byte, opts ...Option) (*Table, error) {
-	t, err := parse(data)
-	if err != nil {
-		var le *lineError
-		if errors.As(err, &le) {
-			return nil, fmt.Errorf("%s:%d: %s", name, le.line, le.msg)
-		}
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	for _, o := range opts {
-		o(t)
-	}
-	if err := checkGlobs(t.events); err != nil {
-		return nil, fmt.Errorf("event filter: %w", err)
-	}
-	return t, nil
 }
 
 // Request is what Match reads of a request.
