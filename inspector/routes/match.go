@@ -80,19 +80,22 @@ func (t *Table) Match(req Request) Decision {
 	return d
 }
 
-// read fills vals from one pass over body.
+// read fills vals from one pass over body. The scanner's recursion makes
+// its fields escape, so they come from a pool, not the stack.
 func (t *Table) read(body []byte, vals []value) {
-	var buf [maxStackFields]field
-	var fields []field
-	if len(vals) <= maxStackFields {
-		fields = buf[:len(vals)]
-	} else {
-		fields = make([]field, len(vals))
+	fp, _ := t.scratch.Get().(*[]field)
+	if fp == nil || len(*fp) != len(vals) {
+		fs := make([]field, len(vals))
+		fp = &fs
 	}
+	fields := *fp
+	clear(fields)
 	scan(body, t.fields, fields)
 	for i := range vals {
 		vals[i].field = fields[i]
 	}
+	clear(fields) // holds no body once back in the pool
+	t.scratch.Put(fp)
 }
 
 // stick keeps a call together: it remembers the match paths' values the

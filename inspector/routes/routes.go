@@ -52,6 +52,7 @@ package routes
 import (
 	"net/http"
 	"net/url"
+	"sync"
 )
 
 // Names a Decision gives to requests that no route of the file took; a
@@ -93,6 +94,8 @@ type Table struct {
 	paths  []string // the match paths, by slot (slot 0 and 1 are event and call id)
 	events []string // the event filter; nil: none
 	calls  CallValues
+
+	scratch sync.Pool // of *[]field, one per path: Match's fields
 }
 
 // CallValues is the memory of what a call's events carried at the table's
