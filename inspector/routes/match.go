@@ -120,7 +120,7 @@ func (t *Table) stick(callID string, vals []value) {
 
 // takes reports whether every criterion the route gives holds for req.
 func (r *Route) takes(event string, req Request, vals []value) bool {
-	if r.events != nil && !anyGlob(r.events, event) {
+	if len(r.events) > 0 && !anyGlob(r.events, event) {
 		return false
 	}
 	if r.path != "" {

@@ -131,6 +131,17 @@ func TestMatchFirstRouteWins(t *testing.T) {
 	}
 }
 
+// An empty events list is no criterion, not one that nothing meets.
+func TestMatchEmptyEvents(t *testing.T) {
+	tb := mustParse(t, "[[route]]\nname = \"a\"\nevents = []\nmatch = { \"call.call_id\" = \"c1\" }\nstore-only = true\n")
+	if got := tb.Match(Request{Body: event("call.started", "c1", "")}).Name(); got != "a" {
+		t.Fatalf("got %s", got)
+	}
+	if _, err := Parse("routes.toml", []byte("[[route]]\nname = \"a\"\nevents = []\nstore-only = true\n")); err == nil {
+		t.Fatal("a route whose only criterion is an empty events list was taken")
+	}
+}
+
 // A "*" match wants a value that is there and not null.
 func TestMatchPresent(t *testing.T) {
 	tb := mustParse(t, "[[route]]\nname = \"tagged\"\nmatch = { \"call.variables.tag\" = \"*\" }\nstore-only = true\n")
