@@ -41,6 +41,7 @@ func commands() map[string]command {
 		"import":       {cmdImport, "load an export into the local store"},
 		"delete":       {cmdDelete, "delete captures (by ID, call or age) with their bodies, search entries and media"},
 		"keep":         {cmdKeep, "mark captures that retention (--retain, --max-store) never prunes"},
+		"routes":       {cmdRoutes, "check a route file against the stored captures: what each route would take, which calls would change route"},
 	}
 }
 

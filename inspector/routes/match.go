@@ -1,0 +1,170 @@
+package routes
+
+import (
+	"net/http"
+	"path"
+	"sync"
+)
+
+// Memory is a CallValues in memory.
+type Memory struct {
+	mu   sync.Mutex
+	vals map[[2]string]string // {call id, dot path} -> value; guarded by mu
+}
+
+// NewMemory returns an empty Memory.
+func NewMemory() *Memory { return &Memory{vals: map[[2]string]string{}} }
+
+func (m *Memory) Get(callID, dotPath string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.vals[[2]string{callID, dotPath}]
+	return v, ok
+}
+
+func (m *Memory) Remember(callID, dotPath, value string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.vals[[2]string{callID, dotPath}] = value
+}
+
+// value is a match path's value for one request: from its body, or
+// remembered from its call.
+type value struct {
+	field
+	recalled string
+	isRecall bool
+}
+
+func (v value) present() bool { return v.isRecall || v.field.present() }
+
+func (v value) equal(want string) bool {
+	if v.isRecall {
+		return v.recalled == want
+	}
+	return v.field.equal(want)
+}
+
+// maxStackFields is how many body fields Match reads without allocating.
+const maxStackFields = 16
+
+// Match decides where req goes: the first route that takes it, or none
+// (the default), or, with an event filter, stored only.
+func (t *Table) Match(req Request) Decision {
+	var buf [maxStackFields]value
+	var vals []value
+	if len(t.paths) <= maxStackFields {
+		vals = buf[:len(t.paths)]
+	} else {
+		vals = make([]value, len(t.paths))
+	}
+	t.read(req.Body, vals)
+	d := Decision{Event: req.Event}
+	if d.Event == "" && vals[0].str {
+		d.Event = vals[0].text()
+	}
+	if vals[1].str {
+		d.CallID = vals[1].text()
+	}
+	if t.events != nil && !anyGlob(t.events, d.Event) {
+		d.Filtered = true
+		return d
+	}
+	t.stick(d.CallID, vals)
+	for _, r := range t.routes {
+		if r.takes(d.Event, req, vals) {
+			d.Route = r
+			break
+		}
+	}
+	return d
+}
+
+// read fills vals from one pass over body. The scanner's recursion makes
+// its fields escape, so they come from a pool, not the stack.
+func (t *Table) read(body []byte, vals []value) {
+	fp, _ := t.scratch.Get().(*[]field)
+	if fp == nil || len(*fp) != len(vals) {
+		fs := make([]field, len(vals))
+		fp = &fs
+	}
+	fields := *fp
+	clear(fields)
+	scan(body, t.fields, fields)
+	for i := range vals {
+		vals[i].field = fields[i]
+	}
+	clear(fields) // holds no body once back in the pool
+	t.scratch.Put(fp)
+}
+
+// stick keeps a call together: it remembers the match paths' values the
+// event has, and recalls those it lacks.
+func (t *Table) stick(callID string, vals []value) {
+	if t.calls == nil || callID == "" {
+		return
+	}
+	for slot := 2; slot < len(vals); slot++ {
+		v := &vals[slot]
+		old, had := t.calls.Get(callID, t.paths[slot])
+		switch {
+		case v.field.present():
+			if !had || !v.field.equal(old) {
+				t.calls.Remember(callID, t.paths[slot], v.field.text())
+			}
+		case had:
+			v.recalled, v.isRecall = old, true
+		}
+	}
+}
+
+// takes reports whether every criterion the route gives holds for req.
+func (r *Route) takes(event string, req Request, vals []value) bool {
+	if len(r.events) > 0 && !anyGlob(r.events, event) {
+		return false
+	}
+	if r.path != "" {
+		if ok, _ := path.Match(r.path, req.Path); !ok {
+			return false
+		}
+	}
+	for _, m := range r.match {
+		v := vals[m.slot]
+		if !v.present() || (m.want != "*" && !v.equal(m.want)) {
+			return false
+		}
+	}
+	for _, h := range r.header {
+		if !headerHas(req.Header, h) {
+			return false
+		}
+	}
+	return true
+}
+
+func headerHas(h http.Header, e headerEntry) bool {
+	vs := h[e.name]
+	if e.want == "*" {
+		return len(vs) > 0
+	}
+	for _, v := range vs {
+		if v == e.want {
+			return true
+		}
+	}
+	return false
+}
+
+// anyGlob reports whether kind matches one of globs; an empty kind (a body
+// with no event) matches none.
+func anyGlob(globs []string, kind string) bool {
+	if kind == "" {
+		return false
+	}
+	for _, g := range globs {
+		if ok, _ := path.Match(g, kind); ok {
+			return true
+		}
+	}
+	return false
+}
