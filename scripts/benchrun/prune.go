@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/storage"
-
 	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/google/uuid"
 )

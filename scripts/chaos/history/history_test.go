@@ -1,4 +1,4 @@
-package history
+package history_test
 
 import (
 	"fmt"
@@ -8,23 +8,26 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/calltap/calltap/scripts/chaos/history"
+	"github.com/calltap/calltap/scripts/chaos/history/historytest"
 )
 
 // TestRoundTrip writes a run with the writers, from several goroutines at
 // once, and reads back every record whole.
 func TestRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	meta := Meta{Seed: 42, Mode: ModeTeam, Minutes: 30, Started: 1, Ended: 2, Drained: 3,
-		Bounds: Bounds{AnswerMaxMS: 5000, No2xxMaxMS: 10000}}
-	if err := WriteMeta(dir, meta); err != nil {
+	meta := history.Meta{Seed: 42, Mode: history.ModeTeam, Minutes: 30, Started: 1, Ended: 2, Drained: 3,
+		Bounds: history.Bounds{AnswerMaxMS: 5000, No2xxMaxMS: 10000}}
+	if err := history.WriteMeta(dir, meta); err != nil {
 		t.Fatal(err)
 	}
 	appendConcurrently(t, dir)
-	faults := []Fault{{Start: 10, End: 20, Kind: FaultSigkill, Target: "agent"}}
-	if err := writeAll(dir, FaultsFile, faults); err != nil {
+	faults := []history.Fault{{Start: 10, End: 20, Kind: history.FaultSigkill, Target: "agent"}}
+	if err := historytest.WriteAll(dir, history.FaultsFile, faults); err != nil {
 		t.Fatal(err)
 	}
-	h, err := Read(dir)
+	h, err := history.Read(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +56,7 @@ func TestRoundTrip(t *testing.T) {
 // closed log refuses more.
 func appendConcurrently(t *testing.T, dir string) {
 	t.Helper()
-	sends, err := Create[Send](dir, SendsFile)
+	sends, err := history.Create[history.Send](dir, history.SendsFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +66,7 @@ func appendConcurrently(t *testing.T, dir string) {
 		go func() {
 			defer wg.Done()
 			for i := range 50 {
-				s := Send{Sender: fmt.Sprint("s", g), DeliveryID: fmt.Sprintf("d-%d-%d", g, i),
+				s := history.Send{Sender: fmt.Sprint("s", g), DeliveryID: fmt.Sprintf("d-%d-%d", g, i),
 					Attempt: 1, Status: 200, Body: strings.Repeat("x", 100) + "\n\"quoted\""}
 				if err := sends.Append(s); err != nil {
 					t.Error(err)
@@ -75,7 +78,7 @@ func appendConcurrently(t *testing.T, dir string) {
 	if err := sends.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := sends.Append(Send{}); err == nil {
+	if err := sends.Append(history.Send{}); err == nil {
 		t.Fatal("append after close succeeded")
 	}
 }
@@ -84,14 +87,14 @@ func appendConcurrently(t *testing.T, dir string) {
 // file and line, rather than judged without it.
 func TestReadTornLine(t *testing.T) {
 	dir := t.TempDir()
-	if err := WriteMeta(dir, Meta{Seed: 1}); err != nil {
+	if err := history.WriteMeta(dir, history.Meta{Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
 	body := `{"received_at":1,"delivery_id":"a"}` + "\n" + `{"received_at":2,"deliv`
-	if err := os.WriteFile(filepath.Join(dir, HandlerFile), []byte(body), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, history.HandlerFile), []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Read(dir)
+	_, err := history.Read(dir)
 	if err == nil || !strings.Contains(err.Error(), "handler.jsonl line 2") {
 		t.Fatalf("Read = %v, want an error naming handler.jsonl line 2", err)
 	}
@@ -99,23 +102,7 @@ func TestReadTornLine(t *testing.T) {
 
 // TestReadNoMeta: a folder that is not a run is an error.
 func TestReadNoMeta(t *testing.T) {
-	if _, err := Read(t.TempDir()); err == nil {
+	if _, err := history.Read(t.TempDir()); err == nil {
 		t.Fatal("Read of an empty folder succeeded")
 	}
-}
-
-// writeAll writes recs to dir/name in one go (historytest.WriteAll, which
-// this package's own tests cannot import).
-func writeAll[T any](dir, name string, recs []T) error {
-	l, err := Create[T](dir, name)
-	if err != nil {
-		return err
-	}
-	for _, r := range recs {
-		if err := l.Append(r); err != nil {
-			l.Close()
-			return err
-		}
-	}
-	return l.Close()
 }
