@@ -54,9 +54,10 @@ type handler struct {
 }
 
 // Handler returns the UI handler. Mount it at "/" after the API routes: it
-// serves /static/* from the embedded files, answers client routes such as
-// /calls/<id> and /requests/<id> with index.html, and answers anything under
-// /api/ that reached it with a JSON 404, never with the page.
+// serves /static/* from the embedded files, the reference's topics at
+// /help/ (helppage.go), answers client routes such as /calls/<id> and
+// /requests/<id> with index.html, and answers anything under /api/ that
+// reached it with a JSON 404, never with the page.
 func Handler() http.Handler { return loadHandler() }
 
 var loadHandler = sync.OnceValue(func() *handler {
@@ -134,6 +135,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		hd.Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	if p == "/help" || strings.HasPrefix(p, "/help/") {
+		serveHelp(w, r, strings.Trim(strings.TrimPrefix(p, "/help"), "/"))
 		return
 	}
 	a, ok := h.assets[p]

@@ -232,8 +232,8 @@ func (app *agentApp) runTunnel(ctx context.Context) error {
 				if app.inspectURL != "" {
 					fmt.Fprintf(out, "  Inspector  %s\n", app.inspectURL)
 				}
-				if s.Hello.Queued > 0 {
-					fmt.Fprintf(out, "  Delivering %d requests that arrived while you were away\n", s.Hello.Queued)
+				if line := awayLine(s.Hello.Queued); line != "" {
+					fmt.Fprintln(out, line)
 				}
 				fmt.Fprintln(out)
 			})
@@ -325,4 +325,16 @@ func (f *agentFlags) validate() error {
 		}
 	}
 	return nil
+}
+
+// awayLine is the startup line about what the relay held while the agent
+// was away: n requests. Some may already be saved here (a relay that
+// restarted before it heard they were: the agent marks them and does not
+// forward them again), so it says what the relay holds, not that n go to
+// the handler; each one that does prints its own line.
+func awayLine(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("  Away       the relay held %d requests for you; those not already saved here go to your handler first, in order", n)
 }

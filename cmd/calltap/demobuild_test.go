@@ -27,6 +27,12 @@ func TestDemoBuildNamesTheLongStep(t *testing.T) {
 		t.Fatalf("make demo-build: %v\n%s", err, out)
 	}
 	text := string(out)
+	// The expected time is said before the build starts, not only while it
+	// runs (a newcomer saw 3 min 33 s with no word of how long to wait).
+	first, _, _ := strings.Cut(text, "\n")
+	if !strings.Contains(first, "minutes") || strings.Contains(first, "compiling SQLite") {
+		t.Errorf("the first line does not say how long the build takes before it starts: %q", first)
+	}
 	if strings.Contains(text, "net/http") {
 		t.Errorf("the build's package list reached the reader:\n%s", text)
 	}

@@ -1,59 +1,62 @@
 package main
 
 import (
-	"regexp"
+	"bytes"
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/calltap/calltap/web/help"
 )
 
-// Every flag in every command's -h shows a placeholder that names what to
-// give (flag.UnquoteUsage's back-quoted word), never a value that reads as
-// the answer (--forward-timeout 504, --sync full) nor the bare type words
-// "string" and "value" that say nothing.
-func TestHelpPlaceholdersReadAsNames(t *testing.T) {
-	var helps [][]string
-	for name, c := range commands() {
-		if c.run != nil {
-			helps = append(helps, []string{name, "-h"})
+func runHelpCmd(args ...string) (code int, out, errOut string) {
+	var o, e bytes.Buffer
+	code = run(context.Background(), append([]string{"help"}, args...), Stdio{In: strings.NewReader(""), Out: &o, Err: &e})
+	return code, o.String(), e.String()
+}
+
+// calltap help lists the commands and then every topic with its line;
+// each topic prints as plain text; a name that is neither exits 2 with one
+// line naming the topics.
+func TestHelpTopics(t *testing.T) {
+	code, out, _ := runHelpCmd()
+	topics := help.Topics()
+	if code != 0 || !strings.Contains(out, "Commands:") || !strings.Contains(out, "Topics (calltap help TOPIC):") {
+		t.Fatalf("calltap help: %d\n%s", code, out)
+	}
+	if len(topics) < 9 {
+		t.Fatalf("%d topics, want at least data, stopping, team, chaos, limits, internals, performance and more", len(topics))
+	}
+	for _, want := range []string{"data", "stopping", "team", "chaos", "limits", "internals", "performance", "routes"} {
+		if _, ok := help.Markdown(want); !ok {
+			t.Errorf("no topic %q", want)
 		}
 	}
-	helps = append(helps, []string{"relay", "token", "create", "-h"}, []string{"service", "deliveries", "-h"},
-		[]string{"service", "delivery", "-h"}, []string{"service", "replay", "-h"})
-	flagLine := regexp.MustCompile(`^  --(\S+)(?: (.+))?$`)
-	defaultIs := regexp.MustCompile(`\(default ([^)]*)\)$`)
-	seen := 0
-	for _, args := range helps {
-		code, out, _ := runCmd(t, args...)
-		if code != 0 {
-			t.Errorf("%v: exit %d", args, code)
-			continue
+	if strings.Index(out, "Commands:") > strings.Index(out, "Topics") {
+		t.Error("the topics come before the commands")
+	}
+	for _, tp := range topics {
+		if !strings.Contains(out, tp.Name) || tp.Summary == "" || !strings.Contains(out, tp.Summary) {
+			t.Errorf("calltap help does not list %s with its line %q", tp.Name, tp.Summary)
 		}
-		lines := strings.Split(out, "\n")
-		for i, l := range lines {
-			m := flagLine.FindStringSubmatch(l)
-			if m == nil || m[2] == "" {
-				continue
-			}
-			seen++
-			name, ph := m[1], m[2]
-			def := ""
-			for _, h := range lines[i+1:] {
-				if !strings.HasPrefix(h, "    \t") {
-					break
-				}
-				if d := defaultIs.FindStringSubmatch(h); d != nil {
-					def = d[1]
-				}
-			}
-			switch {
-			case ph == "string" || ph == "value":
-				t.Errorf("%v: --%s shows the placeholder %q, which names nothing", args, name, ph)
-			case ph[0] >= '0' && ph[0] <= '9', ph == def:
-				t.Errorf("%v: --%s shows %q, which reads as a value", args, name, ph)
-			}
+		code, text, errOut := runHelpCmd(tp.Name)
+		if code != 0 || errOut != "" || len(text) < 200 {
+			t.Errorf("calltap help %s: %d, %d bytes, %q", tp.Name, code, len(text), errOut)
+		}
+		if strings.Contains(text, "**") || strings.Contains(text, "```") || strings.Contains(text, "<!--") {
+			t.Errorf("calltap help %s prints Markdown, not plain text:\n%s", tp.Name, text)
 		}
 	}
-	if seen < 50 {
-		t.Fatalf("read only %d flags with placeholders: the help format changed?", seen)
+	code, out, errOut := runHelpCmd("nope")
+	if code != 2 || out != "" || strings.Count(errOut, "\n") != 1 {
+		t.Fatalf("calltap help nope: %d, %q, %q; want exit 2 and one line", code, out, errOut)
+	}
+	for _, tp := range topics {
+		if !strings.Contains(errOut, tp.Name) {
+			t.Errorf("calltap help nope does not name topic %s: %q", tp.Name, errOut)
+		}
+	}
+	if code, out, _ := runHelpCmd("replay"); code != 0 || !strings.Contains(out, "calltap replay") {
+		t.Errorf("calltap help replay: %d %q, want the command's flags", code, out)
 	}
 }

@@ -10,10 +10,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"syscall"
 )
 
@@ -31,7 +29,7 @@ func commands() map[string]command {
 		"requests":     {cmdRequests, "list captured requests from the local store"},
 		"replay":       {cmdReplay, "re-send a captured request to the local handler or another URL"},
 		"version":      {cmdVersion, "print the version"},
-		"help":         {nil, "show help for calltap or a command"},
+		"help":         {nil, "show the commands and the reference's topics; help COMMAND or help TOPIC for one"},
 		"trigger":      {cmdTrigger, "send realistic call events to a URL (a whole call, or one kind)"},
 		"mock-service": {cmdMockService, "run an emulator of the voice service on loopback"},
 		"service":      {cmdService, "call the voice service's API: walk the delivery log, show a delivery, ask for a replay"},
@@ -61,15 +59,7 @@ func run(ctx context.Context, args []string, stdio Stdio) int {
 	name := args[0]
 	switch name {
 	case "help", "-h", "--help", "-help":
-		if len(args) > 1 {
-			if c, ok := cmds[args[1]]; ok && c.run != nil {
-				return c.run(ctx, []string{"-h"}, stdio)
-			}
-			fmt.Fprintf(stdio.Err, "calltap: unknown command %q (see 'calltap help')\n", args[1])
-			return 2
-		}
-		usage(stdio.Out, cmds)
-		return 0
+		return runHelp(ctx, args[1:], stdio, cmds)
 	case "-v", "--version":
 		name = "version"
 	}
@@ -79,20 +69,6 @@ func run(ctx context.Context, args []string, stdio Stdio) int {
 		return 2
 	}
 	return c.run(ctx, args[1:], stdio)
-}
-
-func usage(w io.Writer, cmds map[string]command) {
-	fmt.Fprintln(w, "calltap — a tunnel and inspector for voice-call webhooks")
-	fmt.Fprintln(w, "\nUsage: calltap <command> [flags]\n\nCommands:")
-	names := make([]string, 0, len(cmds))
-	for n := range cmds {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-13s %s\n", n, cmds[n].summary)
-	}
-	fmt.Fprintln(w, "\nRun 'calltap <command> -h' for a command's flags.")
 }
 
 func cmdVersion(ctx context.Context, args []string, stdio Stdio) int {

@@ -16,17 +16,35 @@ import (
 	"github.com/calltap/calltap/relay/polltest"
 )
 
-// readmeBlocks returns the command lines of the README's shell blocks
-// marked `<!-- readme-test: NAME -->`, by name, in order. A line ending in
-// a backslash, or with a quote still open, goes on with the next.
+// readmeBlocks returns the command lines of the shell blocks marked
+// `<!-- readme-test: NAME -->` in the README and in the reference's topics
+// (web/help/topics), by name, in order. A line ending in a backslash, or
+// with a quote still open, goes on with the next.
 func readmeBlocks(t *testing.T) map[string][]string {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "README.md"))
+	files := []string{filepath.Join("..", "..", "README.md")}
+	topics, err := filepath.Glob(filepath.Join("..", "..", "web", "help", "topics", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string][]string{}
+	for _, file := range append(files, topics...) {
+		markedBlocks(t, file, blocks)
+	}
+	if len(blocks) == 0 {
+		t.Fatal("README and topics: no block marked readme-test")
+	}
+	return blocks
+}
+
+// markedBlocks adds the marked blocks of one Markdown file to blocks.
+func markedBlocks(t *testing.T, file string, blocks map[string][]string) {
+	t.Helper()
+	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	blocks := map[string][]string{}
 	marker := regexp.MustCompile(`^<!-- readme-test: (\S+) -->$`)
 	name, inBlock, cmd := "", false, ""
 	sc := bufio.NewScanner(f)
@@ -39,12 +57,12 @@ func readmeBlocks(t *testing.T) map[string][]string {
 			}
 		case !inBlock:
 			if line != "```sh" {
-				t.Fatalf("README: %s marks no ```sh block (next line %q)", name, line)
+				t.Fatalf("%s: %s marks no ```sh block (next line %q)", file, name, line)
 			}
 			inBlock = true
 		case line == "```":
 			if cmd != "" {
-				t.Fatalf("README: block %s ends inside a command: %q", name, cmd)
+				t.Fatalf("%s: block %s ends inside a command: %q", file, name, cmd)
 			}
 			name, inBlock = "", false
 		default:
@@ -63,10 +81,6 @@ func readmeBlocks(t *testing.T) map[string][]string {
 			cmd = ""
 		}
 	}
-	if len(blocks) == 0 {
-		t.Fatal("README: no block marked readme-test")
-	}
-	return blocks
 }
 
 // readmeRun runs README command lines as a reader would, in a shell, with

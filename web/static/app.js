@@ -52,7 +52,7 @@ class App {
     help.addEventListener('click', () => this.helpDlg.showModal());
     const header = h('header', { class: 'topbar' },
       h('a', { href: '/', 'data-nav': '', class: 'brand' }, h('img', { src: '/static/favicon.svg', alt: '', width: '20', height: '20' }), h('span', null, 'calltap')),
-      h('nav', { class: 'views' }, this.navReq, this.navCalls),
+      h('nav', { class: 'views' }, this.navReq, this.navCalls, h('a', { href: '/help/', class: 'navlink', id: 'help-link', title: 'The reference: calltap help' }, 'Help')),
       h('span', { class: 'spacer' }),
       this.status,
       help);
