@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/calltap/calltap/storage"
 )
 
 // The data directory of an agent holds the client's secret header and
@@ -31,7 +33,7 @@ type dataLock struct {
 // this process, whose command is what (e.g. "calltap dev"). Another live
 // holder is an error naming its pid and command.
 func holdDataDir(dir, what string, log *slog.Logger) (*dataLock, error) {
-	if err := privateDir(dir, log); err != nil {
+	if err := storage.PrivateDir(dir, log); err != nil {
 		return nil, err
 	}
 	path := filepath.Join(dir, agentLockFile)
@@ -88,27 +90,4 @@ func holder(path string) string {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// privateDir creates dir 0700, or makes it so: a directory others can
-// read or enter is tightened, with one warning. Tightened rather than
-// left: the store holds secrets, and a warning alone leaves them open
-// until someone acts on it; the directory's mode is enough to close every
-// path to the files inside.
-func privateDir(dir string, log *slog.Logger) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("data directory: %w", err)
-	}
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("data directory: %w", err)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		if err := os.Chmod(dir, 0o700); err != nil {
-			log.Warn("the data directory is open to other users and could not be made private", "dir", dir, "mode", fmt.Sprintf("%04o", perm), "err", err)
-			return nil
-		}
-		log.Warn("the data directory was open to other users: made it private (0700)", "dir", dir, "was", fmt.Sprintf("%04o", perm))
-	}
-	return nil
 }

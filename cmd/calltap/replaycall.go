@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"strconv"
 	"strings"
 
 	"github.com/calltap/calltap/inspector"
@@ -34,26 +32,9 @@ type callReplay struct {
 	asJSON     bool
 }
 
-// callReplayResult is one replayed request, as --json prints it.
-type callReplayResult struct {
-	Original string   `json:"original_id"`
-	ID       string   `json:"id"`
-	Event    string   `json:"event"`
-	Status   int      `json:"response_status"`
-	Error    string   `json:"error,omitempty"`
-	Failures []string `json:"failures"` // what did not match --expect
-}
-
 func (r *callReplay) validate() error {
-	if r.expect != "" {
-		if _, _, err := statusRange(r.expect); err != nil {
-			return err
-		}
-	}
-	for _, e := range r.expectJSON {
-		if p, _, ok := strings.Cut(e, "="); !ok || p == "" {
-			return fmt.Errorf("--expect-body-json %q: want path=value", e)
-		}
+	if err := r.expectation().Validate(); err != nil {
+		return err
 	}
 	if r.timeScale < 0 || math.IsNaN(r.timeScale) || math.IsInf(r.timeScale, 0) {
 		return fmt.Errorf("--time-scale must be a number, 0 or more")
@@ -76,18 +57,6 @@ func replayHeaders(hs []string) (wire.Header, error) {
 	return out, nil
 }
 
-// statusRange reads --expect: a class such as 2xx, or one status.
-func statusRange(s string) (int, int, error) {
-	if len(s) == 3 && strings.HasSuffix(s, "xx") && s[0] >= '1' && s[0] <= '5' {
-		base := int(s[0]-'0') * 100
-		return base, base + 99, nil
-	}
-	if n, err := strconv.Atoi(s); err == nil && n >= 100 && n <= 599 {
-		return n, n, nil
-	}
-	return 0, 0, fmt.Errorf("--expect %q: want a status class such as 2xx or a status such as 200", s)
-}
-
 // run replays the selection through an agent over db and reports; the
 // exit status is 1 when anything did not match.
 func (r *callReplay) run(ctx context.Context, stdio Stdio, db *agentdb.AgentStore) int {
@@ -102,10 +71,10 @@ func (r *callReplay) run(ctx context.Context, stdio Stdio, db *agentdb.AgentStor
 	if err != nil {
 		return fail(stdio, "replay", apiMessage(err))
 	}
-	var results []callReplayResult
+	var results []inspector.CallReplayResult
 	failed := 0
 	err = a.ReplayCall(ctx, originals, o, func(orig, c *agentdb.Capture) {
-		res := r.check(orig, c)
+		res := r.expectation().Check(orig, c)
 		if len(res.Failures) > 0 {
 			failed++
 		}
@@ -138,33 +107,12 @@ func startAgent(ctx context.Context, cfg agent.Config) (a *agent.Agent, stop fun
 	return a, func() { cancel(); <-done }, nil
 }
 
-// check holds the replay c of orig against --expect and --expect-body-json.
-func (r *callReplay) check(orig, c *agentdb.Capture) callReplayResult {
-	res := callReplayResult{Original: orig.ID, ID: c.ID, Event: orig.Event, Status: c.ResponseStatus, Error: c.Error, Failures: []string{}}
-	if res.Event == "" {
-		res.Event = orig.Method + " " + orig.Path
-	}
-	if r.expect != "" {
-		if lo, hi, _ := statusRange(r.expect); c.ResponseStatus < lo || c.ResponseStatus > hi {
-			got := "got no answer"
-			if c.Error != "" {
-				got += " (" + c.Error + ")"
-			}
-			if c.ResponseStatus > 0 {
-				got = "answered " + strconv.Itoa(c.ResponseStatus)
-			}
-			res.Failures = append(res.Failures, fmt.Sprintf("%s, want %s", got, r.expect))
-		}
-	}
-	for _, e := range r.expectJSON {
-		if msg := checkBodyJSON(c.ResponseBody, e); msg != "" {
-			res.Failures = append(res.Failures, msg)
-		}
-	}
-	return res
+// expectation is what --expect and --expect-body-json ask of each answer.
+func (r *callReplay) expectation() inspector.Expect {
+	return inspector.Expect{Status: r.expect, JSON: r.expectJSON}
 }
 
-func printCallReplay(w io.Writer, results []callReplayResult, failed int) {
+func printCallReplay(w io.Writer, results []inspector.CallReplayResult, failed int) {
 	for _, res := range results {
 		mark := "ok  "
 		if len(res.Failures) > 0 {
@@ -188,84 +136,4 @@ func apiMessage(err error) error {
 		return errors.New(e.Message)
 	}
 	return err
-}
-
-// checkBodyJSON checks one path=value of --expect-body-json against an
-// answer's JSON body; "" when it holds. A value is compared as JSON when it
-// parses as JSON (true, 3, "x"), else as a string.
-func checkBodyJSON(body []byte, expr string) string {
-	path, want, _ := strings.Cut(expr, "=")
-	var v any
-	if err := json.Unmarshal(body, &v); err != nil {
-		return fmt.Sprintf("the answer is not JSON, want %s", expr)
-	}
-	for _, key := range strings.Split(path, ".") {
-		obj, ok := v.(map[string]any)
-		if !ok {
-			return fmt.Sprintf("the answer has no %s", path)
-		}
-		if v, ok = obj[key]; !ok {
-			return fmt.Sprintf("the answer has no %s", path)
-		}
-	}
-	var wantV any
-	if json.Unmarshal([]byte(want), &wantV) != nil {
-		wantV = want
-	}
-	gotJSON, _ := json.Marshal(v)
-	wantJSON, _ := json.Marshal(wantV)
-	if string(gotJSON) != string(wantJSON) {
-		return fmt.Sprintf("%s is %s, want %s", path, gotJSON, wantJSON)
-	}
-	return ""
-}
-
-// loadExport reads an export into a throwaway store in dir, so that a call
-// replays from a file exactly as from the store. It returns the headers
-// the export masked.
-func loadExport(ctx context.Context, file, dir string) (*agentdb.AgentStore, []string, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer f.Close()
-	ef, err := inspector.ReadExport(f)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", file, err)
-	}
-	db, err := agentDB(ctx, dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	if _, err := inspector.Import(ctx, db, ef.Captures); err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	return db, ef.Header.MaskedHeaders, nil
-}
-
-// unsupplied is the masked headers of an export that the captures hold
-// (as MaskedValue) and --header does not give again.
-func unsupplied(ctx context.Context, db *agentdb.AgentStore, masked []string, given wire.Header) ([]string, error) {
-	var out []string
-	seen := map[string]bool{}
-	_, err := db.EachCapture(ctx, agentdb.CaptureFilter{}, func(c *agentdb.Capture) error {
-		var h wire.Header
-		if h.UnmarshalJSON([]byte(c.RequestHeaders)) != nil {
-			return nil
-		}
-		for _, f := range h {
-			if f.Value != inspector.MaskedValue || given.Get(f.Name) != "" || seen[strings.ToLower(f.Name)] {
-				continue
-			}
-			for _, m := range masked {
-				if strings.EqualFold(m, f.Name) {
-					seen[strings.ToLower(f.Name)] = true
-					out = append(out, f.Name)
-				}
-			}
-		}
-		return nil
-	})
-	return out, err
 }

@@ -191,15 +191,19 @@ func (c *replayCmd) replayExport(ctx context.Context, r *callReplay, stdio Stdio
 		return fail(stdio, "replay", err)
 	}
 	defer os.RemoveAll(tmp)
-	db, masked, err := loadExport(ctx, c.from, tmp)
+	db, err := agentDB(ctx, tmp)
 	if err != nil {
 		return fail(stdio, "replay", err)
 	}
 	defer db.Close()
+	masked, err := inspector.LoadExport(ctx, db, c.from)
+	if err != nil {
+		return fail(stdio, "replay", err)
+	}
 	// A masked secret goes out as the mask: say so, and how to give it,
 	// rather than leave a 401 to puzzle over.
 	given, _ := replayHeaders(c.headers)
-	if missing, err := unsupplied(ctx, db, masked, given); err != nil {
+	if missing, err := inspector.Unsupplied(ctx, db, masked, given); err != nil {
 		return fail(stdio, "replay", err)
 	} else if len(missing) > 0 {
 		fmt.Fprintf(stdio.Err, "calltap replay: the export masked %s: sent as %s unless given with --header '%s: …'\n", strings.Join(missing, ", "), inspector.MaskedValue, missing[0])

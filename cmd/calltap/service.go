@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -55,9 +52,9 @@ func (e *configError) Is(t error) bool { return t == errConfig }
 func (f *serviceFlags) client(stdio Stdio, cmd string) (*service.Client, error) {
 	path, explicit := f.config, f.config != ""
 	if !explicit {
-		path = defaultConfigPath()
+		path = service.DefaultConfigPath()
 	}
-	file, err := readConfig(path)
+	file, err := service.ReadConfig(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist) && !explicit:
 		file = map[string]string{}
@@ -91,52 +88,6 @@ func (f *serviceFlags) client(stdio Stdio, cmd string) (*service.Client, error) 
 		return nil, &configError{err.Error()}
 	}
 	return c, nil
-}
-
-// defaultConfigPath is $XDG_CONFIG_HOME/calltap/config or
-// ~/.config/calltap/config.
-func defaultConfigPath() string {
-	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" {
-		return filepath.Join(d, "calltap", "config")
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".config", "calltap", "config")
-	}
-	return filepath.Join(".calltap", "config")
-}
-
-// readConfig reads key = value lines. An unknown key is an error, so that a
-// typo does not silently fall back to another setting.
-func readConfig(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string]string{}
-	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		if len(v) >= 2 && (v[0] == '"' && v[len(v)-1] == '"' || v[0] == '\'' && v[len(v)-1] == '\'') {
-			v = v[1 : len(v)-1]
-		}
-		switch {
-		case !ok:
-			return nil, fmt.Errorf("%s line %d: want key = value", path, n)
-		case k != "base_url" && k != "api_key":
-			return nil, fmt.Errorf("%s line %d: unknown key %q (base_url and api_key are known)", path, n, k)
-		}
-		out[k] = v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %v", path, err)
-	}
-	return out, nil
 }
 
 func cmdService(ctx context.Context, args []string, stdio Stdio) int {

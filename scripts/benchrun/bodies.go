@@ -54,13 +54,3 @@ func binaryBody(n int) []byte {
 	b[0] = 0xff // never valid UTF-8
 	return b
 }
-
-const hexDigits = "0123456789abcdef"
-
-// stampHex writes v as 12 hex digits at b[off:].
-func stampHex(b []byte, off int, v uint64) {
-	for i := 11; i >= 0; i-- {
-		b[off+i] = hexDigits[v&0xf]
-		v >>= 4
-	}
-}

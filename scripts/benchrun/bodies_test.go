@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"testing"
+
+	"github.com/calltap/calltap/scripts/benchrun/load"
 )
 
 // The suite must never make the agent reach beyond loopback: the agent
@@ -15,7 +17,7 @@ func TestBodiesCarryNoLinks(t *testing.T) {
 	if bytes.Contains(b, []byte("://")) {
 		t.Fatalf("event carries a link: %s", b)
 	}
-	stampHex(b, stamp, 0xabcdef)
+	load.StampHex(b, stamp, 0xabcdef)
 	if !bytes.Contains(b, []byte("000000abcdef")) {
 		t.Fatalf("stamp offset %d does not hit the delivery id: %s", stamp, b[:80])
 	}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/calltap/calltap/scripts/benchrun/load"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -135,7 +136,7 @@ type clusterCell struct {
 	name    string
 	node    int
 	conns   int
-	r       loadResult
+	r       load.Result
 	traffic natsTraffic
 }
 
@@ -168,14 +169,14 @@ func (cb *clusterBench) load(ctx context.Context, c *clusterCell) error {
 	n := cb.nodes[c.node]
 	u, _ := url.Parse(n.relayURL)
 	var t0, t1 natsTraffic
-	r, err := runLoad(ctx, loadSpec{Addr: u.Host, Path: n.tunnelPath + "/voice", Body: cb.ev, Stamp: cb.stamp,
+	r, err := load.Run(ctx, load.Spec{Addr: u.Host, Path: n.tunnelPath + "/voice", Body: cb.ev, Stamp: cb.stamp,
 		ContentType: "application/json", Conns: c.conns, Warmup: cb.warm, Duration: cb.dur,
 		OnStart: func() { t0 = cb.nats.traffic() },
 		OnEnd:   func() { t1 = cb.nats.traffic() }})
 	if err != nil {
 		return err
 	}
-	c.r.merge(r)
+	c.r.Merge(r)
 	c.traffic = c.traffic.add(t1.sub(t0))
 	return nil
 }
@@ -186,12 +187,12 @@ func (cb *clusterBench) load(ctx context.Context, c *clusterCell) error {
 func (cb *clusterBench) addLoadRows(same, cross *clusterCell) {
 	m := fmt.Sprintf("Team relay, 2 KB events, c=%d", same.conns)
 	cb.res.add(row{Measure: m + ": requests/s",
-		Calltap: fmt.Sprintf("agent's node %s%s, another node %s%s (%.2f×)", fmtRate(same.r.rate(), "/s"), failed(same.r),
-			fmtRate(cross.r.rate(), "/s"), failed(cross.r), cross.r.rate()/same.r.rate())})
+		Calltap: fmt.Sprintf("agent's node %s%s, another node %s%s (%.2f×)", fmtRate(same.r.Rate(), "/s"), failed(same.r),
+			fmtRate(cross.r.Rate(), "/s"), failed(cross.r), cross.r.Rate()/same.r.Rate())})
 	cb.res.add(row{Measure: m + ": latency p50 / p99",
 		Calltap: fmt.Sprintf("agent's node %s / %s, another node %s / %s (%s / %s)",
-			fmtDur(same.r.pct(50)), fmtDur(same.r.pct(99)), fmtDur(cross.r.pct(50)), fmtDur(cross.r.pct(99)),
-			fmtDelta(cross.r.pct(50)-same.r.pct(50)), fmtDelta(cross.r.pct(99)-same.r.pct(99)))})
+			fmtDur(same.r.Pct(50)), fmtDur(same.r.Pct(99)), fmtDur(cross.r.Pct(50)), fmtDur(cross.r.Pct(99)),
+			fmtDelta(cross.r.Pct(50)-same.r.Pct(50)), fmtDelta(cross.r.Pct(99)-same.r.Pct(99)))})
 	if same.conns == 32 {
 		cb.res.add(row{Measure: "Team relay: NATS traffic per request (relays ↔ NATS; between NATS servers)",
 			Calltap: "agent's node " + same.traffic.perRequest(same.r.N) + ", another node " + cross.traffic.perRequest(cross.r.N)})
@@ -210,17 +211,17 @@ func (cb *clusterBench) measureEnqueue(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var enq loadResult
+	var enq load.Result
 	var loadErr error
 	t0 := cb.nats.traffic()
 	for _, n := range cb.nodes {
 		u, _ := url.Parse(n.relayURL)
 		wg.Go(func() {
-			r, err := runLoad(ctx, loadSpec{Addr: u.Host, Path: n.tunnelPath + "/voice", Body: cb.ev, Stamp: cb.stamp, ContentType: "application/json",
+			r, err := load.Run(ctx, load.Spec{Addr: u.Host, Path: n.tunnelPath + "/voice", Body: cb.ev, Stamp: cb.stamp, ContentType: "application/json",
 				Conns: 11, Warmup: 300 * time.Millisecond, Duration: cb.queueDur})
 			mu.Lock()
 			defer mu.Unlock()
-			enq.merge(r)
+			enq.Merge(r)
 			loadErr = errors.Join(loadErr, err)
 		})
 	}
@@ -231,7 +232,7 @@ func (cb *clusterBench) measureEnqueue(ctx context.Context) error {
 	enqTraffic := cb.nats.traffic().sub(t0)
 	enqRow := row{Measure: "Team relay: enqueue with the agent away, senders on all three nodes (2 KB, c=33; stored R3 in JetStream, 202)",
 		Calltap: fmtRate(float64(enq.N)/cb.queueDur.Seconds(), "/s") + fmt.Sprintf(", p50 %s, p99 %s, NATS traffic %s per request",
-			fmtDur(enq.pct(50)), fmtDur(enq.pct(99)), enqTraffic.perRequest(enq.N))}
+			fmtDur(enq.Pct(50)), fmtDur(enq.Pct(99)), enqTraffic.perRequest(enq.N))}
 	if enq.Statuses[202] != enq.N {
 		enqRow.Calltap += fmt.Sprintf(" (%d not 202)", enq.N-enq.Statuses[202])
 	}

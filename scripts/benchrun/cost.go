@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/calltap/calltap/scripts/benchrun/load"
 )
 
 // The cost part: what one 2 KB webhook costs each process on its way
@@ -38,7 +40,7 @@ type costCell struct {
 	sync  string
 	conns int
 
-	direct, through loadResult
+	direct, through load.Result
 	fsync           time.Duration // the agent's disk: 4 KiB append + fdatasync, p50
 
 	cpu      map[string]time.Duration // per request, in the load's window
@@ -118,7 +120,7 @@ func costSetup(ctx context.Context, bin, dir, mode string, hp *proc, hurl string
 			return nil, fmt.Errorf("fsync probe: %w", err)
 		}
 		fmt.Fprintf(os.Stderr, "cost: %-22s direct\n", c.label())
-		if c.direct, err = runLoad(ctx, direct); err != nil {
+		if c.direct, err = load.Run(ctx, direct); err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(os.Stderr, "cost: %-22s through calltap: CPU, perf stat\n", c.label())
@@ -175,11 +177,11 @@ func (c *calltap) alive() error {
 
 // costSpecs are the 2 KB load with conns connections straight to the
 // handler at hurl and through ct's tunnel.
-func costSpecs(ct *calltap, hurl string, conns int, warm, dur time.Duration) (direct, through loadSpec) {
+func costSpecs(ct *calltap, hurl string, conns int, warm, dur time.Duration) (direct, through load.Spec) {
 	ev, stamp := jsonEvent2K()
 	hu, _ := url.Parse(hurl)
 	ru, _ := url.Parse(ct.relayURL)
-	direct = loadSpec{Addr: hu.Host, Path: "/webhooks/voice", Body: ev, Stamp: stamp, ContentType: "application/json",
+	direct = load.Spec{Addr: hu.Host, Path: "/webhooks/voice", Body: ev, Stamp: stamp, ContentType: "application/json",
 		Conns: conns, Warmup: warm, Duration: dur}
 	through = direct
 	through.Addr, through.Path = ru.Host, ct.tunnelPath+"/voice"
@@ -280,7 +282,7 @@ func perfSpan(d time.Duration) time.Duration { return max(d*4/5, d-time.Second) 
 // time of each process, charged to the requests of the window; then
 // under perf stat, for each process's system calls and context switches
 // per request (counting every system call slows them a little).
-func (c *costCell) measure(ctx context.Context, spec loadSpec, pids map[string]int, dir string) error {
+func (c *costCell) measure(ctx context.Context, spec load.Spec, pids map[string]int, dir string) error {
 	cpu0 := map[string]time.Duration{}
 	cpu1 := map[string]time.Duration{}
 	clean := spec
@@ -294,7 +296,7 @@ func (c *costCell) measure(ctx context.Context, spec loadSpec, pids map[string]i
 			cpu1[name], _ = procCPU(pids[name])
 		}
 	}
-	r, err := runLoad(ctx, clean)
+	r, err := load.Run(ctx, clean)
 	if err != nil {
 		return err
 	}
@@ -321,7 +323,7 @@ func (c *costCell) measure(ctx context.Context, spec loadSpec, pids map[string]i
 
 // measureCalls loads calltap again under perf stat, for each process's
 // system calls and context switches per request.
-func (c *costCell) measureCalls(ctx context.Context, spec loadSpec, pids map[string]int, dir string) error {
+func (c *costCell) measureCalls(ctx context.Context, spec load.Spec, pids map[string]int, dir string) error {
 	var stats []*exec.Cmd
 	var statErr error
 	span := perfSpan(spec.Duration)
@@ -336,7 +338,7 @@ func (c *costCell) measureCalls(ctx context.Context, spec loadSpec, pids map[str
 			stats = append(stats, cmd)
 		}
 	}
-	r, err := runLoad(ctx, spec)
+	r, err := load.Run(ctx, spec)
 	for _, cmd := range stats {
 		if werr := cmd.Wait(); werr != nil && statErr == nil {
 			statErr = perfErr(cmd, werr)
@@ -354,7 +356,7 @@ func (c *costCell) measureCalls(ctx context.Context, spec loadSpec, pids map[str
 		if err != nil {
 			return fmt.Errorf("perf stat of the %s: %w", name, err)
 		}
-		reqs := r.rate() * elapsed.Seconds() // the load is steady: its rate over perf's own span
+		reqs := r.Rate() * elapsed.Seconds() // the load is steady: its rate over perf's own span
 		c.syscalls[name] = counts["raw_syscalls:sys_enter"] / reqs
 		c.switches[name] = counts["context-switches"] / reqs
 	}
@@ -524,9 +526,9 @@ func (r costReport) costRows(cells []*costCell) {
 func (r costReport) latencyRows(cells []*costCell) {
 	r.add(row{Table: latencyTable, Head: true, Cells: []string{"Setup", "Load", "p50 direct", "p50 through calltap", "Added p50", "fsync p50"}})
 	for _, c := range cells {
-		added := c.through.pct(50) - c.direct.pct(50)
+		added := c.through.Pct(50) - c.direct.Pct(50)
 		x := row{Table: latencyTable, Cells: []string{"--sync " + c.sync, fmt.Sprintf("c=%d", c.conns),
-			fmtDur(c.direct.pct(50)) + failed(c.direct), fmtDur(c.through.pct(50)) + failed(c.through), fmtDelta(added), fmtDur(c.fsync)}}
+			fmtDur(c.direct.Pct(50)) + failed(c.direct), fmtDur(c.through.Pct(50)) + failed(c.through), fmtDelta(added), fmtDur(c.fsync)}}
 		if c.conns == 1 {
 			limit := 200 * time.Microsecond
 			x.Target = "≤ +200 µs"

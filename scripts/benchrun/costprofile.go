@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/calltap/calltap/scripts/benchrun/load"
 )
 
 // The cost part's profile (cost.go): perf record under load, each sample
@@ -154,7 +156,7 @@ func innermostOther(frames []frame) string {
 
 // profile samples the relay's and the agent's call stacks (perf record)
 // under the load, and counts the samples of each stage.
-func (c *costCell) profile(ctx context.Context, spec loadSpec, pids map[string]int, dir, keep string) error {
+func (c *costCell) profile(ctx context.Context, spec load.Spec, pids map[string]int, dir, keep string) error {
 	span := perfSpan(spec.Duration)
 	files := map[string]string{}
 	var recs []*exec.Cmd
@@ -171,7 +173,7 @@ func (c *costCell) profile(ctx context.Context, spec loadSpec, pids map[string]i
 			recs = append(recs, cmd)
 		}
 	}
-	_, err := runLoad(ctx, spec)
+	_, err := load.Run(ctx, spec)
 	for _, cmd := range recs {
 		if werr := cmd.Wait(); werr != nil && recErr == nil {
 			recErr = perfErr(cmd, werr)

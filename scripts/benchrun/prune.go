@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/calltap/calltap/scripts/benchrun/load"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/google/uuid"
@@ -48,12 +49,12 @@ func cmdPrune(ctx context.Context, args []string) error {
 	}
 	ev, stamp := jsonEvent2K()
 	u, _ := url.Parse(ct.relayURL)
-	spec := loadSpec{Addr: u.Host, Path: ct.tunnelPath + "/voice", Body: ev, Stamp: stamp, ContentType: "application/json",
+	spec := load.Spec{Addr: u.Host, Path: ct.tunnelPath + "/voice", Body: ev, Stamp: stamp, ContentType: "application/json",
 		Conns: *conns, Warmup: 200 * time.Millisecond, Duration: *dur}
 	var left0, left1 int
 	spec.OnStart = func() { left0, _ = oldLeft(ct.inspectURL) }
 	spec.OnEnd = func() { left1, _ = oldLeft(ct.inspectURL) }
-	during, err := runLoad(ctx, spec)
+	during, err := load.Run(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -67,15 +68,15 @@ func cmdPrune(ctx context.Context, args []string) error {
 		return err
 	}
 	spec.OnStart, spec.OnEnd = nil, nil
-	after, err := runLoad(ctx, spec)
+	after, err := load.Run(ctx, spec)
 	if err != nil {
 		return err
 	}
 	res.add(row{Measure: fmt.Sprintf("Retention: p50 / p99 through the tunnel (2 KB events, c=%d) while the agent prunes %s old captures (%s of them during the window), beside after it",
 		*conns, fmtCount(*n), fmtCount(left0-left1)),
-		Direct:  fmt.Sprintf("after: %s / %s", fmtDur(after.pct(50)), fmtDur(after.pct(99))),
-		Calltap: fmt.Sprintf("during: %s / %s", fmtDur(during.pct(50)), fmtDur(during.pct(99))),
-		Ratio:   fmt.Sprintf("%.2f×", float64(during.pct(99))/float64(max(after.pct(99), 1)))})
+		Direct:  fmt.Sprintf("after: %s / %s", fmtDur(after.Pct(50)), fmtDur(after.Pct(99))),
+		Calltap: fmt.Sprintf("during: %s / %s", fmtDur(during.Pct(50)), fmtDur(during.Pct(99))),
+		Ratio:   fmt.Sprintf("%.2f×", float64(during.Pct(99))/float64(max(after.Pct(99), 1)))})
 	return nil
 }
 

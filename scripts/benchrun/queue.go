@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/calltap/calltap/scripts/benchrun/load"
 )
 
 // cmdQueue measures the offline queue with real processes: senders post
@@ -35,7 +37,7 @@ func cmdQueue(ctx context.Context, args []string) error {
 	ev, stamp := jsonEvent2K()
 	u, _ := url.Parse(ct.relayURL)
 	var c0, c1 time.Duration
-	r, err := runLoad(ctx, loadSpec{Addr: u.Host, Path: ct.tunnelPath + "/voice", Body: ev, Stamp: stamp, ContentType: "application/json",
+	r, err := load.Run(ctx, load.Spec{Addr: u.Host, Path: ct.tunnelPath + "/voice", Body: ev, Stamp: stamp, ContentType: "application/json",
 		Conns: *conns, Warmup: 500 * time.Millisecond, Duration: *dur,
 		OnStart: func() { c0, _ = procCPU(ct.relay.pid()) },
 		OnEnd:   func() { c1, _ = procCPU(ct.relay.pid()) }})
@@ -43,7 +45,7 @@ func cmdQueue(ctx context.Context, args []string) error {
 		return err
 	}
 	enq := row{Measure: fmt.Sprintf("Offline queue: enqueue rate, no agent (2 KB events, c=%d; relay stores each, answers 202)", *conns),
-		Calltap: fmtRate(r.rate(), "/s") + fmt.Sprintf(", p50 %s, p99 %s, relay CPU %s/request", fmtDur(r.pct(50)), fmtDur(r.pct(99)), fmtDur((c1-c0)/time.Duration(max(r.N, 1))))}
+		Calltap: fmtRate(r.Rate(), "/s") + fmt.Sprintf(", p50 %s, p99 %s, relay CPU %s/request", fmtDur(r.Pct(50)), fmtDur(r.Pct(99)), fmtDur((c1-c0)/time.Duration(max(r.N, 1))))}
 	if r.Statuses[202] != r.N {
 		enq.Calltap += fmt.Sprintf(" (%d not 202)", r.N-r.Statuses[202])
 	}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/calltap/calltap/scripts/benchrun/load"
 )
 
 // cmdReconnect stops the relay process under a connected agent, keeps it
@@ -56,7 +58,7 @@ func cmdReconnect(ctx context.Context, args []string) error {
 	for _, down := range waits {
 		fmt.Fprintf(os.Stderr, "reconnect: relay down for %s\n", down)
 		ct.relay.stop()
-		sleep(ctx, down)
+		load.Sleep(ctx, down)
 		if err := ct.startRelay(ctx); err != nil { // returns once /healthz answers
 			return err
 		}

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/calltap/calltap/scripts/benchrun/load"
 )
 
 // row is one line of the final table. Parts write rows as they measure, so
@@ -251,8 +253,8 @@ func fmtDur(d time.Duration) string {
 }
 
 // failed notes, after a rate, the requests of r that did not succeed.
-func failed(r loadResult) string {
-	if bad := r.non2xx() + r.Errors; bad > 0 {
+func failed(r load.Result) string {
+	if bad := r.Non2xx() + r.Errors; bad > 0 {
 		return fmt.Sprintf(" (%d failed)", bad)
 	}
 	return ""

@@ -19,6 +19,7 @@ import (
 	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
+	"github.com/calltap/calltap/scripts/benchrun/load"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
 	"github.com/google/uuid"
@@ -202,7 +203,7 @@ func produceBatches(pool []bodyTmpl, batches chan<- []*agentdb.Capture, stop <-c
 		for i := range b {
 			t := pool[n%len(pool)]
 			body := bytes.Clone(t.body)
-			stampHex(body, t.stamp, uint64(n))
+			load.StampHex(body, t.stamp, uint64(n))
 			c := captureOf(t.p, body, time.Now().UTC())
 			c.DeliveryID = c.DeliveryID[:24] + string(body[t.stamp:t.stamp+12])
 			b[i] = c

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/calltap/calltap/scripts/benchrun/load"
 )
 
 // cell is one load shape measured both ways.
@@ -23,7 +25,7 @@ type cell struct {
 	contentType string
 	conns       int
 
-	direct, calltap    loadResult
+	direct, calltap    load.Result
 	relayCPU, agentCPU time.Duration // during the calltap windows
 	relayHWM, agentHWM int64         // VmHWM, largest over the rounds
 }
@@ -62,9 +64,9 @@ func cmdTunnel(ctx context.Context, args []string) error {
 		for _, c := range cells {
 			runDirect := func() error {
 				fmt.Fprintf(os.Stderr, "tunnel: round %d/%d  %-22s direct\n", round+1, *rounds, c.name)
-				r, err := runLoad(ctx, loadSpec{Addr: hu.Host, Path: "/webhooks/voice", Body: c.body, Stamp: c.stamp,
+				r, err := load.Run(ctx, load.Spec{Addr: hu.Host, Path: "/webhooks/voice", Body: c.body, Stamp: c.stamp,
 					ContentType: c.contentType, Conns: c.conns, Warmup: *warm, Duration: *dur})
-				c.direct.merge(r)
+				c.direct.Merge(r)
 				return err
 			}
 			runCalltap := func() error {
@@ -112,7 +114,7 @@ func (c *cell) runCalltap(ctx context.Context, bin, dir, handlerURL string, warm
 	var r0, a0, r1, a1 time.Duration
 	var perfs []*exec.Cmd
 	u, _ := url.Parse(ct.relayURL)
-	r, err := runLoad(ctx, loadSpec{Addr: u.Host, Path: ct.tunnelPath + "/voice", Body: c.body, Stamp: c.stamp,
+	r, err := load.Run(ctx, load.Spec{Addr: u.Host, Path: ct.tunnelPath + "/voice", Body: c.body, Stamp: c.stamp,
 		ContentType: c.contentType, Conns: c.conns, Warmup: warm, Duration: dur,
 		OnStart: func() {
 			r0, _ = procCPU(ct.relay.pid())
@@ -141,7 +143,7 @@ func (c *cell) runCalltap(ctx context.Context, bin, dir, handlerURL string, warm
 	if ct.relay.exited() || ct.agent.exited() {
 		return errors.New("the relay or the agent died under load (see their logs)")
 	}
-	c.calltap.merge(r)
+	c.calltap.Merge(r)
 	c.relayCPU += r1 - r0
 	c.agentCPU += a1 - a0
 	rh, _ := procStatus(ct.relay.pid(), "VmHWM")
@@ -165,8 +167,8 @@ func startPerf(out string, pid int) *exec.Cmd {
 
 func (c *cell) report(res *results) {
 	d, t := &c.direct, &c.calltap
-	ratio := t.rate() / d.rate()
-	rateRow := row{Measure: c.name + ": requests/s", Direct: fmtRate(d.rate(), "/s"), Calltap: fmtRate(t.rate(), "/s"),
+	ratio := t.Rate() / d.Rate()
+	rateRow := row{Measure: c.name + ": requests/s", Direct: fmtRate(d.Rate(), "/s"), Calltap: fmtRate(t.Rate(), "/s"),
 		Ratio: fmt.Sprintf("%.2f×", ratio)}
 	rateRow.Calltap += failed(*t)
 	rateRow.Direct += failed(*d)
@@ -178,9 +180,9 @@ func (c *cell) report(res *results) {
 	}
 	res.add(rateRow)
 
-	add50, add99 := t.pct(50)-d.pct(50), t.pct(99)-d.pct(99)
+	add50, add99 := t.Pct(50)-d.Pct(50), t.Pct(99)-d.Pct(99)
 	latRow := row{Measure: c.name + ": latency p50 / p99",
-		Direct: fmtDur(d.pct(50)) + " / " + fmtDur(d.pct(99)), Calltap: fmtDur(t.pct(50)) + " / " + fmtDur(t.pct(99)),
+		Direct: fmtDur(d.Pct(50)) + " / " + fmtDur(d.Pct(99)), Calltap: fmtDur(t.Pct(50)) + " / " + fmtDur(t.Pct(99)),
 		Ratio: fmtDelta(add50) + " / " + fmtDelta(add99)}
 	if len(c.body) < 1<<20 && c.conns == 1 {
 		latRow.Target, latRow.Met = "≤ +250 µs at p50", verdict(add50 <= 250*time.Microsecond)

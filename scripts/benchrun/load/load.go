@@ -1,4 +1,9 @@
-package main
+// Package load is make bench's load generator, deliberately thin, like wrk:
+// each worker owns one keep-alive TCP connection, writes a prepared
+// request and parses just enough of the response (status line,
+// Content-Length, chunked) to find its end. No net/http client, so its own
+// hand-offs and allocations are not charged to the setup under test.
+package load
 
 import (
 	"bufio"
@@ -15,14 +20,8 @@ import (
 	"time"
 )
 
-// The load generator is deliberately thin, like wrk: each worker owns one
-// keep-alive TCP connection, writes a prepared request and parses just
-// enough of the response (status line, Content-Length, chunked) to find its
-// end. No net/http client, so its own hand-offs and allocations are not
-// charged to the setup under test.
-
-// loadSpec is one run: fixed concurrency for a fixed time after a warmup.
-type loadSpec struct {
+// Spec is one run: fixed concurrency for a fixed time after a warmup.
+type Spec struct {
 	Addr        string // host:port, loopback
 	Path        string // request target
 	Body        []byte
@@ -35,8 +34,8 @@ type loadSpec struct {
 	OnEnd       func() // called as it closes
 }
 
-// loadResult is what happened inside the measured window.
-type loadResult struct {
+// Result is what happened inside the measured window.
+type Result struct {
 	N        int             // responses completed inside the window
 	Elapsed  time.Duration   // the window
 	Lat      []time.Duration // latencies of those responses, sorted
@@ -44,10 +43,10 @@ type loadResult struct {
 	Errors   int             // transport errors (the worker reconnects)
 }
 
-func (r *loadResult) rate() float64 { return float64(r.N) / r.Elapsed.Seconds() }
+func (r *Result) Rate() float64 { return float64(r.N) / r.Elapsed.Seconds() }
 
-// pct is the p-th percentile (0..100) of the latencies.
-func (r *loadResult) pct(p float64) time.Duration {
+// Pct is the p-th percentile (0..100) of the latencies.
+func (r *Result) Pct(p float64) time.Duration {
 	if len(r.Lat) == 0 {
 		return 0
 	}
@@ -55,8 +54,8 @@ func (r *loadResult) pct(p float64) time.Duration {
 	return r.Lat[i]
 }
 
-// merge folds another run of the same setup in (rounds of a side-by-side).
-func (r *loadResult) merge(o loadResult) {
+// Merge folds another run of the same setup in (rounds of a side-by-side).
+func (r *Result) Merge(o Result) {
 	r.N += o.N
 	r.Elapsed += o.Elapsed
 	r.Lat = append(r.Lat, o.Lat...)
@@ -70,8 +69,8 @@ func (r *loadResult) merge(o loadResult) {
 	r.Errors += o.Errors
 }
 
-// non2xx counts responses that were not 2xx.
-func (r *loadResult) non2xx() int {
+// Non2xx counts responses that were not 2xx.
+func (r *Result) Non2xx() int {
 	n := 0
 	for code, c := range r.Statuses {
 		if code < 200 || code > 299 {
@@ -81,7 +80,7 @@ func (r *loadResult) non2xx() int {
 	return n
 }
 
-func buildRequest(s loadSpec, host string) []byte {
+func buildRequest(s Spec, host string) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: calltap-bench\r\n", s.Path, host)
 	if s.ContentType != "" {
@@ -104,7 +103,8 @@ type sample struct {
 // a redelivery (a duplicate), which costs it a look-up a new one does not.
 var loadRuns atomic.Uint64
 
-func runLoad(ctx context.Context, s loadSpec) (loadResult, error) {
+// Run runs s: its connections open, its warm-up, then its measured window.
+func Run(ctx context.Context, s Spec) (Result, error) {
 	l := &loadRun{s: s, run: loadRuns.Add(1) & 0xff, req: buildRequest(s, s.Addr), base: time.Now(), per: make([][]sample, s.Conns)}
 	var wg sync.WaitGroup
 	for i := range s.Conns {
@@ -116,12 +116,12 @@ func runLoad(ctx context.Context, s loadSpec) (loadResult, error) {
 		}()
 	}
 	l.ready.Wait() // connections open before the clock starts
-	sleep(ctx, s.Warmup)
+	Sleep(ctx, s.Warmup)
 	t0 := time.Since(l.base)
 	if s.OnStart != nil {
 		s.OnStart()
 	}
-	sleep(ctx, s.Duration)
+	Sleep(ctx, s.Duration)
 	t1 := time.Since(l.base)
 	if s.OnEnd != nil {
 		s.OnEnd()
@@ -139,9 +139,9 @@ func runLoad(ctx context.Context, s loadSpec) (loadResult, error) {
 	return res, nil
 }
 
-// loadRun is one runLoad: its connections' shared state.
+// loadRun is one Run: its connections' shared state.
 type loadRun struct {
-	s        loadSpec
+	s        Spec
 	run      uint64
 	req      []byte // the request every connection sends, before its stamp
 	base     time.Time
@@ -181,7 +181,7 @@ func (l *loadRun) conn(i int) []sample {
 		}
 		if stampAt >= 0 {
 			seq++
-			stampHex(req, stampAt, l.run<<40|uint64(i)<<32|seq)
+			StampHex(req, stampAt, l.run<<40|uint64(i)<<32|seq)
 		}
 		x, closeAfter, err := l.send(conn, br, req)
 		if err != nil || closeAfter {
@@ -228,8 +228,8 @@ func (l *loadRun) send(conn net.Conn, br *bufio.Reader, req []byte) (sample, boo
 
 // result counts the requests that started and ended in the measured
 // window, t0 to t1.
-func (l *loadRun) result(t0, t1 time.Duration) loadResult {
-	res := loadResult{Elapsed: t1 - t0, Statuses: map[int]int{}, Errors: int(l.errs.Load())}
+func (l *loadRun) result(t0, t1 time.Duration) Result {
+	res := Result{Elapsed: t1 - t0, Statuses: map[int]int{}, Errors: int(l.errs.Load())}
 	for _, samples := range l.per {
 		for _, x := range samples {
 			if x.start >= int64(t0) && x.end <= int64(t1) {
@@ -243,7 +243,8 @@ func (l *loadRun) result(t0, t1 time.Duration) loadResult {
 	return res
 }
 
-func sleep(ctx context.Context, d time.Duration) {
+// Sleep waits d, or until ctx ends.
+func Sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -338,5 +339,15 @@ func discardChunks(br *bufio.Reader) error {
 		if n == 0 { // no trailers from our servers
 			return nil
 		}
+	}
+}
+
+const hexDigits = "0123456789abcdef"
+
+// StampHex writes v as 12 hex digits at b[off:].
+func StampHex(b []byte, off int, v uint64) {
+	for i := 11; i >= 0; i-- {
+		b[off+i] = hexDigits[v&0xf]
+		v >>= 4
 	}
 }
