@@ -217,3 +217,46 @@ func BenchmarkCaptures(b *testing.B) {
 		})
 	}
 }
+
+// walkStoreSize is the store BenchmarkEachCapture walks: enough pages to
+// weigh a page's cost against a capture's, small enough to build quickly;
+// the suite (scripts/bench) times routes check, which walks this way, at
+// 10⁵ captures.
+const walkStoreSize = 10_000
+
+// BenchmarkEachCapture is the walk of export, replay-call and routes check:
+// every capture, bodies and answers included, a page at a time. ns/op is
+// a walk of the whole store; ns/capture is per capture.
+func BenchmarkEachCapture(b *testing.B) {
+	ctx := context.Background()
+	db := openBenchDB(b, b.TempDir())
+	const batch = 2000
+	for i := 0; i < walkStoreSize; i += batch {
+		cs := make([]*agentdb.Capture, batch)
+		answers := make([]*agentdb.Capture, batch)
+		for j := range cs {
+			cs[j] = benchCapture(i + j)
+			answers[j] = responded(cs[j])
+		}
+		if _, err := db.WriteCaptures(ctx, cs, nil); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := db.WriteCaptures(ctx, nil, answers); err != nil {
+			b.Fatal(err)
+		}
+	}
+	walked := 0
+	for b.Loop() {
+		n, err := db.EachCapture(ctx, agentdb.CaptureFilter{}, func(c *agentdb.Capture) error {
+			if len(c.Body) == 0 || len(c.ResponseBody) == 0 {
+				return fmt.Errorf("capture %s walked without its bodies", c.ID)
+			}
+			return nil
+		})
+		if err != nil || n != walkStoreSize {
+			b.Fatalf("walked %d of %d: %v", n, walkStoreSize, err)
+		}
+		walked += n
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(walked), "ns/capture")
+}
