@@ -24,12 +24,14 @@ func cmdRoutes(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("routes", flag.ContinueOnError)
 	bin := fs.String("bin", "bin/calltap", "the calltap binary")
 	out := fs.String("out", "", "results file")
-	repo := fs.String("repo", ".", "the calltap source tree (its migrations key the cached store)")
 	size := fs.Int("size", 100_000, "captures in the store checked")
 	runs := fs.Int("runs", 3, "times routes check is run; the median is reported")
-	cacheDir := fs.String("cache", filepath.Join(os.TempDir(), "calltap-bench"), "where the store is kept between runs")
-	buildBatch := fs.Int("build-batch", 10_000, "captures per transaction while building the store")
+	cache := addCacheFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	dataDir, err := checkStore(ctx, *cache.repo, *cache.dir, *size, *cache.batch)
+	if err != nil {
 		return err
 	}
 	res, err := openResults(*out)
@@ -37,19 +39,11 @@ func cmdRoutes(ctx context.Context, args []string) error {
 		return err
 	}
 	defer res.close()
-	dataDir, err := checkStore(ctx, *repo, *cacheDir, *size, *buildBatch)
+	file, err := writeRoutesFile()
 	if err != nil {
 		return err
 	}
-	work, err := scratch("", "routes")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(work)
-	file := filepath.Join(work, "routes.toml")
-	if err := os.WriteFile(file, []byte(benchRoutes()), 0o644); err != nil {
-		return err
-	}
+	defer os.Remove(file)
 	times, err := timeRoutesCheck(ctx, *bin, file, dataDir, *size, max(*runs, 1))
 	if err != nil {
 		return err
@@ -90,6 +84,24 @@ func timeRoutesCheck(ctx context.Context, bin, file, dataDir string, size, runs 
 	}
 	slices.Sort(times)
 	return times, nil
+}
+
+// writeRoutesFile writes benchRoutes to a new temporary file, which the
+// caller removes, and returns its path.
+func writeRoutesFile() (string, error) {
+	f, err := os.CreateTemp("", "calltap-bench-routes-*.toml")
+	if err != nil {
+		return "", err
+	}
+	_, err = f.WriteString(benchRoutes())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
 }
 
 // benchRoutes is a file of routeCount routes over the synthetic store's

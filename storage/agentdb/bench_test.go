@@ -168,6 +168,34 @@ func benchWriteCaptures(b *testing.B, only map[string]bool, opts []agentdb.Optio
 	}
 }
 
+// fillBenchStore saves captures 0 to size-1 (benchCapture) to db in
+// batches, and with answered each one's response too, as the agent
+// records it once the handler answered.
+func fillBenchStore(b *testing.B, db *agentdb.AgentStore, size int, answered bool) {
+	b.Helper()
+	ctx := context.Background()
+	const batch = 5000
+	for i := 0; i < size; i += batch {
+		cs := make([]*agentdb.Capture, min(batch, size-i))
+		var answers []*agentdb.Capture
+		for j := range cs {
+			cs[j] = benchCapture(i + j)
+			if answered {
+				answers = append(answers, responded(cs[j]))
+			}
+		}
+		if _, err := db.WriteCaptures(ctx, cs, nil); err != nil {
+			b.Fatal(err)
+		}
+		if !answered {
+			continue
+		}
+		if _, err := db.WriteCaptures(ctx, nil, answers); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // benchStoreSize is the store the list queries run against here; the
 // suite (scripts/bench) measures the same queries at 10⁶ captures.
 const benchStoreSize = 50_000
@@ -177,16 +205,7 @@ const benchStoreSize = 50_000
 func BenchmarkCaptures(b *testing.B) {
 	ctx := context.Background()
 	db := openBenchDB(b, b.TempDir())
-	const batch = 5000
-	for i := 0; i < benchStoreSize; i += batch {
-		cs := make([]*agentdb.Capture, batch)
-		for j := range cs {
-			cs[j] = benchCapture(i + j)
-		}
-		if _, err := db.WriteCaptures(ctx, cs, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
+	fillBenchStore(b, db, benchStoreSize, false)
 	// Searches are measured on a store whose full-text index has caught up,
 	// as it has once the agent's writer was idle.
 	if err := db.CatchUpSearch(ctx); err != nil {
@@ -230,21 +249,7 @@ const walkStoreSize = 10_000
 func BenchmarkEachCapture(b *testing.B) {
 	ctx := context.Background()
 	db := openBenchDB(b, b.TempDir())
-	const batch = 2000
-	for i := 0; i < walkStoreSize; i += batch {
-		cs := make([]*agentdb.Capture, batch)
-		answers := make([]*agentdb.Capture, batch)
-		for j := range cs {
-			cs[j] = benchCapture(i + j)
-			answers[j] = responded(cs[j])
-		}
-		if _, err := db.WriteCaptures(ctx, cs, nil); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := db.WriteCaptures(ctx, nil, answers); err != nil {
-			b.Fatal(err)
-		}
-	}
+	fillBenchStore(b, db, walkStoreSize, true)
 	walked := 0
 	for b.Loop() {
 		n, err := db.EachCapture(ctx, agentdb.CaptureFilter{}, func(c *agentdb.Capture) error {
