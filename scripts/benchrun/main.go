@@ -7,6 +7,7 @@
 //	benchrun handler   --listen 127.0.0.1:0           the local handler (prints its address)
 //	benchrun tunnel    --bin bin/calltap --out FILE    direct vs through calltap, side by side
 //	benchrun store     --out FILE                      capture store: captures/s, queries at 10⁶
+//	benchrun routes    --bin bin/calltap --out FILE    routes check: a 10-route file over 10⁵ stored captures
 //	benchrun scale     --out FILE                      idle tunnels: RSS, goroutines, accept rate
 //	benchrun queue     --bin bin/calltap --out FILE    offline queue: enqueue and drain rates
 //	benchrun reconnect --bin bin/calltap --out FILE    relay down 0/10/60 s → first request through
@@ -30,7 +31,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchrun handler|tunnel|store|scale|hold|queue|reconnect|prune|cluster|cost|report [flags]")
+		fmt.Fprintln(os.Stderr, "usage: benchrun handler|tunnel|store|routes|scale|hold|queue|reconnect|prune|cluster|cost|report [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -44,6 +45,8 @@ func main() {
 		err = cmdTunnel(ctx, args)
 	case "store":
 		err = cmdStore(ctx, args)
+	case "routes":
+		err = cmdRoutes(ctx, args)
 	case "scale":
 		err = cmdScale(ctx, args)
 	case "hold":

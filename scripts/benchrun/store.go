@@ -65,11 +65,9 @@ func captureOf(p callevent.Payload, body []byte, at time.Time) *agentdb.Capture 
 func cmdStore(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("store", flag.ContinueOnError)
 	out := fs.String("out", "", "results file")
-	repo := fs.String("repo", ".", "the calltap source tree (its migrations key the cached store)")
 	dur := fs.Duration("duration", 5*time.Second, "how long to write for the captures/s measure")
 	size := fs.Int("size", 1_000_000, "captures in the store the queries run against")
-	cacheDir := fs.String("cache", filepath.Join(os.TempDir(), "calltap-bench"), "where the big store is kept between runs")
-	buildBatch := fs.Int("build-batch", 10_000, "captures per transaction while building the big store")
+	cache := addCacheFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -81,7 +79,7 @@ func cmdStore(ctx context.Context, args []string) error {
 	if err := measureWrites(ctx, res, *dur); err != nil {
 		return err
 	}
-	path, err := bigStore(ctx, *repo, *cacheDir, *size, *buildBatch)
+	path, err := bigStore(ctx, *cache.repo, *cache.dir, *size, *cache.batch)
 	if err != nil {
 		return err
 	}
@@ -276,6 +274,21 @@ func answered(c *agentdb.Capture) *agentdb.Capture {
 	u.Duration, u.DeliveredAt = 900*time.Microsecond, time.Now().UTC()
 	u.LastAttempt = &agentdb.Attempt{N: 1, At: c.CreatedAt, ResponseStatus: 200, Duration: u.Duration}
 	return &u
+}
+
+// cacheFlags are the flags of the parts that build a synthetic store once
+// and keep it between runs (store, routes).
+type cacheFlags struct {
+	repo, dir *string
+	batch     *int
+}
+
+func addCacheFlags(fs *flag.FlagSet) cacheFlags {
+	return cacheFlags{
+		repo:  fs.String("repo", ".", "the calltap source tree (its migrations key the cached store)"),
+		dir:   fs.String("cache", filepath.Join(os.TempDir(), "calltap-bench"), "where the built store is kept between runs"),
+		batch: fs.Int("build-batch", 10_000, "captures per transaction while building the store"),
+	}
 }
 
 // storeGenVersion changes when the synthetic store's content does.

@@ -168,6 +168,34 @@ func benchWriteCaptures(b *testing.B, only map[string]bool, opts []agentdb.Optio
 	}
 }
 
+// fillBenchStore saves captures 0 to size-1 (benchCapture) to db in
+// batches, and with answered each one's response too, as the agent
+// records it once the handler answered.
+func fillBenchStore(b *testing.B, db *agentdb.AgentStore, size int, answered bool) {
+	b.Helper()
+	ctx := context.Background()
+	const batch = 5000
+	for i := 0; i < size; i += batch {
+		cs := make([]*agentdb.Capture, min(batch, size-i))
+		var answers []*agentdb.Capture
+		for j := range cs {
+			cs[j] = benchCapture(i + j)
+			if answered {
+				answers = append(answers, responded(cs[j]))
+			}
+		}
+		if _, err := db.WriteCaptures(ctx, cs, nil); err != nil {
+			b.Fatal(err)
+		}
+		if !answered {
+			continue
+		}
+		if _, err := db.WriteCaptures(ctx, nil, answers); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // benchStoreSize is the store the list queries run against here; the
 // suite (scripts/bench) measures the same queries at 10⁶ captures.
 const benchStoreSize = 50_000
@@ -177,16 +205,7 @@ const benchStoreSize = 50_000
 func BenchmarkCaptures(b *testing.B) {
 	ctx := context.Background()
 	db := openBenchDB(b, b.TempDir())
-	const batch = 5000
-	for i := 0; i < benchStoreSize; i += batch {
-		cs := make([]*agentdb.Capture, batch)
-		for j := range cs {
-			cs[j] = benchCapture(i + j)
-		}
-		if _, err := db.WriteCaptures(ctx, cs, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
+	fillBenchStore(b, db, benchStoreSize, false)
 	// Searches are measured on a store whose full-text index has caught up,
 	// as it has once the agent's writer was idle.
 	if err := db.CatchUpSearch(ctx); err != nil {
@@ -216,4 +235,33 @@ func BenchmarkCaptures(b *testing.B) {
 			}
 		})
 	}
+}
+
+// walkStoreSize is the store BenchmarkEachCapture walks: enough pages to
+// weigh a page's cost against a capture's, small enough to build quickly;
+// the suite (scripts/bench) times routes check, which walks this way, at
+// 10⁵ captures.
+const walkStoreSize = 10_000
+
+// BenchmarkEachCapture is the walk of export, replay-call and routes check:
+// every capture, bodies and answers included, a page at a time. ns/op is
+// a walk of the whole store; ns/capture is per capture.
+func BenchmarkEachCapture(b *testing.B) {
+	ctx := context.Background()
+	db := openBenchDB(b, b.TempDir())
+	fillBenchStore(b, db, walkStoreSize, true)
+	walked := 0
+	for b.Loop() {
+		n, err := db.EachCapture(ctx, agentdb.CaptureFilter{}, func(c *agentdb.Capture) error {
+			if len(c.Body) == 0 || len(c.ResponseBody) == 0 {
+				return fmt.Errorf("capture %s walked without its bodies", c.ID)
+			}
+			return nil
+		})
+		if err != nil || n != walkStoreSize {
+			b.Fatalf("walked %d of %d: %v", n, walkStoreSize, err)
+		}
+		walked += n
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(walked), "ns/capture")
 }

@@ -111,16 +111,28 @@ func (db *AgentStore) Capture(ctx context.Context, id string) (_ *Capture, err e
 	if err := db.caughtUp(ctx); err != nil {
 		return nil, err
 	}
+	c, err := db.scanFullCapture(db.read.QueryRowContext(ctx, `SELECT `+fullCaptureColumns+` FROM captures c
+		LEFT JOIN capture_bodies b ON b.seq = c.seq WHERE c.id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	return c, err
+}
+
+// fullCaptureColumns is capturePrefixed and what a full capture adds: the
+// request body (b, capture_bodies: in the row, or where in a segment) and
+// the response. scanFullCapture reads a row of them.
+var fullCaptureColumns = capturePrefixed + `, b.body, b.file, b.file_offset, c.response_headers, c.response_body`
+
+// scanFullCapture reads a fullCaptureColumns row, and the request body from
+// its segment when it is kept apart.
+func (db *AgentStore) scanFullCapture(sc interface{ Scan(...any) error }) (*Capture, error) {
 	var respHeaders sql.NullString
 	var body, respBody []byte
 	var file sql.NullString
 	var offset sql.NullInt64
-	row := db.read.QueryRowContext(ctx, `SELECT `+capturePrefixed+`, b.body, b.file, b.file_offset, c.response_headers, c.response_body
-		FROM captures c LEFT JOIN capture_bodies b ON b.seq = c.seq WHERE c.id = ?`, id)
-	c, err := scanCapture(row, &body, &file, &offset, &respHeaders, &respBody)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrNotFound
-	} else if err != nil {
+	c, err := scanCapture(sc, &body, &file, &offset, &respHeaders, &respBody)
+	if err != nil {
 		return nil, err
 	}
 	if file.Valid {
@@ -276,22 +288,25 @@ func (db *AgentStore) CapturesAfter(ctx context.Context, f CaptureFilter, after 
 	conds, args := f.condsWithText()
 	conds = append(conds, "seq > ?")
 	args = append(args, after, limit)
-	rows, err := db.read.QueryContext(ctx, `SELECT `+captureColumns+` FROM captures`+joinWhere(conds)+` ORDER BY seq LIMIT ?`, args...)
+	// The page is chosen on captures alone, as a listing is (the filter's
+	// columns are unqualified, and its plan is the listing's), and joined
+	// to the bodies in the same statement: each capture is read once, from
+	// one snapshot of the store.
+	rows, err := db.read.QueryContext(ctx, `SELECT `+fullCaptureColumns+` FROM (SELECT * FROM captures`+joinWhere(conds)+` ORDER BY seq LIMIT ?) c
+		LEFT JOIN capture_bodies b ON b.seq = c.seq ORDER BY c.seq`, args...)
 	if err != nil {
 		return nil, err
 	}
-	out, err := scanCaptures(rows, limit)
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range out {
-		full, err := db.Capture(ctx, c.ID)
+	defer rows.Close()
+	out := make([]*Capture, 0, max(limit, 0))
+	for rows.Next() {
+		c, err := db.scanFullCapture(rows)
 		if err != nil {
 			return nil, err
 		}
-		*c = *full
+		out = append(out, c)
 	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // EachCapture calls fn with every capture f selects (its Page aside),
