@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb/idfilter"
 	"github.com/calltap/calltap/storage/intake"
 )
 
@@ -110,7 +111,7 @@ type intakeLog struct {
 	pending   []logged          // guarded by mu: appended, not yet applied, in order
 	byDeliver map[string]string // guarded by mu: delivery id → the first pending capture's id
 	byRelay   map[string]string // guarded by mu: relay id → the pending capture's id
-	ids       *idFilter         // guarded by mu: the store's delivery ids (idfilter.go); nil until built
+	ids       *idfilter.Filter  // guarded by mu: the store's delivery ids (idfilter.go); nil until built
 	committed deliveryIndex     // guarded by mu: what SQLite holds: db (openIntake); read when ids may hold an id
 	closed    bool              // guarded by mu: set by close
 
@@ -279,7 +280,7 @@ func (in *intakeLog) addPending(c *Capture, rec []byte, dup string, end pos) {
 			in.byDeliver[c.DeliveryID] = first
 		}
 		if in.ids != nil {
-			in.ids.add(c.DeliveryID)
+			in.ids.Add(c.DeliveryID)
 		}
 	}
 	if r := queuedRelayID(c); r != "" {
@@ -324,7 +325,7 @@ func (in *intakeLog) firstOf(ctx context.Context, d string) (string, error) {
 	if id, ok := in.byDeliver[d]; ok {
 		return id, nil
 	}
-	if in.ids != nil && !in.ids.mayHave(d) {
+	if in.ids != nil && !in.ids.MayHave(d) {
 		return "", nil // never seen
 	}
 	return in.committed.firstOfDelivery(ctx, d)

@@ -1,4 +1,4 @@
-package agentdb
+package idfilter
 
 import (
 	"fmt"
@@ -9,19 +9,19 @@ import (
 // answers "maybe" for few it was not (about 1 in 500 with its four
 // hashes; a filter of one hash would answer it for 1 in 17).
 func TestIDFilterFalsePositives(t *testing.T) {
-	f := newIDFilter()
+	f := New()
 	const added, others = 1_000_000, 100_000
 	for i := range added {
-		f.add(fmt.Sprintf("d-%d", i))
+		f.Add(fmt.Sprintf("d-%d", i))
 	}
 	for i := range added {
-		if id := fmt.Sprintf("d-%d", i); !f.mayHave(id) {
+		if id := fmt.Sprintf("d-%d", i); !f.MayHave(id) {
 			t.Fatalf("%s was added and is not in the filter", id)
 		}
 	}
 	maybe := 0
 	for i := range others {
-		if f.mayHave(fmt.Sprintf("other-%d", i)) {
+		if f.MayHave(fmt.Sprintf("other-%d", i)) {
 			maybe++
 		}
 	}
