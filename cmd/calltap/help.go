@@ -50,3 +50,9 @@ func usage(w io.Writer, cmds map[string]command) {
 	}
 	fmt.Fprintln(w, "\nRun 'calltap <command> -h' for a command's flags, 'calltap help TOPIC' for a topic.")
 }
+
+// command is one subcommand.
+type command struct {
+	run     func(ctx context.Context, args []string, stdio Stdio) int
+	summary string
+}

@@ -15,12 +15,6 @@ import (
 	"syscall"
 )
 
-// command is one subcommand.
-type command struct {
-	run     func(ctx context.Context, args []string, stdio Stdio) int
-	summary string
-}
-
 func commands() map[string]command {
 	return map[string]command{
 		"dev":          {cmdDev, "run relay, agent and inspector in one process on loopback"},
