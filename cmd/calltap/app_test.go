@@ -178,23 +178,8 @@ func TestInterruptDuringStreamLosesNothing(t *testing.T) {
 			}
 			// What the relay answered 202 for after the agent had gone waits
 			// in the relay's queue for the agent's next start.
-			rdb, err := relayDB(context.Background(), dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rdb.Close()
-			stats, err := rdb.QueueStatsByTunnel(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			for tunnel := range stats {
-				qs, err := rdb.QueuedAfter(context.Background(), tunnel, 0, 1<<20)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, q := range qs {
-					saved[string(q.Body)] = true
-				}
+			for _, q := range queued(t, dir) {
+				saved[string(q.Body)] = true
 			}
 			for _, b := range accepted {
 				if !saved[b] {
