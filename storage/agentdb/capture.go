@@ -2,7 +2,8 @@ package agentdb
 
 import "time"
 
-// What a capture is (its fields, its states, its tries), apart from how
+// What a capture is (its fields, its states, its tries, what saving it
+// assigned), apart from how
 // the store reads it (captures.go) and writes it (capturewrite.go,
 // intake.go): every file of the package uses it, and it uses none.
 
@@ -69,4 +70,16 @@ type Attempt struct {
 	ResponseStatus int
 	Error          string
 	Duration       time.Duration
+}
+
+// Written is what WriteCaptures (or LogCaptures) assigned to one inserted
+// capture.
+type Written struct {
+	Seq         int64  // its place in the store
+	ID          string // its id: the one given, or the first copy's when Redelivered
+	DuplicateOf string // the first capture of the same delivery id, if any
+	// Redelivered: a capture with the same RelayID was saved before (the
+	// relay sent a queued request again because our ack was lost); that
+	// row is kept and nothing was inserted.
+	Redelivered bool
 }
