@@ -43,7 +43,7 @@ type committer struct {
 	ops       chan writeOp // the write queue: any goroutine sends (queue), loop receives
 	answers   *responses   // the handler's answers waiting to be recorded, with the linger timer
 	unsettled atomic.Int64 // answers recorded and not yet committed
-	mu        sync.Mutex   // held across a commit, by loop or commitInline
+	mu        sync.Mutex   // held across a commit, by loop or commitInline: it guards no field, it keeps commits one at a time and in the order taken (see above)
 
 	live     atomic.Int64 // live requests not yet answered (alone, alongside): 0 lets the next one go alone
 	failedAt atomic.Int64 // unix ns of the last failed commit, 0 once saves work again: save-first mode

@@ -19,10 +19,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb/searchindex"
 	"github.com/calltap/calltap/storage/intake"
-
-	"github.com/calltap/calltap/storage"
 )
 
 //go:embed migrations/*.sql

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -100,13 +99,13 @@ func TestSpillAnswersUpToTheReserveEnd(t *testing.T) {
 	if _, err := db.LogCaptures(ctx, []*Capture{c}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := db.SpillAnswers([]*Capture{spilledAnswer(t, c, answerReserveSize)}); err != nil || n != 0 {
+	if n, err := db.SpillAnswers([]*Capture{spilledAnswer(t, c, intake.ReserveSize)}); err != nil || n != 0 {
 		t.Errorf("an answer as large as the reserve: spilled %d (%v), want 0", n, err)
 	}
-	if fi, err := os.Stat(db.answerReservePath()); err != nil || fi.Size() != answerReserveSize {
-		t.Fatalf("the reserve after the spill: %v, want %d bytes", fi.Size(), answerReserveSize)
+	if fi, err := os.Stat(db.answerReservePath()); err != nil || fi.Size() != intake.ReserveSize {
+		t.Fatalf("the reserve after the spill: %v, want %d bytes", fi.Size(), intake.ReserveSize)
 	}
-	fits := spilledAnswer(t, c, answerReserveSize-8)
+	fits := spilledAnswer(t, c, intake.ReserveSize-8)
 	if n, err := db.SpillAnswers([]*Capture{fits}); err != nil || n != 1 {
 		t.Fatalf("an answer that fits exactly: spilled %d (%v), want 1", n, err)
 	}
@@ -155,48 +154,11 @@ func TestReserveAnswersNeedsRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	disktest.Fill(t, dir, 2*answerReserveSize)
+	disktest.Fill(t, dir, 2*intake.ReserveSize)
 	if err := db.ReserveAnswers(); !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("a reserve with 2 MiB free: %v, want ENOSPC", err)
 	}
 	if _, err := os.Stat(db.answerReservePath()); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the reserve on a nearly full disk: %v, want none", err)
-	}
-}
-
-// The reserve's answers end at the zero frame, at the data's end, or at a
-// frame that does not hold (cut short, or its checksum wrong).
-func TestReservedAnswersEnd(t *testing.T) {
-	frame := func(b []byte, payload string) []byte {
-		b, _ = intake.AppendFrame(b, func(b []byte) []byte { return append(b, payload...) })
-		return b
-	}
-	one := frame(nil, "first")
-	two := frame(one, "second!")
-	cut := func(b []byte, short int) []byte { return b[:len(b)-short] }
-	badSum := frame(one, "second!")
-	badSum[len(badSum)-1] ^= 1
-	for _, tc := range []struct {
-		name string
-		data []byte
-		want []string
-	}{
-		{"nothing", nil, nil},
-		{"the zero frame", make([]byte, 8), nil},
-		{"one, then the zero frame", append(frame(nil, "first"), make([]byte, 8)...), []string{"first"}},
-		{"one, at the end", one, []string{"first"}},
-		{"two, at the end", two, []string{"first", "second!"}},
-		{"one, then one cut short", cut(two, 4), []string{"first"}},
-		{"one, then one cut short by a byte", cut(two, 1), []string{"first"}},
-		{"one, then a header cut short", cut(two, 12), []string{"first"}},
-		{"one, then a wrong checksum", badSum, []string{"first"}},
-	} {
-		var got []string
-		for _, r := range reservedAnswers(tc.data) {
-			got = append(got, string(r))
-		}
-		if !slices.Equal(got, tc.want) {
-			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
-		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/storage"
-
 	"github.com/calltap/calltap/storage/agentdb"
 )
 

@@ -10,62 +10,6 @@ import (
 	"github.com/calltap/calltap/storage"
 )
 
-// Capture is one request the agent received, byte-exact, and what became of
-// it. Headers are kept as JSON arrays of [name, value] pairs, in order.
-type Capture struct {
-	Seq            int64
-	ID             string
-	RelayID        string // the relay's request id; empty for local captures
-	Source         string // tunnel | replay | backfill | trigger
-	CreatedAt      time.Time
-	ArrivedAt      time.Time // at the relay; zero unless it waited in the relay's queue
-	Queued         bool      // its sender was answered 202 before the handler saw it (the relay's offline queue); an update sets it, never clears it
-	Method         string
-	Path           string
-	Query          string
-	RequestHeaders string // JSON
-	Body           []byte
-	Size           int // len(Body); set by List, which does not load bodies
-	Target         string
-
-	Event       string
-	CallID      string
-	DeliveryID  string
-	OccurredAt  string
-	DuplicateOf string
-	ReplayOf    string
-
-	Status          string // pending | delivered | failed | unknown
-	ResponseStatus  int    // 0: no response
-	ResponseHeaders string // JSON; "" when none
-	ResponseBody    []byte
-	Error           string
-	Duration        time.Duration // -1: not finished
-	DeliveredAt     time.Time
-	Attempts        int
-	MaxAttempts     int
-	Keep            bool // retention never prunes it (SetKeep); only a delete removes it
-
-	// LastAttempt, when set on an update, is recorded in the attempts log
-	// in the same transaction.
-	LastAttempt *Attempt
-
-	bodyFile   string // the segment holding Body once written (StageBody, or WriteCaptures for one not staged); "" before
-	bodyOffset int64  // where in it
-}
-
-// Capture status values.
-const (
-	StatusPending   = "pending"
-	StatusDelivered = "delivered"
-	StatusFailed    = "failed"
-	// StatusUnknown: the agent was killed after saving a live request
-	// and before recording the handler's answer. The handler may have
-	// answered and the sender may have got that answer, or not: nobody
-	// can tell any more, and the store does not pretend to.
-	StatusUnknown = "unknown"
-)
-
 const captureColumns = `seq, id, relay_id, source, created_at, arrived_at, queued, method, path, query, request_headers,
 	size, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, response_status,
 	error, duration_us, delivered_at, attempts, max_attempts, keep`
@@ -371,15 +315,6 @@ func scanCaptures(rows *sql.Rows, capacity int) ([]*Capture, error) {
 		out = append(out, c)
 	}
 	return out, rows.Err()
-}
-
-// Attempt is one try at delivering a capture to the local handler.
-type Attempt struct {
-	N              int
-	At             time.Time
-	ResponseStatus int
-	Error          string
-	Duration       time.Duration
 }
 
 // Attempts lists a capture's tries in order.

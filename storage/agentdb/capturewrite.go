@@ -14,17 +14,6 @@ import (
 	"github.com/calltap/calltap/storage/intake"
 )
 
-// Written is what WriteCaptures assigned to one inserted capture.
-type Written struct {
-	Seq         int64  // its place in the store
-	ID          string // its id: the one given, or the first copy's when Redelivered
-	DuplicateOf string // the first capture of the same delivery id, if any
-	// Redelivered: a capture with the same RelayID was saved before (the
-	// relay sent a queued request again because our ack was lost); that
-	// row is kept and nothing was inserted.
-	Redelivered bool
-}
-
 // WriteCaptures saves new captures and the responses of earlier ones in one
 // transaction: the agent batches whatever arrived while the previous commit
 // ran, so a burst costs one commit, not one per request. It returns what it

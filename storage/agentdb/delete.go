@@ -104,6 +104,16 @@ func (db *AgentStore) DeleteCall(ctx context.Context, callID string) (Deleted, e
 	return total, err
 }
 
+// removable is the condition on captures c that a delete by age (and
+// retention) removes: captures marked to keep and imported fixtures only
+// when asked.
+func removable(includeKept bool) string {
+	if includeKept {
+		return "1"
+	}
+	return "c.keep = 0 AND c.source <> 'import'"
+}
+
 // DeleteBefore deletes the captures saved before t, and the media saved
 // by `calltap media` before it. Captures marked to keep and imported
 // fixtures stay unless includeKept.
@@ -111,7 +121,7 @@ func (db *AgentStore) DeleteBefore(ctx context.Context, t time.Time, includeKept
 	if err := db.caughtUp(ctx); err != nil {
 		return Deleted{}, err
 	}
-	total, err := db.deleteAll(ctx, Retention{PruneKept: includeKept}.prunable()+" AND c.created_at < ?", []any{t.UnixMicro()})
+	total, err := db.deleteAll(ctx, removable(includeKept)+" AND c.created_at < ?", []any{t.UnixMicro()})
 	if err != nil {
 		return total, err
 	}

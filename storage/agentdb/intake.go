@@ -111,7 +111,7 @@ type intakeLog struct {
 	pending   []logged          // guarded by mu: appended, not yet applied, in order
 	byDeliver map[string]string // guarded by mu: delivery id → the first pending capture's id
 	byRelay   map[string]string // guarded by mu: relay id → the pending capture's id
-	ids       *idfilter.Filter  // guarded by mu: the store's delivery ids (idfilter.go); nil until built
+	ids       *idfilter.Filter  // guarded by mu: the store's delivery ids (storage/agentdb/idfilter; buildIDFilter); nil until built
 	committed deliveryIndex     // guarded by mu: what SQLite holds: db (openIntake); read when ids may hold an id
 	closed    bool              // guarded by mu: set by close
 
@@ -549,4 +549,49 @@ func (db *AgentStore) caughtUp(ctx context.Context) error {
 		return nil
 	}
 	return db.intake.catchUp(ctx)
+}
+
+// buildIDFilter fills a filter with the store's delivery ids, off the
+// answer path, and hands it to LogCaptures. Until then every check reads
+// SQLite. The ids saved while it reads are added under mu, which
+// LogCaptures holds: those committed since the big read, and those still
+// pending (a record leaves pending only once committed).
+func (in *intakeLog) buildIDFilter() {
+	defer close(in.filterDone)
+	ctx := context.Background()
+	f := idfilter.New()
+	var upto int64
+	if err := in.db.read.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM captures`).Scan(&upto); err != nil {
+		return // every check keeps reading SQLite
+	}
+	if err := addStored(ctx, f, in.db.read, `seq <= ?`, upto); err != nil {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed {
+		return
+	}
+	if err := addStored(ctx, f, in.db.read, `seq > ?`, upto); err != nil {
+		return
+	}
+	for d := range in.byDeliver {
+		f.Add(d)
+	}
+	in.ids = f
+}
+
+// noteSaved adds the delivery ids of captures written straight to SQLite
+// (WriteCaptures: imports, replays of this process) to the filter.
+func (in *intakeLog) noteSaved(cs []*Capture) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.ids == nil {
+		return
+	}
+	for _, c := range cs {
+		if c.DeliveryID != "" {
+			in.ids.Add(c.DeliveryID)
+		}
+	}
 }

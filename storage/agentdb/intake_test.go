@@ -828,7 +828,7 @@ func TestIntakeApplyWaitsForTheIndex(t *testing.T) {
 	// A backlog of one past the bound, the lead spent, the index held.
 	saveCaptures(t, db, testCapture(0, []byte(`{"city":"Austin"}`)))
 	var logged []*Capture
-	for i := 1; i <= 10; i++ { // fewer than applyBatch: applyLoop waits applyDelay
+	for i := 1; i <= 10; i++ { // fewer than applyBatch: applyLoop waits its delay
 		logged = append(logged, testCapture(i, []byte(`{"city":"Austin"}`)))
 	}
 	if _, err := db.LogCaptures(ctx, logged, nil); err != nil {

@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/storage/intake"
-
 	"github.com/calltap/calltap/storage/disktest"
+	"github.com/calltap/calltap/storage/intake"
 )
 
 // intakeLogSizes is the size of each intake log file of the store at path.

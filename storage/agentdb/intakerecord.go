@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/storage/intake"
-
 	"github.com/calltap/calltap/storage/varfield"
 )
 

@@ -30,12 +30,7 @@ type Retention struct {
 }
 
 // prunable is the condition on captures c that retention may remove.
-func (r Retention) prunable() string {
-	if r.PruneKept {
-		return "1"
-	}
-	return "c.keep = 0 AND c.source <> 'import'"
-}
+func (r Retention) prunable() string { return removable(r.PruneKept) }
 
 // Prune removes, oldest first and a batch at a time, the captures r does
 // not keep: older than MaxAge, then as many more as bring the store under

@@ -9,7 +9,6 @@ import (
 
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/intake"
-
 	sqlite3 "github.com/mattn/go-sqlite3"
 )
 

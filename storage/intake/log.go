@@ -1,5 +1,6 @@
 // Package intake is the agent's files beside its database: the intake log
-// (this file, frame.go, scan.go) and the body segments (bodyfile.go). It
+// (this file, frame.go, scan.go), the body segments (bodyfile.go) and
+// reserve files (reserve.go: room set aside while there is some). It
 // deals in opaque payloads and bytes; what a record means (a capture's
 // fields) is storage/agentdb's.
 //
