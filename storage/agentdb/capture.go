@@ -24,6 +24,7 @@ type Capture struct {
 	Body           []byte
 	Size           int // len(Body); set by List, which does not load bodies
 	Target         string
+	Route          string // the route it took: a route file's name, "default" or "filtered" (inspector/routes); "" when none decided
 
 	Event       string
 	CallID      string
@@ -32,7 +33,7 @@ type Capture struct {
 	DuplicateOf string
 	ReplayOf    string
 
-	Status          string // pending | delivered | failed | unknown
+	Status          string // pending | delivered | failed | unknown | stored
 	ResponseStatus  int    // 0: no response
 	ResponseHeaders string // JSON; "" when none
 	ResponseBody    []byte
@@ -61,6 +62,9 @@ const (
 	// answered and the sender may have got that answer, or not: nobody
 	// can tell any more, and the store does not pretend to.
 	StatusUnknown = "unknown"
+	// StatusStored: kept, sent nowhere: its route is store-only, or
+	// --events left its kind out. calltap answered its sender 2xx itself.
+	StatusStored = "stored"
 )
 
 // Attempt is one try at delivering a capture to the local handler.

@@ -12,7 +12,7 @@ import (
 
 const captureColumns = `seq, id, relay_id, source, created_at, arrived_at, queued, method, path, query, request_headers,
 	size, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, response_status,
-	error, duration_us, delivered_at, attempts, max_attempts, keep`
+	error, duration_us, delivered_at, attempts, max_attempts, keep, route`
 
 // capturePrefixed is captureColumns qualified by the alias c, for joins.
 var capturePrefixed = func() string {
@@ -26,18 +26,18 @@ var capturePrefixed = func() string {
 func scanCapture(sc interface{ Scan(...any) error }, extra ...any) (*Capture, error) {
 	var (
 		c                                                                       Capture
-		relayID, event, callID, deliveryID, occurredAt, dupOf, replayOf, errTxt sql.NullString
+		relayID, event, callID, deliveryID, occurredAt, dupOf, replayOf, errTxt, route sql.NullString
 		created                                                                 int64
 		arrived, respStatus, dur, delivered                                     sql.NullInt64
 	)
 	dest := []any{&c.Seq, &c.ID, &relayID, &c.Source, &created, &arrived, &c.Queued, &c.Method, &c.Path, &c.Query, &c.RequestHeaders,
 		&c.Size, &c.Target, &event, &callID, &deliveryID, &occurredAt, &dupOf, &replayOf, &c.Status, &respStatus,
-		&errTxt, &dur, &delivered, &c.Attempts, &c.MaxAttempts, &c.Keep}
+		&errTxt, &dur, &delivered, &c.Attempts, &c.MaxAttempts, &c.Keep, &route}
 	if err := sc.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}
 	c.RelayID, c.Event, c.CallID, c.DeliveryID, c.OccurredAt = relayID.String, event.String, callID.String, deliveryID.String, occurredAt.String
-	c.DuplicateOf, c.ReplayOf, c.Error = dupOf.String, replayOf.String, errTxt.String
+	c.DuplicateOf, c.ReplayOf, c.Error, c.Route = dupOf.String, replayOf.String, errTxt.String, route.String
 	c.CreatedAt = time.UnixMicro(created).UTC()
 	c.ArrivedAt = storage.FromMicros(arrived)
 	c.ResponseStatus = int(respStatus.Int64)
@@ -102,6 +102,7 @@ type CaptureFilter struct {
 	Text        string // full-text search in bodies
 	Source      string
 	ReplayOf    string
+	Route       string // the route it took (inspector/routes)
 	Since       time.Time
 	Until       time.Time
 	Duplicate   *bool
@@ -165,6 +166,9 @@ func (f *CaptureFilter) conds() ([]string, []any) {
 	}
 	if f.ReplayOf != "" {
 		add("replay_of = ?", f.ReplayOf)
+	}
+	if f.Route != "" {
+		add("route = ?", f.Route)
 	}
 	switch f.StatusClass {
 	case "":

@@ -323,3 +323,34 @@ func TestEachCaptureSearchesWhatIsNotYetIndexed(t *testing.T) {
 		t.Errorf("the walk found %v, want %s", got, c.ID)
 	}
 }
+
+// A capture keeps the route it took, through the direct writer and the
+// intake log alike, and a listing filters by it.
+func TestCapturesKeepTheirRoute(t *testing.T) {
+	ctx := context.Background()
+	db := openAgentDB(t)
+	a, b, none := testCapture(31, nil), testCapture(32, nil), testCapture(33, nil)
+	a.Route, b.Route = "media", "default"
+	saveCaptures(t, db, a)
+	if _, err := db.LogCaptures(ctx, []*Capture{b, none}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for route, want := range map[string][]string{"media": {a.ID}, "default": {b.ID}, "": {none.ID, b.ID, a.ID}} {
+		got, _, err := db.Captures(ctx, CaptureFilter{Route: route, Page: Page{Limit: 10}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ids(got), want) {
+			t.Errorf("route %q: %v, want %v", route, ids(got), want)
+		}
+	}
+	for id, want := range map[string]string{a.ID: "media", b.ID: "default", none.ID: ""} {
+		c, err := db.Capture(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Route != want {
+			t.Errorf("capture %s: route %q, want %q", id, c.Route, want)
+		}
+	}
+}

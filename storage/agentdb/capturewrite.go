@@ -88,8 +88,8 @@ func (w *rawConn) writeBatch(ctx context.Context, inserts, updates []*Capture, w
 // The writer's statements, prepared once on the write connection.
 const (
 	qInsert = `INSERT INTO captures (id, relay_id, source, created_at, arrived_at, queued, method, path, query,
-		request_headers, size, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, max_attempts)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		request_headers, size, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, max_attempts, route)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	qBodyIns = `INSERT INTO capture_bodies (seq, body, file, file_offset) VALUES (?, ?, ?, ?)`
 	qUpdate  = `UPDATE captures SET status = ?, response_status = ?, response_headers = ?, response_body = ?,
 		error = ?, duration_us = ?, delivered_at = ?, attempts = ?, max_attempts = ?, target = ?,
@@ -144,7 +144,7 @@ func (w *rawConn) insert(c *Capture, out Written) (Written, error) {
 	seq, err := w.exec(qInsert,
 		c.ID, nstr(c.RelayID), c.Source, c.CreatedAt.UnixMicro(), nmicros(c.ArrivedAt), c.Queued, c.Method, c.Path, c.Query,
 		headers, size, c.Target, nstr(c.Event), nstr(c.CallID), nstr(c.DeliveryID), nstr(c.OccurredAt),
-		nstr(out.DuplicateOf), nstr(c.ReplayOf), status, int64(maxAttempts))
+		nstr(out.DuplicateOf), nstr(c.ReplayOf), status, int64(maxAttempts), nstr(c.Route))
 	if err != nil {
 		return out, fmt.Errorf("storage: insert capture: %w", err)
 	}

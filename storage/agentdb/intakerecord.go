@@ -18,7 +18,8 @@ import (
 //	  method, path, query, request headers, body size, body file, body
 //	  offset, then the body itself when no file holds it, target, event,
 //	  call id, delivery id, occurred at, duplicate of, replay of, status,
-//	  max attempts (encodeInsert)
+//	  max attempts, route (encodeInsert; a log written before routes
+//	  ends at max attempts, and is read with no route)
 //	update (2): id, status, response status, response headers, has a
 //	  response body, response body, error, duration, delivered at,
 //	  attempts, max attempts, target, queued, arrived at, has an
@@ -98,6 +99,7 @@ func encodeInsert(b []byte, c *Capture, dup string) []byte {
 	e.str(c.ReplayOf)
 	e.str(c.Status)
 	e.int(int64(c.MaxAttempts))
+	e.str(c.Route)
 	return e.b
 }
 
@@ -183,6 +185,9 @@ func decodeRecord(rec []byte) (kind byte, c *Capture, bodyAt int, err error) {
 		c.ReplayOf = d.String()
 		c.Status = d.String()
 		c.MaxAttempts = int(d.Varint())
+		if len(d.Rest()) > 0 {
+			c.Route = d.String()
+		}
 	case recUpdate:
 		c.ID = d.String()
 		c.Status = d.String()
