@@ -60,7 +60,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Event string `json:"event"`
 	}
 	json.Unmarshal(body, &ev)
-	time.Sleep(h.delay) // a slow handler, on purpose (--delay)
+	if h.delay > 0 {
+		h.log.Printf("%s %s: received, answering in %s (--delay)", ev.Event, ev.ID, h.delay)
+		time.Sleep(h.delay) // a slow handler, on purpose
+	}
 	w.Header().Set("Content-Type", "application/json")
 	if h.failNow(ev.Event) {
 		h.log.Printf("%s %s: 500, on purpose (--fail-once)", ev.Event, ev.ID)
