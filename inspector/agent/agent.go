@@ -20,7 +20,8 @@
 //
 // The answer path nests locks of four packages, always in this order and
 // never the other way; a lock not listed is taken alone (Agent: stopMu,
-// lanesMu, lane.mu, stateMu, notifyMu; committer: replyMu, stopMu):
+// lanesMu, lane.mu, stateMu, notifyMu; committer: replyMu, stopMu;
+// CallMemory.mu, which is never held across its read of the store):
 //
 //	agent       committer.mu          held across a commit (commit, committer.go)
 //	  agentdb     intakeLog.mu        held by LogCaptures for a whole append (intake.go)

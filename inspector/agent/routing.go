@@ -26,9 +26,6 @@ const StoredOnlyHeader = "Calltap-Stored-Only"
 // file); requests already captured keep the route they took.
 func (a *Agent) SetRoutes(t *routes.Table) { a.routes.Store(t) }
 
-// Routes is the route table in use; nil without one.
-func (a *Agent) Routes() *routes.Table { return a.routes.Load() }
-
 // route decides where c goes and sets its route and target; a capture
 // sent nowhere gets StatusStored.
 func (a *Agent) route(c *agentdb.Capture, h wire.Header) {

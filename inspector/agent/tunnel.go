@@ -11,10 +11,13 @@ import (
 )
 
 // ServeTunnel takes a request from the relay. It runs on the connection's
-// read loop, so it does no I/O of its own: it reads the body for the call
-// event's fields (newCapture), picks a plan, and starts the request's
-// goroutine or queues it, on the turn line and in the committer's write
-// queue. That queue is bounded (1024 writes): when it is full, ServeTunnel
+// read loop, so it does little I/O of its own: it reads the body for the
+// call event's fields and its route (newCapture; with a route file whose
+// match a call's later event lacks, that is once per call a read of the
+// store, for what the call's events before a restart had: CallMemory),
+// picks a plan, and starts the request's goroutine or queues it, on its
+// route's turn line and in the committer's write queue. That queue is
+// bounded (1024 writes): when it is full, ServeTunnel
 // blocks until the committer takes from it, and so the read loop stops
 // reading, which holds the relay to the agent's pace (the relay keeps what
 // it cannot send in its queue).
