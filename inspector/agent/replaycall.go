@@ -25,8 +25,9 @@ type CallReplayOptions struct {
 }
 
 // CallOriginals returns what ReplayCall would re-fire, oldest first: the
-// call's captures, less the agent's own replays and, unless WithRetries,
-// the service's retries of a delivery. A call with none is a NotFound.
+// call's captures, less the agent's own replays, unless WithRetries the
+// service's retries of a delivery, and, unless To, those whose route sends
+// nowhere (each event follows its route). A call with none is a NotFound.
 func (a *Agent) CallOriginals(ctx context.Context, o CallReplayOptions) ([]*agentdb.Capture, error) {
 	f := agentdb.CaptureFilter{}
 	if o.CallID != "" {
@@ -34,7 +35,7 @@ func (a *Agent) CallOriginals(ctx context.Context, o CallReplayOptions) ([]*agen
 	}
 	var out []*agentdb.Capture
 	if _, err := a.store.EachCapture(ctx, f, func(c *agentdb.Capture) error {
-		if c.ReplayOf == "" && (c.DuplicateOf == "" || o.WithRetries) {
+		if c.ReplayOf == "" && (c.DuplicateOf == "" || o.WithRetries) && (o.To != "" || !a.sendsNowhere(c)) {
 			out = append(out, c)
 		}
 		return nil

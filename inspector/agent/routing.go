@@ -87,6 +87,13 @@ func (a *Agent) retarget(c *agentdb.Capture) {
 	}
 }
 
+// sendsNowhere reports whether a replay of c, with no "to", would have
+// nowhere to go: it was stored only, and its route still stores only (or
+// is gone).
+func (a *Agent) sendsNowhere(c *agentdb.Capture) bool {
+	return c.Route != "" && c.Target == "" && a.routeBase(c.Route) == nil
+}
+
 // followRoute sends replay c where its original went: along the route
 // the original took, as the route file says now. An original that took
 // no route keeps what route chose for c. A replay is always sent: it is
