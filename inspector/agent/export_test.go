@@ -52,4 +52,12 @@ func LiveRequests(a *Agent) int64 { return a.cm.live.Load() }
 
 // WaitingTurns is how many of a's requests are in the turn line or at the
 // handler in their turn (every lane's waiting): none once the line has run.
-func WaitingTurns(a *Agent) int64 { return a.waitingTurns() }
+func WaitingTurns(a *Agent) int64 {
+	a.lanesMu.Lock()
+	defer a.lanesMu.Unlock()
+	var n int64
+	for _, l := range a.lanes {
+		n += l.waiting.Load()
+	}
+	return n
+}

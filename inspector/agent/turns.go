@@ -66,16 +66,6 @@ func (a *Agent) stopLanes() {
 	a.laneLoops.Wait()
 }
 
-// waitingTurns counts the turns not done in every lane.
-func (a *Agent) waitingTurns() int64 {
-	a.lanesMu.Lock()
-	defer a.lanesMu.Unlock()
-	var n int64
-	for _, l := range a.lanes {
-		n += l.waiting.Load()
-	}
-	return n
-}
 
 // lineUp puts x at the end of the turn line; a live one is deferred
 // (answered "queued") before the relay's forward timeout runs out.
