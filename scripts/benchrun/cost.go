@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -56,58 +57,114 @@ type costCell struct {
 
 func (c *costCell) label() string { return fmt.Sprintf("--sync %s, c=%d", c.sync, c.conns) }
 
-func cmdCost(ctx context.Context, args []string) error {
+// costOpts are the cost part's flags.
+type costOpts struct {
+	bin, out, work string
+	dur, warm      time.Duration
+	perf           bool
+	keep, label    string
+	base           string
+	rounds         int
+	routes         string // absolute
+	routesAB       bool
+}
+
+func parseCostFlags(args []string) (costOpts, error) {
+	var o costOpts
 	fs := flag.NewFlagSet("cost", flag.ContinueOnError)
-	bin := fs.String("bin", "bin/calltap", "the calltap binary (with symbols for --perf: go build -o bin/calltap-prof ./cmd/calltap)")
-	out := fs.String("out", "", "results file")
-	work := fs.String("work", "", "scratch directory (default: a new one under $TMPDIR)")
-	dur := fs.Duration("duration", 5*time.Second, "measured window of each load")
-	warm := fs.Duration("warmup", time.Second, "warmup before each window")
-	perf := fs.Bool("perf", false, "also record the relay's and the agent's call stacks and break their CPU down by stage")
-	keep := fs.String("perf-keep", "", "keep the perf record files in this directory")
-	label := fs.String("label", "", "name this build's tables, which then carry no targets; with --baseline, name the baseline")
-	base := fs.String("baseline", "", "also run a baseline build, in turns with this one, and print after ÷ before (no perf record, no inspector probe)")
-	rounds := fs.Int("rounds", 3, "with --baseline: the interleaved rounds of each load")
+	fs.StringVar(&o.bin, "bin", "bin/calltap", "the calltap binary (with symbols for --perf: go build -o bin/calltap-prof ./cmd/calltap)")
+	fs.StringVar(&o.out, "out", "", "results file")
+	fs.StringVar(&o.work, "work", "", "scratch directory (default: a new one under $TMPDIR)")
+	fs.DurationVar(&o.dur, "duration", 5*time.Second, "measured window of each load")
+	fs.DurationVar(&o.warm, "warmup", time.Second, "warmup before each window")
+	fs.BoolVar(&o.perf, "perf", false, "also record the relay's and the agent's call stacks and break their CPU down by stage")
+	fs.StringVar(&o.keep, "perf-keep", "", "keep the perf record files in this directory")
+	fs.StringVar(&o.label, "label", "", "name this build's tables, which then carry no targets; with --baseline, name the baseline")
+	fs.StringVar(&o.base, "baseline", "", "also run a baseline build, in turns with this one, and print after ÷ before (no perf record, no inspector probe)")
+	fs.IntVar(&o.rounds, "rounds", 3, "with --baseline or --routes-ab: the interleaved rounds of each load")
+	fs.StringVar(&o.routes, "routes", "", "run every agent with this route file (--routes FILE); with --routes-ab, instead of the bench's 10-route file")
+	fs.BoolVar(&o.routesAB, "routes-ab", false, "instead: this build's agent with a 10-route file and with none, in turns, and print routes ÷ none (no perf record, no inspector probe)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return o, err
 	}
-	if *base != "" && (*perf || *rounds < 1) {
-		return errors.New("--baseline takes --rounds 1 or more, and no --perf (a profile is the plain run's)")
+	if o.routes != "" {
+		abs, err := filepath.Abs(o.routes)
+		if err != nil {
+			return o, err
+		}
+		o.routes = abs
+	}
+	return o, o.check()
+}
+
+// check refuses flags that do not go together.
+func (o costOpts) check() error {
+	switch {
+	case o.base != "" && o.routesAB:
+		return errors.New("--baseline and --routes-ab are runs of their own: give one")
+	case (o.base != "" || o.routesAB) && (o.perf || o.rounds < 1):
+		return errors.New("--baseline and --routes-ab take --rounds 1 or more, and no --perf (a profile is the plain run's)")
+	case o.routesAB && o.label != "":
+		return errors.New("--label names a build, and --routes-ab runs one")
+	}
+	return nil
+}
+
+// agentArgs are the flags every agent of the run gets besides --sync.
+func (o costOpts) agentArgs() []string {
+	if o.routes == "" {
+		return nil
+	}
+	return []string{"--routes", o.routes}
+}
+
+// abRun is an A/B run of after and before in pt.
+func (o costOpts) abRun(pt *part, after, before abSide) abRun {
+	return abRun{after: after, before: before, dir: pt.dir, hp: pt.hp, hurl: pt.hurl, warm: o.warm, dur: o.dur, rounds: o.rounds}
+}
+
+func cmdCost(ctx context.Context, args []string) error {
+	o, err := parseCostFlags(args)
+	if err != nil {
+		return err
 	}
 	if _, err := exec.LookPath("perf"); err != nil {
 		return errors.New("perf is missing: apt-get install -y linux-perf")
 	}
-	pt, err := openPart(*out, *work, "cost")
+	pt, err := openPart(o.out, o.work, "cost")
 	if err != nil {
 		return err
 	}
 	defer pt.close()
-	if *keep != "" {
-		if err := os.MkdirAll(*keep, 0o755); err != nil {
+	if o.keep != "" {
+		if err := os.MkdirAll(o.keep, 0o755); err != nil {
 			return err
 		}
 	}
-	res, dir, hp, hurl := pt.res, pt.dir, pt.hp, pt.hurl
-
-	if *base != "" {
-		return reportAB(ctx, res, abRun{after: *bin, before: *base, dir: dir, hp: hp, hurl: hurl, warm: *warm, dur: *dur, rounds: *rounds}, *label)
+	switch {
+	case o.base != "":
+		r := o.abRun(pt, abSide{name: "after", bin: o.bin, args: o.agentArgs()}, abSide{name: "before", bin: o.base, args: o.agentArgs()})
+		return reportAB(ctx, pt.res, r, buildsForm(cmp.Or(o.label, o.base)))
+	case o.routesAB:
+		return reportRoutesAB(ctx, pt, o)
 	}
 	var cells []*costCell
 	for _, mode := range []string{"full", "normal"} {
-		cs, err := costSetup(ctx, *bin, filepath.Join(dir, "sync-"+mode), mode, hp, hurl, *warm, *dur, *perf, *keep)
+		cs, err := costSetup(ctx, o, pt, mode)
 		if err != nil {
 			return fmt.Errorf("--sync %s: %w", mode, err)
 		}
 		cells = append(cells, cs...)
 	}
-	reportCost(res, cells, *perf, *label)
+	reportCost(pt.res, cells, o.perf, o.label)
 	return nil
 }
 
 // costSetup starts a relay and an agent with --sync mode and measures
 // every load on them.
-func costSetup(ctx context.Context, bin, dir, mode string, hp *proc, hurl string, warm, dur time.Duration, perf bool, keep string) ([]*costCell, error) {
-	ct, pids, err := startCostPair(ctx, bin, dir, mode, hp, hurl)
+func costSetup(ctx context.Context, o costOpts, pt *part, mode string) ([]*costCell, error) {
+	dir, hurl := filepath.Join(pt.dir, "sync-"+mode), pt.hurl
+	ct, pids, err := startCostPair(ctx, o.bin, dir, mode, pt.hp, hurl, o.agentArgs())
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +172,7 @@ func costSetup(ctx context.Context, bin, dir, mode string, hp *proc, hurl string
 	var cells []*costCell
 	for _, conns := range []int{1, 32} {
 		c := &costCell{sync: mode, conns: conns}
-		direct, through := costSpecs(ct, hurl, conns, warm, dur)
+		direct, through := costSpecs(ct, hurl, conns, o.warm, o.dur)
 		if c.fsync, err = fsyncP50(filepath.Join(dir, "agent")); err != nil {
 			return nil, fmt.Errorf("fsync probe: %w", err)
 		}
@@ -136,9 +193,9 @@ func costSetup(ctx context.Context, bin, dir, mode string, hp *proc, hurl string
 				return nil, err
 			}
 		}
-		if perf {
+		if o.perf {
 			fmt.Fprintf(os.Stderr, "cost: %-22s through calltap: perf record\n", c.label())
-			if err := c.profile(ctx, through, pids, dir, keep); err != nil {
+			if err := c.profile(ctx, through, pids, dir, o.keep); err != nil {
 				return nil, err
 			}
 		}
@@ -147,15 +204,16 @@ func costSetup(ctx context.Context, bin, dir, mode string, hp *proc, hurl string
 	return cells, nil
 }
 
-// startCostPair starts a relay and an agent of bin with --sync mode, in
-// dir, in front of the handler hp at hurl, and names the pids of the
-// processes a request runs in. On an error nothing is left running.
-func startCostPair(ctx context.Context, bin, dir, mode string, hp *proc, hurl string) (*calltap, map[string]int, error) {
+// startCostPair starts a relay and an agent of bin with --sync mode and
+// agentArgs, in dir, in front of the handler hp at hurl, and names the
+// pids of the processes a request runs in. On an error nothing is left
+// running.
+func startCostPair(ctx context.Context, bin, dir, mode string, hp *proc, hurl string, agentArgs []string) (*calltap, map[string]int, error) {
 	ct, err := newCalltap(ctx, bin, dir, hurl, relayFlagsNoLimits...)
 	if err != nil {
 		return nil, nil, err
 	}
-	ct.agentArgs = []string{"--sync", mode}
+	ct.agentArgs = append([]string{"--sync", mode}, agentArgs...)
 	err = ct.startRelay(ctx)
 	if err == nil {
 		err = ct.startAgent(ctx, true)
