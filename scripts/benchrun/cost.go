@@ -8,12 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -25,37 +23,16 @@ import (
 // through calltap — CPU, system calls and context switches of the relay,
 // the agent and the handler per request — with the p50 it adds beside the
 // machine's own fsync p50, and, with --perf, where the relay's and the
-// agent's CPU goes, stage by stage, from perf record's call stacks.
+// agent's CPU goes, stage by stage, from perf record's call stacks. Here:
+// its flags and its plain run; the A/B runs (--baseline, --routes-ab) are
+// costab.go's and costroutes.go's, what every run measures costmeasure.go's
+// (with perf: perf.go).
 
 const (
 	costTable    = "Cost per 2 KB request"
 	latencyTable = "Cost per 2 KB request: the p50 it adds"
 	visibleTable = "Cost per 2 KB request: when the inspector shows it"
 )
-
-// costProcs are the processes a request through calltap runs in.
-var costProcs = []string{"relay", "agent", "handler"}
-
-// costCell is one load (c) on one setup (--sync).
-type costCell struct {
-	sync  string
-	conns int
-
-	direct, through load.Result
-	fsync           time.Duration // the agent's disk: 4 KiB append + fdatasync, p50
-
-	cpu      map[string]time.Duration // per request, in the load's window
-	cpuAll   map[string]time.Duration // per request, with what the load left to do after its window (until idle)
-	syscalls map[string]float64       // per request
-	switches map[string]float64       // per request (thread wake-ups)
-
-	listed, found []time.Duration // c=1 only: from a request's answer until the inspector lists it, and finds it by text
-
-	stages map[string]map[string]int // relay/agent → stage → samples
-	other  map[string]map[string]int // relay/agent → innermost unclassified function → samples
-}
-
-func (c *costCell) label() string { return fmt.Sprintf("--sync %s, c=%d", c.sync, c.conns) }
 
 // costOpts are the cost part's flags.
 type costOpts struct {
@@ -146,7 +123,11 @@ func cmdCost(ctx context.Context, args []string) error {
 		r := o.abRun(pt, abSide{name: "after", bin: o.bin, args: o.agentArgs()}, abSide{name: "before", bin: o.base, args: o.agentArgs()})
 		return reportAB(ctx, pt.res, r, buildsForm(cmp.Or(o.label, o.base)))
 	case o.routesAB:
-		return reportRoutesAB(ctx, pt, o)
+		routes, form, err := routesSide(pt, o.bin, o.routes)
+		if err != nil {
+			return err
+		}
+		return reportAB(ctx, pt.res, o.abRun(pt, routes, abSide{name: "none", bin: o.bin}), form)
 	}
 	var cells []*costCell
 	for _, mode := range []string{"full", "normal"} {
@@ -202,48 +183,6 @@ func costSetup(ctx context.Context, o costOpts, pt *part, mode string) ([]*costC
 		cells = append(cells, c)
 	}
 	return cells, nil
-}
-
-// startCostPair starts a relay and an agent of bin with --sync mode and
-// agentArgs, in dir, in front of the handler hp at hurl, and names the
-// pids of the processes a request runs in. On an error nothing is left
-// running.
-func startCostPair(ctx context.Context, bin, dir, mode string, hp *proc, hurl string, agentArgs []string) (*calltap, map[string]int, error) {
-	ct, err := newCalltap(ctx, bin, dir, hurl, relayFlagsNoLimits...)
-	if err != nil {
-		return nil, nil, err
-	}
-	ct.agentArgs = append([]string{"--sync", mode}, agentArgs...)
-	err = ct.startRelay(ctx)
-	if err == nil {
-		err = ct.startAgent(ctx, true)
-	}
-	if err != nil {
-		ct.stop()
-		return nil, nil, err
-	}
-	return ct, map[string]int{"relay": ct.relay.pid(), "agent": ct.agent.pid(), "handler": hp.pid()}, nil
-}
-
-// alive is an error once the relay or the agent has died (under load).
-func (c *calltap) alive() error {
-	if c.relay.exited() || c.agent.exited() {
-		return errors.New("the relay or the agent died under load (see their logs in " + c.dir + ")")
-	}
-	return nil
-}
-
-// costSpecs are the 2 KB load with conns connections straight to the
-// handler at hurl and through ct's tunnel.
-func costSpecs(ct *calltap, hurl string, conns int, warm, dur time.Duration) (direct, through load.Spec) {
-	ev, stamp := jsonEvent2K()
-	hu, _ := url.Parse(hurl)
-	ru, _ := url.Parse(ct.relayURL)
-	direct = load.Spec{Addr: hu.Host, Path: "/webhooks/voice", Body: ev, Stamp: stamp, ContentType: "application/json",
-		Conns: conns, Warmup: warm, Duration: dur}
-	through = direct
-	through.Addr, through.Path = ru.Host, ct.tunnelPath+"/voice"
-	return direct, through
 }
 
 // visibility sends n requests through the tunnel one at a time, each with
@@ -302,187 +241,6 @@ func visibility(ctx context.Context, ct *calltap, n int) (listed, found []time.D
 		listed, found = append(listed, l), append(found, l+f)
 	}
 	return listed, found, nil
-}
-
-// waitIdle returns once no process of pids has used more than 2 ms of CPU
-// in half a second (30 s at most).
-func waitIdle(ctx context.Context, pids map[string]int) error {
-	last := map[string]time.Duration{}
-	for name, pid := range pids {
-		last[name], _ = procCPU(pid)
-	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-		idle := true
-		for name, pid := range pids {
-			t, _ := procCPU(pid)
-			if t-last[name] > 2*time.Millisecond {
-				idle = false
-			}
-			last[name] = t
-		}
-		if idle {
-			return nil
-		}
-	}
-	return nil
-}
-
-// perfSpan is how long perf counts or samples inside a window of d: less
-// than d, so that attaching late still leaves it all under load.
-func perfSpan(d time.Duration) time.Duration { return max(d*4/5, d-time.Second) }
-
-// measure loads calltap twice: once clean, for the latency and the CPU
-// time of each process, charged to the requests of the window; then
-// under perf stat, for each process's system calls and context switches
-// per request (counting every system call slows them a little).
-func (c *costCell) measure(ctx context.Context, spec load.Spec, pids map[string]int, dir string) error {
-	cpu0 := map[string]time.Duration{}
-	cpu1 := map[string]time.Duration{}
-	clean := spec
-	clean.OnStart = func() {
-		for _, name := range costProcs {
-			cpu0[name], _ = procCPU(pids[name])
-		}
-	}
-	clean.OnEnd = func() {
-		for _, name := range costProcs {
-			cpu1[name], _ = procCPU(pids[name])
-		}
-	}
-	r, err := load.Run(ctx, clean)
-	if err != nil {
-		return err
-	}
-	c.through = r
-	n := time.Duration(max(r.N, 1))
-	c.cpu = map[string]time.Duration{}
-	for _, name := range costProcs {
-		c.cpu[name] = (cpu1[name] - cpu0[name]) / n
-	}
-	// What the load left to do once it ended (captures applied to the
-	// store, the search index) is its cost too: CPU is read again once
-	// every process is idle.
-	if err := waitIdle(ctx, pids); err != nil {
-		return err
-	}
-	c.cpuAll = map[string]time.Duration{}
-	for _, name := range costProcs {
-		t, _ := procCPU(pids[name])
-		c.cpuAll[name] = (t - cpu0[name]) / n
-	}
-
-	return c.measureCalls(ctx, spec, pids, dir)
-}
-
-// measureCalls loads calltap again under perf stat, for each process's
-// system calls and context switches per request.
-func (c *costCell) measureCalls(ctx context.Context, spec load.Spec, pids map[string]int, dir string) error {
-	var stats []*exec.Cmd
-	var statErr error
-	span := perfSpan(spec.Duration)
-	spec.OnStart = func() {
-		for _, name := range costProcs {
-			cmd := perfCmd(ctx, "stat", "-e", "raw_syscalls:sys_enter,context-switches", "-p", strconv.Itoa(pids[name]),
-				"-o", filepath.Join(dir, "stat-"+name+".txt"), "--", "sleep", fmt.Sprintf("%.3f", span.Seconds()))
-			if err := cmd.Start(); err != nil {
-				statErr = fmt.Errorf("perf stat: %w", err)
-				break
-			}
-			stats = append(stats, cmd)
-		}
-	}
-	r, err := load.Run(ctx, spec)
-	for _, cmd := range stats {
-		if werr := cmd.Wait(); werr != nil && statErr == nil {
-			statErr = perfErr(cmd, werr)
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if statErr != nil {
-		return statErr
-	}
-	c.syscalls, c.switches = map[string]float64{}, map[string]float64{}
-	for _, name := range costProcs {
-		counts, elapsed, err := readPerfStat(filepath.Join(dir, "stat-"+name+".txt"))
-		if err != nil {
-			return fmt.Errorf("perf stat of the %s: %w", name, err)
-		}
-		reqs := r.Rate() * elapsed.Seconds() // the load is steady: its rate over perf's own span
-		c.syscalls[name] = counts["raw_syscalls:sys_enter"] / reqs
-		c.switches[name] = counts["context-switches"] / reqs
-	}
-	return nil
-}
-
-// perfCmd is perf with a C locale (plain numbers), its stderr kept for
-// perfErr.
-func perfCmd(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "perf", args...)
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	cmd.Stderr = &strings.Builder{}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	return cmd
-}
-
-// perfErr is the error of a perf run that failed, with the first line it
-// printed (say, that perf_event_paranoid forbids it).
-func perfErr(cmd *exec.Cmd, err error) error {
-	msg := strings.TrimSpace(fmt.Sprint(cmd.Stderr))
-	msg, _, _ = strings.Cut(msg, "\n")
-	return fmt.Errorf("perf %s: %w: %s", cmd.Args[1], err, msg)
-}
-
-// readPerfStat reads perf stat's output file: the count of each event
-// ("<not counted>" is 0: the process did not run) and the time elapsed.
-func readPerfStat(path string) (map[string]float64, time.Duration, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, 0, err
-	}
-	counts := map[string]float64{}
-	var elapsed time.Duration
-	for _, line := range strings.Split(string(b), "\n") {
-		if err := readPerfLine(line, counts, &elapsed); err != nil {
-			return nil, 0, err
-		}
-	}
-	if elapsed <= 0 {
-		return nil, 0, fmt.Errorf("%s: no time elapsed", path)
-	}
-	for _, ev := range []string{"raw_syscalls:sys_enter", "context-switches"} {
-		if _, ok := counts[ev]; !ok {
-			return nil, 0, fmt.Errorf("%s: no count of %s", path, ev)
-		}
-	}
-	return counts, elapsed, nil
-}
-
-// readPerfLine reads one line of perf stat's output into counts or
-// elapsed.
-func readPerfLine(line string, counts map[string]float64, elapsed *time.Duration) error {
-	f := strings.Fields(line)
-	switch {
-	case len(f) >= 4 && f[1] == "seconds" && f[2] == "time" && f[3] == "elapsed":
-		s, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return fmt.Errorf("unreadable elapsed time %q", line)
-		}
-		*elapsed = time.Duration(s * float64(time.Second))
-	case len(f) >= 3 && f[0] == "<not" && f[1] == "counted>":
-		counts[f[2]] = 0
-	case len(f) >= 2 && (strings.Contains(f[1], ":") || f[1] == "context-switches" || f[1] == "cs"):
-		if v, err := strconv.ParseFloat(strings.ReplaceAll(f[0], ",", ""), 64); err == nil {
-			counts[f[1]] = v
-		}
-	}
-	return nil
 }
 
 // fsyncP50 is the p50 of appending 4 KiB to a file in dir and

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 )
@@ -27,20 +26,19 @@ func costRoutes(hurl string) string {
 const benchFileIs = "the bench's: nine routes on call.variables, custom fields with a path, event kinds with a header, which " +
 	"every request misses, then a tenth that takes it to the handler, where --forward-to sends it without a file"
 
-// reportRoutesAB measures o's build with no route file and with one (o's
-// --routes, else costRoutes written to pt's directory) and adds the
-// table of routes ÷ none.
-func reportRoutesAB(ctx context.Context, pt *part, o costOpts) error {
-	file, name, is := o.routes, filepath.Base(o.routes), o.routes
+// routesSide is the side of a routes A/B run with a route file (file,
+// else costRoutes written to pt's directory), for build bin, and the form
+// of its table over the side with none.
+func routesSide(pt *part, bin, file string) (abSide, abForm, error) {
+	name, is := filepath.Base(file), file
 	if file == "" {
 		var err error
 		if file, err = writeRoutesFile(pt.dir, costRoutes(pt.hurl)); err != nil {
-			return err
+			return abSide{}, abForm{}, err
 		}
 		name, is = fmt.Sprintf("%d routes", routeCount), benchFileIs
 	}
-	r := o.abRun(pt, abSide{name: name, bin: o.bin, args: []string{"--routes", file}}, abSide{name: "none", bin: o.bin})
-	return reportAB(ctx, pt.res, r, routesForm(name, is, o.bin))
+	return abSide{name: name, bin: bin, args: []string{"--routes", file}}, routesForm(name, is, bin), nil
 }
 
 // routesForm is the table of the agent with a route file (name; is says
