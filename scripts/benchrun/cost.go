@@ -59,7 +59,7 @@ func parseCostFlags(args []string) (costOpts, error) {
 	fs.StringVar(&o.label, "label", "", "name this build's tables, which then carry no targets; with --baseline, name the baseline")
 	fs.StringVar(&o.base, "baseline", "", "also run a baseline build, in turns with this one, and print after ÷ before (no perf record, no inspector probe)")
 	fs.IntVar(&o.rounds, "rounds", 3, "with --baseline or --routes-ab: the interleaved rounds of each load")
-	fs.StringVar(&o.routes, "routes", "", "run every agent with this route file (--routes FILE); with --routes-ab, instead of the bench's 10-route file")
+	fs.StringVar(&o.routes, "routes", "", "run every agent with this route `FILE` (calltap listen --routes FILE); with --routes-ab, instead of the bench's 10-route file")
 	fs.BoolVar(&o.routesAB, "routes-ab", false, "instead: this build's agent with a 10-route file and with none, in turns, and print routes ÷ none (no perf record, no inspector probe)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

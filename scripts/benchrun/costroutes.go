@@ -46,7 +46,7 @@ func routesSide(pt *part, bin, file string) (abSide, abForm, error) {
 // agent is held to +10%; the relay and the handler, the same on both
 // sides, are the controls.
 func routesForm(name, is, bin string) abForm {
-	return abForm{table: "Cost per 2 KB request: " + name + " ÷ none", before: "none", after: name, held: []string{"agent"}, side: "agent",
+	return abForm{table: "Cost per 2 KB request: " + name + " ÷ none", before: "none", after: name, held: []string{"agent"}, side: "side",
 		sides: fmt.Sprintf("None: %s's agent with no route file; %s: the same build's agent with --routes FILE (%s).", bin, name, is),
 		met: "Met: the agent's CPU and system calls both within +10% (issue 40). The relay and the handler run the same code " +
 			"with the same flags on both sides: their rows are the controls, their ratio the machine's noise. The load's " +
