@@ -89,9 +89,12 @@ func reportAB(ctx context.Context, res *results, r abRun, f abForm) error {
 // each load on them. Only the pair being measured is loaded: the other
 // idles.
 func (r abRun) setup(ctx context.Context, mode string) ([]*abCell, error) {
-	builds := []*abBuild{{abSide: r.after, after: true, dir: "after"}, {abSide: r.before, dir: "before"}}
+	builds := []*abBuild{{abSide: r.after, after: true}, {abSide: r.before}}
 	for _, b := range builds {
-		b.dir = filepath.Join(r.dir, "sync-"+mode+"-"+b.dir)
+		b.dir = filepath.Join(r.dir, "sync-"+mode+"-before")
+		if b.after {
+			b.dir = filepath.Join(r.dir, "sync-"+mode+"-after")
+		}
 		ct, pids, err := startCostPair(ctx, b.bin, b.dir, mode, r.hp, r.hurl, b.args)
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", b.name, b.bin, err)
