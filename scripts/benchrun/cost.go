@@ -1,18 +1,17 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -24,7 +23,10 @@ import (
 // through calltap — CPU, system calls and context switches of the relay,
 // the agent and the handler per request — with the p50 it adds beside the
 // machine's own fsync p50, and, with --perf, where the relay's and the
-// agent's CPU goes, stage by stage, from perf record's call stacks.
+// agent's CPU goes, stage by stage, from perf record's call stacks. Here:
+// its flags and its plain run; the A/B runs (--baseline, --routes-ab) are
+// costab.go's and costroutes.go's, what every run measures costmeasure.go's
+// (with perf: perf.go).
 
 const (
 	costTable    = "Cost per 2 KB request"
@@ -32,82 +34,118 @@ const (
 	visibleTable = "Cost per 2 KB request: when the inspector shows it"
 )
 
-// costProcs are the processes a request through calltap runs in.
-var costProcs = []string{"relay", "agent", "handler"}
-
-// costCell is one load (c) on one setup (--sync).
-type costCell struct {
-	sync  string
-	conns int
-
-	direct, through load.Result
-	fsync           time.Duration // the agent's disk: 4 KiB append + fdatasync, p50
-
-	cpu      map[string]time.Duration // per request, in the load's window
-	cpuAll   map[string]time.Duration // per request, with what the load left to do after its window (until idle)
-	syscalls map[string]float64       // per request
-	switches map[string]float64       // per request (thread wake-ups)
-
-	listed, found []time.Duration // c=1 only: from a request's answer until the inspector lists it, and finds it by text
-
-	stages map[string]map[string]int // relay/agent → stage → samples
-	other  map[string]map[string]int // relay/agent → innermost unclassified function → samples
+// costOpts are the cost part's flags.
+type costOpts struct {
+	bin, out, work string
+	dur, warm      time.Duration
+	perf           bool
+	keep, label    string
+	base           string
+	rounds         int
+	routes         string // absolute
+	routesAB       bool
 }
 
-func (c *costCell) label() string { return fmt.Sprintf("--sync %s, c=%d", c.sync, c.conns) }
+func parseCostFlags(args []string) (costOpts, error) {
+	var o costOpts
+	fs := flag.NewFlagSet("cost", flag.ContinueOnError)
+	fs.StringVar(&o.bin, "bin", "bin/calltap", "the calltap binary (with symbols for --perf: go build -o bin/calltap-prof ./cmd/calltap)")
+	fs.StringVar(&o.out, "out", "", "results file")
+	fs.StringVar(&o.work, "work", "", "scratch directory (default: a new one under $TMPDIR)")
+	fs.DurationVar(&o.dur, "duration", 5*time.Second, "measured window of each load")
+	fs.DurationVar(&o.warm, "warmup", time.Second, "warmup before each window")
+	fs.BoolVar(&o.perf, "perf", false, "also record the relay's and the agent's call stacks and break their CPU down by stage")
+	fs.StringVar(&o.keep, "perf-keep", "", "keep the perf record files in this directory")
+	fs.StringVar(&o.label, "label", "", "name this build's tables, which then carry no targets; with --baseline, name the baseline")
+	fs.StringVar(&o.base, "baseline", "", "also run a baseline build, in turns with this one, and print after ÷ before (no perf record, no inspector probe)")
+	fs.IntVar(&o.rounds, "rounds", 3, "with --baseline or --routes-ab: the interleaved rounds of each load")
+	fs.StringVar(&o.routes, "routes", "", "run every agent with this route `FILE` (calltap listen --routes FILE); with --routes-ab, instead of the bench's 10-route file")
+	fs.BoolVar(&o.routesAB, "routes-ab", false, "instead: this build's agent with a 10-route file and with none, in turns, and print routes ÷ none (no perf record, no inspector probe)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.routes != "" {
+		abs, err := filepath.Abs(o.routes)
+		if err != nil {
+			return o, err
+		}
+		o.routes = abs
+	}
+	return o, o.check()
+}
+
+// check refuses flags that do not go together.
+func (o costOpts) check() error {
+	switch {
+	case o.base != "" && o.routesAB:
+		return errors.New("--baseline and --routes-ab are runs of their own: give one")
+	case (o.base != "" || o.routesAB) && (o.perf || o.rounds < 1):
+		return errors.New("--baseline and --routes-ab take --rounds 1 or more, and no --perf (a profile is the plain run's)")
+	case o.routesAB && o.label != "":
+		return errors.New("--label names a build, and --routes-ab runs one")
+	}
+	return nil
+}
+
+// agentArgs are the flags every agent of the run gets besides --sync.
+func (o costOpts) agentArgs() []string {
+	if o.routes == "" {
+		return nil
+	}
+	return []string{"--routes", o.routes}
+}
+
+// abRun is an A/B run of after and before in pt.
+func (o costOpts) abRun(pt *part, after, before abSide) abRun {
+	return abRun{after: after, before: before, dir: pt.dir, hp: pt.hp, hurl: pt.hurl, warm: o.warm, dur: o.dur, rounds: o.rounds}
+}
 
 func cmdCost(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("cost", flag.ContinueOnError)
-	bin := fs.String("bin", "bin/calltap", "the calltap binary (with symbols for --perf: go build -o bin/calltap-prof ./cmd/calltap)")
-	out := fs.String("out", "", "results file")
-	work := fs.String("work", "", "scratch directory (default: a new one under $TMPDIR)")
-	dur := fs.Duration("duration", 5*time.Second, "measured window of each load")
-	warm := fs.Duration("warmup", time.Second, "warmup before each window")
-	perf := fs.Bool("perf", false, "also record the relay's and the agent's call stacks and break their CPU down by stage")
-	keep := fs.String("perf-keep", "", "keep the perf record files in this directory")
-	label := fs.String("label", "", "name this build's tables, which then carry no targets; with --baseline, name the baseline")
-	base := fs.String("baseline", "", "also run a baseline build, in turns with this one, and print after ÷ before (no perf record, no inspector probe)")
-	rounds := fs.Int("rounds", 3, "with --baseline: the interleaved rounds of each load")
-	if err := fs.Parse(args); err != nil {
+	o, err := parseCostFlags(args)
+	if err != nil {
 		return err
-	}
-	if *base != "" && (*perf || *rounds < 1) {
-		return errors.New("--baseline takes --rounds 1 or more, and no --perf (a profile is the plain run's)")
 	}
 	if _, err := exec.LookPath("perf"); err != nil {
 		return errors.New("perf is missing: apt-get install -y linux-perf")
 	}
-	pt, err := openPart(*out, *work, "cost")
+	pt, err := openPart(o.out, o.work, "cost")
 	if err != nil {
 		return err
 	}
 	defer pt.close()
-	if *keep != "" {
-		if err := os.MkdirAll(*keep, 0o755); err != nil {
+	if o.keep != "" {
+		if err := os.MkdirAll(o.keep, 0o755); err != nil {
 			return err
 		}
 	}
-	res, dir, hp, hurl := pt.res, pt.dir, pt.hp, pt.hurl
-
-	if *base != "" {
-		return reportAB(ctx, res, abRun{after: *bin, before: *base, dir: dir, hp: hp, hurl: hurl, warm: *warm, dur: *dur, rounds: *rounds}, *label)
+	switch {
+	case o.base != "":
+		r := o.abRun(pt, abSide{name: "after", bin: o.bin, args: o.agentArgs()}, abSide{name: "before", bin: o.base, args: o.agentArgs()})
+		return reportAB(ctx, pt.res, r, buildsForm(cmp.Or(o.label, o.base)))
+	case o.routesAB:
+		routes, form, err := routesSide(pt, o.bin, o.routes)
+		if err != nil {
+			return err
+		}
+		return reportAB(ctx, pt.res, o.abRun(pt, routes, abSide{name: "none", bin: o.bin}), form)
 	}
 	var cells []*costCell
 	for _, mode := range []string{"full", "normal"} {
-		cs, err := costSetup(ctx, *bin, filepath.Join(dir, "sync-"+mode), mode, hp, hurl, *warm, *dur, *perf, *keep)
+		cs, err := costSetup(ctx, o, pt, mode)
 		if err != nil {
 			return fmt.Errorf("--sync %s: %w", mode, err)
 		}
 		cells = append(cells, cs...)
 	}
-	reportCost(res, cells, *perf, *label)
+	reportCost(pt.res, cells, o.perf, o.label)
 	return nil
 }
 
 // costSetup starts a relay and an agent with --sync mode and measures
 // every load on them.
-func costSetup(ctx context.Context, bin, dir, mode string, hp *proc, hurl string, warm, dur time.Duration, perf bool, keep string) ([]*costCell, error) {
-	ct, pids, err := startCostPair(ctx, bin, dir, mode, hp, hurl)
+func costSetup(ctx context.Context, o costOpts, pt *part, mode string) ([]*costCell, error) {
+	dir, hurl := filepath.Join(pt.dir, "sync-"+mode), pt.hurl
+	ct, pids, err := startCostPair(ctx, o.bin, dir, mode, pt.hp, hurl, o.agentArgs())
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +153,7 @@ func costSetup(ctx context.Context, bin, dir, mode string, hp *proc, hurl string
 	var cells []*costCell
 	for _, conns := range []int{1, 32} {
 		c := &costCell{sync: mode, conns: conns}
-		direct, through := costSpecs(ct, hurl, conns, warm, dur)
+		direct, through := costSpecs(ct, hurl, conns, o.warm, o.dur)
 		if c.fsync, err = fsyncP50(filepath.Join(dir, "agent")); err != nil {
 			return nil, fmt.Errorf("fsync probe: %w", err)
 		}
@@ -136,56 +174,15 @@ func costSetup(ctx context.Context, bin, dir, mode string, hp *proc, hurl string
 				return nil, err
 			}
 		}
-		if perf {
+		if o.perf {
 			fmt.Fprintf(os.Stderr, "cost: %-22s through calltap: perf record\n", c.label())
-			if err := c.profile(ctx, through, pids, dir, keep); err != nil {
+			if err := c.profile(ctx, through, pids, dir, o.keep); err != nil {
 				return nil, err
 			}
 		}
 		cells = append(cells, c)
 	}
 	return cells, nil
-}
-
-// startCostPair starts a relay and an agent of bin with --sync mode, in
-// dir, in front of the handler hp at hurl, and names the pids of the
-// processes a request runs in. On an error nothing is left running.
-func startCostPair(ctx context.Context, bin, dir, mode string, hp *proc, hurl string) (*calltap, map[string]int, error) {
-	ct, err := newCalltap(ctx, bin, dir, hurl, relayFlagsNoLimits...)
-	if err != nil {
-		return nil, nil, err
-	}
-	ct.agentArgs = []string{"--sync", mode}
-	err = ct.startRelay(ctx)
-	if err == nil {
-		err = ct.startAgent(ctx, true)
-	}
-	if err != nil {
-		ct.stop()
-		return nil, nil, err
-	}
-	return ct, map[string]int{"relay": ct.relay.pid(), "agent": ct.agent.pid(), "handler": hp.pid()}, nil
-}
-
-// alive is an error once the relay or the agent has died (under load).
-func (c *calltap) alive() error {
-	if c.relay.exited() || c.agent.exited() {
-		return errors.New("the relay or the agent died under load (see their logs in " + c.dir + ")")
-	}
-	return nil
-}
-
-// costSpecs are the 2 KB load with conns connections straight to the
-// handler at hurl and through ct's tunnel.
-func costSpecs(ct *calltap, hurl string, conns int, warm, dur time.Duration) (direct, through load.Spec) {
-	ev, stamp := jsonEvent2K()
-	hu, _ := url.Parse(hurl)
-	ru, _ := url.Parse(ct.relayURL)
-	direct = load.Spec{Addr: hu.Host, Path: "/webhooks/voice", Body: ev, Stamp: stamp, ContentType: "application/json",
-		Conns: conns, Warmup: warm, Duration: dur}
-	through = direct
-	through.Addr, through.Path = ru.Host, ct.tunnelPath+"/voice"
-	return direct, through
 }
 
 // visibility sends n requests through the tunnel one at a time, each with
@@ -244,187 +241,6 @@ func visibility(ctx context.Context, ct *calltap, n int) (listed, found []time.D
 		listed, found = append(listed, l), append(found, l+f)
 	}
 	return listed, found, nil
-}
-
-// waitIdle returns once no process of pids has used more than 2 ms of CPU
-// in half a second (30 s at most).
-func waitIdle(ctx context.Context, pids map[string]int) error {
-	last := map[string]time.Duration{}
-	for name, pid := range pids {
-		last[name], _ = procCPU(pid)
-	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-		idle := true
-		for name, pid := range pids {
-			t, _ := procCPU(pid)
-			if t-last[name] > 2*time.Millisecond {
-				idle = false
-			}
-			last[name] = t
-		}
-		if idle {
-			return nil
-		}
-	}
-	return nil
-}
-
-// perfSpan is how long perf counts or samples inside a window of d: less
-// than d, so that attaching late still leaves it all under load.
-func perfSpan(d time.Duration) time.Duration { return max(d*4/5, d-time.Second) }
-
-// measure loads calltap twice: once clean, for the latency and the CPU
-// time of each process, charged to the requests of the window; then
-// under perf stat, for each process's system calls and context switches
-// per request (counting every system call slows them a little).
-func (c *costCell) measure(ctx context.Context, spec load.Spec, pids map[string]int, dir string) error {
-	cpu0 := map[string]time.Duration{}
-	cpu1 := map[string]time.Duration{}
-	clean := spec
-	clean.OnStart = func() {
-		for _, name := range costProcs {
-			cpu0[name], _ = procCPU(pids[name])
-		}
-	}
-	clean.OnEnd = func() {
-		for _, name := range costProcs {
-			cpu1[name], _ = procCPU(pids[name])
-		}
-	}
-	r, err := load.Run(ctx, clean)
-	if err != nil {
-		return err
-	}
-	c.through = r
-	n := time.Duration(max(r.N, 1))
-	c.cpu = map[string]time.Duration{}
-	for _, name := range costProcs {
-		c.cpu[name] = (cpu1[name] - cpu0[name]) / n
-	}
-	// What the load left to do once it ended (captures applied to the
-	// store, the search index) is its cost too: CPU is read again once
-	// every process is idle.
-	if err := waitIdle(ctx, pids); err != nil {
-		return err
-	}
-	c.cpuAll = map[string]time.Duration{}
-	for _, name := range costProcs {
-		t, _ := procCPU(pids[name])
-		c.cpuAll[name] = (t - cpu0[name]) / n
-	}
-
-	return c.measureCalls(ctx, spec, pids, dir)
-}
-
-// measureCalls loads calltap again under perf stat, for each process's
-// system calls and context switches per request.
-func (c *costCell) measureCalls(ctx context.Context, spec load.Spec, pids map[string]int, dir string) error {
-	var stats []*exec.Cmd
-	var statErr error
-	span := perfSpan(spec.Duration)
-	spec.OnStart = func() {
-		for _, name := range costProcs {
-			cmd := perfCmd(ctx, "stat", "-e", "raw_syscalls:sys_enter,context-switches", "-p", strconv.Itoa(pids[name]),
-				"-o", filepath.Join(dir, "stat-"+name+".txt"), "--", "sleep", fmt.Sprintf("%.3f", span.Seconds()))
-			if err := cmd.Start(); err != nil {
-				statErr = fmt.Errorf("perf stat: %w", err)
-				break
-			}
-			stats = append(stats, cmd)
-		}
-	}
-	r, err := load.Run(ctx, spec)
-	for _, cmd := range stats {
-		if werr := cmd.Wait(); werr != nil && statErr == nil {
-			statErr = perfErr(cmd, werr)
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if statErr != nil {
-		return statErr
-	}
-	c.syscalls, c.switches = map[string]float64{}, map[string]float64{}
-	for _, name := range costProcs {
-		counts, elapsed, err := readPerfStat(filepath.Join(dir, "stat-"+name+".txt"))
-		if err != nil {
-			return fmt.Errorf("perf stat of the %s: %w", name, err)
-		}
-		reqs := r.Rate() * elapsed.Seconds() // the load is steady: its rate over perf's own span
-		c.syscalls[name] = counts["raw_syscalls:sys_enter"] / reqs
-		c.switches[name] = counts["context-switches"] / reqs
-	}
-	return nil
-}
-
-// perfCmd is perf with a C locale (plain numbers), its stderr kept for
-// perfErr.
-func perfCmd(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "perf", args...)
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	cmd.Stderr = &strings.Builder{}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	return cmd
-}
-
-// perfErr is the error of a perf run that failed, with the first line it
-// printed (say, that perf_event_paranoid forbids it).
-func perfErr(cmd *exec.Cmd, err error) error {
-	msg := strings.TrimSpace(fmt.Sprint(cmd.Stderr))
-	msg, _, _ = strings.Cut(msg, "\n")
-	return fmt.Errorf("perf %s: %w: %s", cmd.Args[1], err, msg)
-}
-
-// readPerfStat reads perf stat's output file: the count of each event
-// ("<not counted>" is 0: the process did not run) and the time elapsed.
-func readPerfStat(path string) (map[string]float64, time.Duration, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, 0, err
-	}
-	counts := map[string]float64{}
-	var elapsed time.Duration
-	for _, line := range strings.Split(string(b), "\n") {
-		if err := readPerfLine(line, counts, &elapsed); err != nil {
-			return nil, 0, err
-		}
-	}
-	if elapsed <= 0 {
-		return nil, 0, fmt.Errorf("%s: no time elapsed", path)
-	}
-	for _, ev := range []string{"raw_syscalls:sys_enter", "context-switches"} {
-		if _, ok := counts[ev]; !ok {
-			return nil, 0, fmt.Errorf("%s: no count of %s", path, ev)
-		}
-	}
-	return counts, elapsed, nil
-}
-
-// readPerfLine reads one line of perf stat's output into counts or
-// elapsed.
-func readPerfLine(line string, counts map[string]float64, elapsed *time.Duration) error {
-	f := strings.Fields(line)
-	switch {
-	case len(f) >= 4 && f[1] == "seconds" && f[2] == "time" && f[3] == "elapsed":
-		s, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return fmt.Errorf("unreadable elapsed time %q", line)
-		}
-		*elapsed = time.Duration(s * float64(time.Second))
-	case len(f) >= 3 && f[0] == "<not" && f[1] == "counted>":
-		counts[f[2]] = 0
-	case len(f) >= 2 && (strings.Contains(f[1], ":") || f[1] == "context-switches" || f[1] == "cs"):
-		if v, err := strconv.ParseFloat(strings.ReplaceAll(f[0], ",", ""), 64); err == nil {
-			counts[f[1]] = v
-		}
-	}
-	return nil
 }
 
 // fsyncP50 is the p50 of appending 4 KiB to a file in dir and

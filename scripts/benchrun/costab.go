@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -12,9 +11,10 @@ import (
 	"time"
 )
 
-// The cost part's A/B mode (benchrun cost --baseline BIN): this build and
-// a baseline, each with a relay and an agent of its own in front of the
-// one handler, loaded back to back in interleaved rounds. Measured
+// The cost part's A/B modes: this build and a baseline (benchrun cost
+// --baseline BIN), or this build's agent with a route file and without one
+// (--routes-ab), each side with a relay and an agent of its own in front
+// of the one handler, loaded back to back in interleaved rounds. Measured
 // minutes apart, the same code's cost moved 10–46% on a busy 2-core
 // machine; measured in turns, with the order alternated (ABBA), a drift
 // in the machine's speed falls on both builds alike, and the handler, the
@@ -23,12 +23,13 @@ import (
 const abTable = "Cost per 2 KB request: after ÷ before"
 
 // abLimit is the most a process of this build may cost over the baseline
-// (issue 32 point 5: within +10%).
+// (issue 32 point 5: within +10%), and the agent with a 10-route file over
+// none (issue 40 point 6: within +10%).
 const abLimit = 1.10
 
 // abRun is an A/B run's settings.
 type abRun struct {
-	after, before string // the binaries: this build, the baseline
+	after, before abSide // this build, the baseline; with routes, without
 	dir           string
 	hp            *proc
 	hurl          string
@@ -36,13 +37,20 @@ type abRun struct {
 	rounds        int
 }
 
-// abBuild is one build's relay+agent pair in an A/B run.
+// abSide is what one side of an A/B run runs.
+type abSide struct {
+	name string   // in the progress lines: "after", "before", "10 routes", "none"
+	bin  string   // the calltap binary
+	args []string // more flags for its agent (--routes FILE)
+}
+
+// abBuild is one side's relay+agent pair in an A/B run.
 type abBuild struct {
-	name string // "after" or "before"
-	bin  string
-	dir  string
-	ct   *calltap
-	pids map[string]int
+	abSide
+	after bool // the side the ratio divides: after ÷ before
+	dir   string
+	ct    *calltap
+	pids  map[string]int
 }
 
 // abCell is one load on one setup: each round's measure of each build.
@@ -65,27 +73,29 @@ func costAB(ctx context.Context, r abRun) ([]*abCell, error) {
 	return cells, nil
 }
 
-// reportAB runs r and adds its table to res; label names the baseline
-// (its binary's path if none).
-func reportAB(ctx context.Context, res *results, r abRun, label string) error {
+// reportAB runs r and adds its table, in form f, to res.
+func reportAB(ctx context.Context, res *results, r abRun, f abForm) error {
 	cells, err := costAB(ctx, r)
 	if err != nil {
 		return err
 	}
-	for _, x := range abRows(cells, cmp.Or(label, r.before)) {
+	for _, x := range f.rows(cells) {
 		res.add(x)
 	}
 	return nil
 }
 
-// setup starts both builds' pairs with --sync mode and runs the rounds of
+// setup starts both sides' pairs with --sync mode and runs the rounds of
 // each load on them. Only the pair being measured is loaded: the other
 // idles.
 func (r abRun) setup(ctx context.Context, mode string) ([]*abCell, error) {
-	builds := []*abBuild{{name: "after", bin: r.after}, {name: "before", bin: r.before}}
+	builds := []*abBuild{{abSide: r.after, after: true}, {abSide: r.before}}
 	for _, b := range builds {
-		b.dir = filepath.Join(r.dir, "sync-"+mode+"-"+b.name)
-		ct, pids, err := startCostPair(ctx, b.bin, b.dir, mode, r.hp, r.hurl)
+		b.dir = filepath.Join(r.dir, "sync-"+mode+"-before")
+		if b.after {
+			b.dir = filepath.Join(r.dir, "sync-"+mode+"-after")
+		}
+		ct, pids, err := startCostPair(ctx, b.bin, b.dir, mode, r.hp, r.hurl, b.args)
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", b.name, b.bin, err)
 		}
@@ -105,7 +115,7 @@ func (r abRun) setup(ctx context.Context, mode string) ([]*abCell, error) {
 	return cells, nil
 }
 
-// round measures both builds once, back to back: after then before in
+// round measures both sides once, back to back: after then before in
 // even rounds (the first), before then after in odd ones.
 func (r abRun) round(ctx context.Context, c *abCell, builds []*abBuild, round int) error {
 	order := builds
@@ -122,7 +132,7 @@ func (r abRun) round(ctx context.Context, c *abCell, builds []*abBuild, round in
 		if err := b.ct.alive(); err != nil {
 			return fmt.Errorf("%s: %w", b.name, err)
 		}
-		if b.name == "after" {
+		if b.after {
 			c.after = append(c.after, m)
 		} else {
 			c.before = append(c.before, m)
@@ -211,34 +221,55 @@ func abMedians(c *abCell, name string) (cpu, calls abCompare) {
 		compare(func(m *costCell) float64 { return m.syscalls[name] })
 }
 
-// abRows is the after ÷ before table: per setup, load and process, the
-// medians of each build and their ratio; the relay's and the agent's rows
-// hold both within +10%, the handler's is the control. before names the
-// baseline in the note.
-func abRows(cells []*abCell, before string) []row {
-	rows := []row{{Table: abTable, Head: true, Cells: []string{"Setup", "Load", "Process",
-		"CPU before", "CPU after", "CPU after÷before", "System calls before", "System calls after", "System calls after÷before"}}}
+// abForm is how an A/B run's table reads.
+type abForm struct {
+	table         string
+	before, after string   // what the columns call each side
+	held          []string // the processes held to abLimit; the others are controls
+	side          string   // what a side is, in the note: "build"
+	sides, met    string   // the note's opening (what each side runs) and close (what is held, what the controls show)
+}
+
+// buildsForm is the table of this build over a baseline, which before
+// names: the relay and the agent are held to +10%.
+func buildsForm(before string) abForm {
+	return abForm{table: abTable, before: "before", after: "after", held: []string{"relay", "agent"}, side: "build",
+		sides: fmt.Sprintf("Before: %s; after: this build.", before),
+		met: "Met: CPU and system calls both within +10%. The handler's code is the same in both builds: its row is the " +
+			"control, its ratio the machine's noise."}
+}
+
+// note says what the sides ran and how they were measured over rounds.
+func (f abForm) note(rounds int) string {
+	return fmt.Sprintf("%s %d interleaved rounds, the order alternated (%[3]s, %[4]s; %[4]s, %[3]s; …); each figure is "+
+		"the %[5]s's median, the ratio the median of the rounds' ratios (a round measures both %[5]ss back to back, so its "+
+		"ratio holds while the machine's speed drifts); each %[5]s has its own relay and agent, the handler is shared. Per "+
+		"request, in the load's window: CPU of all threads (/proc/PID/stat), system calls (perf stat -e raw_syscalls:sys_enter). %[6]s",
+		f.sides, rounds, f.after, f.before, f.side, f.met)
+}
+
+// rows is the table: per setup, load and process, the medians of each
+// side and their ratio; the held processes' rows hold both within +10%,
+// the others are the control.
+func (f abForm) rows(cells []*abCell) []row {
+	ratio := f.after + "÷" + f.before
+	rows := []row{{Table: f.table, Head: true, Cells: []string{"Setup", "Load", "Process",
+		"CPU " + f.before, "CPU " + f.after, "CPU " + ratio, "System calls " + f.before, "System calls " + f.after, "System calls " + ratio}}}
 	rounds := 0
 	for _, c := range cells {
 		rounds = max(rounds, len(c.after))
 		for _, name := range costProcs {
 			cpu, calls := abMedians(c, name)
-			x := row{Table: abTable, Cells: []string{"--sync " + c.sync, fmt.Sprintf("c=%d", c.conns), name,
+			x := row{Table: f.table, Cells: []string{"--sync " + c.sync, fmt.Sprintf("c=%d", c.conns), name,
 				fmtDur(time.Duration(cpu.before)), fmtDur(time.Duration(cpu.after)), cpu.pct(),
 				fmt.Sprintf("%.1f", calls.before), fmt.Sprintf("%.1f", calls.after), calls.pct()}}
-			if name == "handler" {
-				x.Target = "none: the control"
-			} else {
+			if slices.Contains(f.held, name) {
 				x.Target, x.Met = "≤ +10%", verdict(cpu.within() && calls.within())
+			} else {
+				x.Target = "none: the control"
 			}
 			rows = append(rows, x)
 		}
 	}
-	rows = append(rows, row{Table: abTable, Note: fmt.Sprintf("Before: %s; after: this build. %d interleaved rounds, the order "+
-		"alternated (after, before; before, after; …); before and after are each build's median, after÷before the median of the rounds' "+
-		"ratios (a round measures both builds back to back, so its ratio holds while the machine's speed drifts); each build has its own "+
-		"relay and agent, the handler is shared. Per request, in the load's window: CPU of all threads (/proc/PID/stat), system calls "+
-		"(perf stat -e raw_syscalls:sys_enter). Met: CPU and system calls both within +10%%. The handler's code is the same in both "+
-		"builds: its row is the control, its ratio the machine's noise.", before, rounds)})
-	return rows
+	return append(rows, row{Table: f.table, Note: f.note(rounds)})
 }

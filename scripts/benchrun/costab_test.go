@@ -54,22 +54,30 @@ func TestABRows(t *testing.T) {
 			map[string][2]float64{"relay": {990, 81}, "agent": {210, 24}, "handler": {80, 4}},
 		),
 	}
-	rows := abRows([]*abCell{cell}, "7890542")
+	rows := buildsForm("7890542").rows([]*abCell{cell})
 	if len(rows) != 5 || !rows[0].Head || rows[4].Note == "" {
 		t.Fatalf("want a head, three processes and a note; got %+v", rows)
 	}
 	if !strings.Contains(rows[4].Note, "7890542") || !strings.Contains(rows[4].Note, "3 interleaved rounds") {
 		t.Errorf("note: %s", rows[4].Note)
 	}
-	want := map[string]struct {
-		cells       []string
-		target, met string
-	}{
+	checkProcRows(t, rows[1:4], map[string]procRow{
 		"relay":   {[]string{"--sync full", "c=32", "relay", "100 µs", "110 µs", "+10.0%", "10.0", "9.0", "-10.0%"}, "≤ +10%", "met"},
 		"agent":   {[]string{"--sync full", "c=32", "agent", "200 µs", "210 µs", "+5.0%", "20.0", "24.0", "+20.0%"}, "≤ +10%", "**not met**"},
 		"handler": {[]string{"--sync full", "c=32", "handler", "50 µs", "80 µs", "+60.0%", "4.0", "4.0", "+0.0%"}, "none: the control", ""},
-	}
-	for _, x := range rows[1:4] {
+	})
+}
+
+// procRow is what an A/B table's row of a process should hold.
+type procRow struct {
+	cells       []string
+	target, met string
+}
+
+// checkProcRows checks each row against want's row of its process.
+func checkProcRows(t *testing.T, rows []row, want map[string]procRow) {
+	t.Helper()
+	for _, x := range rows {
 		w := want[x.Cells[2]]
 		if !slices.Equal(x.Cells, w.cells) || x.Target != w.target || x.Met != w.met {
 			t.Errorf("%s: got %q %q %q, want %q %q %q", x.Cells[2], x.Cells, x.Target, x.Met, w.cells, w.target, w.met)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -157,33 +156,15 @@ func innermostOther(frames []frame) string {
 // profile samples the relay's and the agent's call stacks (perf record)
 // under the load, and counts the samples of each stage.
 func (c *costCell) profile(ctx context.Context, spec load.Spec, pids map[string]int, dir, keep string) error {
-	span := perfSpan(spec.Duration)
 	files := map[string]string{}
-	var recs []*exec.Cmd
-	var recErr error
-	spec.OnStart = func() {
-		for _, name := range []string{"relay", "agent"} {
-			files[name] = filepath.Join(dir, fmt.Sprintf("perf-%s-c%d.data", name, c.conns))
-			cmd := perfCmd(ctx, "record", "-q", "-F", "999", "-g", "-p", strconv.Itoa(pids[name]), "-o", files[name],
-				"--", "sleep", fmt.Sprintf("%.3f", span.Seconds()))
-			if err := cmd.Start(); err != nil {
-				recErr = fmt.Errorf("perf record: %w", err)
-				break
-			}
-			recs = append(recs, cmd)
-		}
+	for _, name := range []string{"relay", "agent"} {
+		files[name] = filepath.Join(dir, fmt.Sprintf("perf-%s-c%d.data", name, c.conns))
 	}
-	_, err := load.Run(ctx, spec)
-	for _, cmd := range recs {
-		if werr := cmd.Wait(); werr != nil && recErr == nil {
-			recErr = perfErr(cmd, werr)
-		}
-	}
+	_, err := underPerf(ctx, spec, []string{"relay", "agent"}, func(name string) []string {
+		return []string{"record", "-q", "-F", "999", "-g", "-p", strconv.Itoa(pids[name]), "-o", files[name]}
+	})
 	if err != nil {
 		return err
-	}
-	if recErr != nil {
-		return recErr
 	}
 	c.stages, c.other = map[string]map[string]int{}, map[string]map[string]int{}
 	for name, rules := range map[string][]stageRule{"relay": relayStages, "agent": agentStages} {

@@ -14,7 +14,9 @@
 //	benchrun prune     --bin bin/calltap --out FILE    retention: p99 through the tunnel while 10⁵ captures are pruned, and after
 //	benchrun cluster   --bin bin/calltap --out FILE    team relay over NATS: same node vs another, shared queue, NATS bytes
 //	benchrun cost      --bin bin/calltap-prof --out FILE  per 2 KB request: each process's CPU, system calls, context switches; added p50 vs fsync p50; --perf: CPU by stage
+//	                   --routes FILE                   every agent with this route file
 //	                   --baseline BIN [--rounds N]     instead: this build and BIN in N interleaved rounds, after ÷ before
+//	                   --routes-ab [--rounds N]        instead: the agent with the bench's 10-route file and with none, in N interleaved rounds, routes ÷ none
 //	benchrun report    FILE                            the table
 //
 // It is a report, not a test: a missed target is printed, never an exit

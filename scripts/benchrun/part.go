@@ -57,3 +57,12 @@ func (p *part) close() {
 		p.done[i]()
 	}
 }
+
+// scratch makes a part's working directory: dir, or a new one named
+// for the part.
+func scratch(dir, part string) (string, error) {
+	if dir != "" {
+		return dir, os.MkdirAll(dir, 0o755)
+	}
+	return os.MkdirTemp("", "calltap-bench-"+part+"-")
+}

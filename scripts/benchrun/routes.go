@@ -39,7 +39,7 @@ func cmdRoutes(ctx context.Context, args []string) error {
 		return err
 	}
 	defer res.close()
-	file, err := writeRoutesFile()
+	file, err := writeRoutesFile("", benchRoutes())
 	if err != nil {
 		return err
 	}
@@ -86,14 +86,15 @@ func timeRoutesCheck(ctx context.Context, bin, file, dataDir string, size, runs 
 	return times, nil
 }
 
-// writeRoutesFile writes benchRoutes to a new temporary file, which the
-// caller removes, and returns its path.
-func writeRoutesFile() (string, error) {
-	f, err := os.CreateTemp("", "calltap-bench-routes-*.toml")
+// writeRoutesFile writes a route file's contents to a new file in dir
+// ("" for the temporary directory), which the caller removes, and returns
+// its path.
+func writeRoutesFile(dir, contents string) (string, error) {
+	f, err := os.CreateTemp(dir, "calltap-bench-routes-*.toml")
 	if err != nil {
 		return "", err
 	}
-	_, err = f.WriteString(benchRoutes())
+	_, err = f.WriteString(contents)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -105,10 +106,21 @@ func writeRoutesFile() (string, error) {
 }
 
 // benchRoutes is a file of routeCount routes over the synthetic store's
-// events (pastCaptures): matches on body fields, event kinds, a header
-// and the path, so that Match reads the body and tries most routes before
-// one takes a capture or none does.
+// events (pastCaptures): the routes no event takes (otherRoutes), then one
+// that takes the calls of Denver, so that Match reads the body and tries
+// most routes before one takes a capture or none does.
 func benchRoutes() string {
+	return otherRoutes() + fmt.Sprintf("[[route]]\nname = \"denver\"\nevents = [\"call.*\"]\nmatch = { \"call.contact.custom_fields.city\" = \"Denver\" }\nforward-to = \"http://127.0.0.1:%d\"\n", 3001+routeCount)
+}
+
+// otherRoutes are the first routeCount-1 routes of the bench's route
+// files, as a team's might be: matches on body fields (a lead in
+// call.variables; a city and a plan in the contact's custom fields, with
+// a path) and on event kinds with a header. None takes a request of the
+// cost part's load (a call.ended of lead L-1001, an Austin contact on the
+// trial plan, no X-Team header) or a Denver call's event of the
+// synthetic store; the ports they forward to are never dialled.
+func otherRoutes() string {
 	var b strings.Builder
 	for i := range routeCount - 1 {
 		port := 3001 + i
@@ -122,7 +134,6 @@ func benchRoutes() string {
 				i, cities[i%len(cities)], port)
 		}
 	}
-	fmt.Fprintf(&b, "[[route]]\nname = \"denver\"\nevents = [\"call.*\"]\nmatch = { \"call.contact.custom_fields.city\" = \"Denver\" }\nforward-to = \"http://127.0.0.1:%d\"\n", 3001+routeCount)
 	return b.String()
 }
 

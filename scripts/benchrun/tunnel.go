@@ -193,11 +193,3 @@ func (c *cell) report(res *results) {
 	res.add(row{Measure: c.name + ": CPU per request, relay / agent", Calltap: fmtDur(c.relayCPU/n) + " / " + fmtDur(c.agentCPU/n)})
 	res.add(row{Measure: c.name + ": peak RSS, relay / agent", Calltap: fmtBytes(float64(c.relayHWM)) + " / " + fmtBytes(float64(c.agentHWM))})
 }
-
-// scratch makes a working directory.
-func scratch(dir, part string) (string, error) {
-	if dir != "" {
-		return dir, os.MkdirAll(dir, 0o755)
-	}
-	return os.MkdirTemp("", "calltap-bench-"+part+"-")
-}
