@@ -132,14 +132,7 @@ func (s *senders) startCall() {
 		spec.Flow = callevent.FlowFailed
 		spec.OutcomeCode = callevent.OutcomeCodes[s.rng.IntN(len(callevent.OutcomeCodes))]
 	}
-	events := spec.Events()
-	if dev := s.developer(); dev != "" {
-		// Only call.started names the developer: the call's later events
-		// must follow it to its route all the same.
-		vars := maps.Clone(events[0].Call.Variables)
-		vars["developer"] = dev
-		events[0].Call.Variables = vars
-	}
+	events := callEvents(spec, s.developer())
 	s.mu.Lock()
 	s.active++
 	s.started++
@@ -181,6 +174,19 @@ func (s *senders) developer() string {
 		return "bob"
 	}
 	return ""
+}
+
+// callEvents are spec's events, the call.started naming developer dev in
+// its variables (none for ""). Only call.started names the developer: the
+// call's later events must follow it to its route all the same.
+func callEvents(spec callevent.CallSpec, dev string) []callevent.Payload {
+	events := spec.Events()
+	if dev != "" {
+		vars := maps.Clone(events[0].Call.Variables)
+		vars["developer"] = dev
+		events[0].Call.Variables = vars
+	}
+	return events
 }
 
 // deliver tries one delivery on the service's schedule.
