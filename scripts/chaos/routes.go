@@ -41,7 +41,7 @@ func handlerNames(rs []history.Route) []string {
 // forwarding to its handler server's URL in urls.
 func writeRoutes(path string, rs []history.Route, urls map[string]string) error {
 	var b strings.Builder
-	b.WriteString("# The chaos run's routes; scripts/chaos/check works out on its own where each request belongs.\n")
+	b.WriteString("# The agent's routes; scripts/chaos/check works out on its own where each request belongs.\n")
 	for _, r := range rs {
 		fmt.Fprintf(&b, "\n[[route]]\nname = %q\n", r.Name)
 		if len(r.Events) > 0 {

@@ -78,15 +78,7 @@ func TestReport(t *testing.T) {
 	if r.OK() {
 		t.Fatal("the synthetic run's planted violation was not found")
 	}
-	path := filepath.Join(t.TempDir(), "report.html")
-	if err := WriteReport(path, h, r); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	page := string(b)
+	page := render(t, h, r)
 	selfContained(t, page)
 	escaped(t, page, r)
 	drawn(t, page, h, r)
@@ -101,16 +93,7 @@ func TestReportNamesHandlers(t *testing.T) {
 		if !routed {
 			h = &clean().h
 		}
-		r := Check(h)
-		path := filepath.Join(t.TempDir(), "report.html")
-		if err := WriteReport(path, h, r); err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		page := string(b)
+		page := render(t, h, Check(h))
 		elements(t, page)
 		if !strings.Contains(page, "<td>Route</td>") {
 			t.Error("the rules table lacks the route rule")
@@ -124,6 +107,20 @@ func TestReportNamesHandlers(t *testing.T) {
 			}
 		}
 	}
+}
+
+// render writes the page of h, judged r, and reads it back.
+func render(t *testing.T, h *history.History, r Result) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "report.html")
+	if err := WriteReport(path, h, r); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // selfContained: nothing in the page reaches the network.
