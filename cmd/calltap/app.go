@@ -63,6 +63,7 @@ type agentApp struct {
 
 	lock       *dataLock // the data directory, held from Open to Close
 	db         *agentdb.AgentStore
+	calls      *agent.CallMemory // keeps a call's events on one route; nil without routes
 	agent      *agent.Agent
 	inspectLn  net.Listener
 	inspectURL string
@@ -117,6 +118,12 @@ func (app *agentApp) Open(ctx context.Context) (err error) {
 	cfg := agent.Config{Store: app.db, ForwardTo: f.forwardTo, ForwardTimeout: f.forwardTimeout, Logger: app.log,
 		MediaDir: filepath.Join(f.dataDir, "media"), AllowPrivateMedia: f.allowPrivate, RewriteMedia: f.rewriteMedia,
 		AnalysisPendingAfter: f.pendingAfter, ResumeQueued: true}
+	if f.routes.any() {
+		app.calls = agent.NewCallMemory(app.db, app.log)
+		if cfg.Routes, err = f.routes.load(app.calls); err != nil {
+			return fmt.Errorf("--routes: %v", err) // changed since the flags were checked
+		}
+	}
 	if !f.quiet {
 		cfg.Console = app.stdio.Out
 	}
@@ -168,6 +175,9 @@ func (app *agentApp) Run(ctx context.Context) error {
 	// tunnel tells the relay to send no more and waits for the answers.
 	defer context.AfterFunc(ctx, app.agent.Drain)()
 	parts := []func(context.Context) error{app.runTunnel, runRetention(app.db, app.flags.retention.retention(), app.log)}
+	if rf := &app.flags.routes; rf.file != "" {
+		parts = append(parts, rf.watch(app.agent, app.calls, app.log))
+	}
 	if app.inspectSrv != nil {
 		parts = append(parts, serveHTTP(app.inspectSrv, app.inspectLn, httpGrace))
 	}
@@ -228,7 +238,7 @@ func (app *agentApp) runTunnel(ctx context.Context) error {
 		app.agent.SetConnState(s)
 		if s.State == tunnel.StateConnected && s.Hello != nil {
 			once.Do(func() {
-				fmt.Fprintf(out, "calltap %s · %s\n  Tunnel     %s  ->  %s\n", app.mode(), version, s.Hello.PublicURL, app.flags.forwardTo)
+				fmt.Fprintf(out, "calltap %s · %s\n  Tunnel     %s  ->  %s\n", app.mode(), version, s.Hello.PublicURL, app.flags.destination())
 				if app.inspectURL != "" {
 					fmt.Fprintf(out, "  Inspector  %s\n", app.inspectURL)
 				}
@@ -286,6 +296,7 @@ type agentFlags struct {
 	pendingAfter   time.Duration
 	sync           syncFlag
 	retention      retentionFlags
+	routes         routeFlags
 }
 
 func (f *agentFlags) register(fs *flagSet) {
@@ -302,11 +313,18 @@ func (f *agentFlags) register(fs *flagSet) {
 	fs.DurationVar(&f.pendingAfter, "analysis-pending-after", callevent.DefaultAnalysisPendingAfter, "flag a call whose call.analysis_completed has not come this long after call.ended")
 	f.sync.register(fs)
 	f.retention.register(fs)
+	f.routes.register(fs)
 }
 
 func (f *agentFlags) validate() error {
-	if _, err := agent.ParseTarget(f.forwardTo); err != nil {
+	if f.forwardTo == "" && !f.routes.any() {
+		return errors.New("missing --forward-to URL (or --routes FILE)")
+	}
+	if _, err := agent.ParseTarget(f.forwardTo); err != nil && f.forwardTo != "" {
 		return fmt.Errorf("--forward-to: %v", err)
+	}
+	if _, err := f.routes.load(nil); f.routes.any() && err != nil {
+		return fmt.Errorf("--routes: %v", err)
 	}
 	for _, h := range f.inspectHosts {
 		if err := inspector.ValidInspectHost(h); err != nil {
@@ -325,6 +343,21 @@ func (f *agentFlags) validate() error {
 		}
 	}
 	return nil
+}
+
+// destination is where the banner says requests go.
+func (f *agentFlags) destination() string {
+	rest := f.forwardTo
+	if rest == "" {
+		rest = "stored only"
+	}
+	if f.routes.file != "" {
+		return fmt.Sprintf("routes in %s; the rest: %s", f.routes.file, rest)
+	}
+	if f.routes.events != "" {
+		return fmt.Sprintf("%s (only %s; the rest stored only)", rest, f.routes.events)
+	}
+	return rest
 }
 
 // awayLine is the startup line about what the relay held while the agent

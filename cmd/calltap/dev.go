@@ -5,7 +5,7 @@ import (
 )
 
 func cmdDev(ctx context.Context, args []string, stdio Stdio) int {
-	fs := newFlagSet("dev", "calltap dev --forward-to URL [--listen 127.0.0.1:8080] [--inspect 127.0.0.1:4040] [--data DIR]",
+	fs := newFlagSet("dev", "calltap dev --forward-to URL|--routes FILE [--listen 127.0.0.1:8080] [--inspect 127.0.0.1:4040] [--data DIR]",
 		"Run relay, agent and inspector in one process on loopback: no token, no server. The tunnel URL stays the same\nacross restarts for a given --data directory.")
 	var (
 		af     agentFlags
@@ -15,7 +15,6 @@ func cmdDev(ctx context.Context, args []string, stdio Stdio) int {
 	)
 	af.register(fs)
 	rf.register(fs, true)
-	fs.require("forward-to")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
 	}

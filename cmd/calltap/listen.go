@@ -14,7 +14,7 @@ import (
 )
 
 func cmdListen(ctx context.Context, args []string, stdio Stdio) int {
-	fs := newFlagSet("listen", "calltap listen --relay URL --token TOKEN --forward-to URL [flags]",
+	fs := newFlagSet("listen", "calltap listen --relay URL --token TOKEN --forward-to URL|--routes FILE [flags]",
 		"Connect to a relay and receive your tunnel's requests: each is saved in SQLite, forwarded to the local handler,\nand shown in the inspector. Requests that arrived while you were away are delivered first, in order.")
 	var (
 		af       agentFlags
@@ -26,7 +26,7 @@ func cmdListen(ctx context.Context, args []string, stdio Stdio) int {
 	)
 	af.register(fs)
 	fs.Var(&require, "require-header", "`'Name: value'` every sender must present, checked at the relay (repeatable)")
-	fs.require("relay", "forward-to")
+	fs.require("relay")
 	if ok, code := parseFlags(fs, args, stdio); !ok {
 		return code
 	}

@@ -9,9 +9,10 @@ import (
 
 // readmeFacts are the facts the README gave before its reference moved to
 // `calltap help` (at 8b5450c): every code span (flags, files, commands,
-// codes, variables) and every bound with its unit. Two changed with the
-// code and are left out: `relay/protocol.go` (now relay/wire) and
-// `calltap help [COMMAND]` (now COMMAND or TOPIC).
+// codes, variables) and every bound with its unit. Four changed with the
+// code and are left out: `relay/protocol.go` (now relay/wire),
+// `calltap help [COMMAND]` (now COMMAND or TOPIC), and the synopses of
+// dev and listen (now with --routes and --events).
 var readmeFacts = []string{
 	"call.started",
 	"call.connected",
@@ -76,8 +77,6 @@ var readmeFacts = []string{
 	"delete",
 	"requests --id",
 	"id",
-	"calltap dev --forward-to URL [--listen 127.0.0.1:8080] [--inspect 127.0.0.1:4040]",
-	"calltap listen --relay URL[,URL…] --token T --forward-to URL [--require-header 'N: v'] [--rewrite-media]",
 	"calltap relay [--domain D --acme-email E \\| --tls-cert C --tls-key K \\| --insecure-http] [--nats URLS]",
 	"--max-body",
 	"--rate-limit",

@@ -47,11 +47,7 @@ func cmdRoutesCheck(ctx context.Context, args []string, stdio Stdio) int {
 	if len(fs.args) != 1 {
 		return usageError(stdio, "routes", "want one route FILE, got %d arguments", len(fs.args))
 	}
-	var opts []routes.Option
-	if *events != "" {
-		opts = append(opts, routes.WithEvents(strings.Split(*events, ",")))
-	}
-	table, err := routes.Load(fs.args[0], append(opts, routes.WithCallValues(routes.NewMemory()))...)
+	table, err := routes.Load(fs.args[0], eventFilter(*events), routes.WithCallValues(routes.NewMemory()))
 	if err != nil {
 		fmt.Fprintf(stdio.Err, "calltap routes: %v\n", err)
 		return 2
@@ -95,9 +91,14 @@ func whatIf(ctx context.Context, db *agentdb.AgentStore, table *routes.Table) (r
 	return tally.Report(), err
 }
 
-// tookRoute is the route a capture took. Captures do not record one yet:
-// every one went to --forward-to, the default.
-func tookRoute(*agentdb.Capture) string { return routes.DefaultName }
+// tookRoute is the route a capture took; one saved without a route file
+// went to --forward-to, the default.
+func tookRoute(c *agentdb.Capture) string {
+	if c.Route == "" {
+		return routes.DefaultName
+	}
+	return c.Route
+}
 
 func printWhatIf(w io.Writer, r routes.Report) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -116,4 +117,12 @@ func printWhatIf(w io.Writer, r routes.Report) {
 		fmt.Fprintf(tw, "  %s\t%s -> %s\t%d capture(s)\n", c.CallID, strings.Join(c.Took, ", "), strings.Join(c.Would, ", "), c.Captures)
 	}
 	tw.Flush()
+}
+
+// eventFilter is the table option of --events: none when it is empty.
+func eventFilter(list string) routes.Option {
+	if list == "" {
+		return func(*routes.Table) {}
+	}
+	return routes.WithEvents(strings.Split(list, ","))
 }

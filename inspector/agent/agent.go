@@ -20,7 +20,7 @@
 //
 // The answer path nests locks of four packages, always in this order and
 // never the other way; a lock not listed is taken alone (Agent: stopMu,
-// turnMu, stateMu, notifyMu; committer: replyMu, stopMu):
+// lanesMu, lane.mu, stateMu, notifyMu; committer: replyMu, stopMu):
 //
 //	agent       committer.mu          held across a commit (commit, committer.go)
 //	  agentdb     intakeLog.mu        held by LogCaptures for a whole append (intake.go)
@@ -49,6 +49,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/calltap/calltap/inspector/routes"
 	"github.com/calltap/calltap/relay/tunnel"
 	"github.com/calltap/calltap/storage/agentdb"
 )
@@ -65,7 +66,8 @@ const (
 // Config configures an Agent.
 type Config struct {
 	Store          *agentdb.AgentStore
-	ForwardTo      string        // the local handler's base URL; may be empty for replay-only use
+	ForwardTo      string        // the local handler's base URL; may be empty for replay-only use, or with Routes (then requests no route takes are stored only)
+	Routes         *routes.Table // the route file's (--routes, --events); nil: every request goes to ForwardTo. SetRoutes replaces it.
 	ForwardTimeout time.Duration // 30 s
 	MaxBody        int64         // largest response body kept from the handler, 10 MiB
 	Logger         *slog.Logger
@@ -103,8 +105,9 @@ type Event struct {
 // picks for it (tunnel.go); the committer (committer.go) saves it, and
 // the turn line (turns.go) sends those that wait for their turn.
 //
-// Lock order: stopMu, turnMu, stateMu and notifyMu are each taken alone;
-// the committer's own come after none of them (see committer).
+// Lock order: stopMu, lanesMu, a lane's mu, stateMu and notifyMu are
+// each taken alone; the committer's own come after none of them (see
+// committer).
 type Agent struct {
 	cfg       Config                        // set by New, then read-only
 	store     *agentdb.AgentStore           // read-only
@@ -118,12 +121,18 @@ type Agent struct {
 
 	cm *committer // saves captures and answers; set by New, then read-only
 
-	// The turn line (turns.go), in arrival order: owned by turnLoop, which
-	// takes from its head; any goroutine appends (addTurn).
-	turnMu   sync.Mutex
-	turns    []*exchange   // guarded by turnMu: not yet taken by turnLoop, in arrival order
-	turnWake chan struct{} // cap 1: wakes turnLoop
-	waiting  atomic.Int64  // turns not done, the one at the handler included; 0 lets a live request go straight
+	// Where captures go (routing.go): the route file's table, nil without
+	// one; swapped whole by SetRoutes (a reload), read by each capture.
+	routes atomic.Pointer[routes.Table]
+
+	// The turn lines (turns.go), a lane per route, each in arrival order:
+	// a lane's line is owned by its turnLoop, which takes from its head;
+	// any goroutine appends (addTurn).
+	lanesMu      sync.Mutex
+	lanes        map[string]*lane // guarded by lanesMu; a lane, once made, stays
+	laneCtx      context.Context  // guarded by lanesMu: Run's, nil before Run; lanes made later start their loop with it
+	lanesStopped bool             // guarded by lanesMu: set once draining, after which no lane loop starts
+	laneLoops    sync.WaitGroup   // the lanes' loops; Run waits for them
 
 	// Stopping, in stages (Run): draining is closed by Drain or when Run's
 	// context ends; then closing is set, after which no task starts, and

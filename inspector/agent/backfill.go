@@ -90,8 +90,8 @@ const fetchAhead = 4
 // the payload's id, the delivery id) is skipped, so a second run imports
 // nothing. On an error it returns what was done so far with the error.
 func (a *Agent) Backfill(ctx context.Context, c *service.Client, o BackfillOptions) (BackfillResult, error) {
-	if o.Forward && a.forwardTo == nil {
-		return BackfillResult{Items: []BackfillItem{}}, errors.New("backfill: forwarding needs a local handler (--forward-to)")
+	if o.Forward && a.forwardTo == nil && a.routes.Load() == nil {
+		return BackfillResult{Items: []BackfillItem{}}, errors.New("backfill: forwarding needs a local handler (--forward-to or --routes)")
 	}
 	if o.PublicURL == "" {
 		o.PublicURL = a.TunnelState().PublicURL
@@ -303,7 +303,7 @@ func (a *Agent) importDelivery(ctx context.Context, d *service.Delivery, o Backf
 	}
 	res.Imported++
 	item.CaptureID = c.ID
-	if !o.Forward {
+	if !o.Forward || c.Status == agentdb.StatusStored {
 		return nil
 	}
 	a.deliver(ctx, c, 1)

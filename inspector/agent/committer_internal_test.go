@@ -472,7 +472,7 @@ func TestChoosePlan(t *testing.T) {
 	if p := a.choose(false, small); p != planSaveFirst || a.cm.live.Load() != 0 {
 		t.Errorf("saves failing: plan %d, %d live", p, a.cm.live.Load())
 	}
-	a.waiting.Store(1)
+	a.laneFor("").waiting.Store(1)
 	if p := a.choose(false, small); p != planInTurn {
 		t.Errorf("turns waiting: plan %d", p)
 	}

@@ -67,8 +67,11 @@ func (a *Agent) printLine(c *agentdb.Capture) {
 		return
 	}
 	status := "ERR"
-	if c.ResponseStatus > 0 {
+	switch {
+	case c.ResponseStatus > 0:
 		status = fmt.Sprint(c.ResponseStatus)
+	case c.Status == agentdb.StatusStored:
+		status = "-"
 	}
 	event := c.Event
 	if event == "" {
@@ -83,6 +86,12 @@ func (a *Agent) printLine(c *agentdb.Capture) {
 	}
 	if c.Source != SourceTunnel {
 		flags = append(flags, c.Source)
+	}
+	if c.Status == agentdb.StatusStored {
+		flags = append(flags, "stored only")
+	}
+	if c.Route != "" {
+		flags = append(flags, "route "+c.Route)
 	}
 	line := fmt.Sprintf("%s  %-6s %-32s %-26s %3s %6s", time.Now().Format("15:04:05.000"), c.Method, c.Path, event, status, fmtDuration(c.Duration))
 	if len(flags) > 0 {

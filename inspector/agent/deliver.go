@@ -13,7 +13,8 @@ import (
 	"github.com/google/uuid"
 )
 
-// newCapture builds a capture of a request and indexes it if it is a call event.
+// newCapture builds a capture of a request, indexes it if it is a call
+// event, and routes it (routing.go).
 func (a *Agent) newCapture(source, method, uri string, h wire.Header, body []byte) *agentdb.Capture {
 	path, query, _ := strings.Cut(uri, "?")
 	hj, _ := h.MarshalJSON()
@@ -31,11 +32,7 @@ func (a *Agent) newCapture(source, method, uri string, h wire.Header, body []byt
 		Duration:       -1,
 	}
 	IndexCapture(c)
-	if a.forwardTo != nil {
-		if c.Target = joinTarget(a.forwardTo, path, query); c.Target == "" {
-			c.Error = errOutsideBase
-		}
-	}
+	a.route(c, h)
 	return c
 }
 

@@ -22,6 +22,7 @@ type exchange struct {
 	h         wire.Header      // set by ServeTunnel, then read-only
 	plan      plan             // chosen by ServeTunnel (choose), then read-only
 	arrivedAt time.Time        // set by ServeTunnel, then read-only
+	route     string           // the route it took: its lane; set by ServeTunnel (or resume), then read-only
 
 	// state is where the exchange stands: xWaiting, until one of the
 	// goroutines below moves it, once, by CompareAndSwap, to one of the
@@ -129,6 +130,9 @@ const (
 	// planSaveFirst: a live request while commits fail: committed, then
 	// sent, or refused before the handler (sendSaved).
 	planSaveFirst
+	// planStored: a live request its route stores only: committed, then
+	// answered by the agent itself, never sent (answerStored).
+	planStored
 	// planInTurn: a live request that arrives while requests before it wait
 	// for the handler: saved and acknowledged at once, sent by turnLoop in
 	// its turn, and answered "queued" should its wait outlast the relay's

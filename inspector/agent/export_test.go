@@ -51,5 +51,5 @@ func NewLoadingThrough(cfg Config, f ReadCaptureFunc) (*Agent, error) {
 func LiveRequests(a *Agent) int64 { return a.cm.live.Load() }
 
 // WaitingTurns is how many of a's requests are in the turn line or at the
-// handler in their turn (Agent.waiting): none once the line has run.
-func WaitingTurns(a *Agent) int64 { return a.waiting.Load() }
+// handler in their turn (every lane's waiting): none once the line has run.
+func WaitingTurns(a *Agent) int64 { return a.waitingTurns() }

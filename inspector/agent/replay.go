@@ -83,6 +83,7 @@ func (a *Agent) prepareReplay(ctx context.Context, o ReplayOptions) (*agentdb.Ca
 	}
 	c := a.newCapture(SourceReplay, req.method, req.uri, req.header, req.body)
 	c.ReplayOf = orig.ID
+	a.followRoute(c, orig)
 	if err := replayTarget(c, orig, o, req.uri); err != nil {
 		return nil, err
 	}
@@ -198,7 +199,11 @@ func replayTarget(c, orig *agentdb.Capture, o ReplayOptions, uri string) error {
 			}
 		}
 	}
-	if c.Target == "" {
+	switch {
+	case c.Target != "":
+	case orig.Route != "":
+		return api.Invalid("capture %s took route %q, which sends nowhere now: give \"to\"", orig.ID, orig.Route)
+	default:
 		return api.Invalid("no target: give \"to\" or start the agent with --forward-to")
 	}
 	return nil

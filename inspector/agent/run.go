@@ -30,7 +30,7 @@ func New(cfg Config) (*Agent, error) {
 		log:        cfg.Logger,
 		loader:     cfg.Store,
 		cm:         newCommitter(cfg.Store, cfg.Logger),
-		turnWake:   make(chan struct{}, 1),
+		lanes:      map[string]*lane{},
 		draining:   make(chan struct{}),
 		background: make(chan func(context.Context)),
 		handler:    newHandlerClient(cfg.ForwardTimeout, cfg.MaxBody),
@@ -46,7 +46,8 @@ func New(cfg Config) (*Agent, error) {
 		}
 		a.forwardTo = u
 	}
-	if a.forwardTo != nil && cfg.ResumeQueued {
+	a.routes.Store(cfg.Routes)
+	if (a.forwardTo != nil || cfg.Routes != nil) && cfg.ResumeQueued {
 		a.resume()
 	}
 	if cfg.Console != nil {
@@ -110,12 +111,12 @@ func (a *Agent) resume() {
 	} else if n > 0 {
 		a.log.Warn("requests whose answer an earlier run did not record are marked answer unknown", "count", n)
 	}
-	ids, err := a.store.UndeliveredQueued(context.Background())
+	left, err := a.store.UndeliveredQueued(context.Background())
 	if err != nil {
 		a.log.Error("reading undelivered queued requests", "err", err)
 	}
-	for _, id := range ids {
-		a.addTurn(&exchange{plan: planQueued, saved: closedChan, id: id})
+	for _, u := range left {
+		a.addTurn(&exchange{plan: planQueued, saved: closedChan, id: u.ID, route: u.Route})
 	}
 }
 
@@ -149,7 +150,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	stopDrain := context.AfterFunc(ctx, a.Drain)
 	defer stopDrain()
 	var loops sync.WaitGroup
-	loops.Go(func() { a.turnLoop(ctx) })
+	a.runLanes(ctx)
+	loops.Go(a.stopLanes)
 	loops.Go(func() { a.backgroundLoop(ctx) })
 	loops.Wait()
 	a.stopMu.Lock()

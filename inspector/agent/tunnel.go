@@ -34,7 +34,7 @@ import (
 func (a *Agent) ServeTunnel(req *wire.Request, s *tunnel.Stream) {
 	c := a.newCapture(SourceTunnel, req.Method, req.URI, req.Header, req.Body)
 	c.RelayID = req.ID
-	x := &exchange{s: s, c: c, h: req.Header, id: c.ID, arrivedAt: time.UnixMicro(req.ArrivedAt).UTC()}
+	x := &exchange{s: s, c: c, h: req.Header, id: c.ID, arrivedAt: time.UnixMicro(req.ArrivedAt).UTC(), route: c.Route}
 	x.plan = a.choose(req.Queued, c)
 	a.serve(x)
 }
@@ -46,7 +46,9 @@ func (a *Agent) choose(queued bool, c *agentdb.Capture) plan {
 	switch {
 	case queued:
 		return planQueued
-	case a.waiting.Load() > 0:
+	case c.Status == agentdb.StatusStored:
+		return planStored
+	case a.laneFor(c.Route).waiting.Load() > 0:
 		return planInTurn
 	case a.cm.savesFailing():
 		return planSaveFirst
@@ -154,6 +156,8 @@ func (a *Agent) sendLive(x *exchange) {
 		a.sendAlone(x)
 	case planAlongside:
 		a.sendAlongside(x)
+	case planStored:
+		a.answerStored(x)
 	default:
 		a.sendSaved(x, true)
 	}

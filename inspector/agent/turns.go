@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/calltap/calltap/relay/wire"
@@ -10,11 +12,70 @@ import (
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
-// The turn line: tunnel requests that reach the handler one at a time, in
-// arrival order (turnLoop): the relay's queued ones, those an earlier run
-// saved but did not send, and live ones that arrived behind them
-// (planInTurn). The Agent's turnMu guards the line; waiting counts the
-// exchanges in it, the one at the handler included.
+// The turn lines: tunnel requests that reach their handler one at a time,
+// in arrival order (turnLoop): the relay's queued ones, those an earlier
+// run saved but did not send, and live ones that arrived behind them
+// (planInTurn). There is a line per route (a lane), so that a slow or
+// down handler holds up its own route's requests and no other's; without
+// a route file there is one, the "" lane.
+
+// A lane is one route's turn line.
+type lane struct {
+	route   string        // read-only
+	mu      sync.Mutex    // guards turns; taken alone
+	turns   []*exchange   // guarded by mu: not yet taken by its turnLoop, in arrival order
+	wake    chan struct{} // cap 1: wakes its turnLoop
+	waiting atomic.Int64  // turns not done, the one at the handler included; 0 lets a live request of the route go straight
+}
+
+// laneFor is route's lane, made on first use; its loop is started then if
+// Run is running and not yet draining (a lane made later keeps its turns
+// for the next run, as a draining loop does).
+func (a *Agent) laneFor(route string) *lane {
+	a.lanesMu.Lock()
+	defer a.lanesMu.Unlock()
+	l := a.lanes[route]
+	if l == nil {
+		l = &lane{route: route, wake: make(chan struct{}, 1)}
+		a.lanes[route] = l
+		if a.laneCtx != nil && !a.lanesStopped {
+			a.laneLoops.Go(func() { a.turnLoop(a.laneCtx, l) })
+		}
+	}
+	return l
+}
+
+// runLanes starts the loops of the lanes made before Run (an earlier run's
+// queued requests), and of every lane made from now on.
+func (a *Agent) runLanes(ctx context.Context) {
+	a.lanesMu.Lock()
+	defer a.lanesMu.Unlock()
+	a.laneCtx = ctx
+	for _, l := range a.lanes {
+		a.laneLoops.Go(func() { a.turnLoop(ctx, l) })
+	}
+}
+
+// stopLanes waits, once the agent drains, for every lane's loop to end:
+// no loop starts after it.
+func (a *Agent) stopLanes() {
+	<-a.draining
+	a.lanesMu.Lock()
+	a.lanesStopped = true
+	a.lanesMu.Unlock()
+	a.laneLoops.Wait()
+}
+
+// waitingTurns counts the turns not done in every lane.
+func (a *Agent) waitingTurns() int64 {
+	a.lanesMu.Lock()
+	defer a.lanesMu.Unlock()
+	var n int64
+	for _, l := range a.lanes {
+		n += l.waiting.Load()
+	}
+	return n
+}
 
 // lineUp puts x at the end of the turn line; a live one is deferred
 // (answered "queued") before the relay's forward timeout runs out.
@@ -38,14 +99,15 @@ func (a *Agent) lineUp(x *exchange) {
 // closedChan is the saved channel of a capture saved before this run.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// addTurn puts x at the end of the line.
+// addTurn puts x at the end of its route's line.
 func (a *Agent) addTurn(x *exchange) {
-	a.waiting.Add(1)
-	a.turnMu.Lock()
-	a.turns = append(a.turns, x)
-	a.turnMu.Unlock()
+	l := a.laneFor(x.route)
+	l.waiting.Add(1)
+	l.mu.Lock()
+	l.turns = append(l.turns, x)
+	l.mu.Unlock()
 	select {
-	case a.turnWake <- struct{}{}:
+	case l.wake <- struct{}{}:
 	default:
 	}
 }
@@ -103,49 +165,49 @@ func (a *Agent) deferTurn(x *exchange) {
 	x.finish(&wire.Response{Result: wire.ResultQueued})
 }
 
-// turnLoop sends the tunnel's requests that must wait for their turn to the
-// handler, one at a time, in arrival order, until the agent drains: then
+// turnLoop sends a route's tunnel requests that must wait for their turn
+// to its handler, one at a time, in arrival order, until the agent drains: then
 // the turn at the handler finishes, and the live requests still waiting
 // are answered "queued" (deferLater), to be sent with the queued ones, in
 // their order, by the next run (UndeliveredQueued).
-func (a *Agent) turnLoop(ctx context.Context) {
+func (a *Agent) turnLoop(ctx context.Context, l *lane) {
 	// A turn taken runs to its end: a request at the handler whose answer
 	// is not recorded would be sent again by the next run.
 	run := context.WithoutCancel(ctx)
 	for {
 		if a.isDraining() {
-			a.turnMu.Lock()
-			left := a.turns
-			a.turns = nil
-			a.turnMu.Unlock()
+			l.mu.Lock()
+			left := l.turns
+			l.turns = nil
+			l.mu.Unlock()
 			for _, x := range left {
 				a.deferLater(x)
 			}
 			return
 		}
-		x := a.nextTurn()
+		x := l.next()
 		if x == nil {
 			select {
-			case <-a.turnWake:
+			case <-l.wake:
 			case <-a.draining:
 			}
 			continue
 		}
 		a.takeTurn(run, x)
-		a.waiting.Add(-1)
+		l.waiting.Add(-1)
 	}
 }
 
-// nextTurn takes the first exchange off the line; nil when it is empty.
-func (a *Agent) nextTurn() *exchange {
-	a.turnMu.Lock()
-	defer a.turnMu.Unlock()
-	if len(a.turns) == 0 {
+// next takes the first exchange off the line; nil when it is empty.
+func (l *lane) next() *exchange {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.turns) == 0 {
 		return nil
 	}
-	x := a.turns[0]
-	a.turns[0] = nil
-	a.turns = a.turns[1:]
+	x := l.turns[0]
+	l.turns[0] = nil
+	l.turns = l.turns[1:]
 	return x
 }
 
@@ -177,11 +239,11 @@ func (a *Agent) takeTurn(ctx context.Context, x *exchange) {
 		return
 	}
 	c, ok := a.loadForTurn(x.id)
-	if !ok {
+	if !ok || c.Status == agentdb.StatusStored {
 		return
 	}
-	if c.Target == "" && a.forwardTo != nil {
-		c.Target = joinTarget(a.forwardTo, c.Path, c.Query)
+	if c.Target == "" {
+		a.retarget(c) // saved by a run that had no handler for it
 	}
 	a.deliver(ctx, c, 1)
 }

@@ -99,20 +99,18 @@ func (t *Table) read(body []byte, vals []value) {
 }
 
 // stick keeps a call together: it remembers the match paths' values the
-// event has, and recalls those it lacks.
+// event has, and recalls those it lacks. It asks its CallValues only for
+// what is missing, which may be a read of the store (a call whose earlier
+// events came before a restart).
 func (t *Table) stick(callID string, vals []value) {
 	if t.calls == nil || callID == "" {
 		return
 	}
 	for slot := 2; slot < len(vals); slot++ {
 		v := &vals[slot]
-		old, had := t.calls.Get(callID, t.paths[slot])
-		switch {
-		case v.field.present():
-			if !had || !v.field.equal(old) {
-				t.calls.Remember(callID, t.paths[slot], v.field.text())
-			}
-		case had:
+		if v.field.present() {
+			t.calls.Remember(callID, t.paths[slot], v.field.text())
+		} else if old, had := t.calls.Get(callID, t.paths[slot]); had {
 			v.recalled, v.isRecall = old, true
 		}
 	}
@@ -167,4 +165,47 @@ func anyGlob(globs []string, kind string) bool {
 		}
 	}
 	return false
+}
+
+// ValueAt is body's value at dotPath as a match compares it (a string's
+// text, another value's JSON); false when it is absent or null.
+func ValueAt(body []byte, dotPath string) (string, bool) {
+	t := newTrie()
+	t.add(dotPath, 0)
+	fields := make([]field, 1)
+	scan(body, t, fields)
+	if !fields[0].present() {
+		return "", false
+	}
+	return fields[0].text(), true
+}
+
+// Route is the table's route named name; nil when it has none.
+func (t *Table) Route(name string) *Route {
+	for _, r := range t.routes {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// UsesHeaders reports whether a route reads headers: a caller that must
+// convert them for Request.Header need not when none does.
+func (t *Table) UsesHeaders() bool {
+	for _, r := range t.routes {
+		if len(r.header) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Names are the table's route names, in file order.
+func (t *Table) Names() []string {
+	names := make([]string, len(t.routes))
+	for i, r := range t.routes {
+		names[i] = r.Name
+	}
+	return names
 }

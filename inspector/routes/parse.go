@@ -7,9 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"os"
 	"path"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -21,11 +19,8 @@ import (
 // Load reads and checks the route file at path. Its error names the file
 // and the line: "routes.toml:7: route "media": ...".
 func Load(path string, opts ...Option) (*Table, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return Parse(filepath.Base(path), data, opts...)
+	t, _, err := LoadBytes(path, opts...)
+	return t, err
 }
 
 // Parse checks a route file's contents; name is the file's name for errors.

@@ -5,7 +5,8 @@
 // first delivery of that event kind, as a handler whose database was busy
 // would, so the demo can show a failure and the replay that fixes it. It
 // also serves sample recordings and transcripts under /media/, so that the
-// media links of sample events point at files that exist.
+// media links of sample events point at files that exist. With --delay D
+// it answers each call event D after it came: a slow handler.
 package main
 
 import (
@@ -24,8 +25,11 @@ import (
 func main() {
 	addr := flag.String("listen", "127.0.0.1:3000", "address to listen on")
 	failOnce := flag.String("fail-once", "", "answer 500 to the first delivery of this event kind, e.g. call.analysis_completed")
+	delay := flag.Duration("delay", 0, "answer each call event this long after it came, as a slow handler would")
 	flag.Parse()
-	srv := &http.Server{Addr: *addr, Handler: newHandler(*failOnce, log.New(os.Stderr, "", log.LstdFlags)), ReadHeaderTimeout: 5 * time.Second}
+	h := newHandler(*failOnce, log.New(os.Stderr, "", log.LstdFlags))
+	h.delay = *delay
+	srv := &http.Server{Addr: *addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	log.Printf("sample handler on http://%s", *addr)
 	if err := srv.ListenAndServe(); err != nil {
 		log.Print(err)
@@ -36,6 +40,7 @@ func main() {
 // handler answers call events and serves sample media.
 type handler struct {
 	failOnce string
+	delay    time.Duration
 	log      *log.Logger
 
 	mu     sync.Mutex
@@ -55,6 +60,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Event string `json:"event"`
 	}
 	json.Unmarshal(body, &ev)
+	if h.delay > 0 {
+		h.log.Printf("%s %s: received, answering in %s (--delay)", ev.Event, ev.ID, h.delay)
+		time.Sleep(h.delay) // a slow handler, on purpose
+	}
 	w.Header().Set("Content-Type", "application/json")
 	if h.failNow(ev.Event) {
 		h.log.Printf("%s %s: 500, on purpose (--fail-once)", ev.Event, ev.ID)

@@ -131,3 +131,35 @@ func (db *AgentStore) CallCaptures(ctx context.Context, callIDs ...string) (_ ma
 	}
 	return out, nil
 }
+
+// CallBodies are the request bodies of a call's first captures (at most
+// limit), oldest first, as applied to the database: it does not wait for
+// the intake log's latest records, which the caller (the agent's memory
+// of calls, on the capture path) has seen itself. Large bodies are read
+// from their segments.
+func (db *AgentStore) CallBodies(ctx context.Context, callID string, limit int) (_ [][]byte, err error) {
+	defer db.explain(&err)
+	rows, err := db.read.QueryContext(ctx, `SELECT c.size, b.body, b.file, b.file_offset
+		FROM captures c JOIN capture_bodies b ON b.seq = c.seq WHERE c.call_id = ? ORDER BY c.seq LIMIT ?`, callID, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var bodies [][]byte
+	for rows.Next() {
+		var size int64
+		var body []byte
+		var file sql.NullString
+		var offset sql.NullInt64
+		if err := rows.Scan(&size, &body, &file, &offset); err != nil {
+			return nil, err
+		}
+		if file.Valid {
+			if body, err = db.readFileBody(file.String, offset.Int64, size); err != nil {
+				return nil, err
+			}
+		}
+		bodies = append(bodies, body)
+	}
+	return bodies, rows.Err()
+}

@@ -25,10 +25,10 @@ var capturePrefixed = func() string {
 
 func scanCapture(sc interface{ Scan(...any) error }, extra ...any) (*Capture, error) {
 	var (
-		c                                                                       Capture
+		c                                                                              Capture
 		relayID, event, callID, deliveryID, occurredAt, dupOf, replayOf, errTxt, route sql.NullString
-		created                                                                 int64
-		arrived, respStatus, dur, delivered                                     sql.NullInt64
+		created                                                                        int64
+		arrived, respStatus, dur, delivered                                            sql.NullInt64
 	)
 	dest := []any{&c.Seq, &c.ID, &relayID, &c.Source, &created, &arrived, &c.Queued, &c.Method, &c.Path, &c.Query, &c.RequestHeaders,
 		&c.Size, &c.Target, &event, &callID, &deliveryID, &occurredAt, &dupOf, &replayOf, &c.Status, &respStatus,
@@ -139,11 +139,13 @@ func (f *CaptureFilter) conds() ([]string, []any) {
 		conds = append(conds, cond)
 		args = append(args, a...)
 	}
-	if f.Event != "" {
-		add("event = ?", f.Event)
-	}
-	if f.CallID != "" {
-		add("call_id = ?", f.CallID)
+	for _, eq := range []struct{ col, val string }{
+		{"event", f.Event}, {"call_id", f.CallID}, {"delivery_id", f.DeliveryID},
+		{"source", f.Source}, {"replay_of", f.ReplayOf}, {"route", f.Route},
+	} {
+		if eq.val != "" {
+			add(eq.col+" = ?", eq.val)
+		}
 	}
 	if len(f.CallIDs) > 0 {
 		marks := strings.Repeat("?, ", len(f.CallIDs))
@@ -153,22 +155,10 @@ func (f *CaptureFilter) conds() ([]string, []any) {
 		}
 		add("call_id IN ("+marks[:len(marks)-2]+")", ids...)
 	}
-	if f.DeliveryID != "" {
-		add("delivery_id = ?", f.DeliveryID)
-	}
 	if f.IDPrefix != "" {
 		// A range, not LIKE, so the unique index on id answers it. Ids
 		// are ASCII, so every id with the prefix sorts below prefix+0x7f.
 		add("id >= ? AND id < ?", f.IDPrefix, f.IDPrefix+"\x7f")
-	}
-	if f.Source != "" {
-		add("source = ?", f.Source)
-	}
-	if f.ReplayOf != "" {
-		add("replay_of = ?", f.ReplayOf)
-	}
-	if f.Route != "" {
-		add("route = ?", f.Route)
 	}
 	switch f.StatusClass {
 	case "":
@@ -347,28 +337,38 @@ func (db *AgentStore) Attempts(ctx context.Context, captureID string) (_ []Attem
 	return out, rows.Err()
 }
 
+// Undelivered is a queued capture an earlier run saved but never sent.
+type Undelivered struct {
+	ID    string
+	Route string // the route it took; its turn is in that route's line
+}
+
 // UndeliveredQueued lists, oldest first, the captures that came from the
 // relay's offline queue but were never sent to the handler: the agent
 // stopped after saving them. The agent sends them on its next start.
-func (db *AgentStore) UndeliveredQueued(ctx context.Context) (_ []string, err error) {
+// Those stored only were never to be sent.
+func (db *AgentStore) UndeliveredQueued(ctx context.Context) (_ []Undelivered, err error) {
 	defer db.explain(&err)
 	if err := db.caughtUp(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := db.read.QueryContext(ctx, `SELECT id FROM captures WHERE queued = 1 AND attempts = 0 ORDER BY seq`)
+	rows, err := db.read.QueryContext(ctx, `SELECT id, route FROM captures
+		WHERE queued = 1 AND attempts = 0 AND status != '`+StatusStored+`' ORDER BY seq`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var ids []string
+	var out []Undelivered
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var u Undelivered
+		var route sql.NullString
+		if err := rows.Scan(&u.ID, &route); err != nil {
 			return nil, err
 		}
-		ids = append(ids, id)
+		u.Route = route.String
+		out = append(out, u)
 	}
-	return ids, rows.Err()
+	return out, rows.Err()
 }
 
 // MarkInterrupted marks answer-unknown (StatusUnknown), with reason as

@@ -133,7 +133,7 @@ func TestWriteCapturesRedeliveredQueued(t *testing.T) {
 		t.Fatalf("%d captures, %v", n, err)
 	}
 	ids, err := db.UndeliveredQueued(ctx)
-	if err != nil || len(ids) != 1 || ids[0] != first.ID {
+	if err != nil || len(ids) != 1 || ids[0].ID != first.ID {
 		t.Fatalf("undelivered queued %v, %v", ids, err)
 	}
 }
