@@ -15,36 +15,51 @@ import (
 	"github.com/calltap/calltap/scripts/chaos/history"
 )
 
-// handler is the developer's webhook handler at the end of the tunnel: it
-// answers every request 200 at once, with a body naming the delivery id
-// and a counter of the copy (so that a sender's 2xx can be matched to the
-// copy it came from), and records each request in handler.jsonl in the
-// order it received them.
+// handler is the developer's webhook handlers at the end of the tunnel: a
+// server per route of the agent's route file and one for the default
+// (--forward-to), each answering every request 200 at once, with a body
+// naming the route, the delivery id and a counter of the copy across all
+// servers (so that a sender's 2xx can be matched to the copy it came
+// from). All record each request in one handler.jsonl, in the order they
+// received them, each copy naming the route whose server got it.
 type handler struct {
 	log    *history.Log[history.Copy]
 	calls  *registry
 	tunnel string
-	srv    *http.Server
-	url    string
+	srvs   []*http.Server
+	urls   map[string]string // route name -> its server's URL; set before the servers serve
 
 	mu     sync.Mutex     // held while a copy is stamped, counted and appended, so the file's order is the order of arrival
 	copies int            // guarded by mu
-	seen   map[string]int // guarded by mu; copies per delivery id
+	seen   map[string]int // guarded by mu; copies per delivery id, at any server
 	last   time.Time      // guarded by mu; when the last copy arrived
 }
 
-func startHandler(log *history.Log[history.Copy], calls *registry, tunnel string) (*handler, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+// startHandler starts a server for each of routes.
+func startHandler(log *history.Log[history.Copy], calls *registry, tunnel string, routes []string) (*handler, error) {
+	h := &handler{log: log, calls: calls, tunnel: tunnel, seen: map[string]int{}, urls: map[string]string{}}
+	lns := make([]net.Listener, 0, len(routes))
+	for _, route := range routes {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
+		h.urls[route] = "http://" + ln.Addr().String() + "/hook"
+		h.srvs = append(h.srvs, &http.Server{ReadHeaderTimeout: 10 * time.Second,
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serve(route, w, r) })})
 	}
-	h := &handler{log: log, calls: calls, tunnel: tunnel, seen: map[string]int{}, url: "http://" + ln.Addr().String() + "/hook"}
-	h.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go h.srv.Serve(ln)
+	for i, srv := range h.srvs {
+		go srv.Serve(lns[i])
+	}
 	return h, nil
 }
 
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// serve answers and records one request that reached route's server.
+func (h *handler) serve(route string, w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		// A request cut mid-body never reached the handler's logic.
@@ -67,9 +82,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.copies++
 	h.seen[p.ID]++
 	h.last = time.Now()
-	answer := fmt.Sprintf(`{"delivery_id":%q,"copy":%d}`, p.ID, h.copies)
+	answer := fmt.Sprintf(`{"route":%q,"delivery_id":%q,"copy":%d}`, route, p.ID, h.copies)
 	c := history.Copy{ReceivedAt: h.last.UnixNano(), Tunnel: h.tunnel, DeliveryID: p.ID, CallID: p.Call.CallID, Seq: seq,
-		BodySHA256: hex.EncodeToString(sum[:]), Status: http.StatusOK, AnswerBody: answer}
+		Route: route, BodySHA256: hex.EncodeToString(sum[:]), Status: http.StatusOK, AnswerBody: answer}
 	if err := h.log.Append(c); err != nil {
 		slog.Error("handler: cannot record a copy", "err", err)
 	}
@@ -80,7 +95,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, answer)
 }
 
-// count is how many copies of id the handler has received.
+// count is how many copies of id the handler's servers have received.
 func (h *handler) count(id string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -94,4 +109,8 @@ func (h *handler) lastCopy() time.Time {
 	return h.last
 }
 
-func (h *handler) close() { h.srv.Close() }
+func (h *handler) close() {
+	for _, srv := range h.srvs {
+		srv.Close()
+	}
+}

@@ -83,7 +83,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (result, error) {
 		return result{}, err
 	}
 	defer rec.close()
-	meta := history.Meta{Seed: cfg.seed, Mode: cfg.mode(), Minutes: cfg.minutes, Bounds: bounds}
+	meta := history.Meta{Seed: cfg.seed, Mode: cfg.mode(), Minutes: cfg.minutes, Bounds: bounds, Routes: chaosRoutes()}
 	slog.Info("chaos: starting", "mode", meta.Mode, "seed", cfg.seed, "minutes", cfg.minutes, "bin", cfg.bin, "out", cfg.out)
 
 	top.proxies = newProxies()
@@ -95,7 +95,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (result, error) {
 	defer top.stopAll() // runs before the unmount
 	slog.Info("chaos: the agent's disk", "disk", top.disk.String())
 
-	h, err := bringUp(ctx, top, rec)
+	h, err := bringUp(ctx, top, rec, meta.Routes, cfg.out)
 	if err != nil {
 		return result{}, err
 	}
@@ -113,8 +113,9 @@ func run(ctx context.Context, cfg config, logw io.Writer) (result, error) {
 	return judge(cfg.out)
 }
 
-// bringUp starts the topology and the handler.
-func bringUp(ctx context.Context, top *topology, rec *recorder) (*handler, error) {
+// bringUp starts the topology and the handler's servers, and writes the
+// agent's route file (routes, each to its server) into dir.
+func bringUp(ctx context.Context, top *topology, rec *recorder, routes []history.Route, dir string) (*handler, error) {
 	calls := &registry{}
 	if top.mode == history.ModeTeam {
 		if err := top.startNATS(ctx, 3); err != nil {
@@ -129,15 +130,20 @@ func bringUp(ctx context.Context, top *topology, rec *recorder) (*handler, error
 	if err := top.createToken(ctx); err != nil {
 		return nil, err
 	}
-	h, err := startHandler(rec.handler, calls, top.tunnel)
+	h, err := startHandler(rec.handler, calls, top.tunnel, handlerNames(routes))
 	if err != nil {
 		return nil, err
 	}
-	if err := top.startAgent(ctx, h.url); err != nil {
+	file := filepath.Join(dir, routesFile)
+	if err := writeRoutes(file, routes, h.urls); err != nil {
+		h.close()
+		return nil, err
+	}
+	if err := top.startAgent(ctx, h.urls[history.DefaultRoute], file); err != nil {
 		h.close()
 		return nil, fmt.Errorf("the agent did not connect: %w (see %s)", err, top.agent.logf)
 	}
-	slog.Info("chaos: topology up", "relays", top.relayURLs, "nats", top.natsURLs, "tunnel", top.tunnel, "handler", h.url)
+	slog.Info("chaos: topology up", "relays", top.relayURLs, "nats", top.natsURLs, "tunnel", top.tunnel, "handlers", h.urls)
 	return h, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -18,11 +19,12 @@ import (
 
 // delivery is one event of a call as the service delivers it.
 type delivery struct {
-	sender string
-	call   string
-	seq    int // the event's position in its call
-	event  string
-	body   []byte
+	sender    string
+	call      string
+	seq       int // the event's position in its call
+	event     string
+	developer string // the body's call.variables.developer, if it has one
+	body      []byte
 }
 
 // registry knows every delivery the senders made, by delivery id, so that
@@ -130,7 +132,7 @@ func (s *senders) startCall() {
 		spec.Flow = callevent.FlowFailed
 		spec.OutcomeCode = callevent.OutcomeCodes[s.rng.IntN(len(callevent.OutcomeCodes))]
 	}
-	events := spec.Events()
+	events := callEvents(spec, s.developer())
 	s.mu.Lock()
 	s.active++
 	s.started++
@@ -152,12 +154,39 @@ func (s *senders) startCall() {
 				slog.Error("senders: cannot encode an event", "err", err)
 				continue
 			}
-			d := delivery{sender: sender, call: p.Call.CallID, seq: i, event: p.Event, body: body}
+			dev, _ := p.Call.Variables["developer"].(string)
+			d := delivery{sender: sender, call: p.Call.CallID, seq: i, event: p.Event, developer: dev, body: body}
 			s.calls.add(p.ID, d)
 			each.Go(func() { s.deliver(p.ID, d) })
 		}
 		each.Wait()
 	}()
+}
+
+// developer is who a new call is for, as its call.started's variables say:
+// alice for a third of the calls (her route takes them), bob for a sixth
+// (no route of his: the default takes them), nobody for the rest.
+func (s *senders) developer() string {
+	switch n := s.rng.IntN(6); {
+	case n < 2:
+		return "alice"
+	case n == 2:
+		return "bob"
+	}
+	return ""
+}
+
+// callEvents are spec's events, the call.started naming developer dev in
+// its variables (none for ""). Only call.started names the developer: the
+// call's later events must follow it to its route all the same.
+func callEvents(spec callevent.CallSpec, dev string) []callevent.Payload {
+	events := spec.Events()
+	if dev != "" {
+		vars := maps.Clone(events[0].Call.Variables)
+		vars["developer"] = dev
+		events[0].Call.Variables = vars
+	}
+	return events
 }
 
 // deliver tries one delivery on the service's schedule.
@@ -180,7 +209,8 @@ func (s *senders) deliver(id string, d delivery) {
 // attempt sends one HTTP attempt to the next node and records it.
 func (s *senders) attempt(id string, d delivery, attempt int) int {
 	u := s.urls[int(s.next.Add(1)-1)%len(s.urls)] + s.path
-	rec := history.Send{Sender: d.sender, Tunnel: s.tunnel, CallID: d.call, Seq: d.seq, DeliveryID: id, Event: d.event, Attempt: attempt}
+	rec := history.Send{Sender: d.sender, Tunnel: s.tunnel, CallID: d.call, Seq: d.seq, DeliveryID: id, Event: d.event,
+		Developer: d.developer, Attempt: attempt}
 	rec.SentAt = time.Now().UnixNano()
 	resp, err := s.client.Post(u, "application/json", bytes.NewReader(d.body))
 	if err == nil {

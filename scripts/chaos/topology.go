@@ -168,8 +168,9 @@ func (t *topology) createToken(ctx context.Context) error {
 }
 
 // startAgent starts `calltap listen` on the agent's disk, reaching every
-// relay node through its proxy, and waits until a node holds it.
-func (t *topology) startAgent(ctx context.Context, handlerURL string) error {
+// relay node through its proxy, with the route file routes and the default
+// handler's URL as --forward-to, and waits until a node holds it.
+func (t *topology) startAgent(ctx context.Context, forwardTo, routes string) error {
 	ports, err := freePorts(len(t.relayURLs))
 	if err != nil {
 		return err
@@ -187,7 +188,7 @@ func (t *topology) startAgent(ctx context.Context, handlerURL string) error {
 		return err
 	}
 	t.agent = t.newProc("agent", t.bin, "listen", "--relay", strings.Join(via, ","), "--token-file", tokFile,
-		"--forward-to", handlerURL, "--inspect", "", "--data", t.disk.data, "--quiet")
+		"--forward-to", forwardTo, "--routes", routes, "--inspect", "", "--data", t.disk.data, "--quiet")
 	if err := t.agent.start(); err != nil {
 		return err
 	}

@@ -5,11 +5,12 @@
 // saved run can be re-checked (go run ./scripts/chaos/report DIR) after the
 // rules change.
 //
-// Each rule is one function in rules.go with the rule stated in its comment.
-// The safety rules (loss, invented answer, store agreement, order, once)
-// give violations; availability is measured per fault and reported against
-// the README's bounds, never counted as a violation, so that a busy machine
-// cannot fail a run.
+// Each rule is one function in rules.go (the route rule, with its reading
+// of the run's route file, in route.go) with the rule stated in its
+// comment. The safety rules (loss, invented answer, store agreement, order,
+// once, route) give violations; availability is measured per fault and
+// reported against the README's bounds, never counted as a violation, so
+// that a busy machine cannot fail a run.
 //
 // The runner, once its run has drained and the store is written:
 //
@@ -33,14 +34,22 @@ import (
 	"github.com/calltap/calltap/scripts/chaos/history"
 )
 
-// Violation kinds: the promises of issue 31, point 3.
+// Violation kinds: the promises of issue 31, point 3, and the route one of
+// issue 40.
 const (
 	KindLoss     = "loss"
 	KindInvented = "invented-answer"
 	KindStore    = "store-disagrees"
 	KindOrder    = "order"
 	KindOnce     = "once"
+	KindRoute    = "route"
 )
+
+// kinds are the Kind* constants in the order the verdict and the report
+// list them.
+func kinds() []string {
+	return []string{KindLoss, KindInvented, KindStore, KindOrder, KindOnce, KindRoute}
+}
 
 // Violation is one broken promise, found in the history.
 type Violation struct {
@@ -58,13 +67,20 @@ type Violation struct {
 	Message string `json:"message"`
 }
 
+// violation is a rule's finding about delivery d, its tunnel filled in.
+func (ix *index) violation(kind, rule, d string, at int64, format string, args ...any) Violation {
+	return Violation{Kind: kind, Rule: rule, DeliveryID: d, Tunnel: ix.tunnel[d], At: at,
+		Message: fmt.Sprintf(format, args...)}
+}
+
 // Counts sums up the run for the report's table.
 type Counts struct {
 	Deliveries     int            // distinct delivery ids sent
 	Attempts       int            // HTTP attempts of all senders
 	ByClass        map[string]int // attempts by answer class: 2xx, 202, 4xx, 5xx, other, none
 	Accepted       int            // deliveries answered 2xx (202 included) at least once
-	HandlerCopies  int            // requests the handler received
+	HandlerCopies  int            // requests the handler received, at all its servers
+	ByRoute        map[string]int // handler copies by the route whose server got them (none without routes)
 	Duplicates     int            // handler copies beyond the first of their delivery
 	Captures       int            // captures in the store after the drain
 	CaptureStates  map[string]int // captures by state
@@ -142,7 +158,7 @@ func (r Result) Summary(n int) string {
 // kindList is "2 loss, 1 order", in the order of the kinds' constants.
 func (r Result) kindList() string {
 	var parts []string
-	for _, k := range []string{KindLoss, KindInvented, KindStore, KindOrder, KindOnce} {
+	for _, k := range kinds() {
 		if n := r.Counts.ViolationsKind[k]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, k))
 		}
@@ -175,11 +191,16 @@ func count(ix *index, vs []Violation) Counts {
 	c := Counts{
 		Deliveries: len(ix.order), Attempts: len(h.Sends), HandlerCopies: len(h.Handler),
 		Captures: len(h.Store), Faults: len(h.Faults),
-		ByClass: map[string]int{}, CaptureStates: map[string]int{}, FaultsByKind: map[string]int{},
+		ByClass: map[string]int{}, ByRoute: map[string]int{}, CaptureStates: map[string]int{}, FaultsByKind: map[string]int{},
 		ViolationsKind: map[string]int{},
 	}
 	for _, s := range h.Sends {
 		c.ByClass[statusClass(s.Status)]++
+	}
+	for _, cp := range h.Handler {
+		if cp.Route != "" {
+			c.ByRoute[cp.Route]++
+		}
 	}
 	for _, d := range ix.order {
 		if ix.accepted(d) >= 0 {

@@ -90,6 +90,67 @@ func clean() *run {
 		ok("d2", 1, 2, 2.01, 2.02, 1).capture("p2", "d2", 2.005, "delivered", 200, "")
 }
 
+// routed gives the run the chaos run's routes (media by event kind, then
+// alice by developer; the rest the default's) and puts the copies of clean's
+// two deliveries, call.started naming nobody, at the default's handler.
+func (r *run) routed() *run {
+	r.h.Meta.Routes = []history.Route{
+		{Name: "media", Events: []string{"call.recording_*", "call.analysis_*"}},
+		{Name: "alice", Developer: "alice"},
+	}
+	return r.to("d1", history.DefaultRoute).to("d2", history.DefaultRoute)
+}
+
+// of makes d's sends so far an event of kind of call, whose body names
+// developer ("" for none).
+func (r *run) of(d, kind, call, developer string) *run {
+	for i, s := range r.h.Sends {
+		if s.DeliveryID == d {
+			r.h.Sends[i].Event, r.h.Sends[i].CallID, r.h.Sends[i].Developer = kind, call, developer
+		}
+	}
+	return r
+}
+
+// to puts d's copies so far at route's handler.
+func (r *run) to(d, route string) *run {
+	for i, c := range r.h.Handler {
+		if c.DeliveryID == d {
+			r.h.Handler[i].Route = route
+		}
+	}
+	return r
+}
+
+// aliceCall is a call of alice's whose call.started (d3) alone names her:
+// its call.connected (d4) was sent after the call.started was accepted and
+// goes to route connected; its call.recording_available (d5) to media; and
+// a call of bob's (d6), whom no route names, to the default.
+func aliceCall(connected string) *run {
+	return clean().
+		ok("d3", 1, 3, 3.01, 3.02, 1).capture("p3", "d3", 3.005, "delivered", 200, "").
+		of("d3", "call.started", "c-alice", "alice").to("d3", "alice").
+		ok("d4", 1, 4, 4.01, 4.02, 1).capture("p4", "d4", 4.005, "delivered", 200, "").
+		of("d4", "call.connected", "c-alice", "").to("d4", connected).
+		ok("d5", 1, 5, 5.01, 5.02, 1).capture("p5", "d5", 5.005, "delivered", 200, "").
+		of("d5", "call.recording_available", "c-alice", "").to("d5", "media").
+		ok("d6", 1, 6, 6.01, 6.02, 1).capture("p6", "d6", 6.005, "delivered", 200, "").
+		of("d6", "call.started", "c-bob", "bob").to("d6", history.DefaultRoute).
+		routed()
+}
+
+// earlyConnected is alice's call whose call.started (d3) was refused at
+// first and accepted on its retry, while its call.connected (d4), sent in
+// between, went to route connected: the agent had not seen the call.started.
+func earlyConnected(connected string) *run {
+	return clean().send("d3", 1, 3, 3.01, 503, envelope("agent_offline"), "5").
+		ok("d4", 1, 3.5, 3.51, 3.52, 1).capture("p4", "d4", 3.505, "delivered", 200, "").
+		of("d4", "call.connected", "c-alice", "").to("d4", connected).
+		ok("d3", 2, 8, 8.01, 8.02, 1).capture("p3", "d3", 8.005, "delivered", 200, "").
+		of("d3", "call.started", "c-alice", "alice").to("d3", "alice").
+		routed()
+}
+
 // fullDiskAfterForward is a request the handler got while the agent's disk
 // was full, whose sender was answered 503 (body, Retry-After retryAfter)
 // once the save failed, and which its retry brought again.
@@ -327,6 +388,42 @@ func TestCheck(t *testing.T) {
 			clean().send("d3", 1, 3, 0, 0, "", "").copy("d3", 9, 1).ok("d3", 2, 8, 9.5, 9.6, 2).
 				capture("p3", "d3", 8.9, "delivered", 200, "").capture("p3b", "d3", 9.4, "delivered", 200, "p3"),
 			nil},
+		{"routes: alice's call.connected follows her call.started, her recording goes to media, bob's call to the default",
+			aliceCall("alice"),
+			nil},
+		{"routes: alice's call.connected, sent after her call.started was accepted, at the default's handler",
+			aliceCall(history.DefaultRoute),
+			[]string{"Route"}},
+		{"routes: a call.started naming nobody at the media handler",
+			clean().routed().ok("d3", 1, 3, 3.01, 3.02, 1).capture("p3", "d3", 3.005, "delivered", 200, "").
+				of("d3", "call.started", "c-x", "").to("d3", "media"),
+			[]string{"Route"}},
+		{"routes: a recording of alice's call at her handler: media, tried first, takes it",
+			aliceCall("alice").to("d5", "alice"),
+			[]string{"Route"}},
+		{"routes: a call.connected sent before its call.started was accepted may go to the default",
+			earlyConnected(history.DefaultRoute),
+			nil},
+		{"routes: ... or to alice",
+			earlyConnected("alice"),
+			nil},
+		{"routes: ... but to no other",
+			earlyConnected("media"),
+			[]string{"Route"}},
+		{"routes: a request at a handler of no route",
+			clean().routed().to("d2", "bob"),
+			[]string{"Route"}},
+		{"routes: a live request of one route may pass a queued one of another",
+			clean().routed().send("d3", 1, 3, 3.01, 202, queued202, "").capture("p3", "d3", 3.005, "delivered", 200, "").queued().
+				of("d3", "call.recording_available", "c-x", "").
+				ok("d4", 1, 4, 4.01, 4.02, 1).capture("p4", "d4", 4.005, "delivered", 200, "").to("d4", history.DefaultRoute).
+				copy("d3", 5, 1).to("d3", "media"),
+			nil},
+		{"routes: ... but not one of its own route",
+			clean().routed().send("d3", 1, 3, 3.01, 202, queued202, "").capture("p3", "d3", 3.005, "delivered", 200, "").queued().
+				ok("d4", 1, 4, 4.01, 4.02, 1).capture("p4", "d4", 4.005, "delivered", 200, "").to("d4", history.DefaultRoute).
+				copy("d3", 5, 1).to("d3", history.DefaultRoute),
+			[]string{"Order"}},
 		{"a capture still pending after the drain",
 			clean().send("d3", 1, 3, 0, 0, "", "").capture("p3", "d3", 3.005, "pending", 0, ""),
 			[]string{"NothingPending"}},
@@ -367,7 +464,7 @@ func TestEveryRuleHasACase(t *testing.T) {
 	// The names TestCheck expects, kept by hand beside it.
 	tested := []string{"Lost2xx", "NotInStore", "Invented2xx", "UndocumentedRefusal", "DeliveredAfterRefusal",
 		"RefusedAfterDelivery", "StoreOutcome", "StoreStatus", "Order", "ExtraCopy", "DuplicateMarked",
-		"NothingPending"}
+		"NothingPending", "Route"}
 	if len(tested) != len(rules) {
 		t.Fatalf("%d rules, %d tested by name: add a case to TestCheck", len(rules), len(tested))
 	}

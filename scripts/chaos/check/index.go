@@ -199,6 +199,17 @@ func (ix *index) couldCause(i, ci int) bool {
 	return !toldFailed(s) || s.AnsweredAt+stampSlack >= c.ReceivedAt
 }
 
+// firstCause is when the earliest send of d that could have caused copy ci
+// was sent.
+func (ix *index) firstCause(d string, ci int) (int64, bool) {
+	for _, i := range ix.sends[d] { // by sent_at
+		if ix.couldCause(i, ci) {
+			return ix.h.Sends[i].SentAt, true
+		}
+	}
+	return 0, false
+}
+
 // stampSlack is how far apart two stamps of one moment may be: the handler
 // stamps a copy after reading its body and taking its log's lock, a sender
 // stamps an answer after reading it, and on a busy 2-core machine either

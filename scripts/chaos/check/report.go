@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/calltap/calltap/scripts/chaos/history"
@@ -35,6 +36,7 @@ type reportView struct {
 	Violations []violationRow
 	More       int // violations not listed
 	Rules      []ruleRow
+	Routes     []routeRow // the handlers, one per route and the default's; none without a route file
 	AnswerMax  string
 	No2xxMax   string
 }
@@ -58,6 +60,29 @@ type availRow struct {
 type ruleRow struct {
 	Kind, Rule, Says string
 	Count            int
+}
+
+// routeRow is one handler server of the run and what its route takes.
+type routeRow struct{ Name, Takes string }
+
+// routeRows describes the run's handlers: each route's, in file order,
+// then the default's.
+func routeRows(rs []history.Route) []routeRow {
+	if len(rs) == 0 {
+		return nil
+	}
+	var rows []routeRow
+	for _, r := range rs {
+		var takes []string
+		if len(r.Events) > 0 {
+			takes = append(takes, "events "+strings.Join(r.Events, ", "))
+		}
+		if r.Developer != "" {
+			takes = append(takes, "call.variables.developer = "+r.Developer+" (on the event, else on its call's earlier events)")
+		}
+		rows = append(rows, routeRow{Name: r.Name, Takes: strings.Join(takes, "; ")})
+	}
+	return append(rows, routeRow{Name: history.DefaultRoute, Takes: "what no route takes (--forward-to)"})
 }
 
 type violationRow struct {
@@ -93,6 +118,7 @@ func buildView(h *history.History, r Result) reportView {
 			{Label: "store read", Value: utc(m.Drained)},
 		},
 		Counts:  countRows(r),
+		Routes:  routeRows(m.Routes),
 		Overall: availOf(tl, 0, history.Fault{Kind: "whole run", Start: m.Started}, r.Overall),
 	}
 	for _, k := range slices.Sorted(maps.Keys(r.Counts.FaultsByKind)) {
@@ -137,7 +163,11 @@ func countRows(r Result) []row {
 	}
 	rows = append(rows,
 		row{Label: "handler copies", Value: thousands(c.HandlerCopies)},
-		row{Label: "duplicates (copies after the first)", Value: thousands(c.Duplicates), Sub: true},
+		row{Label: "duplicates (copies after the first)", Value: thousands(c.Duplicates), Sub: true})
+	for _, h := range routeRows(r.Meta.Routes) {
+		rows = append(rows, row{Label: "at the " + h.Name + " handler", Value: thousands(c.ByRoute[h.Name]), Sub: true})
+	}
+	rows = append(rows,
 		row{Label: "captures in the store", Value: thousands(c.Captures)},
 		row{Label: "marked duplicate_of", Value: thousands(c.CaptureDupes), Sub: true})
 	for _, k := range slices.Sorted(maps.Keys(c.CaptureStates)) {
@@ -149,7 +179,7 @@ func countRows(r Result) []row {
 		rows = append(rows, row{Label: k, Value: thousands(c.FaultsByKind[k]), Sub: true})
 	}
 	rows = append(rows, row{Label: "violations", Value: thousands(len(r.Violations)), Bad: len(r.Violations) > 0})
-	for _, k := range []string{KindLoss, KindInvented, KindStore, KindOrder, KindOnce} {
+	for _, k := range kinds() {
 		n := c.ViolationsKind[k]
 		rows = append(rows, row{Label: k, Value: thousands(n), Sub: true, Bad: n > 0})
 	}

@@ -78,6 +78,40 @@ func TestReport(t *testing.T) {
 	if r.OK() {
 		t.Fatal("the synthetic run's planted violation was not found")
 	}
+	page := render(t, h, r)
+	selfContained(t, page)
+	escaped(t, page, r)
+	drawn(t, page, h, r)
+}
+
+// TestReportNamesHandlers: the page of a run with routes names each
+// handler and what its route takes, counts the copies each got, and lists
+// the route rule; a run without routes shows none of it.
+func TestReportNamesHandlers(t *testing.T) {
+	for _, routed := range []bool{true, false} {
+		h := &aliceCall(history.DefaultRoute).h // d4 at the wrong handler: one route violation
+		if !routed {
+			h = &clean().h
+		}
+		page := render(t, h, Check(h))
+		elements(t, page)
+		if !strings.Contains(page, "<td>Route</td>") {
+			t.Error("the rules table lacks the route rule")
+		}
+		for _, want := range []string{"The handlers, one per route", "<td>media</td><td>events call.recording_*, call.analysis_*</td>",
+			"<td>alice</td><td>call.variables.developer = alice", "<td>default</td><td>what no route takes (--forward-to)</td>",
+			"<td>at the media handler</td><td class=\"n\">1</td>", "<td>at the alice handler</td><td class=\"n\">1</td>",
+			"<td>at the default handler</td><td class=\"n\">4</td>", "<td>route</td><td class=\"n bad\">1</td>"} {
+			if got := strings.Contains(page, want); got != routed {
+				t.Errorf("routed %v: the page holds %q: %v", routed, want, got)
+			}
+		}
+	}
+}
+
+// render writes the page of h, judged r, and reads it back.
+func render(t *testing.T, h *history.History, r Result) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "report.html")
 	if err := WriteReport(path, h, r); err != nil {
 		t.Fatal(err)
@@ -86,10 +120,7 @@ func TestReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	page := string(b)
-	selfContained(t, page)
-	escaped(t, page, r)
-	drawn(t, page, h, r)
+	return string(b)
 }
 
 // selfContained: nothing in the page reaches the network.

@@ -28,6 +28,7 @@ var rules = []func(*index) []Violation{
 	ruleExtraCopy,
 	ruleDuplicateMarked,
 	ruleNothingPending,
+	ruleRoute,
 }
 
 // ruleDocs says each rule in a sentence, for the report's readers; the
@@ -45,11 +46,7 @@ var ruleDocs = []struct{ Kind, Rule, Says string }{
 	{KindOnce, "ExtraCopy", "each copy after the first has a re-send of its own or a crash since the first"},
 	{KindOnce, "DuplicateMarked", "each capture after the first of a delivery is marked duplicate_of the first"},
 	{KindOnce, "NothingPending", "nothing is pending or queued once the run drained"},
-}
-
-func (ix *index) violation(kind, rule, d string, at int64, format string, args ...any) Violation {
-	return Violation{Kind: kind, Rule: rule, DeliveryID: d, Tunnel: ix.tunnel[d], At: at,
-		Message: fmt.Sprintf(format, args...)}
+	{KindRoute, "Route", "each request reached the handler of the route its event kind and its call's developer give (media, alice, else default), and no other"},
 }
 
 // ruleLost2xx — no loss, handler half: every delivery a sender was answered
@@ -364,19 +361,22 @@ type accept struct {
 	firstAt  int64
 }
 
-// ruleOrder — order, in real time: for deliveries A and B of one tunnel,
-// both accepted (answered 2xx or 202) and both at the handler, if A's
-// accepting answer (its first 2xx) came before B was sent, the handler's
-// first copy of A precedes its first copy of B: queued before live, and
-// within a call, where the sender sends an event once the one before was
-// accepted, in the order sent. "B was sent" is the earliest attempt of B
+// ruleOrder — order, in real time: for deliveries A and B of one tunnel
+// whose first copies reached one route's handler, both accepted (answered
+// 2xx or 202), if A's accepting answer (its first 2xx) came before B was
+// sent, that handler's first copy of A precedes its first copy of B: queued
+// before live, and within a call, where the sender sends an event once the
+// one before was accepted, in the order sent. Each route's handler gets its
+// events in order; a slow handler of one route holds up no other, so two
+// routes' requests may pass each other (a run without routes is one). "B was sent" is the earliest attempt of B
 // that could have brought its first copy (couldCause): an attempt stuck
 // without an answer since before A was accepted may rightly arrive first.
 // A B whose first copy no attempt accounts for is left to
 // ruleDeliveredAfterRefusal. One violation per B, naming the A whose first
 // copy came last.
 func ruleOrder(ix *index) []Violation {
-	byTunnel := map[string][]accept{}
+	type line struct{ tunnel, route string }
+	byLine := map[line][]accept{}
 	for _, d := range ix.order {
 		a := ix.accepted(d)
 		if a < 0 || len(ix.copies[d]) == 0 {
@@ -388,28 +388,18 @@ func ruleOrder(ix *index) []Violation {
 			continue
 		}
 		s := ix.h.Sends[a]
-		byTunnel[s.Tunnel] = append(byTunnel[s.Tunnel], accept{d: d, at: s.AnsweredAt, sent: sent,
+		l := line{s.Tunnel, ix.h.Handler[first].Route}
+		byLine[l] = append(byLine[l], accept{d: d, at: s.AnsweredAt, sent: sent,
 			firstPos: first, firstAt: ix.h.Handler[first].ReceivedAt})
 	}
 	var out []Violation
-	for _, as := range byTunnel {
+	for _, as := range byLine {
 		out = append(out, ix.orderIn(as)...)
 	}
 	return out
 }
 
-// firstCause is when the earliest send of d that could have caused copy ci
-// was sent.
-func (ix *index) firstCause(d string, ci int) (int64, bool) {
-	for _, i := range ix.sends[d] { // by sent_at
-		if ix.couldCause(i, ci) {
-			return ix.h.Sends[i].SentAt, true
-		}
-	}
-	return 0, false
-}
-
-// orderIn checks one tunnel: a sweep over B by send time, keeping the latest
+// orderIn checks one tunnel's route: a sweep over B by send time, keeping the latest
 // first copy among the A accepted before.
 func (ix *index) orderIn(as []accept) []Violation {
 	byAt := slices.Clone(as)

@@ -24,6 +24,9 @@
 //     (0 if the run ended first).
 //   - A capture the agent marked interrupted (failed, error "interrupted:
 //     …") is written with State "interrupted", or "failed" with Error.
+//   - With a route file (Meta.Routes), a handler server per route and one
+//     for the default, each copy naming the route whose server got it; a
+//     send names the developer its event's body carried, if any.
 package history
 
 import (
@@ -75,6 +78,27 @@ type Meta struct {
 	// the agent had delivered what it held.
 	Drained int64  `json:"drained"`
 	Bounds  Bounds `json:"bounds"`
+	// Routes are the agent's routes, in the route file's order; none for a
+	// run without a route file (the checker's route rule then has nothing
+	// to check).
+	Routes []Route `json:"routes,omitempty"`
+}
+
+// DefaultRoute is the name calltap gives a request no route took: it goes
+// to --forward-to.
+const DefaultRoute = "default"
+
+// Route is one route of the agent's route file, as the runner wrote it: the
+// checker works out from these, on its own, where each request belongs.
+type Route struct {
+	Name string `json:"name"`
+	// Events are the event kinds the route takes, each a glob as
+	// path.Match reads it; none means any kind.
+	Events []string `json:"events,omitempty"`
+	// Developer, when set, is the call.variables.developer the route
+	// takes: the event's own, or, when its body has none, the one an
+	// earlier event of its call carried (a call stays together).
+	Developer string `json:"developer,omitempty"`
 }
 
 // Bounds are the availability limits the README states; the checker reports
@@ -96,6 +120,9 @@ type Send struct {
 	// DeliveryID is the payload's id, the same on every retry.
 	DeliveryID string `json:"delivery_id"`
 	Event      string `json:"event"`
+	// Developer is the call.variables.developer of the event's body; empty
+	// when the body has none.
+	Developer string `json:"developer,omitempty"`
 	// Attempt counts the sends of this delivery, from 1.
 	Attempt    int   `json:"attempt"`
 	SentAt     int64 `json:"sent_at"`
@@ -116,6 +143,9 @@ type Copy struct {
 	DeliveryID string `json:"delivery_id"`
 	CallID     string `json:"call_id"`
 	Seq        int    `json:"seq"`
+	// Route names the handler server that got the copy: a route of
+	// Meta.Routes, or DefaultRoute; empty in a run without a route file.
+	Route      string `json:"route,omitempty"`
 	BodySHA256 string `json:"body_sha256"`
 	// Status and AnswerBody are what the handler answered; the body names
 	// the delivery id and a per-copy counter, so that a sender's 2xx body

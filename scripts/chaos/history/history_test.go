@@ -18,7 +18,8 @@ import (
 func TestRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	meta := history.Meta{Seed: 42, Mode: history.ModeTeam, Minutes: 30, Started: 1, Ended: 2, Drained: 3,
-		Bounds: history.Bounds{AnswerMaxMS: 5000, No2xxMaxMS: 10000}}
+		Bounds: history.Bounds{AnswerMaxMS: 5000, No2xxMaxMS: 10000},
+		Routes: []history.Route{{Name: "media", Events: []string{"call.recording_*"}}, {Name: "alice", Developer: "alice"}}}
 	if err := history.WriteMeta(dir, meta); err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.Meta != meta {
+	if !reflect.DeepEqual(h.Meta, meta) {
 		t.Errorf("meta = %+v, want %+v", h.Meta, meta)
 	}
 	if len(h.Sends) != 400 {
