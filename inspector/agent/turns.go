@@ -38,8 +38,8 @@ func (a *Agent) laneFor(route string) *lane {
 	if l == nil {
 		l = &lane{route: route, wake: make(chan struct{}, 1)}
 		a.lanes[route] = l
-		if a.laneCtx != nil && !a.lanesStopped {
-			a.laneLoops.Go(func() { a.turnLoop(a.laneCtx, l) })
+		if ctx := a.laneCtx; ctx != nil && !a.lanesStopped {
+			a.laneLoops.Go(func() { a.turnLoop(ctx, l) })
 		}
 	}
 	return l
@@ -65,7 +65,6 @@ func (a *Agent) stopLanes() {
 	a.lanesMu.Unlock()
 	a.laneLoops.Wait()
 }
-
 
 // lineUp puts x at the end of the turn line; a live one is deferred
 // (answered "queued") before the relay's forward timeout runs out.
