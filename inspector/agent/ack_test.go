@@ -10,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector/agent"
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 )
 
@@ -53,10 +51,8 @@ func TestSlowAlongsideRequestIsAcknowledged(t *testing.T) {
 	defer hs.Close()
 	defer g.open() // a failure lets the held requests go: Close waits for them
 	rl := &slowLog{}
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, Relay: func(c *relay.Config) {
-		c.ForwardTimeout = 2 * time.Second // the handler holds both: the relay gives up on them
-		c.Logger = slog.New(rl)
-	}})
+	st := startStack(t, stackOptions{ForwardTo: hs.URL, ForwardTimeout: 2 * time.Second, // the handler holds both: the relay gives up on them
+		PeerLog: slog.New(rl)})
 	codes := make(chan int, 2)
 	for seq, body := range []string{`{"seq":1,"hold":true}`, `{"seq":2,"hold":true}`} {
 		go func() {
@@ -107,7 +103,7 @@ func TestLargeLiveBodyIsStagedQuietly(t *testing.T) {
 	hs := httptest.NewServer(h)
 	defer hs.Close()
 	warned := &warnings{}
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, Logger: slog.New(warned)})
+	st := startStack(t, stackOptions{ForwardTo: hs.URL, Logger: slog.New(warned)})
 	body := `{"big":"` + strings.Repeat("x", 1<<20) + `"}`
 	send(t, st.TunnelURL+"/hook", body)
 	if err := st.Agent.Flush(context.Background()); err != nil {
