@@ -321,28 +321,43 @@ func (c *peerConn) read(loops *sync.WaitGroup) error {
 		frameconn.PutBuf(buf)
 		switch b[0] {
 		case wire.FrameAck:
-			a, err := wire.DecodeAck(b)
-			if err != nil {
-				return err
-			}
-			c.acked(a.Stream)
+			err = c.onAck(b)
 		case wire.FrameResponse:
-			r, err := wire.DecodeResponse(b)
-			if err != nil {
-				return err
-			}
-			c.mu.Lock()
-			l := c.live[r.Stream]
-			c.mu.Unlock()
-			if l != nil {
-				l.resp <- r
-			}
+			err = c.onResponse(b)
 		case wire.FrameLeave:
 			loops.Go(c.leave) // it waits for a request frame being sent
 		default:
-			return fmt.Errorf("%w: frame type 0x%02x", wire.ErrMalformed, b[0])
+			err = fmt.Errorf("%w: frame type 0x%02x", wire.ErrMalformed, b[0])
+		}
+		if err != nil {
+			return err
 		}
 	}
+}
+
+// onAck takes an Ack frame.
+func (c *peerConn) onAck(b []byte) error {
+	a, err := wire.DecodeAck(b)
+	if err == nil {
+		c.acked(a.Stream)
+	}
+	return err
+}
+
+// onResponse hands a Response frame to the sender waiting for it; a
+// queued request's answer, or one whose sender left, has nobody to go to.
+func (c *peerConn) onResponse(b []byte) error {
+	r, err := wire.DecodeResponse(b)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	l := c.live[r.Stream]
+	c.mu.Unlock()
+	if l != nil {
+		l.resp <- r
+	}
+	return nil
 }
 
 // bytesCopy is b in memory of its own, for a frame whose buffer goes back
