@@ -351,10 +351,7 @@ func (c *peerConn) onResponse(b []byte) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	l := c.live[r.Stream]
-	c.mu.Unlock()
-	if l != nil {
+	if l := c.liveOf(r.Stream); l != nil {
 		l.resp <- r
 	}
 	return nil
@@ -367,18 +364,29 @@ func bytesCopy(b []byte) []byte { return append([]byte(nil), b...) }
 // acked notes the agent's word that it saved the request of stream: a
 // live one's sender may learn it, a queued one leaves the queue.
 func (c *peerConn) acked(stream uint64) {
-	c.mu.Lock()
-	l := c.live[stream]
-	seq, queued := c.sent[stream]
-	delete(c.sent, stream)
-	c.mu.Unlock()
-	if l != nil {
+	if l := c.liveOf(stream); l != nil {
 		l.acked.Store(true)
-	}
-	if queued {
+	} else if seq, ok := c.takeSent(stream); ok {
 		c.p.forget(seq)
-		<-c.window
+		<-c.window // room for the next queued request
 	}
+}
+
+// liveOf is the live request of stream still waiting, or nil.
+func (c *peerConn) liveOf(stream uint64) *peerLive {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.live[stream]
+}
+
+// takeSent is the queue seq of the queued request sent on stream, which
+// it forgets: an ack comes once.
+func (c *peerConn) takeSent(stream uint64) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seq, ok := c.sent[stream]
+	delete(c.sent, stream)
+	return seq, ok
 }
 
 // leave answers an agent's Leave: no request follows the GoAway.

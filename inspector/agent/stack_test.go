@@ -47,6 +47,9 @@ func startStack(t testing.TB, opts stackOptions) *stack {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.NewAgent == nil {
+		opts.NewAgent = agent.New
+	}
 	p := newPeer(t, opts.ForwardTimeout, opts.PeerLog)
 	s := &stack{t: t, opts: opts, dir: t.TempDir(), peer: p, TunnelURL: p.url}
 	t.Cleanup(s.StopAgent)
@@ -63,15 +66,13 @@ func (s *stack) StartAgent() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	// The agent as calltap listen runs it: it resumes what an earlier
+	// run saved but did not send.
 	cfg := agent.Config{Store: db, ForwardTo: s.opts.ForwardTo, Logger: s.opts.Logger, ForwardTimeout: 10 * time.Second, ResumeQueued: true}
 	if s.opts.Agent != nil {
 		s.opts.Agent(&cfg)
 	}
-	newAgent := agent.New
-	if s.opts.NewAgent != nil {
-		newAgent = s.opts.NewAgent
-	}
-	a, err := newAgent(cfg)
+	a, err := s.opts.NewAgent(cfg)
 	if err != nil {
 		s.t.Fatal(err)
 	}
