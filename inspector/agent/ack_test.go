@@ -14,8 +14,9 @@ import (
 	"github.com/calltap/calltap/relay/polltest"
 )
 
-// slowLog keeps whether the relay had the agent's word that a request was
-// saved ("saved") when it gave up waiting for the local handler.
+// slowLog keeps whether the relay (the peer, which logs it as a relay
+// does) had the agent's word that a request was saved ("saved") when it
+// gave up waiting for the local handler.
 type slowLog struct {
 	mu    sync.Mutex
 	saved []bool // guarded by mu
