@@ -5,14 +5,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/cmd/stacktest"
+	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -52,11 +51,8 @@ func TestDamagedStoreAnswersClearly(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h := &handler{}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	s := stacktest.Start(t, stacktest.Options{ForwardTo: srv.URL, Dir: dir})
-	status, env := do(t, "GET", s.InspectorURL+"/api/v1/ext/webhooks/", "")
+	inspectorURL, _ := startInspector(t, dir)
+	status, env := inspectortest.Do(t, "GET", inspectorURL+"/api/v1/ext/webhooks/", "")
 	if status != http.StatusInternalServerError || env.Error == nil || env.Error.Code != "store_damaged" {
 		t.Fatalf("listing a damaged store: %d %+v", status, env)
 	}

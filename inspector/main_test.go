@@ -7,8 +7,7 @@ import (
 )
 
 // TestMain fails the run if any goroutine is left once the tests are over:
-// the agent, the media saver and the inspector's server (with the whole
-// stack stacktest starts) leave none behind.
+// the agent, the media saver and the inspector's server leave none behind.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }

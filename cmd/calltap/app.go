@@ -96,7 +96,7 @@ func (app *agentApp) Open(ctx context.Context) (err error) {
 	// An export masks what senders must present: it is their secret. Kept
 	// only once the directory is this agent's, so a refused second agent
 	// changes nothing in it.
-	if err := recordRequiredHeaders(f.dataDir, app.tunnel.RequireHeaders); err != nil {
+	if err := inspector.RecordRequiredHeaders(f.dataDir, app.tunnel.RequireHeaders); err != nil {
 		return err
 	}
 	if d := app.devRelay; d != nil {

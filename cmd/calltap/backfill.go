@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/calltap/calltap/inspector/agent"
@@ -82,7 +80,7 @@ func cmdBackfill(ctx context.Context, args []string, stdio Stdio) int {
 		json.NewEncoder(stdio.Out).Encode(res)
 		return 0
 	}
-	printBackfill(stdio.Out, res, *since, *forward)
+	res.WriteReport(stdio.Out, *since, *forward)
 	return 0
 }
 
@@ -114,62 +112,5 @@ func checkBackfill(args []string, since time.Duration, forward bool, forwardTo s
 
 // backfillProgress shows a backfill's progress on one status line.
 func backfillProgress(status *statusLine, forward bool) func(agent.BackfillProgress) {
-	return func(p agent.BackfillProgress) {
-		s := fmt.Sprintf("backfill: %d pages walked (%d of %d deliveries)", p.Pages, p.Listed, p.Count)
-		if p.Phase != "listing" {
-			s += fmt.Sprintf(", %d missing, %d fetched, %d imported", p.Missing, p.Fetched, p.Imported)
-			if forward {
-				s += fmt.Sprintf(", %d forwarded", p.Forwarded)
-			}
-		}
-		status.show(s, p.Phase == "done")
-	}
-}
-
-// printBackfill writes what a backfill did for a person.
-func printBackfill(w io.Writer, res agent.BackfillResult, since time.Duration, forward bool) {
-	if len(res.Items) > 0 {
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "DELIVERY\tEVENT\tCALL\tCAPTURE\tRESULT")
-		for _, it := range res.Items {
-			result := "imported"
-			switch {
-			case it.CaptureID == "":
-				result = it.Error
-			case it.ResponseStatus != nil && it.Error == "":
-				result = fmt.Sprintf("imported, handler %d", *it.ResponseStatus)
-			case it.Error != "":
-				result = "imported, handler: " + it.Error
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.DeliveryID, orDash(it.Event), orDash(it.CallID), orDash(it.CaptureID), result)
-		}
-		tw.Flush()
-	}
-	window := "in the whole log"
-	if since > 0 {
-		window = "from the last " + shortDuration(since)
-	}
-	fmt.Fprintf(w, "%d deliveries %s: %d already here, %d imported", res.Listed, window, res.Known, res.Imported)
-	if forward {
-		fmt.Fprintf(w, " (%d forwarded, %d answered 2xx)", res.Forwarded, res.Delivered)
-	}
-	if res.NotSent > 0 {
-		fmt.Fprintf(w, ", %d not sent yet", res.NotSent)
-	}
-	if res.Failed > 0 {
-		fmt.Fprintf(w, ", %d could not be imported", res.Failed)
-	}
-	fmt.Fprintln(w)
-}
-
-// shortDuration writes 2h rather than 2h0m0s.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
+	return func(p agent.BackfillProgress) { status.show(p.Line(forward), p.Phase == "done") }
 }

@@ -93,11 +93,11 @@ func (e *exportCmd) run(ctx context.Context, args []string, stdio Stdio) error {
 		return err
 	}
 	if !e.secrets {
-		required, err := requiredHeaderNames(e.dataDir)
+		mask, err := inspector.ExportMask(e.dataDir, e.masks)
 		if err != nil {
 			return err
 		}
-		o.Mask = maskList(inspector.SecretHeaders(), required, e.masks)
+		o.Mask = mask
 	}
 	return e.write(ctx, db, o, stdio)
 }
@@ -250,65 +250,4 @@ func pathError(path string, err error) error {
 		err = le.Err
 	}
 	return fmt.Errorf("%s: %w", path, err)
-}
-
-// maskList is the header names to mask, each once (case aside), in the
-// order given.
-func maskList(lists ...[]string) []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, l := range lists {
-		for _, name := range l {
-			key := strings.ToLower(name)
-			if !seen[key] {
-				seen[key] = true
-				out = append(out, name)
-			}
-		}
-	}
-	return out
-}
-
-// requiredHeadersFile, in the data directory, lists the names of the
-// headers `listen --require-header` made senders present: their values are
-// the senders' secrets, which an export masks. Names only, one a line.
-const requiredHeadersFile = "required-headers"
-
-// requiredHeaderNames reads requiredHeadersFile; none when it is absent.
-func requiredHeaderNames(dataDir string) ([]string, error) {
-	b, err := os.ReadFile(filepath.Join(dataDir, requiredHeadersFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return strings.Fields(string(b)), nil
-}
-
-// recordRequiredHeaders adds the names of require ("Name: value") to
-// requiredHeadersFile, keeping those of earlier runs: captures of those
-// runs hold their values.
-func recordRequiredHeaders(dataDir string, require []string) error {
-	if len(require) == 0 {
-		return nil
-	}
-	known, err := requiredHeaderNames(dataDir)
-	if err != nil {
-		return err
-	}
-	var names []string
-	for _, r := range require {
-		if name, _, ok := strings.Cut(r, ":"); ok && strings.TrimSpace(name) != "" {
-			names = append(names, strings.TrimSpace(name))
-		}
-	}
-	all := maskList(known, names)
-	if len(all) == len(known) {
-		return nil
-	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dataDir, requiredHeadersFile), []byte(strings.Join(all, "\n")+"\n"), 0o600)
 }

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/calltap/calltap/inspector/voice/service"
@@ -39,55 +36,11 @@ func (f *serviceFlags) register(fs *flagSet) {
 	fs.StringVar(&f.config, "config", "", "config `file` (default $XDG_CONFIG_HOME/calltap/config or ~/.config/calltap/config)")
 }
 
-// errConfig marks a missing or broken setting: a usage error.
-var errConfig = errors.New("config")
-
-type configError struct{ msg string }
-
-func (e *configError) Error() string   { return e.msg }
-func (e *configError) Is(t error) bool { return t == errConfig }
-
 // client builds the service client from the flags, the environment and
 // the config file. Warnings (a config file others can read) go to stdio.Err.
 func (f *serviceFlags) client(stdio Stdio, cmd string) (*service.Client, error) {
-	path, explicit := f.config, f.config != ""
-	if !explicit {
-		path = service.DefaultConfigPath()
-	}
-	file, err := service.ReadConfig(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist) && !explicit:
-		file = map[string]string{}
-	case err != nil:
-		return nil, &configError{err.Error()}
-	}
-	base := f.baseURL
-	if base == "" {
-		base = os.Getenv("CALLTAP_BASE_URL")
-	}
-	if base == "" {
-		base = file["base_url"]
-	}
-	if base == "" {
-		return nil, &configError{"no base URL: give --base-url, set CALLTAP_BASE_URL or base_url in " + path}
-	}
-	key := os.Getenv("CALLTAP_API_KEY")
-	if key == "" {
-		key = file["api_key"]
-		if key != "" {
-			if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
-				fmt.Fprintf(stdio.Err, "calltap %s: warning: %s holds an API key and others can read it; chmod 600 it\n", cmd, path)
-			}
-		}
-	}
-	if key == "" {
-		return nil, &configError{"no API key: set CALLTAP_API_KEY or api_key in " + path}
-	}
-	c, err := service.New(base, key, service.WithUserAgent("calltap/"+version))
-	if err != nil {
-		return nil, &configError{err.Error()}
-	}
-	return c, nil
+	warn := func(w string) { fmt.Fprintf(stdio.Err, "calltap %s: warning: %s\n", cmd, w) }
+	return service.Open(service.Settings{BaseURL: f.baseURL, ConfigFile: f.config, Warn: warn}, service.WithUserAgent("calltap/"+version))
 }
 
 func cmdService(ctx context.Context, args []string, stdio Stdio) int {
@@ -122,7 +75,7 @@ Run 'calltap service <command> -h' for its flags.
 // serviceFail prints a configuration problem as a usage error and anything
 // else as a failure, one line each.
 func serviceFail(stdio Stdio, cmd string, err error) int {
-	if errors.Is(err, errConfig) {
+	if errors.Is(err, service.ErrNotConfigured) {
 		return usageError(stdio, cmd, "%v", err)
 	}
 	if errors.Is(err, context.Canceled) {
@@ -178,21 +131,7 @@ func cmdServiceDeliveries(ctx context.Context, args []string, stdio Stdio) int {
 		}{len(ds), ds})
 		return 0
 	}
-	tw := tabwriter.NewWriter(stdio.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tCREATED\tEVENT\tCALL\tSTATUS\tATTEMPTS\tRESPONSE")
-	for _, d := range ds {
-		created := "-"
-		if !d.CreatedAt.IsZero() {
-			created = d.CreatedAt.Local().Format(time.DateTime)
-		}
-		resp := "-"
-		if d.ResponseStatus != nil {
-			resp = fmt.Sprint(*d.ResponseStatus)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", d.ID, created, orDash(d.Event), orDash(d.CallID), orDash(d.Status), d.Attempts, d.MaxAttempts, resp)
-	}
-	tw.Flush()
-	fmt.Fprintf(stdio.Out, "%d deliveries\n", len(ds))
+	service.WriteDeliveries(stdio.Out, ds)
 	return 0
 }
 
@@ -232,32 +171,9 @@ func cmdServiceDelivery(ctx context.Context, args []string, stdio Stdio) int {
 	case *asJSON:
 		json.NewEncoder(stdio.Out).Encode(d)
 	default:
-		printDelivery(stdio.Out, d)
+		service.WriteDelivery(stdio.Out, d)
 	}
 	return 0
-}
-
-// printDelivery writes a delivery record for a person, its payload aside.
-func printDelivery(w io.Writer, d *service.Delivery) {
-	resp := "no answer"
-	if d.ResponseStatus != nil {
-		resp = fmt.Sprint(*d.ResponseStatus)
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "id\t%s\nevent\t%s\ncall\t%s\nurl\t%s\nstatus\t%s after %d of %d attempts\nresponse\t%s\n",
-		d.ID, orDash(d.Event), orDash(d.CallID), d.URL, orDash(d.Status), d.Attempts, d.MaxAttempts, resp)
-	if d.Error != "" {
-		fmt.Fprintf(tw, "error\t%s\n", d.Error)
-	}
-	for _, a := range d.AttemptLog {
-		st := "-"
-		if a.ResponseStatus != nil {
-			st = fmt.Sprint(*a.ResponseStatus)
-		}
-		fmt.Fprintf(tw, "attempt %d\t%s  %s  %s\n", a.N, a.At.Local().Format("2006-01-02 15:04:05.000"), st, a.Error)
-	}
-	fmt.Fprintf(tw, "payload\t%d bytes (--payload prints them)\n", len(d.Payload))
-	tw.Flush()
 }
 
 func cmdServiceReplay(ctx context.Context, args []string, stdio Stdio) int {

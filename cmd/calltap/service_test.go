@@ -229,11 +229,3 @@ func TestServiceCommandsAgainstTheEmulator(t *testing.T) {
 		t.Errorf("readable config: %d %q", code, stderr)
 	}
 }
-
-func TestShortDuration(t *testing.T) {
-	for d, want := range map[time.Duration]string{2 * time.Hour: "2h", 90 * time.Minute: "1h30m", 30 * time.Second: "30s", 5 * time.Minute: "5m"} {
-		if got := shortDuration(d); got != want {
-			t.Errorf("shortDuration(%s) = %q, want %q", d, got, want)
-		}
-	}
-}

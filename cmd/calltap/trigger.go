@@ -6,16 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/calltap/calltap/inspector"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/inspector/voice/trigger"
-	"github.com/calltap/calltap/storage"
-	"github.com/calltap/calltap/storage/agentdb"
 )
 
 func cmdTrigger(ctx context.Context, args []string, stdio Stdio) int {
@@ -60,7 +56,7 @@ func cmdTrigger(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	o.Spec.CallID, o.Spec.MediaBaseURL = *callID, *mediaBase
 	if *contactFile != "" {
-		c, err := readContact(*contactFile)
+		c, err := callevent.ReadContactFile(*contactFile)
 		if err != nil {
 			return fail(stdio, "trigger", err)
 		}
@@ -80,7 +76,7 @@ func cmdTrigger(ctx context.Context, args []string, stdio Stdio) int {
 		enc.SetIndent("", "  ")
 		enc.Encode(res)
 	} else {
-		printDeliveries(stdio.Out, o.URL, res)
+		res.WriteTable(stdio.Out, o.URL)
 	}
 	if n := res.Failed(); n > 0 {
 		fmt.Fprintf(stdio.Err, "calltap trigger: %d of %d deliveries got no 2xx\n", n, len(res.Deliveries))
@@ -89,58 +85,14 @@ func cmdTrigger(ctx context.Context, args []string, stdio Stdio) int {
 	return 0
 }
 
-// readContact reads a contact object, keeping fields it does not know.
-func readContact(path string) (callevent.Contact, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return callevent.Contact{}, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 1<<20+1))
-	if err != nil {
-		return callevent.Contact{}, err
-	}
-	if len(b) > 1<<20 {
-		return callevent.Contact{}, fmt.Errorf("%s: larger than 1 MiB", path)
-	}
-	var c callevent.Contact
-	if err := json.Unmarshal(b, &c); err != nil {
-		return callevent.Contact{}, fmt.Errorf("%s: want a JSON object with the contact's fields: %v", path, err)
-	}
-	return c, nil
-}
-
-func printDeliveries(w io.Writer, url string, res trigger.Result) {
-	fmt.Fprintf(w, "call %s -> %s\n", res.CallID, url)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "EVENT\tDELIVERY ID\tCAPTURE ID\tSTATUS\tDURATION\tNOTE")
-	for _, d := range res.Deliveries {
-		status := "-"
-		if d.Status > 0 {
-			status = fmt.Sprint(d.Status)
-		}
-		note := d.Error
-		if d.Copy > 1 {
-			note = strings.TrimSpace("duplicate " + note)
-		}
-		capture := d.CaptureID
-		if capture == "" {
-			capture = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f ms\t%s\n", d.Event, d.DeliveryID, capture, status, d.DurationMS, note)
-	}
-	tw.Flush()
-}
-
 // captureWait bounds how long trigger looks for the captures of accepted
 // deliveries: an agent records a capture just after its answer, and a
 // target that is not this store's agent leaves them missing for good.
 const captureWait = 500 * time.Millisecond
 
-// findCaptures sets the CaptureID of every accepted delivery whose capture
-// is in the store in dataDir, so that what trigger prints can be pasted
-// into replay, keep or delete. The Nth copy of a delivery (--duplicate) is
-// the Nth capture of its delivery id, replays aside. No store, no ids.
+// findCaptures sets the capture ids of res's deliveries from the store in
+// dataDir (inspector.FindTriggerCaptures), so that what trigger prints
+// can be pasted into replay, keep or delete. No store, no ids.
 func findCaptures(ctx context.Context, dataDir string, res *trigger.Result) {
 	// Read-only, and quiet: a column of ids is not worth a line about what
 	// the store lacks.
@@ -149,40 +101,5 @@ func findCaptures(ctx context.Context, dataDir string, res *trigger.Result) {
 		return
 	}
 	defer db.Close()
-	deadline := time.Now().Add(captureWait)
-	for {
-		missing := 0
-		for i := range res.Deliveries {
-			d := &res.Deliveries[i]
-			if d.CaptureID != "" || !d.OK() {
-				continue
-			}
-			if d.CaptureID = nthCapture(ctx, db, d.DeliveryID, d.Copy); d.CaptureID == "" {
-				missing++
-			}
-		}
-		if missing == 0 || time.Now().After(deadline) || ctx.Err() != nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// nthCapture is the id of the nth (from 1) capture of a delivery, oldest
-// first and replays aside; "" when there is none.
-func nthCapture(ctx context.Context, db *agentdb.AgentStore, deliveryID string, n int) string {
-	cs, _, err := db.Captures(ctx, agentdb.CaptureFilter{DeliveryID: deliveryID, Page: storage.Page{Limit: 20}})
-	if err != nil {
-		return ""
-	}
-	slices.Reverse(cs)
-	for _, c := range cs {
-		if c.ReplayOf != "" {
-			continue
-		}
-		if n--; n <= 0 {
-			return c.ID
-		}
-	}
-	return ""
+	inspector.FindTriggerCaptures(ctx, db, res, captureWait)
 }

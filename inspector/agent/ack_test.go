@@ -10,14 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector/agent"
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 )
 
-// slowLog keeps whether the relay had the agent's word that a request was
-// saved ("saved") when it gave up waiting for the local handler.
+// slowLog keeps whether the relay (the peer, which logs it as a relay
+// does) had the agent's word that a request was saved ("saved") when it
+// gave up waiting for the local handler.
 type slowLog struct {
 	mu    sync.Mutex
 	saved []bool // guarded by mu
@@ -53,10 +52,8 @@ func TestSlowAlongsideRequestIsAcknowledged(t *testing.T) {
 	defer hs.Close()
 	defer g.open() // a failure lets the held requests go: Close waits for them
 	rl := &slowLog{}
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, Relay: func(c *relay.Config) {
-		c.ForwardTimeout = 2 * time.Second // the handler holds both: the relay gives up on them
-		c.Logger = slog.New(rl)
-	}})
+	st := startStack(t, stackOptions{ForwardTo: hs.URL, ForwardTimeout: 2 * time.Second, // the handler holds both: the relay gives up on them
+		PeerLog: slog.New(rl)})
 	codes := make(chan int, 2)
 	for seq, body := range []string{`{"seq":1,"hold":true}`, `{"seq":2,"hold":true}`} {
 		go func() {
@@ -107,7 +104,7 @@ func TestLargeLiveBodyIsStagedQuietly(t *testing.T) {
 	hs := httptest.NewServer(h)
 	defer hs.Close()
 	warned := &warnings{}
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, Logger: slog.New(warned)})
+	st := startStack(t, stackOptions{ForwardTo: hs.URL, Logger: slog.New(warned)})
 	body := `{"big":"` + strings.Repeat("x", 1<<20) + `"}`
 	send(t, st.TunnelURL+"/hook", body)
 	if err := st.Agent.Flush(context.Background()); err != nil {

@@ -1,6 +1,9 @@
 package agent
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestDeliveryURI(t *testing.T) {
 	for _, c := range []struct{ url, public, want string }{
@@ -18,6 +21,14 @@ func TestDeliveryURI(t *testing.T) {
 	} {
 		if got := deliveryURI(c.url, c.public); got != c.want {
 			t.Errorf("deliveryURI(%q, %q) = %q, want %q", c.url, c.public, got, c.want)
+		}
+	}
+}
+
+func TestShortDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{2 * time.Hour: "2h", 90 * time.Minute: "1h30m", 30 * time.Second: "30s", 5 * time.Minute: "5m"} {
+		if got := shortDuration(d); got != want {
+			t.Errorf("shortDuration(%s) = %q, want %q", d, got, want)
 		}
 	}
 }

@@ -16,7 +16,7 @@ func (f WriteCapturesFunc) LogCaptures(ctx context.Context, inserts, updates []*
 }
 
 // NewWritingThrough is New, the agent committing its captures through f
-// instead of cfg.Store (for stacktest.Options.NewAgent).
+// instead of cfg.Store (for stackOptions.NewAgent).
 func NewWritingThrough(cfg Config, f WriteCapturesFunc) (*Agent, error) {
 	a, err := New(cfg)
 	if err != nil {

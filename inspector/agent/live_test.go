@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
@@ -37,7 +36,7 @@ func TestLoneRequestReachesHandlerBeforeItsCommit(t *testing.T) {
 	}))
 	defer hs.Close()
 	var waitedOut atomic.Int32
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
+	st := startStack(t, stackOptions{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
 		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error) {
 			for range inserts {
@@ -77,7 +76,7 @@ func TestLoneRequestToDeadHandlerIsSaved(t *testing.T) {
 	hs := httptest.NewServer(http.NotFoundHandler())
 	dead := hs.URL
 	hs.Close()
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: dead})
+	st := startStack(t, stackOptions{ForwardTo: dead})
 	resp, err := http.Post(st.TunnelURL+"/hook", "application/json", strings.NewReader(`{"dead":true}`))
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +108,7 @@ func TestLastAnswerIsRecordedUnprompted(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	}))
 	defer hs.Close()
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
+	st := startStack(t, stackOptions{ForwardTo: hs.URL})
 	for i := range 3 {
 		resp, err := http.Post(st.TunnelURL+"/hook", "application/json", strings.NewReader(`{}`))
 		if err != nil {
@@ -164,7 +163,7 @@ func TestCrowdAnswersAfterCommitEitherWay(t *testing.T) {
 		}
 	}))
 	defer hs.Close()
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
+	st := startStack(t, stackOptions{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
 		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error) {
 			for _, c := range inserts {
@@ -239,7 +238,7 @@ func TestAnswerOfFailedCommitIsRecordedLater(t *testing.T) {
 	}))
 	defer hs.Close()
 	full.Store(true)
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
+	st := startStack(t, stackOptions{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
 		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error) {
 			if full.Load() && len(updates) > 0 {

@@ -14,9 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector/agent"
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
@@ -87,7 +85,7 @@ func TestQueuedRequestsRecoverFromFailedSaves(t *testing.T) {
 		h.ServeHTTP(w, r)
 	}))
 	defer hs.Close()
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: disk.newAgent})
+	st := startStack(t, stackOptions{ForwardTo: hs.URL, NewAgent: disk.newAgent})
 	st.StopAgent()
 	const queued = 200
 	for i := 0; i < queued; i++ {
@@ -133,9 +131,8 @@ func TestQueuedRequestsRecoverFromFailedSaves(t *testing.T) {
 	st.StartAgent()
 	send(t, st.TunnelURL+"/hook", fmt.Sprintf(`{"seq":%d}`, queued+3))
 	checkSeqs(t, h, queued+4)
-	stats, _ := st.RelayDB.QueueStatsByTunnel(context.Background())
-	if stats[st.TunnelID].Count != 0 {
-		t.Errorf("relay still holds %d", stats[st.TunnelID].Count)
+	if n := st.peer.held(); n != 0 {
+		t.Errorf("relay still holds %d", n)
 	}
 }
 
@@ -186,8 +183,7 @@ func TestFullDiskRefusesBeforeTheHandler(t *testing.T) {
 	h := &stampHandler{seen: map[string]int{}}
 	hs := httptest.NewServer(h)
 	defer hs.Close()
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: disk.newAgent,
-		Relay: func(c *relay.Config) { c.NoRateLimit = true }})
+	st := startStack(t, stackOptions{ForwardTo: hs.URL, NewAgent: disk.newAgent})
 	var (
 		mu      sync.Mutex
 		refused []string // the bodies of the answers that were not 200
@@ -274,7 +270,7 @@ func TestFullDiskRefusesBeforeTheHandler(t *testing.T) {
 // answer-unknown, each says what its sender got.
 func TestStopOnFullDiskKeepsTheAnswers(t *testing.T) {
 	var full atomic.Bool
-	var st *stacktest.Stack
+	var st *stack
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		// The disk fills while the handler works, once the request is saved.
@@ -288,7 +284,7 @@ func TestStopOnFullDiskKeepsTheAnswers(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	}))
 	defer hs.Close()
-	st = stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
+	st = startStack(t, stackOptions{ForwardTo: hs.URL, NewAgent: func(c agent.Config) (*agent.Agent, error) {
 		store := c.Store
 		return agent.NewWritingThrough(c, func(ctx context.Context, inserts, updates []*agentdb.Capture) ([]agentdb.Written, error) {
 			if full.Load() {
@@ -338,7 +334,7 @@ func TestRefusalSaysWhetherTheHandlerMayHaveIt(t *testing.T) {
 			h := &stampHandler{seen: map[string]int{}}
 			hs := httptest.NewServer(h)
 			defer hs.Close()
-			st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: disk.newAgent})
+			st := startStack(t, stackOptions{ForwardTo: hs.URL, NewAgent: disk.newAgent})
 			body := fmt.Sprintf(`{"seq":1,"pad":"%s"}`, pad)
 			seen := func() int { h.mu.Lock(); defer h.mu.Unlock(); return h.seen[body] }
 

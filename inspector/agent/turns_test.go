@@ -14,9 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector/agent"
-	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
@@ -87,7 +85,7 @@ func post(t *testing.T, url, body string) (int, string) {
 
 // queueWhileAway stops the agent, posts bodies (the relay answers 202 and
 // queues them) and starts the agent again.
-func queueWhileAway(t *testing.T, st *stacktest.Stack, bodies ...string) {
+func queueWhileAway(t *testing.T, st *stack, bodies ...string) {
 	t.Helper()
 	st.StopAgent()
 	for _, b := range bodies {
@@ -99,7 +97,7 @@ func queueWhileAway(t *testing.T, st *stacktest.Stack, bodies ...string) {
 }
 
 // captureOf finds the capture whose body is body.
-func captureOf(t *testing.T, st *stacktest.Stack, body string) *agentdb.Capture {
+func captureOf(t *testing.T, st *stack, body string) *agentdb.Capture {
 	t.Helper()
 	caps, _, err := st.AgentDB.Captures(context.Background(), agentdb.CaptureFilter{Page: storage.Page{Limit: 100}})
 	if err != nil {
@@ -125,7 +123,7 @@ func TestLiveRequestWaitsItsTurn(t *testing.T) {
 	g := newGate()
 	hs := httptest.NewServer(g)
 	defer hs.Close()
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
+	st := startStack(t, stackOptions{ForwardTo: hs.URL})
 	queueWhileAway(t, st, `{"seq":0,"hold":true}`)
 	g.arrived(t, 0)
 	answered := make(chan string, 1)
@@ -168,8 +166,8 @@ func TestLiveRequestInTurnIsDeferred(t *testing.T) {
 	g := newGate()
 	hs := httptest.NewServer(g)
 	defer hs.Close()
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL,
-		Relay: func(c *relay.Config) { c.ForwardTimeout = 2 * time.Second }})
+	st := startStack(t, stackOptions{ForwardTo: hs.URL,
+		ForwardTimeout: 2 * time.Second})
 	queueWhileAway(t, st, `{"seq":0,"hold":true}`)
 	g.arrived(t, 0)
 	start := time.Now()
@@ -204,7 +202,7 @@ func TestDrainDefersLiveRequestsInTheLine(t *testing.T) {
 	hs := httptest.NewServer(g)
 	defer hs.Close()
 	defer g.open() // a failure lets the held request go: Close waits for it
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
+	st := startStack(t, stackOptions{ForwardTo: hs.URL})
 	queueWhileAway(t, st, `{"seq":0,"hold":true}`)
 	g.arrived(t, 0)
 	waiting := make(chan int, 1)
@@ -267,7 +265,7 @@ func TestQueuedTurnKeptWhileItCannotBeRead(t *testing.T) {
 			return store.Capture(ctx, id)
 		})
 	}
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: newAgent})
+	st := startStack(t, stackOptions{ForwardTo: hs.URL, NewAgent: newAgent})
 	queueWhileAway(t, st, `{"seq":0}`)
 	<-fails // its turn came, and the read failed
 	answered := make(chan string, 1)
@@ -311,9 +309,9 @@ func TestDrainAnswersALateArrivalAtOnce(t *testing.T) {
 	hs := httptest.NewServer(g)
 	defer hs.Close()
 	defer g.open() // a failure lets the held request go: Close waits for it
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL,
-		Relay: func(c *relay.Config) { c.ForwardTimeout = 10 * time.Minute },
-		Agent: func(c *agent.Config) { c.ForwardTimeout = 10 * time.Minute }}) // the held request's too
+	st := startStack(t, stackOptions{ForwardTo: hs.URL,
+		ForwardTimeout: 10 * time.Minute,
+		Agent:          func(c *agent.Config) { c.ForwardTimeout = 10 * time.Minute }}) // the held request's too
 	queueWhileAway(t, st, `{"seq":0,"hold":true}`)
 	g.arrived(t, 0)
 	st.Agent.Drain()
@@ -340,7 +338,7 @@ func TestLiveRequestsRunAlongsideOnceTheLineHasRun(t *testing.T) {
 	hs := httptest.NewServer(g)
 	defer hs.Close()
 	defer g.open() // a failure lets the held request go: Close waits for it
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
+	st := startStack(t, stackOptions{ForwardTo: hs.URL})
 	queueWhileAway(t, st, `{"seq":0}`)
 	g.arrived(t, 0)
 	polltest.Until(t, 10*time.Second, func() bool { return agent.WaitingTurns(st.Agent) == 0 }, "the turn line to empty once its one request was sent")
@@ -411,7 +409,7 @@ func TestUnreadableTurnLoggedOnce(t *testing.T) {
 		})
 	}
 	logged := &counted{prefix: "reading a saved request back"}
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL, NewAgent: newAgent,
+	st := startStack(t, stackOptions{ForwardTo: hs.URL, NewAgent: newAgent,
 		Agent: func(c *agent.Config) { c.Logger = slog.New(logged) }})
 	queueWhileAway(t, st, `{"seq":0}`)
 	for i := range 3 {

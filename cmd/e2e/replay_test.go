@@ -1,4 +1,4 @@
-package inspector_test
+package e2e_test
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/cmd/stacktest"
+	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay/polltest"
 )
@@ -44,7 +45,7 @@ func TestReplayWithServiceRetrySchedule(t *testing.T) {
 	defer hs.Close()
 	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
 	send(t, st.TunnelURL, event("call.ended", "c-9", 9))
-	_, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/", "")
+	_, env := inspectortest.Do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/", "")
 	var p page
 	json.Unmarshal(env.Data, &p)
 	orig := p.Results[0].ID
@@ -65,7 +66,7 @@ func TestReplayWithServiceRetrySchedule(t *testing.T) {
 			ts := httptest.NewServer(target)
 			defer ts.Close()
 			// Scale 0.001: the 42-minute schedule takes 2.5 seconds.
-			code, env := do(t, "POST", st.InspectorURL+"/api/v1/ext/webhooks/replay/",
+			code, env := inspectortest.Do(t, "POST", st.InspectorURL+"/api/v1/ext/webhooks/replay/",
 				fmt.Sprintf(`{"id":%q,"to":%q,"retry":"service","time_scale":0.001}`, orig, ts.URL))
 			var rr struct {
 				ID     string `json:"id"`
@@ -85,7 +86,7 @@ func TestReplayWithServiceRetrySchedule(t *testing.T) {
 				} `json:"attempt_log"`
 			}
 			polltest.Until(t, 10*time.Second, func() bool {
-				_, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/"+rr.ID+"/", "")
+				_, env := inspectortest.Do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/"+rr.ID+"/", "")
 				json.Unmarshal(env.Data, &d)
 				return d.Status != "pending" && len(d.AttemptLog) == d.Attempts
 			}, "the replay did not finish")

@@ -1,4 +1,4 @@
-package inspector_test
+package e2e_test
 
 import (
 	"encoding/json"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay/polltest"
 )
@@ -70,7 +71,7 @@ func TestMediaSavedAndReplayRewritten(t *testing.T) {
 		} `json:"media_files"`
 	}
 	polltest.Until(t, 10*time.Second, func() bool {
-		_, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/calls/"+callID+"/", "")
+		_, env := inspectortest.Do(t, "GET", st.InspectorURL+"/api/v1/ext/calls/"+callID+"/", "")
 		json.Unmarshal(env.Data, &detail)
 		saved := 0
 		for _, f := range detail.MediaFiles {
@@ -101,10 +102,10 @@ func TestMediaSavedAndReplayRewritten(t *testing.T) {
 
 	// The links expire; a replay of analysis_completed points at the copies.
 	expired.Store(true)
-	_, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/?event=call.analysis_completed", "")
+	_, env := inspectortest.Do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/?event=call.analysis_completed", "")
 	var p page
 	json.Unmarshal(env.Data, &p)
-	code, _ := do(t, "POST", st.InspectorURL+"/api/v1/ext/webhooks/replay/", fmt.Sprintf(`{"id":%q}`, p.Results[0].ID))
+	code, _ := inspectortest.Do(t, "POST", st.InspectorURL+"/api/v1/ext/webhooks/replay/", fmt.Sprintf(`{"id":%q}`, p.Results[0].ID))
 	body, _ := h.last()
 	if code != 200 || body == analysisBody || !strings.Contains(body, st.InspectorURL+"/api/v1/ext/media/") || strings.Contains(body, media.URL) {
 		t.Fatalf("replayed body does not point at the saved copies: %s", body)

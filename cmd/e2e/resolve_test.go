@@ -1,4 +1,4 @@
-package inspector_test
+package e2e_test
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/calltap/calltap/cmd/stacktest"
+	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
 )
@@ -35,7 +36,7 @@ func TestAPITakesAnyID(t *testing.T) {
 		t.Fatalf("the second copy is not a duplicate of the first: %+v", dup)
 	}
 
-	code, env := do(t, "POST", api+"/webhooks/replay/", fmt.Sprintf(`{"id":%q}`, delivery), "Content-Type", "application/json")
+	code, env := inspectortest.Do(t, "POST", api+"/webhooks/replay/", fmt.Sprintf(`{"id":%q}`, delivery), "Content-Type", "application/json")
 	if code != 200 {
 		t.Fatalf("replay by delivery id: %d %+v", code, env.Error)
 	}
@@ -46,17 +47,17 @@ func TestAPITakesAnyID(t *testing.T) {
 	if c, err := st.AgentDB.Capture(t.Context(), replayed.ID); err != nil || c.ReplayOf != orig.ID {
 		t.Errorf("replay by delivery id: %v; want a replay of the original %s (%s)", err, orig.ID, env.Data)
 	}
-	if code, env := do(t, "PUT", api+"/webhooks/"+dup.ID[:20]+"/keep", `{"keep":true}`, "Content-Type", "application/json"); code != 200 {
+	if code, env := inspectortest.Do(t, "PUT", api+"/webhooks/"+dup.ID[:20]+"/keep", `{"keep":true}`, "Content-Type", "application/json"); code != 200 {
 		t.Fatalf("keep by prefix: %d %+v", code, env.Error)
 	}
 	if c, err := st.AgentDB.Capture(t.Context(), dup.ID); err != nil || !c.Keep {
 		t.Fatalf("keep by prefix did not keep %s: %v", dup.ID, err)
 	}
-	code, env = do(t, "DELETE", api+"/webhooks/"+orig.ID[:4]+"/", "")
+	code, env = inspectortest.Do(t, "DELETE", api+"/webhooks/"+orig.ID[:4]+"/", "")
 	if code != 409 || env.Error == nil || env.Error.Code != "ambiguous_id" || !strings.Contains(env.Error.Message, orig.ID) || !strings.Contains(env.Error.Message, dup.ID) {
 		t.Fatalf("an ambiguous prefix: %d %+v, want 409 listing both", code, env.Error)
 	}
-	if code, env := do(t, "DELETE", api+"/webhooks/"+delivery+"/", ""); code != 200 {
+	if code, env := inspectortest.Do(t, "DELETE", api+"/webhooks/"+delivery+"/", ""); code != 200 {
 		t.Fatalf("delete by delivery id: %d %+v", code, env.Error)
 	}
 	left, _, err := st.AgentDB.Captures(t.Context(), agentdb.CaptureFilter{DeliveryID: delivery, Page: storage.Page{Limit: 10}})

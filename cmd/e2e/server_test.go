@@ -1,34 +1,21 @@
-package inspector_test
+package e2e_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/calltap/calltap/cmd/stacktest"
-	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 )
-
-type envelope struct {
-	Status  bool            `json:"status"`
-	Message string          `json:"message"`
-	Data    json.RawMessage `json:"data"`
-	Error   *struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
 
 type page struct {
 	Count   int `json:"count"`
@@ -41,35 +28,6 @@ type page struct {
 		ReplayOf string `json:"replay_of"`
 		Path     string `json:"path"`
 	} `json:"results"`
-}
-
-func do(t *testing.T, method, url, body string, hdr ...string) (int, envelope) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		if hdr[i] == "Host" {
-			req.Host = hdr[i+1]
-			continue
-		}
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var env envelope
-	if err := json.Unmarshal(b, &env); err != nil {
-		t.Fatalf("%s %s: not JSON: %s", method, url, b)
-	}
-	if env.Status != (env.Error == nil) {
-		t.Fatalf("%s %s: envelope status/error disagree: %s", method, url, b)
-	}
-	return resp.StatusCode, env
 }
 
 func event(kind, callID string, i int) string {
@@ -131,13 +89,13 @@ func TestPagingRules(t *testing.T) {
 	}
 	api := st.InspectorURL + "/api/v1/ext/webhooks/"
 
-	code, env := do(t, "GET", api+"?limit=500", "")
+	code, env := inspectortest.Do(t, "GET", api+"?limit=500", "")
 	var p page
 	json.Unmarshal(env.Data, &p)
 	if code != 200 || p.Limit != 200 || len(p.Results) != 200 || p.Count != n {
 		t.Fatalf("limit=500: code %d limit %d results %d count %d", code, p.Limit, len(p.Results), p.Count)
 	}
-	_, env = do(t, "GET", api, "")
+	_, env = inspectortest.Do(t, "GET", api, "")
 	json.Unmarshal(env.Data, &p)
 	if p.Limit != 50 || len(p.Results) != 50 {
 		t.Errorf("default page: limit %d, %d results", p.Limit, len(p.Results))
@@ -145,7 +103,7 @@ func TestPagingRules(t *testing.T) {
 	// Walk as section 4.7 says: offset grows by the limit received until it reaches count.
 	seen := map[string]bool{}
 	for offset := 0; ; {
-		_, env := do(t, "GET", fmt.Sprintf("%s?limit=70&offset=%d", api, offset), "")
+		_, env := inspectortest.Do(t, "GET", fmt.Sprintf("%s?limit=70&offset=%d", api, offset), "")
 		var p page
 		json.Unmarshal(env.Data, &p)
 		if p.Offset != offset || p.Count != n {
@@ -166,13 +124,13 @@ func TestPagingRules(t *testing.T) {
 		t.Errorf("walk saw %d of %d", len(seen), n)
 	}
 	for _, bad := range []string{"limit=-1", "limit=abc", "offset=-5", "offset=1.5"} {
-		code, env := do(t, "GET", api+"?"+bad, "")
+		code, env := inspectortest.Do(t, "GET", api+"?"+bad, "")
 		if code != 400 || env.Error.Code != "invalid_request" {
 			t.Errorf("%s: %d %+v", bad, code, env.Error)
 		}
 	}
 	// Filters narrow, and count follows the filter.
-	_, env = do(t, "GET", api+"?event=call.ended&call_id=call-3", "")
+	_, env = inspectortest.Do(t, "GET", api+"?event=call.ended&call_id=call-3", "")
 	json.Unmarshal(env.Data, &p)
 	if p.Count != 23 {
 		t.Errorf("event+call_id filter: count %d, want 23", p.Count)
@@ -194,12 +152,12 @@ func TestDetailReplayAndHistory(t *testing.T) {
 	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL + "/hooks"})
 	send(t, st.TunnelURL+"/voice?x=1", event("call.ended", "c-1", 1))
 
-	_, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/", "")
+	_, env := inspectortest.Do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/", "")
 	var p page
 	json.Unmarshal(env.Data, &p)
 	id := p.Results[0].ID
 
-	code, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/"+id+"/", "")
+	code, env := inspectortest.Do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/"+id+"/", "")
 	var d struct {
 		ID             string          `json:"id"`
 		Event          string          `json:"event"`
@@ -219,18 +177,18 @@ func TestDetailReplayAndHistory(t *testing.T) {
 		t.Fatalf("detail: %d %+v", code, d)
 	}
 
-	if code, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/nope/", ""); code != 404 || env.Error.Code != "not_found" {
+	if code, env := inspectortest.Do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/nope/", ""); code != 404 || env.Error.Code != "not_found" {
 		t.Errorf("unknown id: %d", code)
 	}
 	replay := st.InspectorURL + "/api/v1/ext/webhooks/replay/"
-	if code, env := do(t, "POST", replay, `{"id":"nope"}`); code != 404 || env.Error.Code != "not_found" {
+	if code, env := inspectortest.Do(t, "POST", replay, `{"id":"nope"}`); code != 404 || env.Error.Code != "not_found" {
 		t.Errorf("replay unknown id: %d", code)
 	}
-	if code, env := do(t, "POST", replay, `not json`); code != 400 || env.Error.Code != "invalid_request" {
+	if code, env := inspectortest.Do(t, "POST", replay, `not json`); code != 400 || env.Error.Code != "invalid_request" {
 		t.Errorf("replay bad body: %d", code)
 	}
 
-	code, env = do(t, "POST", replay, fmt.Sprintf(`{"id":%q}`, id))
+	code, env = inspectortest.Do(t, "POST", replay, fmt.Sprintf(`{"id":%q}`, id))
 	var rr struct {
 		ID     string `json:"id"`
 		Status string `json:"status"`
@@ -243,7 +201,7 @@ func TestDetailReplayAndHistory(t *testing.T) {
 	if body, path := h.last(); h.count() != 2 || body != event("call.ended", "c-1", 1) || path != "/hooks/voice?x=1" {
 		t.Errorf("replay reached the handler as %s %s", path, body)
 	}
-	code, env = do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/"+rr.ID+"/", "")
+	code, env = inspectortest.Do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/"+rr.ID+"/", "")
 	var rd struct {
 		ReplayOf    string `json:"replay_of"`
 		Source      string `json:"source"`
@@ -255,7 +213,7 @@ func TestDetailReplayAndHistory(t *testing.T) {
 	}
 
 	// Edited, to another URL.
-	code, _ = do(t, "POST", replay, fmt.Sprintf(`{"id":%q,"to":%q,"body":"{\"edited\":true}","method":"PUT"}`, id, os.URL+"/elsewhere"))
+	code, _ = inspectortest.Do(t, "POST", replay, fmt.Sprintf(`{"id":%q,"to":%q,"body":"{\"edited\":true}","method":"PUT"}`, id, os.URL+"/elsewhere"))
 	if body, path := other.last(); code != 200 || body != `{"edited":true}` || path != "/elsewhere" {
 		t.Errorf("edited replay to another URL: %d %s %s", code, path, body)
 	}
@@ -263,86 +221,11 @@ func TestDetailReplayAndHistory(t *testing.T) {
 	// History survives an agent restart.
 	st.StopAgent()
 	st.StartAgent()
-	_, env = do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/", "")
+	_, env = inspectortest.Do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/", "")
 	json.Unmarshal(env.Data, &p)
 	if p.Count != 3 {
 		t.Errorf("after restart: count %d, want 3", p.Count)
 	}
-}
-
-func TestInspectorRefusesForeignHostAndOrigin(t *testing.T) {
-	h := &handler{}
-	hs := httptest.NewServer(h)
-	defer hs.Close()
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
-	api := st.InspectorURL + "/api/v1/ext/webhooks/"
-	if code, env := do(t, "GET", api, "", "Host", "evil.example"); code != 403 || env.Error.Code != "forbidden" {
-		t.Errorf("foreign Host: %d", code)
-	}
-	req, _ := http.NewRequest("GET", api, nil)
-	req.Host = "evil.example:4040"
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("rebinding Host: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 403 {
-		t.Errorf("rebinding Host: %v", resp.StatusCode)
-	}
-	if code, _ := do(t, "POST", api+"replay/", `{"id":"x"}`, "Origin", "https://evil.example"); code != 403 {
-		t.Errorf("foreign Origin on POST: %d", code)
-	}
-	if code, _ := do(t, "POST", api+"replay/", `{"id":"x"}`, "Origin", st.InspectorURL); code != 404 {
-		t.Errorf("own Origin on POST: %d, want 404 (unknown id)", code)
-	}
-}
-
-func TestInspectorToken(t *testing.T) {
-	h := &handler{}
-	hs := httptest.NewServer(h)
-	defer hs.Close()
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
-	srv := httptest.NewServer(inspector.NewServer(inspector.ServerConfig{Agent: st.Agent, Token: "s3cret"}))
-	defer srv.Close()
-	api := srv.URL + "/api/v1/ext/webhooks/"
-	if code, env := do(t, "GET", api, ""); code != 401 || env.Error.Code != "unauthorized" {
-		t.Errorf("without the token: %d", code)
-	}
-	if code, _ := do(t, "GET", api, "", "Authorization", "Bearer wrong"); code != 401 {
-		t.Errorf("wrong token: %d", code)
-	}
-	if code, _ := do(t, "GET", api, "", "Authorization", "Bearer s3cret"); code != 200 {
-		t.Errorf("bearer token: %d", code)
-	}
-	// Opening the UI once with ?token= sets a cookie for the rest.
-	jar := &cookieJar{}
-	client := &http.Client{Jar: jar}
-	resp, err := client.Get(api + "?token=s3cret")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Errorf("?token= then cookie: %d", resp.StatusCode)
-	}
-}
-
-// cookieJar is a minimal jar for one host.
-type cookieJar struct {
-	mu      sync.Mutex
-	cookies []*http.Cookie
-}
-
-func (j *cookieJar) SetCookies(_ *url.URL, cs []*http.Cookie) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.cookies = append(j.cookies, cs...)
-}
-
-func (j *cookieJar) Cookies(*url.URL) []*http.Cookie {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.cookies
 }
 
 // A live request whose capture cannot be saved is refused (503 with
@@ -364,102 +247,6 @@ func TestLiveRequestNotSavedIsRefused(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "could not save") {
 		t.Fatalf("a request the agent could not save: %d %s", resp.StatusCode, body)
-	}
-}
-
-// The inspector's Origin check accepts its own origin only: scheme, host
-// and port, not just a loopback name.
-func TestInspectorOriginMustBeItsOwn(t *testing.T) {
-	h := &handler{}
-	hs := httptest.NewServer(h)
-	defer hs.Close()
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL})
-	srv := httptest.NewServer(inspector.NewServer(inspector.ServerConfig{Agent: st.Agent,
-		AllowedHosts: []string{"inspector.test", "https://inspector.example.com"}}))
-	defer srv.Close()
-	u, _ := url.Parse(srv.URL)
-	port := u.Port()
-	otherPort := fmt.Sprint(mustAtoi(t, port) + 1)
-	cases := []struct {
-		origin, host string
-		allowed      bool
-	}{
-		{"http://127.0.0.1:" + port, "", true},
-		{"http://localhost:" + port, "", true},
-		{"http://[::1]:" + port, "", true},
-		{"http://inspector.test:" + port, "inspector.test:" + port, true},
-		{"https://inspector.example.com", "inspector.example.com", true}, // behind a TLS proxy, as configured
-		{"http://localhost:" + otherPort, "", false},                     // another local page
-		{"http://127.0.0.1:" + otherPort, "", false},
-		{"http://127.0.0.1", "", false},          // port 80
-		{"https://127.0.0.1:" + port, "", false}, // it serves plain http
-		{"https://inspector.test:" + port, "", false},
-		{"http://inspector.example.com", "", false}, // only as configured: https
-		{"http://evil.example:" + port, "", false},
-		{"null", "", false},
-	}
-	for _, c := range cases {
-		hdr := []string{"Origin", c.origin}
-		if c.host != "" {
-			hdr = append(hdr, "Host", c.host)
-		}
-		// A state-changing endpoint: an unknown id is 404 once past the check.
-		code, env := do(t, "POST", srv.URL+"/api/v1/ext/webhooks/replay/", `{"id":"x"}`, hdr...)
-		switch {
-		case c.allowed && code != http.StatusNotFound:
-			t.Errorf("replay with Origin %s: %d %+v, want 404 (allowed, unknown id)", c.origin, code, env.Error)
-		case !c.allowed && (code != http.StatusForbidden || env.Error == nil || env.Error.Code != "forbidden"):
-			t.Errorf("replay with Origin %s: %d %+v, want 403 forbidden", c.origin, code, env.Error)
-		}
-		// The live stream.
-		if got := streamStatus(t, srv.URL+"/api/v1/ext/stream", hdr...); c.allowed != (got == http.StatusOK) || (!c.allowed && got != http.StatusForbidden) {
-			t.Errorf("stream with Origin %s: %d, allowed %v", c.origin, got, c.allowed)
-		}
-	}
-}
-
-// streamStatus opens the event stream and returns its status, then closes it.
-func streamStatus(t *testing.T, url string, hdr ...string) int {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		if hdr[i] == "Host" {
-			req.Host = hdr[i+1]
-			continue
-		}
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
-func mustAtoi(t *testing.T, s string) int {
-	t.Helper()
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func TestValidInspectHost(t *testing.T) {
-	for h, ok := range map[string]bool{
-		"inspector.test": true, "fd00::5": true, "[fd00::5]": true,
-		"https://inspector.example.com": true, "http://localhost:8080": true,
-		"": false, "inspector.test:4040": false, "https://inspector.example.com/ui": false, "ftp://x": false,
-	} {
-		if err := inspector.ValidInspectHost(h); (err == nil) != ok {
-			t.Errorf("ValidInspectHost(%q) = %v, want ok %v", h, err, ok)
-		}
 	}
 }
 
@@ -498,15 +285,15 @@ func TestExportAndReplayCallThroughTheAPI(t *testing.T) {
 	if code != 200 || !strings.Contains(disp, ".har") || json.Unmarshal([]byte(body), &doc) != nil || doc.Log.Version != "1.2" || len(doc.Log.Entries) != 2 {
 		t.Errorf("HAR export: %d %q\n%s", code, disp, body)
 	}
-	if code, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/export?format=zip", ""); code != 400 || env.Error == nil {
+	if code, env := inspectortest.Do(t, "GET", st.InspectorURL+"/api/v1/ext/export?format=zip", ""); code != 400 || env.Error == nil {
 		t.Errorf("a bad format: %d", code)
 	}
-	if code, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/export?call_id=nope", ""); code != 404 || env.Error == nil {
+	if code, env := inspectortest.Do(t, "GET", st.InspectorURL+"/api/v1/ext/export?call_id=nope", ""); code != 404 || env.Error == nil {
 		t.Errorf("an empty selection: %d", code)
 	}
 
 	before := h.count()
-	code, env := do(t, "POST", st.InspectorURL+"/api/v1/ext/calls/c-9/replay/", `{"time_scale":0}`, "Content-Type", "application/json")
+	code, env := inspectortest.Do(t, "POST", st.InspectorURL+"/api/v1/ext/calls/c-9/replay/", `{"time_scale":0}`, "Content-Type", "application/json")
 	var res struct {
 		Count int `json:"count"`
 	}
@@ -515,7 +302,7 @@ func TestExportAndReplayCallThroughTheAPI(t *testing.T) {
 		t.Fatalf("replay the call: %d %s", code, env.Data)
 	}
 	polltest.Until(t, 10*time.Second, func() bool { return h.count() == before+2 }, "the call's two events were not replayed")
-	if code, env := do(t, "POST", st.InspectorURL+"/api/v1/ext/calls/nope/replay/", `{}`, "Content-Type", "application/json"); code != 404 || env.Error == nil {
+	if code, env := inspectortest.Do(t, "POST", st.InspectorURL+"/api/v1/ext/calls/nope/replay/", `{}`, "Content-Type", "application/json"); code != 404 || env.Error == nil {
 		t.Errorf("replay of an unknown call: %d", code)
 	}
 }

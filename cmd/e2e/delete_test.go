@@ -1,4 +1,4 @@
-package inspector_test
+package e2e_test
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/calltap/calltap/cmd/stacktest"
+	"github.com/calltap/calltap/inspector/inspectortest"
 )
 
 // Deleting through the JSON API: a foreign Origin is refused in the
@@ -27,7 +28,7 @@ func TestDeleteAndKeepThroughTheAPI(t *testing.T) {
 	api := st.InspectorURL + "/api/v1/ext"
 	list := func(query string) page {
 		t.Helper()
-		code, env := do(t, "GET", api+"/webhooks/?limit=50"+query, "")
+		code, env := inspectortest.Do(t, "GET", api+"/webhooks/?limit=50"+query, "")
 		var p page
 		if code != 200 || json.Unmarshal(env.Data, &p) != nil {
 			t.Fatalf("list: %d %s", code, env.Data)
@@ -41,32 +42,32 @@ func TestDeleteAndKeepThroughTheAPI(t *testing.T) {
 		}
 	}
 
-	if code, env := do(t, "DELETE", api+"/webhooks/"+id+"/", "", "Origin", "https://evil.example"); code != 403 || env.Error == nil {
+	if code, env := inspectortest.Do(t, "DELETE", api+"/webhooks/"+id+"/", "", "Origin", "https://evil.example"); code != 403 || env.Error == nil {
 		t.Fatalf("a foreign origin: %d", code)
 	}
-	if code, env := do(t, "PUT", api+"/webhooks/"+id+"/keep", `{"keep":true}`, "Content-Type", "application/json"); code != 200 || env.Error != nil {
+	if code, env := inspectortest.Do(t, "PUT", api+"/webhooks/"+id+"/keep", `{"keep":true}`, "Content-Type", "application/json"); code != 200 || env.Error != nil {
 		t.Fatalf("keep: %d %+v", code, env.Error)
 	}
 	if c, err := st.AgentDB.Capture(t.Context(), id); err != nil || !c.Keep {
 		t.Fatalf("after keep: %v", err)
 	}
-	if code, _ := do(t, "PUT", api+"/webhooks/"+id+"/keep", `{"keep":false}`, "Content-Type", "application/json"); code != 200 {
+	if code, _ := inspectortest.Do(t, "PUT", api+"/webhooks/"+id+"/keep", `{"keep":false}`, "Content-Type", "application/json"); code != 200 {
 		t.Fatalf("unkeep: %d", code)
 	}
-	if code, env := do(t, "PUT", api+"/webhooks/"+id+"/keep", `{}`, "Content-Type", "application/json"); code != 400 || env.Error == nil {
+	if code, env := inspectortest.Do(t, "PUT", api+"/webhooks/"+id+"/keep", `{}`, "Content-Type", "application/json"); code != 400 || env.Error == nil {
 		t.Fatalf("keep without a value: %d", code)
 	}
 
-	if code, env := do(t, "DELETE", api+"/webhooks/"+id+"/", ""); code != 200 || env.Error != nil {
+	if code, env := inspectortest.Do(t, "DELETE", api+"/webhooks/"+id+"/", ""); code != 200 || env.Error != nil {
 		t.Fatalf("delete: %d %+v", code, env.Error)
 	}
-	if code, env := do(t, "DELETE", api+"/webhooks/"+id+"/", ""); code != 404 || env.Error == nil {
+	if code, env := inspectortest.Do(t, "DELETE", api+"/webhooks/"+id+"/", ""); code != 404 || env.Error == nil {
 		t.Fatalf("delete again: %d", code)
 	}
-	if code, _ := do(t, "GET", api+"/webhooks/"+id+"/", ""); code != 404 {
+	if code, _ := inspectortest.Do(t, "GET", api+"/webhooks/"+id+"/", ""); code != 404 {
 		t.Fatalf("GET the deleted capture: %d", code)
 	}
-	if code, env := do(t, "POST", api+"/webhooks/replay/", fmt.Sprintf(`{"id":%q}`, id), "Content-Type", "application/json"); code != 404 || env.Error == nil {
+	if code, env := inspectortest.Do(t, "POST", api+"/webhooks/replay/", fmt.Sprintf(`{"id":%q}`, id), "Content-Type", "application/json"); code != 404 || env.Error == nil {
 		t.Fatalf("replay of the deleted capture: %d", code)
 	}
 	for _, r := range list("").Results {
@@ -77,20 +78,20 @@ func TestDeleteAndKeepThroughTheAPI(t *testing.T) {
 	if p := list("&q=call.started"); p.Count != 1 {
 		t.Fatalf("search finds %d, want 1 (c-2's)", p.Count)
 	}
-	if code, env := do(t, "GET", api+"/calls/c-1/", ""); code != 200 || strings.Contains(string(env.Data), id) {
+	if code, env := inspectortest.Do(t, "GET", api+"/calls/c-1/", ""); code != 200 || strings.Contains(string(env.Data), id) {
 		t.Fatalf("the calls view: %d, or it still shows the capture", code)
 	}
 	if body := getBody(t, api+"/export?call_id=c-1"); !strings.Contains(body, "call.ended") || strings.Contains(body, id) {
 		t.Fatalf("the export after the delete:\n%s", body)
 	}
 
-	if code, env := do(t, "DELETE", api+"/calls/c-1/", ""); code != 200 || env.Error != nil {
+	if code, env := inspectortest.Do(t, "DELETE", api+"/calls/c-1/", ""); code != 200 || env.Error != nil {
 		t.Fatalf("delete the call: %d", code)
 	}
-	if code, _ := do(t, "GET", api+"/calls/c-1/", ""); code != 404 {
+	if code, _ := inspectortest.Do(t, "GET", api+"/calls/c-1/", ""); code != 404 {
 		t.Fatalf("GET the deleted call: %d", code)
 	}
-	if code, env := do(t, "DELETE", api+"/calls/nope/", ""); code != 404 || env.Error == nil {
+	if code, env := inspectortest.Do(t, "DELETE", api+"/calls/nope/", ""); code != 404 || env.Error == nil {
 		t.Fatalf("delete an unknown call: %d", code)
 	}
 	if p := list(""); p.Count != 1 || p.Results[0].CallID != "c-2" {

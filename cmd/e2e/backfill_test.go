@@ -1,4 +1,4 @@
-package inspector_test
+package e2e_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/inspector/inspectortest"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/inspector/voice/emulator"
 	"github.com/calltap/calltap/inspector/voice/emulator/emulatortest"
@@ -240,7 +241,7 @@ func TestBackfillAfterTheAgentWasOffline(t *testing.T) {
 		t.Errorf("the handler got %v", evs)
 	}
 	// The inspector lists them as backfilled.
-	code, env := do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/?source=backfill", "")
+	code, env := inspectortest.Do(t, "GET", st.InspectorURL+"/api/v1/ext/webhooks/?source=backfill", "")
 	var pg page
 	json.Unmarshal(env.Data, &pg)
 	if code != 200 || pg.Count != 5 {
