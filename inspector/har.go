@@ -36,6 +36,7 @@ type (
 	}
 	harEntry struct {
 		ID              string      `json:"_id"`
+		Route           string      `json:"_route,omitempty"` // the route it took (--routes)
 		StartedDateTime string      `json:"startedDateTime"`
 		Time            int64       `json:"time"`
 		Request         harRequest  `json:"request"`
@@ -127,7 +128,7 @@ func harEntryOf(c *agentdb.Capture) harEntry {
 			target += "?" + c.Query
 		}
 	}
-	e := harEntry{ID: c.ID, StartedDateTime: api.FormatTime(agent.Arrival(c)),
+	e := harEntry{ID: c.ID, Route: c.Route, StartedDateTime: api.FormatTime(agent.Arrival(c)),
 		Request: harRequest{Method: c.Method, URL: escapeInvalidUTF8(target), HTTPVersion: "HTTP/1.1", Cookies: []harNameValue{}, Headers: harHeaders(reqH),
 			QueryString: []harNameValue{}, HeadersSize: -1, BodySize: int64(len(c.Body))},
 		Response: harResponse{Status: c.ResponseStatus, HTTPVersion: "HTTP/1.1", Cookies: []harNameValue{}, Headers: harHeaders(respH),

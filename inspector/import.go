@@ -42,6 +42,7 @@ const (
 	maxErrorText  = 64 << 10
 	maxAttempts   = 1000
 	maxDuration   = 24 * time.Hour
+	maxRouteName  = 1 << 10 // a route file sets no bound; names are words
 )
 
 // earliestCapture is before any capture calltap made; a time after now
@@ -196,7 +197,7 @@ func importedOf(l *exportLine) (Imported, error) {
 	}
 	c := &agentdb.Capture{
 		ID: d.ID, Source: agent.SourceImport, Method: d.Method, Path: t.path, Query: t.query, Body: t.body,
-		Target: t.target, Status: d.Status, Error: t.err, ReplayOf: d.ReplayOf, Queued: d.Queued,
+		Target: t.target, Route: d.Route, Status: d.Status, Error: t.err, ReplayOf: d.ReplayOf, Queued: d.Queued,
 		Attempts: d.Attempts, MaxAttempts: d.MaxAttempts, Duration: -1,
 	}
 	for _, step := range []func(*Detail, *agentdb.Capture) error{captureTimes, requestHeaders, responseOf, durationOf} {
@@ -278,13 +279,16 @@ func isTargetURL(s string) bool {
 	return (strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://")) && len(s) <= 2*maxURIPart && !hasControl(s)
 }
 
-// checkState checks the delivery state and fills what an older export
-// leaves out (pending, one attempt allowed).
+// checkState checks the delivery state and the route that decided it, and
+// fills what an older export leaves out (pending, one attempt allowed).
 func checkState(d *Detail) error {
 	switch d.Status {
-	case "", agentdb.StatusPending, agentdb.StatusDelivered, agentdb.StatusFailed, agentdb.StatusUnknown:
+	case "", agentdb.StatusPending, agentdb.StatusDelivered, agentdb.StatusFailed, agentdb.StatusUnknown, agentdb.StatusStored:
 	default:
-		return fmt.Errorf("status: %s is not pending, delivered, failed or unknown", quoteShort(d.Status))
+		return fmt.Errorf("status: %s is not pending, delivered, failed, unknown or stored", quoteShort(d.Status))
+	}
+	if !isRouteName(d.Route) {
+		return fmt.Errorf("route: %s is not a route name (letters, digits, '.', '_' or '-', at most %d bytes)", quoteShort(d.Route), maxRouteName)
 	}
 	if d.Attempts < 0 || d.Attempts > maxAttempts || d.MaxAttempts < 0 || d.MaxAttempts > maxAttempts {
 		return fmt.Errorf("attempts: %d of %d, want 0 to %d", d.Attempts, d.MaxAttempts, maxAttempts)
@@ -457,6 +461,14 @@ func isToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// isRouteName reports whether s is empty (no route decided) or a name a
+// route file allows, which "default" and "filtered" are too: the names
+// the agent records.
+func isRouteName(s string) bool {
+	const allowed = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+	return len(s) <= maxRouteName && strings.Trim(s, allowed) == ""
 }
 
 func hasControl(s string) bool {

@@ -21,6 +21,8 @@ var fuzzSeeds = []string{
 		`"status":"delivered","response_status":200,"response_headers":[],"response_body":"/w==","response_body_encoding":"base64","duration_ms":1.5,"attempts":1,"max_attempts":1,` +
 		`"attempt_log":[{"n":1,"at":"2026-11-22T10:00:00.001000Z","response_status":200,"error":"","duration_ms":1.5}]}` + "\n",
 	fuzzHeader + "\n" + `{"id":"0193a1b2-0000-7000-8000-000000000002","created_at":"2026-11-22T10:00:00Z","method":"PUT","path":"L2JpbvA=","path_encoding":"base64","query":"cT3p","query_encoding":"base64","target":"http://127.0.0.1:3000/bin","body":"/wCA","body_encoding":"base64","error":"refused"}` + "\n",
+	fuzzHeader + "\n" + `{"id":"0193a1b2-0000-7000-8000-000000000005","created_at":"2026-11-22T10:00:00Z","method":"POST","path":"/hooks","route":"quiet","status":"stored"}` + "\n",
+	fuzzHeader + "\n" + `{"id":"0193a1b2-0000-7000-8000-000000000006","created_at":"2026-11-22T10:00:01Z","method":"POST","path":"/hooks","route":"a route\u0000"}` + "\n",
 	fuzzHeader + "\n" + `{"id":"../../x'; DROP TABLE captures;--","created_at":"2026-11-22T10:00:00Z","method":"POST","path":"/"}`,
 	fuzzHeader + "\n" + `{"id":"0193a1b2-0000-7000-8000-000000000003","created_at":"9999-12-31T00:00:00Z","method":"POST","path":"/","response_status":99999}`,
 	fuzzHeader + "\n" + "{\"id\":\"0193a1b2-0000-7000-8000-000000000004\",\"path\":\"/\xff\"}",
@@ -92,6 +94,9 @@ func TestImportChecksEachField(t *testing.T) {
 		{`"query":"a=\n"`, "line 2: query:"},
 		{`"target":"file:///etc/passwd"`, "line 2: target:"},
 		{`"status":"lost"`, "line 2: status:"},
+		{`"route":"alice; DROP TABLE captures"`, "line 2: route:"},
+		{`"route":"a\u0000"`, "line 2: route:"},
+		{`"route":"` + strings.Repeat("r", 2<<10) + `"`, "line 2: route:"},
 		{`"attempts":-1`, "line 2: attempts:"},
 		{`"duration_ms":-5`, "line 2: duration_ms:"},
 		{`"duration_ms":1e300`, "line 2: duration_ms:"},

@@ -23,7 +23,7 @@ type Summary struct {
 	Event          string   `json:"event"`
 	CallID         string   `json:"call_id"`
 	DeliveryID     string   `json:"delivery_id"`
-	Status         string   `json:"status"`
+	Status         string   `json:"status"` // pending | delivered | failed | unknown (answer unknown) | stored (stored only)
 	ResponseStatus *int     `json:"response_status"`
 	DurationMS     *float64 `json:"duration_ms"`
 	Error          string   `json:"error"`
@@ -32,6 +32,7 @@ type Summary struct {
 	Queued         bool     `json:"queued"`
 	ArrivedAt      *string  `json:"arrived_at"`
 	Source         string   `json:"source"`
+	Route          string   `json:"route"` // the route it took (--routes): a route's name, "default" or "filtered"; "" when none decided
 	Size           int      `json:"size"`
 	Attempts       int      `json:"attempts"`
 	MaxAttempts    int      `json:"max_attempts"`
@@ -43,7 +44,7 @@ func SummaryOf(c *agentdb.Capture) Summary {
 		ID: c.ID, CreatedAt: api.Time(c.CreatedAt), Method: c.Method, Path: c.Path, Query: c.Query,
 		Event: c.Event, CallID: c.CallID, DeliveryID: c.DeliveryID, Status: c.Status, Error: c.Error,
 		ReplayOf: c.ReplayOf, DuplicateOf: c.DuplicateOf, Queued: c.Queued, ArrivedAt: api.Time(c.ArrivedAt),
-		Source: c.Source, Size: c.Size, Attempts: c.Attempts, MaxAttempts: c.MaxAttempts, Keep: c.Keep,
+		Source: c.Source, Route: c.Route, Size: c.Size, Attempts: c.Attempts, MaxAttempts: c.MaxAttempts, Keep: c.Keep,
 	}
 	if c.Body != nil {
 		s.Size = len(c.Body)

@@ -252,6 +252,7 @@ func ParseCaptureFilter(q url.Values) (agentdb.CaptureFilter, error) {
 		return f, err
 	}
 	f.Event, f.CallID, f.DeliveryID, f.Text, f.Source = q.Get("event"), q.Get("call_id"), q.Get("delivery_id"), q.Get("q"), q.Get("source")
+	f.Route = q.Get("route")
 	switch sc := q.Get("status_class"); sc {
 	case "", "none", "1xx", "2xx", "3xx", "4xx", "5xx":
 		f.StatusClass = sc

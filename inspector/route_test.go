@@ -1,0 +1,172 @@
+package inspector_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/calltap/calltap/cmd/stacktest"
+	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/storage/agentdb"
+)
+
+// routedCaptures saves, as the agent does with a route file, a capture
+// the route alice delivered, one the route quiet stored only (calltap
+// answered its sender), and one no route file decided, oldest first.
+func routedCaptures(t *testing.T, db *agentdb.AgentStore) (alice, quiet, none string) {
+	t.Helper()
+	at := time.Now().UTC().Add(-time.Minute)
+	var cs []*agentdb.Capture
+	for i, r := range []struct{ route, status, event string }{
+		{"alice", agentdb.StatusDelivered, "call.started"},
+		{"quiet", agentdb.StatusStored, "call.connected"},
+		{"", agentdb.StatusDelivered, "call.ended"},
+	} {
+		cs = append(cs, &agentdb.Capture{ID: uuid.NewString(), Source: "tunnel", CreatedAt: at.Add(time.Duration(i) * time.Second),
+			Method: "POST", Path: "/voice", RequestHeaders: `[["Content-Type","application/json"]]`,
+			Body: []byte(event(r.event, "c-route", i+1)), Event: r.event, CallID: "c-route", Route: r.route, Status: r.status, Duration: -1})
+	}
+	if _, err := db.WriteCaptures(context.Background(), cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	return cs[0].ID, cs[1].ID, cs[2].ID
+}
+
+type routeSummary struct {
+	ID     string  `json:"id"`
+	Route  *string `json:"route"` // a pointer: the field must be there, "" included
+	Status string  `json:"status"`
+}
+
+// Every capture of a listing and a detail carries its route ("" when no
+// route file decided); route=NAME filters the list, its count and its
+// export; a store-only capture reads status stored, with no response.
+func TestRoutesInTheAPI(t *testing.T) {
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: "http://127.0.0.1:1/hooks"})
+	alice, quiet, none := routedCaptures(t, st.AgentDB)
+	api := st.InspectorURL + "/api/v1/ext"
+	list := func(query string) (int, []routeSummary) {
+		t.Helper()
+		code, env := do(t, "GET", api+"/webhooks/?limit=50"+query, "")
+		var p struct {
+			Count   int            `json:"count"`
+			Results []routeSummary `json:"results"`
+		}
+		if code != 200 || json.Unmarshal(env.Data, &p) != nil {
+			t.Fatalf("list %s: %d %s", query, code, env.Data)
+		}
+		return p.Count, p.Results
+	}
+	_, all := list("")
+	want := map[string]string{alice: "alice", quiet: "quiet", none: ""}
+	for _, s := range all {
+		if s.Route == nil || *s.Route != want[s.ID] {
+			t.Errorf("capture %s lists route %v, want %q (and the field present)", s.ID, s.Route, want[s.ID])
+		}
+	}
+	if len(all) != 3 {
+		t.Fatalf("%d captures listed, want 3", len(all))
+	}
+	for route, id := range map[string]string{"alice": alice, "quiet": quiet} {
+		count, got := list("&route=" + route)
+		if count != 1 || len(got) != 1 || got[0].ID != id {
+			t.Errorf("route=%s: count %d, %+v; want %s alone", route, count, got, id)
+		}
+	}
+	if count, got := list("&route=nobody"); count != 0 || len(got) != 0 {
+		t.Errorf("route=nobody: count %d, %+v; want none", count, got)
+	}
+	if count, _ := list("&route=quiet&event=call.started"); count != 0 {
+		t.Errorf("route and event together: count %d, want 0: the filters add up", count)
+	}
+
+	code, env := do(t, "GET", api+"/webhooks/"+quiet+"/", "")
+	var d struct {
+		routeSummary
+		ResponseStatus *int `json:"response_status"`
+	}
+	if code != 200 || json.Unmarshal(env.Data, &d) != nil || d.Route == nil || *d.Route != "quiet" || d.Status != agentdb.StatusStored || d.ResponseStatus != nil {
+		t.Errorf("detail of the stored capture: %d %s; want route quiet, status stored, no response", code, env.Data)
+	}
+
+	res, err := http.Get(api + "/export?route=alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if lines := strings.Split(strings.TrimSpace(string(body)), "\n"); res.StatusCode != 200 || len(lines) != 2 || !strings.Contains(lines[1], alice) {
+		t.Errorf("export?route=alice: %d\n%s", res.StatusCode, body)
+	}
+}
+
+// The export keeps each capture's route and status, and an import gives
+// them back; HAR carries the route in the entry's _route, beside its _id.
+func TestExportKeepsTheRoute(t *testing.T) {
+	ctx := context.Background()
+	src, err := agentdb.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	alice, quiet, none := routedCaptures(t, src)
+	var out strings.Builder
+	if _, err := inspector.Export(ctx, src, inspector.ExportOptions{}, &out); err != nil {
+		t.Fatal(err)
+	}
+	ef, err := inspector.ReadExport(strings.NewReader(out.String()))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	dst, err := agentdb.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if n, err := inspector.Import(ctx, dst, ef.Captures); err != nil || n != 3 {
+		t.Fatalf("import: %d, %v", n, err)
+	}
+	for id, want := range map[string][2]string{alice: {"alice", agentdb.StatusDelivered}, quiet: {"quiet", agentdb.StatusStored}, none: {"", agentdb.StatusDelivered}} {
+		c, err := dst.Capture(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Route != want[0] || c.Status != want[1] {
+			t.Errorf("imported %s: route %q, status %q; want %q, %q", id, c.Route, c.Status, want[0], want[1])
+		}
+	}
+	if got, _, err := dst.Captures(ctx, agentdb.CaptureFilter{Route: "quiet", Page: agentdb.Page{Limit: 10}}); err != nil || len(got) != 1 || got[0].ID != quiet {
+		t.Errorf("the imported store filtered by route quiet: %v", err)
+	}
+
+	var har strings.Builder
+	if _, err := inspector.ExportHAR(ctx, src, inspector.ExportOptions{}, "test", &har); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Log struct {
+			Entries []struct {
+				ID    string `json:"_id"`
+				Route string `json:"_route"`
+			} `json:"entries"`
+		} `json:"log"`
+	}
+	if err := json.Unmarshal([]byte(har.String()), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range doc.Log.Entries {
+		if want := map[string]string{alice: "alice", quiet: "quiet", none: ""}[e.ID]; e.Route != want {
+			t.Errorf("HAR entry %s: _route %q, want %q", e.ID, e.Route, want)
+		}
+	}
+	if len(doc.Log.Entries) != 3 {
+		t.Errorf("HAR: %d entries, want 3", len(doc.Log.Entries))
+	}
+}
