@@ -61,7 +61,7 @@ func TestReadOnlyCommandsCreateNoStore(t *testing.T) {
 func TestRequestsUsageAndExportHelp(t *testing.T) {
 	_, stdout, stderr := runCmd(t, "requests", "-h")
 	usage := strings.SplitN(stdout+stderr, "\n", 2)[0]
-	for _, flag := range []string{"--event", "--call-id", "--status", "--q", "--limit", "--offset", "--data", "--json"} {
+	for _, flag := range []string{"--event", "--call-id", "--status", "--q", "--route", "--limit", "--offset", "--data", "--json"} {
 		if !strings.Contains(usage, flag+" ") && !strings.Contains(usage, flag+"]") {
 			t.Errorf("requests usage line %q leaves out %s", usage, flag)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,7 +22,7 @@ import (
 )
 
 func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
-	fs := newFlagSet("requests", "calltap requests [--id ID] [--event KIND] [--call-id ID] [--status 2xx|4xx|5xx|none] [--q TEXT] [--limit N] [--offset N] [--data DIR] [--json]",
+	fs := newFlagSet("requests", "calltap requests [--id ID] [--event KIND] [--call-id ID] [--status 2xx|4xx|5xx|none] [--q TEXT] [--route NAME] [--limit N] [--offset N] [--data DIR] [--json]",
 		"List captured requests from the local store, newest first. Works whether or not an agent is running.\nRead-only: it creates nothing, and says which store it read (or that there is none).")
 	var (
 		dataDir = fs.String("data", defaultDataDir(), "data `dir`ectory")
@@ -29,6 +30,7 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 		callID  = fs.String("call-id", "", "only the call `id`")
 		status  = fs.String("status", "", "only this status `class`: 2xx, 4xx, 5xx or none")
 		text    = fs.String("q", "", "full-text search in bodies for `words`")
+		route   = fs.String("route", "", "only the captures this `route` took (--routes; default, filtered)")
 		limit   = fs.Int("limit", 20, "how many (at most 200)")
 		offset  = fs.Int("offset", 0, "how many to skip")
 		asJSON  = fs.Bool("json", false, "print the page object as JSON")
@@ -47,6 +49,7 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 	q.Set("call_id", *callID)
 	q.Set("status_class", *status)
 	q.Set("q", *text)
+	q.Set("route", *route)
 	f, err := inspector.ParseCaptureFilter(q)
 	if err != nil {
 		return usageError(stdio, "requests", "%v", err.(*api.Error).Message)
@@ -80,17 +83,20 @@ func cmdRequests(ctx context.Context, args []string, stdio Stdio) int {
 // printRequests writes rows as a table, a line each.
 func printRequests(w io.Writer, rows []*agentdb.Capture) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTIME\tMETHOD\tPATH\tEVENT\tSTATUS\tFLAGS")
+	routed := slices.ContainsFunc(rows, func(c *agentdb.Capture) bool { return c.Route != "" }) // else no ROUTE column: the table as before routes
+	line := func(cells ...string) {
+		if !routed {
+			cells = slices.Delete(cells, 5, 6)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	line("ID", "TIME", "METHOD", "PATH", "EVENT", "ROUTE", "STATUS", "FLAGS")
 	for _, c := range rows {
 		status := "-"
 		if c.ResponseStatus > 0 {
 			status = fmt.Sprint(c.ResponseStatus)
 		}
-		ev := c.Event
-		if ev == "" {
-			ev = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.CreatedAt.Local().Format(time.DateTime), c.Method, c.Path, ev, status, requestFlags(c))
+		line(c.ID, c.CreatedAt.Local().Format(time.DateTime), c.Method, c.Path, cmp.Or(c.Event, "-"), cmp.Or(c.Route, "-"), status, requestFlags(c))
 	}
 	tw.Flush()
 }
@@ -105,6 +111,7 @@ func requestFlags(c *agentdb.Capture) string {
 		{c.Queued, "queued"}, {c.DuplicateOf != "", "duplicate"}, {c.ReplayOf != "", "replay"},
 		{c.Status == agentdb.StatusFailed, "failed"},
 		{c.Status == agentdb.StatusUnknown, "answer-unknown"}, // not a failure: the sender may have got the handler's answer
+		{c.Status == agentdb.StatusStored, "stored-only"},     // sent nowhere: calltap answered the sender itself
 	} {
 		if f.on {
 			flags += f.name + " "
