@@ -6,7 +6,7 @@ import { h, icon, clear, append, copyButton, copyText, toast, confirmDialog } fr
 import * as api from './api.js';
 import * as fmt from './format.js';
 import * as json from './json.js';
-import { flagsOf, statusCell, eventBadge } from './list.js';
+import { flagsOf, statusCell, eventBadge, storedOnly } from './list.js';
 
 // Headers a curl command or an edited replay must not copy: curl and the
 // agent set them from the request they actually send.
@@ -238,6 +238,7 @@ export class Detail {
     const links = [];
     if (d.replay_of) links.push(h('span', { class: 'rel' }, 'replay of ', this.link(d.replay_of)));
     if (d.duplicate_of) links.push(h('span', { class: 'rel' }, 'duplicate of ', this.link(d.duplicate_of)));
+    const route = d.route ? h('span', { class: 'rel d-route' }, 'route ', routeLink(d.route)) : null;
 
     const head = h('header', { class: 'd-head' },
       h('div', { class: 'd-line' },
@@ -251,6 +252,7 @@ export class Detail {
         h('span', { title: fmt.fullTime(d.created_at) }, fmt.clock(d.created_at)),
         d.duration_ms != null ? h('span', null, fmt.duration(d.duration_ms)) : null,
         h('span', null, fmt.size(d.size ?? json.bytesOf(d.body, d.body_encoding).length)),
+        route,
         // replay and duplicate are said by the links after them
         flagsOf(d).filter(([, cls]) => cls !== 'replay' && cls !== 'dup').map(([label, cls, title]) => h('span', { class: 'flag f-' + cls, title }, label)),
         links),
@@ -298,6 +300,7 @@ export class Detail {
       ['At relay', d.arrived_at && d.arrived_at !== d.created_at ? fmt.fullTime(d.arrived_at) + (d.queued ? '  (queued while offline)' : '') : null],
       ['Event', d.event ? eventBadge(d.event) : null],
       ['Call', callLink],
+      ['Route', d.route ? routeLink(d.route) : null],
       ['Delivery id', d.delivery_id ? h('span', { class: 'mono' }, d.delivery_id) : null],
       ['Source', d.source],
       ['Capture id', h('span', { class: 'mono' }, d.id, ' ', copyButton(d.id, '', 'Copy id'))],
@@ -320,6 +323,15 @@ export class Detail {
 
   responseTab(d) {
     const wrap = h('div', { class: 'tab-response' });
+    if (d.status === 'stored') {
+      // Not pending and not a failure: no handler was meant to answer.
+      wrap.append(section('Status', null, kv([
+        ['Status', h('span', { class: 'st sstored' }, 'stored only')],
+        ['Route', d.route ? routeLink(d.route) : null],
+      ])));
+      wrap.append(h('div', { class: 'muted pad' }, storedOnly(d), d.route ? ` (Calltap-Stored-Only: ${d.route}).` : '.'));
+      return wrap;
+    }
     if (!d.response_status && !d.error) {
       wrap.append(h('div', { class: 'muted pad' }, d.status === 'pending' ? 'Waiting for the local handler…' : 'No response recorded.'));
       return wrap;
@@ -378,6 +390,11 @@ export class Detail {
         : h('div', { class: 'muted pad' }, 'Not replayed yet. Press r to replay.')));
     return wrap;
   }
+}
+
+// routeLink is a route's name, linking to the list of what it took.
+function routeLink(route) {
+  return h('a', { href: `/?route=${encodeURIComponent(route)}`, 'data-nav': '', class: 'mono', title: `Show only route ${route}` }, route);
 }
 
 function worst(checks) {

@@ -8,7 +8,7 @@ import * as fmt from './format.js';
 import { VirtualList } from './vlist.js';
 
 // FILTERS are the list API's filter parameters kept in the page URL.
-export const FILTERS = ['event', 'call_id', 'status_class', 'q', 'since', 'until', 'source', 'duplicate'];
+export const FILTERS = ['event', 'call_id', 'route', 'status_class', 'q', 'since', 'until', 'source', 'duplicate'];
 
 export function filtersFromURL() {
   const q = new URLSearchParams(location.search);
@@ -37,6 +37,7 @@ function statusClassOf(c) {
 function matches(c, f) {
   if (f.event && c.event !== f.event) return false;
   if (f.call_id && c.call_id !== f.call_id) return false;
+  if (f.route && c.route !== f.route) return false;
   if (f.status_class && statusClassOf(c) !== f.status_class) return false;
   if (f.source && c.source !== f.source) return false;
   if (f.duplicate === 'true' && !c.duplicate_of) return false;
@@ -64,14 +65,23 @@ export function flagsOf(c) {
   // Not a failure: the agent was killed before it recorded the handler's
   // answer, which the sender may well have got.
   if (c.status === 'unknown') out.push(['answer unknown', 'unknown', c.error || 'The agent stopped before recording the handler\'s answer; the sender may have got it']);
+  // Not a failure either: nothing was meant to answer it.
+  if (c.status === 'stored') out.push(['stored only', 'stored', storedOnly(c)]);
   if (c.source && c.source !== 'tunnel' && c.source !== 'replay') out.push([c.source, 'src', `Source: ${c.source}`]);
   return out;
+}
+
+// storedOnly says why a capture went to no handler, naming its route.
+export function storedOnly(c) {
+  const why = c.route === 'filtered' ? 'left out by --events' : c.route ? `route ${c.route}` : 'no route and no --forward-to';
+  return `Stored only (${why}): calltap answered the sender 200 itself and sent it to no handler`;
 }
 
 export function statusCell(c) {
   if (c.response_status) return h('span', { class: 'st ' + fmt.statusClass(c.response_status) }, String(c.response_status));
   if (c.status === 'failed') return h('span', { class: 'st s5', title: c.error || 'failed' }, 'ERR');
   if (c.status === 'unknown') return h('span', { class: 'st sunknown', title: c.error || 'answer unknown' }, '?');
+  if (c.status === 'stored') return h('span', { class: 'st sstored', title: storedOnly(c) }, 'stored');
   if (c.status === 'pending') return h('span', { class: 'st snone pending', title: 'waiting for the local handler' }, h('span', { class: 'dot' }));
   return h('span', { class: 'st snone' }, '—');
 }
@@ -91,7 +101,11 @@ export class RequestList {
     this.list = new VirtualList({
       rowHeight: 30,
       pageSize: 100,
-      fetchPage: (offset, limit, signal) => api.listCaptures({ ...this.filters, limit, offset }, signal),
+      fetchPage: async (offset, limit, signal) => {
+        const page = await api.listCaptures({ ...this.filters, limit, offset }, signal);
+        if ((page.results || []).some((c) => c.route)) this.showRoutes();
+        return page;
+      },
       createRow: () => this.createRow(),
       fillRow: (el, c) => this.fillRow(el, c),
       key: (c) => c.id,
@@ -105,14 +119,25 @@ export class RequestList {
       this.filterBar(),
       h('div', { class: 'lhead req' },
         h('span', null, 'Time'), h('span', null, 'Request'), h('span', null, 'Event'),
-        h('span', null, 'Call'), h('span', { class: 'r' }, 'Status'), h('span', { class: 'r' }, 'Duration'), h('span', null, 'Flags')),
+        h('span', null, 'Call'), h('span', { class: 'h-route' }, 'Route'), h('span', { class: 'r' }, 'Status'), h('span', { class: 'r' }, 'Duration'), h('span', null, 'Flags')),
       this.list.el,
       h('div', { class: 'lfoot' }, this.countEl, h('span', { class: 'spacer' }), h('span', { class: 'muted' }, 'newest first')));
     this.list.el.addEventListener('click', (e) => {
       const b = e.target.closest('.callpill');
       if (b) this.set('call_id', b.dataset.call);
+      const r = e.target.closest('.routepill');
+      if (r) this.set('route', r.dataset.route);
     });
+    if (this.filters.route) this.showRoutes();
     this.list.reset();
+  }
+
+  // showRoutes shows the Route column, once a capture has a route (or the
+  // list is filtered by one): without a route file, the list stays as it
+  // always was. It stays shown until the page is reloaded, so that rows do
+  // not shift as the list scrolls.
+  showRoutes() {
+    this.el.classList.add('routed');
   }
 
   filterBar() {
@@ -142,6 +167,9 @@ export class RequestList {
     const callId = h('input', { class: 'f-call_id mono', type: 'text', placeholder: 'call id', 'aria-label': 'Call id', spellcheck: 'false', value: f.call_id || '' });
     callId.addEventListener('change', () => this.set('call_id', callId.value.trim()));
     this.inputs.call_id = callId;
+    const route = h('input', { class: 'f-route mono', type: 'text', placeholder: 'route', 'aria-label': 'Route', title: 'Route (--routes): a route\'s name, default or filtered', spellcheck: 'false', value: f.route || '' });
+    route.addEventListener('change', () => this.set('route', route.value.trim()));
+    this.inputs.route = route;
     const time = (name, label) => {
       const i = h('input', { class: 'f-' + name, type: 'datetime-local', step: '1', 'aria-label': label, title: label, value: fmt.toLocalInput(f[name]) });
       i.addEventListener('change', () => this.set(name, fmt.fromLocalInput(i.value)));
@@ -165,6 +193,7 @@ export class RequestList {
         sel('status_class', 'Response status', [['', 'Any status'], ['2xx', '2xx'], ['3xx', '3xx'], ['4xx', '4xx'], ['5xx', '5xx'], ['none', 'No response']])),
       h('div', { class: 'frow' },
         callId,
+        route,
         this.rangePicker(time),
         sel('source', 'Source', [['', 'Any source'], ['tunnel', 'tunnel'], ['replay', 'replay'], ['trigger', 'trigger'], ['backfill', 'backfill']]),
         sel('duplicate', 'Duplicate deliveries', [['', 'Duplicates'], ['false', 'No duplicates'], ['true', 'Only duplicates']]),
@@ -260,6 +289,7 @@ export class RequestList {
       path: h('span', { class: 'c-path mono' }),
       event: h('span', { class: 'c-event' }),
       call: h('span', { class: 'c-call' }),
+      route: h('span', { class: 'c-route' }),
       status: h('span', { class: 'c-status r' }),
       dur: h('span', { class: 'c-dur r mono' }),
       flags: h('span', { class: 'c-flags' }),
@@ -283,6 +313,7 @@ export class RequestList {
     // The call id is a button: it filters the list to that call (the row
     // itself opens the capture).
     clear(x.call, c.call_id ? h('button', { type: 'button', class: 'callpill mono', title: `Show only call ${c.call_id}`, dataset: { call: c.call_id } }, fmt.shortId(c.call_id)) : null);
+    clear(x.route, c.route ? h('button', { type: 'button', class: 'routepill mono', title: `Show only route ${c.route}`, dataset: { route: c.route } }, c.route) : null);
     clear(x.status, statusCell(c));
     x.dur.textContent = c.duration_ms != null ? fmt.duration(c.duration_ms) : '';
     clear(x.flags, flagsOf(c).map(([label, cls, title]) => h('span', { class: 'flag f-' + cls, title }, label)));
@@ -305,6 +336,7 @@ export class RequestList {
 
   // onCapture takes a capture from the live stream.
   onCapture(c) {
+    if (c.route) this.showRoutes();
     if (this.list.upsert(c)) return;
     const m = matches(c, this.filters);
     if (m === false) return;
