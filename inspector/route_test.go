@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -111,11 +110,7 @@ func TestRoutesInTheAPI(t *testing.T) {
 // them back; HAR carries the route in the entry's _route, beside its _id.
 func TestExportKeepsTheRoute(t *testing.T) {
 	ctx := context.Background()
-	src, err := agentdb.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
+	src := callsOpenDB(t)
 	alice, quiet, none := routedCaptures(t, src)
 	var out strings.Builder
 	if _, err := inspector.Export(ctx, src, inspector.ExportOptions{}, &out); err != nil {
@@ -125,11 +120,7 @@ func TestExportKeepsTheRoute(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	dst, err := agentdb.OpenAgent(ctx, filepath.Join(t.TempDir(), "agent.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
+	dst := callsOpenDB(t)
 	if n, err := inspector.Import(ctx, dst, ef.Captures); err != nil || n != 3 {
 		t.Fatalf("import: %d, %v", n, err)
 	}

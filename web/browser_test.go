@@ -327,6 +327,16 @@ func (s *stack) send(t *testing.T, path string, body []byte, header ...string) i
 	return res.StatusCode
 }
 
+// sendStarted sends the call.started of a new call and returns the id of
+// its capture.
+func (s *stack) sendStarted(t *testing.T) string {
+	t.Helper()
+	if code := s.send(t, "/hook", event("call.started", uuid.NewString(), time.Now(), nil)); code != 200 {
+		t.Fatalf("sender got %d", code)
+	}
+	return s.captures(t)[0].ID
+}
+
 type summary struct {
 	ID          string `json:"id"`
 	Path        string `json:"path"`

@@ -36,10 +36,7 @@ func TestBrowserRoutes(t *testing.T) {
 	browser := startBrowser(t)
 	s := startStack(t)
 	tb := newTab(t, browser, s.InspectorURL)
-	if code := s.send(t, "/hook", event("call.started", uuid.NewString(), time.Now(), nil)); code != 200 {
-		t.Fatalf("sender got %d", code)
-	}
-	plain := s.captures(t)[0].ID
+	plain := s.sendStarted(t)
 	tb.open("/")
 	tb.waitFor("the capture", rowFor(plain))
 	if tb.str(`String(`+routeShown(plain)+`)`) != "false" {

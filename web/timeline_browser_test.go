@@ -85,10 +85,7 @@ func TestBrowserListMarksReplaysAndKept(t *testing.T) {
 	browser := startBrowser(t)
 	s := startStack(t)
 	tb := newTab(t, browser, s.InspectorURL)
-	if code := s.send(t, "/hook", event("call.started", uuid.NewString(), time.Now(), nil)); code != 200 {
-		t.Fatalf("sender got %d", code)
-	}
-	orig := s.captures(t)[0].ID
+	orig := s.sendStarted(t)
 	if code := apiStatus(t, s, "POST", "/api/v1/ext/webhooks/replay/", fmt.Sprintf(`{"id":%q}`, orig)); code != 200 {
 		t.Fatalf("replay: %d", code)
 	}

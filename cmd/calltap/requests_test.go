@@ -1,34 +1,34 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
-// routedStore holds a capture the route alice delivered, one the route
-// quiet stored only, and one no route file decided.
+// routedStore is a data directory holding, imported from an export, a
+// capture the route alice delivered, one the route quiet stored only, and
+// one no route file decided.
 func routedStore(t *testing.T) (dir string, alice, quiet, none string) {
 	t.Helper()
-	dir = t.TempDir()
-	db, err := agentDB(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	alice, quiet, none = "02aa0000-0000-7000-8000-000000000001", "02bb0000-0000-7000-8000-000000000002", "02cc0000-0000-7000-8000-000000000003"
-	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
-	var cs []*agentdb.Capture
+	var b strings.Builder
+	b.WriteString(`{"format":"calltap-export","version":1,"exported_at":"2026-11-22T10:00:00Z","masked_headers":[],"redacted_paths":[]}` + "\n")
 	for i, r := range []struct{ id, route, status string }{{alice, "alice", agentdb.StatusDelivered}, {quiet, "quiet", agentdb.StatusStored}, {none, "", agentdb.StatusDelivered}} {
-		cs = append(cs, &agentdb.Capture{ID: r.id, Source: "tunnel", CreatedAt: t0.Add(time.Duration(i) * time.Second), Method: "POST", Path: "/hooks",
-			RequestHeaders: `[]`, Body: []byte(`{}`), Target: "http://127.0.0.1:1/hooks", Route: r.route, Status: r.status, Duration: -1})
+		fmt.Fprintf(&b, `{"id":%q,"created_at":"2026-11-22T10:00:0%dZ","method":"POST","path":"/hooks","body":"{}","route":%q,"status":%q}`+"\n", r.id, i, r.route, r.status)
 	}
-	if _, err := db.WriteCaptures(context.Background(), cs, nil); err != nil {
+	file := filepath.Join(t.TempDir(), "routed.jsonl")
+	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	dir = t.TempDir()
+	if code, out, stderr := runCmd(t, "import", "--data", dir, file); code != 0 {
+		t.Fatalf("import: %d %s%s", code, out, stderr)
 	}
 	return dir, alice, quiet, none
 }
