@@ -11,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 
+	"github.com/calltap/calltap/inspector/routes"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -26,7 +27,7 @@ func routeCell(id string) string {
 	return rowFor(id) + `.querySelector('.c-route').textContent`
 }
 
-// The list shows a Route column once a capture has a route, and not
+// The list shows a Route column once a capture has a route, live, and not
 // before (a user without a route file sees the list as it was); a stored
 // capture reads "stored only" with its route, never as a failure or as
 // pending; the detail names the route; the filter bar filters by route,
@@ -43,24 +44,49 @@ func TestBrowserRoutes(t *testing.T) {
 		t.Errorf("the Route column shows with no capture routed")
 	}
 
-	// Captures a route file decided, saved as the agent saves them.
-	hostile := `<img src=x onerror=window.__pwned=4;alert(4)>`
-	callID := uuid.NewString()
-	var cs []*agentdb.Capture
-	for i, r := range []struct{ route, status string }{{"alice", agentdb.StatusDelivered}, {"quiet", agentdb.StatusStored}, {hostile, agentdb.StatusStored}} {
-		body := event("call.connected", callID, time.Now(), nil)
-		c := &agentdb.Capture{ID: uuid.NewString(), Source: "tunnel", CreatedAt: time.Now().UTC().Add(time.Duration(i+1) * time.Millisecond), Method: "POST", Path: "/hook",
-			RequestHeaders: `[["Content-Type","application/json"]]`, Body: body, Event: "call.connected", CallID: callID, Route: r.route, Status: r.status, Duration: -1}
-		if r.status == agentdb.StatusDelivered {
-			c.ResponseStatus, c.Attempts = 200, 1
-		}
-		cs = append(cs, c)
-	}
-	// alice's with the handler's answer, as an update records it.
-	if _, err := s.AgentDB.WriteCaptures(context.Background(), cs, cs[:1]); err != nil {
+	// A route file from now on: the captures it routes come in live,
+	// and the column shows without a reload.
+	table, err := routes.Parse("routes.toml", []byte(`
+[[route]]
+name = "alice"
+events = ["call.started"]
+forward-to = "`+s.h.srv.URL+`/alice"
+
+[[route]]
+name = "quiet"
+events = ["call.connected"]
+store-only = true
+`))
+	if err != nil {
 		t.Fatal(err)
 	}
-	alice, quiet, evil := cs[0].ID, cs[1].ID, cs[2].ID
+	s.Agent.SetRoutes(table)
+	callID := uuid.NewString()
+	for _, kind := range []string{"call.started", "call.connected"} {
+		if code := s.send(t, "/hook", event(kind, callID, time.Now(), nil)); code != 200 {
+			t.Fatalf("sender got %d for %s", code, kind)
+		}
+	}
+	var alice, quiet string
+	for _, c := range s.captures(t) {
+		switch {
+		case c.CallID == callID && c.Event == "call.started":
+			alice = c.ID
+		case c.CallID == callID && c.Event == "call.connected":
+			quiet = c.ID
+		}
+	}
+	tb.waitFor("the routed captures, live", rowFor(alice)+` && `+rowFor(quiet)+` && `+routeShown(plain))
+
+	// A route name is the user's text: one no route file allows, saved
+	// straight into the store, is shown as text all the same.
+	hostile := `<img src=x onerror=window.__pwned=4;alert(4)>`
+	c := &agentdb.Capture{ID: uuid.NewString(), Source: "tunnel", CreatedAt: time.Now().UTC(), Method: "POST", Path: "/hook", RequestHeaders: `[]`,
+		Body: event("call.connected", uuid.NewString(), time.Now(), nil), Route: hostile, Status: agentdb.StatusStored, Duration: -1}
+	if _, err := s.AgentDB.WriteCaptures(context.Background(), []*agentdb.Capture{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	evil := c.ID
 
 	tb.open("/")
 	tb.waitFor("every row", rowFor(plain)+` && `+rowFor(alice)+` && `+rowFor(quiet)+` && `+rowFor(evil))
