@@ -73,8 +73,8 @@ export function flagsOf(c) {
 
 // storedOnly says why a capture went to no handler, naming its route.
 export function storedOnly(c) {
-  const why = c.route === 'filtered' ? 'left out by --events' : c.route ? `route ${c.route}` : 'no route and no --forward-to';
-  return `Stored only (${why}): calltap answered the sender 200 itself and sent it to no handler`;
+  const why = c.route === 'filtered' ? ': --events left its kind out' : c.route === 'default' ? ': no route took it, and there is no --forward-to' : '';
+  return `Stored only (route ${c.route || 'none'}${why}): calltap answered the sender 200 itself and sent it to no handler`;
 }
 
 export function statusCell(c) {
@@ -262,6 +262,7 @@ export class RequestList {
   setAll(f) {
     const same = FILTERS.every((k) => (f[k] || '') === (this.filters[k] || ''));
     this.filters = { ...f };
+    if (f.route) this.showRoutes();
     for (const k of FILTERS) {
       const i = this.inputs[k];
       if (i && i.value !== (f[k] || '') && document.activeElement !== i) i.value = f[k] || '';
