@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/calltap/calltap/cmd/stacktest"
 	"github.com/calltap/calltap/inspector"
+	"github.com/calltap/calltap/inspector/routes"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
@@ -40,6 +42,7 @@ func routedCaptures(t *testing.T, db *agentdb.AgentStore) (alice, quiet, none st
 
 type routeSummary struct {
 	ID     string  `json:"id"`
+	Event  string  `json:"event"`
 	Route  *string `json:"route"` // a pointer: the field must be there, "" included
 	Status string  `json:"status"`
 }
@@ -48,8 +51,29 @@ type routeSummary struct {
 // route file decided); route=NAME filters the list, its count and its
 // export; a store-only capture reads status stored, with no response.
 func TestRoutesInTheAPI(t *testing.T) {
-	st := stacktest.Start(t, stacktest.Options{ForwardTo: "http://127.0.0.1:1/hooks"})
-	alice, quiet, none := routedCaptures(t, st.AgentDB)
+	h := &handler{}
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	st := stacktest.Start(t, stacktest.Options{ForwardTo: hs.URL + "/hooks"})
+	// A capture before the route file, then one taken by each route.
+	send(t, st.TunnelURL+"/voice", event("call.ended", "c-route", 1))
+	table, err := routes.Parse("routes.toml", []byte(`
+[[route]]
+name = "alice"
+events = ["call.started"]
+forward-to = "`+hs.URL+`/alice"
+
+[[route]]
+name = "quiet"
+events = ["call.connected"]
+store-only = true
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Agent.SetRoutes(table)
+	send(t, st.TunnelURL+"/voice", event("call.started", "c-route", 2))
+	send(t, st.TunnelURL+"/voice", event("call.connected", "c-route", 3))
 	api := st.InspectorURL + "/api/v1/ext"
 	list := func(query string) (int, []routeSummary) {
 		t.Helper()
@@ -64,14 +88,22 @@ func TestRoutesInTheAPI(t *testing.T) {
 		return p.Count, p.Results
 	}
 	_, all := list("")
+	if len(all) != 3 {
+		t.Fatalf("%d captures listed, want 3", len(all))
+	}
+	if _, path := h.last(); h.count() != 2 || path != "/alice/voice" {
+		t.Errorf("the handler got %d requests, the last at %s; want 2, the last at alice's /alice/voice (quiet's at none)", h.count(), path)
+	}
+	byEvent := map[string]string{}
+	for _, s := range all {
+		byEvent[s.Event] = s.ID
+	}
+	alice, quiet, none := byEvent["call.started"], byEvent["call.connected"], byEvent["call.ended"]
 	want := map[string]string{alice: "alice", quiet: "quiet", none: ""}
 	for _, s := range all {
 		if s.Route == nil || *s.Route != want[s.ID] {
 			t.Errorf("capture %s lists route %v, want %q (and the field present)", s.ID, s.Route, want[s.ID])
 		}
-	}
-	if len(all) != 3 {
-		t.Fatalf("%d captures listed, want 3", len(all))
 	}
 	for route, id := range map[string]string{"alice": alice, "quiet": quiet} {
 		count, got := list("&route=" + route)
