@@ -46,17 +46,15 @@ func TestBrowserRoutes(t *testing.T) {
 
 	// A route file from now on: the captures it routes come in live,
 	// and the column shows without a reload.
-	table, err := routes.Parse("routes.toml", []byte(`
-[[route]]
-name = "alice"
-events = ["call.started"]
-forward-to = "`+s.h.srv.URL+`/alice"
-
-[[route]]
+	// quiet first: the first route that matches wins.
+	table, err := routes.Parse("routes.toml", []byte(`[[route]]
 name = "quiet"
 events = ["call.connected"]
 store-only = true
-`))
+[[route]]
+name = "alice"
+match = { "call.variables.lead_id" = "EZ-1042" }
+forward-to = "`+s.h.srv.URL+`/alice"`))
 	if err != nil {
 		t.Fatal(err)
 	}
