@@ -43,7 +43,9 @@ forward-to = %q
 	}
 	a := runAgent(t, other)
 	a.SetRoutes(file(urls[media]))
-	ev := func(kind string) string { return fmt.Sprintf(`{"id":"d-%s","event":%q,"call":{"call_id":"c1"}}`, kind, kind) }
+	ev := func(kind string) string {
+		return fmt.Sprintf(`{"id":"d-%s","event":%q,"call":{"call_id":"c1"}}`, kind, kind)
+	}
 	rec := original(t, a, "/hook", ev("call.recording_available"), nil)
 	quiet := original(t, a, "/hook", ev("call.connected"), nil)
 	ended := original(t, a, "/hook", ev("call.ended"), nil)
