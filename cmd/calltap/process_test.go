@@ -22,30 +22,39 @@ import (
 // These tests run the real binary as separate processes, so that an agent
 // can be frozen (SIGSTOP, a laptop asleep) or a relay killed (SIGKILL).
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// builtBinary is a program of the module built once for the tests.
+type builtBinary struct {
+	pkg  string // as go build takes it, from this directory
+	once sync.Once
+	path string
+	err  error
+}
 
-func calltapBinary(t *testing.T) string {
+var calltapBuilt = &builtBinary{pkg: "."}
+
+func calltapBinary(t *testing.T) string { return calltapBuilt.get(t) }
+
+func (b *builtBinary) get(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	b.once.Do(func() {
 		dir, err := os.MkdirTemp("", "calltap-bin-")
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
-		binPath = filepath.Join(dir, "calltap")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		b.path = filepath.Join(dir, filepath.Base(b.pkg))
+		if b.pkg == "." {
+			b.path = filepath.Join(dir, "calltap")
+		}
+		out, err := exec.Command("go", "build", "-o", b.path, b.pkg).CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			b.err = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return binPath
+	return b.path
 }
 
 func freeAddr(t *testing.T) string {

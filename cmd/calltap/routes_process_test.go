@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,32 +23,7 @@ import (
 // and three handler processes (scripts/samplehandler), as a developer
 // would with a route file.
 
-var (
-	sampleOnce sync.Once
-	samplePath string
-	sampleErr  error
-)
-
-// sampleHandlerBinary builds scripts/samplehandler once.
-func sampleHandlerBinary(t *testing.T) string {
-	t.Helper()
-	sampleOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "calltap-sample-")
-		if err != nil {
-			sampleErr = err
-			return
-		}
-		samplePath = filepath.Join(dir, "samplehandler")
-		out, err := exec.Command("go", "build", "-o", samplePath, "../../scripts/samplehandler").CombinedOutput()
-		if err != nil {
-			sampleErr = fmt.Errorf("go build samplehandler: %v\n%s", err, out)
-		}
-	})
-	if sampleErr != nil {
-		t.Fatal(sampleErr)
-	}
-	return samplePath
-}
+var sampleBuilt = &builtBinary{pkg: "../../scripts/samplehandler"}
 
 // handlerProc is a sample handler process; got lists the event ids it
 // answered, in the order it answered them.
@@ -63,7 +37,7 @@ var answeredLine = regexp.MustCompile(`(?m) (\S+) (\S+): 200$`)
 func startHandlerProc(t *testing.T, args ...string) *handlerProc {
 	t.Helper()
 	addr := freeAddr(t)
-	cmd := exec.Command(sampleHandlerBinary(t), append([]string{"--listen", addr}, args...)...)
+	cmd := exec.Command(sampleBuilt.get(t), append([]string{"--listen", addr}, args...)...)
 	h := &handlerProc{url: "http://" + addr, out: &syncBuffer{}}
 	cmd.Stdout, cmd.Stderr = h.out, h.out
 	if err := cmd.Start(); err != nil {
