@@ -121,7 +121,7 @@ func (app *agentApp) Open(ctx context.Context) (err error) {
 	if f.routes.any() {
 		app.calls = agent.NewCallMemory(app.db, app.log)
 		if cfg.Routes, err = f.routes.load(app.calls); err != nil {
-			return fmt.Errorf("--routes: %v", err) // changed since the flags were checked
+			return f.routes.flagError(err) // changed since the flags were checked
 		}
 	}
 	if !f.quiet {
@@ -324,7 +324,7 @@ func (f *agentFlags) validate() error {
 		return fmt.Errorf("--forward-to: %v", err)
 	}
 	if _, err := f.routes.load(nil); f.routes.any() && err != nil {
-		return fmt.Errorf("--routes: %v", err)
+		return f.routes.flagError(err)
 	}
 	for _, h := range f.inspectHosts {
 		if err := inspector.ValidInspectHost(h); err != nil {

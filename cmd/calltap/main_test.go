@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +27,10 @@ func runCmd(t *testing.T, args ...string) (int, string, string) {
 }
 
 func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
+	badRoutes := filepath.Join(t.TempDir(), "routes.toml")
+	if err := os.WriteFile(badRoutes, []byte("[[route]]\nname = \"x\"\nevents = [\"*\"]\nforward-to = \"nope\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{
 		{"nope"},
 		{"listen", "--bogus"},
@@ -40,6 +47,9 @@ func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
 		{"relay", "--sync", "sometimes"},
 		{"dev", "--forward-to", "http://127.0.0.1:3000", "--sync", "off"},
 		{"listen", "--relay", "http://x", "--token", "t", "--forward-to", "http://127.0.0.1:3000", "--sync", ""},
+		{"dev", "--events", "call.["},
+		{"dev", "--routes", badRoutes},
+		{"listen", "--relay", "http://x", "--token", "t", "--routes", filepath.Join(t.TempDir(), "absent.toml")},
 	} {
 		code, _, stderr := runCmd(t, args...)
 		if code != 2 {
@@ -47,6 +57,9 @@ func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
 		}
 		if n := strings.Count(strings.TrimRight(stderr, "\n"), "\n"); n != 0 || stderr == "" {
 			t.Errorf("%v: want one line on stderr, got %q", args, stderr)
+		}
+		if slices.Contains(args, badRoutes) && !strings.Contains(stderr, "routes.toml:4: ") {
+			t.Errorf("a bad route file at start: %q does not name the file and the line", stderr)
 		}
 	}
 }

@@ -37,6 +37,14 @@ func (f *routeFlags) load(cv routes.CallValues) (*routes.Table, error) {
 	return t, err
 }
 
+// flagError names the flag whose value load refused.
+func (f *routeFlags) flagError(err error) error {
+	if f.file == "" {
+		return fmt.Errorf("--events: %v", err)
+	}
+	return fmt.Errorf("--routes: %v", err)
+}
+
 func (f *routeFlags) options(cv routes.CallValues) []routes.Option {
 	opts := []routes.Option{eventFilter(f.events)}
 	if cv != nil {
