@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/scripts/benchrun/load"
+	"github.com/calltap/calltap/scripts/benchrun/perf"
 )
 
 // The cost part: what one 2 KB webhook costs each process on its way
@@ -26,7 +27,7 @@ import (
 // agent's CPU goes, stage by stage, from perf record's call stacks. Here:
 // its flags and its plain run; the A/B runs (--baseline, --routes-ab) are
 // costab.go's and costroutes.go's, what every run measures costmeasure.go's
-// (with perf: perf.go).
+// (with perf: package perf).
 
 const (
 	costTable    = "Cost per 2 KB request"
@@ -185,6 +186,27 @@ func costSetup(ctx context.Context, o costOpts, pt *part, mode string) ([]*costC
 	return cells, nil
 }
 
+// profile samples the relay's and the agent's call stacks (perf record)
+// under the load, and counts the samples of each stage; keep, if not "",
+// is where the recordings are kept.
+func (c *costCell) profile(ctx context.Context, spec load.Spec, pids map[string]int, dir, keep string) error {
+	file := func(name string) string { return filepath.Join(dir, fmt.Sprintf("perf-%s-c%d.data", name, c.conns)) }
+	profiles, err := perf.Profiles(ctx, spec, []perf.Process{perf.Relay(), perf.Agent()}, pids, file)
+	if err != nil {
+		return err
+	}
+	c.profiles = profiles
+	for name := range profiles {
+		if keep != "" {
+			if err := os.Rename(file(name), filepath.Join(keep, fmt.Sprintf("cost-sync-%s-c%d-%s.data", c.sync, c.conns, name))); err != nil {
+				fmt.Fprintf(os.Stderr, "cost: not kept: %v\n", err)
+			}
+		}
+		os.Remove(file(name))
+	}
+	return nil
+}
+
 // visibility sends n requests through the tunnel one at a time, each with
 // a word of its own in its path and body, and measures from each answer
 // until the inspector lists it (newest first) and until its text search
@@ -268,27 +290,16 @@ func fsyncP50(dir string) (time.Duration, error) {
 	return lat[len(lat)/2], nil
 }
 
-var (
-	agentStageNames = []string{"read frame", "save", "forward", "answer", "console line", "runtime", "other"}
-	relayStageNames = []string{"parse", "route/forward", "read frame", "answer", "runtime", "other"}
-)
-
-func reportCost(res *results, cells []*costCell, perf bool, label string) {
+func reportCost(res *results, cells []*costCell, profiled bool, label string) {
 	r := costReport{res: res, label: label}
 	r.costRows(cells)
 	r.latencyRows(cells)
 	r.visibleRows(cells)
-	if !perf {
+	if !profiled {
 		return
 	}
-	for _, p := range []struct {
-		name, title string
-		stages      []string
-	}{
-		{"agent", "Cost per 2 KB request: the agent's CPU by stage", agentStageNames},
-		{"relay", "Cost per 2 KB request: the relay's CPU by stage", relayStageNames},
-	} {
-		r.stageRows(cells, p.name, p.title, p.stages)
+	for _, p := range []perf.Process{perf.Agent(), perf.Relay()} {
+		r.stageRows(cells, p, "Cost per 2 KB request: the "+p.Name+"'s CPU by stage")
 	}
 }
 
@@ -384,53 +395,31 @@ func (r costReport) visibleRows(cells []*costCell) {
 }
 
 // stageRows writes where a process's CPU went, by stage, from its profile.
-func (r costReport) stageRows(cells []*costCell, name, title string, stages []string) {
+func (r costReport) stageRows(cells []*costCell, p perf.Process, title string) {
 	head := []string{"Stage"}
 	for _, c := range cells {
 		head = append(head, c.label())
 	}
 	r.add(row{Table: title, Head: true, Cells: head})
-	for _, s := range stages {
+	for _, s := range p.Stages {
 		x := row{Table: title, Cells: []string{s}}
 		for _, c := range cells {
-			share := float64(c.stages[name][s]) / float64(max(stageSamples(c, name), 1))
-			x.Cells = append(x.Cells, fmt.Sprintf("%.0f%% · %s", 100*share, fmtDur(time.Duration(share*float64(c.cpu[name])))))
+			prof := c.profiles[p.Name]
+			share := float64(prof.Stages[s]) / float64(max(prof.Samples(), 1))
+			x.Cells = append(x.Cells, fmt.Sprintf("%.0f%% · %s", 100*share, fmtDur(time.Duration(share*float64(c.cpu[p.Name])))))
 		}
 		r.add(x)
 	}
 	x := row{Table: title, Cells: []string{"samples"}}
 	for _, c := range cells {
-		x.Cells = append(x.Cells, fmtCount(stageSamples(c, name)))
+		x.Cells = append(x.Cells, fmtCount(c.profiles[p.Name].Samples()))
 	}
 	r.add(x)
-	r.add(row{Table: title, Note: "perf record -F 999 -g on the " + name + " under the same load: % of samples, and that share of its CPU per request. " +
-		"A sample goes to the stage of its innermost frame that a stage's pattern matches (scripts/benchrun/cost.go)."})
+	r.add(row{Table: title, Note: "perf record -F 999 -g on the " + p.Name + " under the same load: % of samples, and that share of its CPU per request. " +
+		"A sample goes to the stage of its innermost frame that a stage's pattern matches (scripts/benchrun/perf/stages.go)."})
 	for _, c := range cells {
-		if top := topOther(c.other[name], 3); top != "" {
-			fmt.Fprintf(os.Stderr, "cost: %s, %s: other: %s\n", name, c.label(), top)
+		if top := c.profiles[p.Name].TopOther(3); top != "" {
+			fmt.Fprintf(os.Stderr, "cost: %s, %s: other: %s\n", p.Name, c.label(), top)
 		}
 	}
-}
-
-// stageSamples is the count of a process's profile samples in a cell.
-func stageSamples(c *costCell, name string) int {
-	total := 0
-	for _, n := range c.stages[name] {
-		total += n
-	}
-	return total
-}
-
-// topOther lists the n functions with the most unclassified samples.
-func topOther(m map[string]int, n int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b string) int { return m[b] - m[a] })
-	var parts []string
-	for _, k := range keys[:min(n, len(keys))] {
-		parts = append(parts, fmt.Sprintf("%s (%d)", k, m[k]))
-	}
-	return strings.Join(parts, ", ")
 }

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/calltap/calltap/scripts/benchrun/load"
+	"github.com/calltap/calltap/scripts/benchrun/perf"
 )
 
 // What every run of the cost part measures: a relay and an agent in front
@@ -34,8 +33,7 @@ type costCell struct {
 
 	listed, found []time.Duration // c=1 only: from a request's answer until the inspector lists it, and finds it by text
 
-	stages map[string]map[string]int // relay/agent → stage → samples
-	other  map[string]map[string]int // relay/agent → innermost unclassified function → samples
+	profiles map[string]perf.Profile // relay/agent → its samples by stage (--perf only)
 }
 
 func (c *costCell) label() string { return fmt.Sprintf("--sync %s, c=%d", c.sync, c.conns) }
@@ -156,22 +154,15 @@ func (c *costCell) measure(ctx context.Context, spec load.Spec, pids map[string]
 // measureCalls loads calltap again under perf stat, for each process's
 // system calls and context switches per request.
 func (c *costCell) measureCalls(ctx context.Context, spec load.Spec, pids map[string]int, dir string) error {
-	r, err := underPerf(ctx, spec, costProcs, func(name string) []string {
-		return []string{"stat", "-e", "raw_syscalls:sys_enter,context-switches", "-p", strconv.Itoa(pids[name]),
-			"-o", filepath.Join(dir, "stat-"+name+".txt")}
-	})
+	r, counts, err := perf.Stat(ctx, spec, costProcs, pids, dir)
 	if err != nil {
 		return err
 	}
 	c.syscalls, c.switches = map[string]float64{}, map[string]float64{}
 	for _, name := range costProcs {
-		counts, elapsed, err := readPerfStat(filepath.Join(dir, "stat-"+name+".txt"))
-		if err != nil {
-			return fmt.Errorf("perf stat of the %s: %w", name, err)
-		}
-		reqs := r.Rate() * elapsed.Seconds() // the load is steady: its rate over perf's own span
-		c.syscalls[name] = counts["raw_syscalls:sys_enter"] / reqs
-		c.switches[name] = counts["context-switches"] / reqs
+		reqs := r.Rate() * counts[name].Elapsed.Seconds() // the load is steady: its rate over perf's own span
+		c.syscalls[name] = counts[name].Syscalls / reqs
+		c.switches[name] = counts[name].Switches / reqs
 	}
 	return nil
 }

@@ -7,14 +7,13 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/calltap/calltap/scripts/benchrun/load"
+	"github.com/calltap/calltap/scripts/benchrun/perf"
 )
 
 // cell is one load shape measured both ways.
@@ -71,11 +70,11 @@ func cmdTunnel(ctx context.Context, args []string) error {
 			}
 			runCalltap := func() error {
 				fmt.Fprintf(os.Stderr, "tunnel: round %d/%d  %-22s through calltap\n", round+1, *rounds, c.name)
-				perf := ""
+				prefix := ""
 				if *perfDir != "" && round == 0 {
-					perf = filepath.Join(*perfDir, fmt.Sprintf("%dk-c%d", len(c.body)>>10, c.conns))
+					prefix = filepath.Join(*perfDir, fmt.Sprintf("%dk-c%d", len(c.body)>>10, c.conns))
 				}
-				return c.runCalltap(ctx, *bin, filepath.Join(dir, fmt.Sprintf("ct-%d", round)), hurl, *warm, *dur, perf)
+				return c.runCalltap(ctx, *bin, filepath.Join(dir, fmt.Sprintf("ct-%d", round)), hurl, *warm, *dur, prefix)
 			}
 			first, second := runDirect, runCalltap
 			if round%2 == 1 {
@@ -112,7 +111,7 @@ func (c *cell) runCalltap(ctx context.Context, bin, dir, handlerURL string, warm
 		return err
 	}
 	var r0, a0, r1, a1 time.Duration
-	var perfs []*exec.Cmd
+	var perfs []*perf.Recording
 	u, _ := url.Parse(ct.relayURL)
 	r, err := load.Run(ctx, load.Spec{Addr: u.Host, Path: ct.tunnelPath + "/voice", Body: c.body, Stamp: c.stamp,
 		ContentType: c.contentType, Conns: c.conns, Warmup: warm, Duration: dur,
@@ -120,22 +119,18 @@ func (c *cell) runCalltap(ctx context.Context, bin, dir, handlerURL string, warm
 			r0, _ = procCPU(ct.relay.pid())
 			a0, _ = procCPU(ct.agent.pid())
 			if perfPrefix != "" {
-				perfs = append(perfs, startPerf(perfPrefix+"-relay.data", ct.relay.pid()), startPerf(perfPrefix+"-agent.data", ct.agent.pid()))
+				perfs = append(perfs, perf.Record(perfPrefix+"-relay.data", ct.relay.pid()), perf.Record(perfPrefix+"-agent.data", ct.agent.pid()))
 			}
 		},
 		OnEnd: func() {
 			r1, _ = procCPU(ct.relay.pid())
 			a1, _ = procCPU(ct.agent.pid())
 			for _, p := range perfs {
-				if p != nil {
-					p.Process.Signal(syscall.SIGINT)
-				}
+				p.Stop()
 			}
 		}})
 	for _, p := range perfs {
-		if p != nil {
-			p.Wait()
-		}
+		p.Wait()
 	}
 	if err != nil {
 		return err
@@ -151,18 +146,6 @@ func (c *cell) runCalltap(ctx context.Context, bin, dir, handlerURL string, warm
 	c.relayHWM = max(c.relayHWM, rh)
 	c.agentHWM = max(c.agentHWM, ah)
 	return nil
-}
-
-// startPerf samples pid's call stacks until it gets SIGINT; nil if perf
-// is missing (profiling is optional).
-func startPerf(out string, pid int) *exec.Cmd {
-	os.MkdirAll(filepath.Dir(out), 0o755)
-	cmd := exec.Command("perf", "record", "-q", "-F", "499", "-g", "-p", fmt.Sprint(pid), "-o", out)
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "perf: %v\n", err)
-		return nil
-	}
-	return cmd
 }
 
 func (c *cell) report(res *results) {

@@ -1,4 +1,4 @@
-package main
+package perf
 
 import (
 	"os"
@@ -23,7 +23,7 @@ func TestReadPerfStat(t *testing.T) {
 	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	counts, elapsed, err := readPerfStat(path)
+	counts, elapsed, err := readStat(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package perf
 
 import (
 	"bufio"
@@ -6,16 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/calltap/calltap/scripts/benchrun/load"
 )
 
-// The cost part's profile (cost.go): perf record under load, each sample
-// put down to a stage of the relay's or the agent's work.
+// A profile: perf record under load, each sample put down to a stage of
+// the relay's or the agent's work.
 
 // The stages of a request in each process. A sample belongs to the stage
 // of the first frame, from the leaf outwards, that one of its patterns
@@ -153,40 +152,82 @@ func innermostOther(frames []frame) string {
 	return ""
 }
 
-// profile samples the relay's and the agent's call stacks (perf record)
-// under the load, and counts the samples of each stage.
-func (c *costCell) profile(ctx context.Context, spec load.Spec, pids map[string]int, dir, keep string) error {
-	files := map[string]string{}
-	for _, name := range []string{"relay", "agent"} {
-		files[name] = filepath.Join(dir, fmt.Sprintf("perf-%s-c%d.data", name, c.conns))
-	}
-	_, err := underPerf(ctx, spec, []string{"relay", "agent"}, func(name string) []string {
-		return []string{"record", "-q", "-F", "999", "-g", "-p", strconv.Itoa(pids[name]), "-o", files[name]}
-	})
-	if err != nil {
-		return err
-	}
-	c.stages, c.other = map[string]map[string]int{}, map[string]map[string]int{}
-	for name, rules := range map[string][]stageRule{"relay": relayStages, "agent": agentStages} {
-		stages, other, err := perfStages(ctx, files[name], rules)
-		if err != nil {
-			return fmt.Errorf("perf script of the %s: %w", name, err)
-		}
-		c.stages[name], c.other[name] = stages, other
-		if keep != "" {
-			if err := os.Rename(files[name], filepath.Join(keep, fmt.Sprintf("cost-sync-%s-c%d-%s.data", c.sync, c.conns, name))); err != nil {
-				fmt.Fprintf(os.Stderr, "cost: not kept: %v\n", err)
-			}
-		}
-		os.Remove(files[name])
-	}
-	return nil
+// A Process is one of calltap's processes as its profile reads it.
+type Process struct {
+	Name   string   // "relay", "agent": the key of its pid and of its Profile
+	Stages []string // every stage a sample can go to, in a request's order, then "runtime" and "other"
+	rules  []stageRule
 }
 
-// perfStages reads `perf script` of a recording and counts its samples by
+// Agent is the agent's process.
+func Agent() Process {
+	return Process{Name: "agent", Stages: []string{"read frame", "save", "forward", "answer", "console line", "runtime", "other"}, rules: agentStages}
+}
+
+// Relay is the relay's process.
+func Relay() Process {
+	return Process{Name: "relay", Stages: []string{"parse", "route/forward", "read frame", "answer", "runtime", "other"}, rules: relayStages}
+}
+
+// A Profile is one process's samples under a load.
+type Profile struct {
+	Stages map[string]int // stage → samples
+	Other  map[string]int // innermost function of the samples of no stage → samples
+}
+
+// Samples is the count of the profile's samples.
+func (p Profile) Samples() int {
+	total := 0
+	for _, n := range p.Stages {
+		total += n
+	}
+	return total
+}
+
+// TopOther lists the n functions with the most samples of no stage.
+func (p Profile) TopOther(n int) string {
+	keys := make([]string, 0, len(p.Other))
+	for k := range p.Other {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return p.Other[b] - p.Other[a] })
+	var parts []string
+	for _, k := range keys[:min(n, len(keys))] {
+		parts = append(parts, fmt.Sprintf("%s (%d)", k, p.Other[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Profiles samples the call stacks of each process of procs (perf record
+// -F 999 -g, pid by name) under the load spec, into the file that file
+// names for it, and counts each one's samples by stage. The files are
+// left for the caller to keep or remove.
+func Profiles(ctx context.Context, spec load.Spec, procs []Process, pids map[string]int, file func(name string) string) (map[string]Profile, error) {
+	names := make([]string, 0, len(procs))
+	for _, p := range procs {
+		names = append(names, p.Name)
+	}
+	_, err := under(ctx, spec, names, func(name string) []string {
+		return []string{"record", "-q", "-F", "999", "-g", "-p", strconv.Itoa(pids[name]), "-o", file(name)}
+	})
+	if err != nil {
+		return nil, err
+	}
+	profiles := map[string]Profile{}
+	for _, p := range procs {
+		stages, other, err := countStages(ctx, file(p.Name), p.rules)
+		if err != nil {
+			return nil, fmt.Errorf("perf script of the %s: %w", p.Name, err)
+		}
+		profiles[p.Name] = Profile{Stages: stages, Other: other}
+	}
+	return profiles, nil
+}
+
+// countStages reads `perf script` of a recording and counts its samples by
 // stage; other counts the unclassified ones by their innermost function.
-func perfStages(ctx context.Context, file string, rules []stageRule) (stages, other map[string]int, err error) {
-	cmd := perfCmd(ctx, "script", "-i", file, "-F", "ip,sym,dso", "--no-inline")
+func countStages(ctx context.Context, file string, rules []stageRule) (stages, other map[string]int, err error) {
+	cmd := command(ctx, "script", "-i", file, "-F", "ip,sym,dso", "--no-inline")
 	outp, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, nil, err
@@ -233,7 +274,7 @@ func perfStages(ctx context.Context, file string, rules []stageRule) (stages, ot
 	flush()
 	io.Copy(io.Discard, outp)
 	if err := cmd.Wait(); err != nil {
-		return nil, nil, perfErr(cmd, err)
+		return nil, nil, cmdErr(cmd, err)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, nil, err
