@@ -66,7 +66,7 @@ type CallDetail struct {
 	Analysis *callevent.Analysis `json:"analysis"`
 	Media    *callevent.Media    `json:"media"`
 	// MediaFiles are the saved copies of the call's recording and
-	// transcript (see MediaSaver).
+	// transcript (see mediasave.Saver).
 	MediaFiles []MediaFileJSON `json:"media_files"`
 }
 

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/inspector/agent/mediasave"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/storage/agentdb"
 )
@@ -38,7 +38,7 @@ func (l *lockedBuffer) String() string {
 func TestMediaSampleLinksAreNoAlarm(t *testing.T) {
 	db := callsOpenDB(t)
 	var logs lockedBuffer
-	saver, err := agent.NewMediaSaver(agent.MediaConfig{DB: db, Dir: filepath.Join(t.TempDir(), "media"),
+	saver, err := mediasave.New(mediasave.Config{DB: db, Dir: filepath.Join(t.TempDir(), "media"),
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatal(err)

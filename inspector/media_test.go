@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/inspector"
-	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/inspector/agent/mediasave"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/storage/agentdb"
 )
@@ -76,7 +76,7 @@ type mediaEnv struct {
 	dir    string
 	cdn    *mediaCDN
 	cdnURL string
-	saver  *agent.MediaSaver
+	saver  *mediasave.Saver
 	api    string // inspector base URL
 	mu     sync.Mutex
 	seen   []string // guarded by mu: ids passed to OnUpdate
@@ -88,7 +88,7 @@ func newMediaEnv(t *testing.T, allowPrivate bool) *mediaEnv {
 	cdn := httptest.NewServer(e.cdn)
 	t.Cleanup(cdn.Close)
 	e.cdnURL = cdn.URL
-	saver, err := agent.NewMediaSaver(agent.MediaConfig{
+	saver, err := mediasave.New(mediasave.Config{
 		DB: e.db, Dir: e.dir, AllowPrivate: allowPrivate, MaxBytes: 1024,
 		Backoff: []time.Duration{5 * time.Millisecond, 5 * time.Millisecond, 5 * time.Millisecond},
 		OnUpdate: func(f *agentdb.MediaFile) {
@@ -335,7 +335,7 @@ func TestRewriteMediaLinks(t *testing.T) {
 	// The payload's own link was never saved, but the call's recording
 	// was: matched by call and kind. The transcript has no copy: kept.
 	body, _ := json.Marshal(p)
-	out, n, err := agent.RewriteMediaLinks(context.Background(), e.db, body, "http://127.0.0.1:4040/")
+	out, n, err := mediasave.RewriteLinks(context.Background(), e.db, body, "http://127.0.0.1:4040/")
 	if err != nil || n != 1 {
 		t.Fatalf("%d %v", n, err)
 	}
@@ -348,12 +348,12 @@ func TestRewriteMediaLinks(t *testing.T) {
 	other := callevent.CallSpec{}.Events()[4]
 	other.Media.RecordingURL = saved
 	body, _ = json.Marshal(other)
-	if out, n, err = agent.RewriteMediaLinks(context.Background(), e.db, body, "http://x"); err != nil || n != 1 || !strings.Contains(string(out), "http://x/api/v1/ext/media/"+recID) {
+	if out, n, err = mediasave.RewriteLinks(context.Background(), e.db, body, "http://x"); err != nil || n != 1 || !strings.Contains(string(out), "http://x/api/v1/ext/media/"+recID) {
 		t.Errorf("%d %v %s", n, err, out)
 	}
 	// Nothing to rewrite.
 	body = []byte(`{"event":"call.started"}`)
-	if out, n, err = agent.RewriteMediaLinks(context.Background(), e.db, body, "http://x"); n != 0 || err != nil || string(out) != string(body) {
+	if out, n, err = mediasave.RewriteLinks(context.Background(), e.db, body, "http://x"); n != 0 || err != nil || string(out) != string(body) {
 		t.Errorf("%d %v %s", n, err, out)
 	}
 }
@@ -369,7 +369,7 @@ func TestParseMediaLinks(t *testing.T) {
 		`null`: {},
 		`[1]`:  {},
 	} {
-		if got := agent.ParseMediaLinks(json.RawMessage(data)); got.RecordingURL != want.RecordingURL || got.TranscriptURL != want.TranscriptURL || got.ExpiresIn != want.ExpiresIn {
+		if got := mediasave.ParseLinks(json.RawMessage(data)); got.RecordingURL != want.RecordingURL || got.TranscriptURL != want.TranscriptURL || got.ExpiresIn != want.ExpiresIn {
 			t.Errorf("%s: %+v", data, got)
 		}
 	}

@@ -9,14 +9,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/inspector/agent/mediasave"
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
 )
 
-// The media endpoints serve the copies the agent's MediaSaver made of the
-// recordings and transcripts that call events link to.
+// The media endpoints serve the copies the agent's media saver
+// (mediasave.Saver) made of the recordings and transcripts that call
+// events link to.
 
 // MediaFileJSON is a media file in the API.
 type MediaFileJSON struct {
@@ -45,7 +46,7 @@ func MediaFileOf(f *agentdb.MediaFile) MediaFileJSON {
 		Status: f.Status, Attempts: f.Attempts, Error: f.Error, ContentType: f.ContentType, SHA256: f.SHA256,
 		CreatedAt: api.Time(f.CreatedAt), SavedAt: api.Time(f.SavedAt)}
 	if f.Status == agentdb.MediaSaved {
-		size, u := f.Size, agent.MediaPath(f.ID)
+		size, u := f.Size, mediasave.URLPath(f.ID)
 		j.Size, j.URL = &size, &u
 	}
 	return j

@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/calltap/calltap/inspector"
-	"github.com/calltap/calltap/inspector/agent"
+	"github.com/calltap/calltap/inspector/agent/mediasave"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/inspector/voice/service"
 	"github.com/calltap/calltap/storage"
@@ -85,7 +85,7 @@ func mediaLinks(ctx context.Context, client *service.Client, callID string) (cal
 	}
 	links := callevent.Media{RecordingURL: m.RecordingURL, TranscriptURL: m.TranscriptURL, ExpiresIn: m.ExpiresIn}
 	if links.RecordingURL == "" && links.TranscriptURL == "" {
-		links = agent.ParseMediaLinks(m.Raw)
+		links = mediasave.ParseLinks(m.Raw)
 	}
 	if links.RecordingURL == "" && links.TranscriptURL == "" {
 		return links, fmt.Errorf("the service's answer holds no media link: %.300s", m.Raw)
@@ -96,7 +96,7 @@ func mediaLinks(ctx context.Context, client *service.Client, callID string) (cal
 // saveMedia downloads the files links name into the data directory and
 // returns their records.
 func saveMedia(ctx context.Context, db *agentdb.AgentStore, dataDir string, allowPrivate bool, callID string, links callevent.Media) ([]*agentdb.MediaFile, error) {
-	saver, err := agent.NewMediaSaver(agent.MediaConfig{DB: db, Dir: filepath.Join(dataDir, "media"), AllowPrivate: allowPrivate})
+	saver, err := mediasave.New(mediasave.Config{DB: db, Dir: filepath.Join(dataDir, "media"), AllowPrivate: allowPrivate})
 	if err != nil {
 		return nil, err
 	}

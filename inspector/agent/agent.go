@@ -1,7 +1,7 @@
 // Package agent is calltap's agent: it saves every request that reaches
 // the tunnel in SQLite, forwards it to the developer's local handler,
 // records the answer, and replays, backfills and saves the media of what
-// it captured.
+// it captured (with a mediasave.Saver, which downloads them).
 //
 // What it guarantees: a sender's 2xx (or 202) means the request is saved.
 // A live request goes to the handler while its capture commits, and its
@@ -50,6 +50,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/calltap/calltap/inspector/agent/mediasave"
 	"github.com/calltap/calltap/inspector/routes"
 	"github.com/calltap/calltap/relay/tunnel"
 	"github.com/calltap/calltap/storage/agentdb"
@@ -147,8 +148,8 @@ type Agent struct {
 	tasks      sync.WaitGroup             // goroutines started by start and backgroundLoop
 	background chan func(context.Context) // to backgroundLoop: work bounded by Run's context
 
-	console *console    // nil when Config.Console is; read-only
-	media   *MediaSaver // nil when MediaDir is empty; read-only
+	console *console         // nil when Config.Console is; read-only
+	media   *mediasave.Saver // nil when MediaDir is empty; read-only
 
 	stateMu sync.Mutex
 	state   TunnelState // guarded by stateMu

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -157,8 +158,16 @@ func TestResumeTellsWhatItTookUp(t *testing.T) {
 // without a media directory saves no media.
 func TestCommittedInsertTellsTheMediaSaver(t *testing.T) {
 	ctx := context.Background()
-	hs := mediaHost(t)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("mp3 bytes")) }))
+	defer hs.Close()
 	d := openDisk(t)
+	mediaOf := func(id string) []*agentdb.MediaFile {
+		files, _, err := d.store.MediaFiles(ctx, agentdb.MediaFilter{CaptureID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return files
+	}
 	recording := func() *agentdb.Capture {
 		c := testCapture(`{"event":"` + callevent.KindRecordingAvailable + `","call":{"call_id":"call-3"},"media":{"recording_url":"` + hs.URL + `/rec"}}`)
 		c.Event = callevent.KindRecordingAvailable
@@ -187,10 +196,10 @@ func TestCommittedInsertTellsTheMediaSaver(t *testing.T) {
 	saved := recording()
 	a.committedInsert(saved, agentdb.Written{Seq: 3, ID: saved.ID})
 	a.media.Wait()
-	if f := mediaOf(t, d.store, saved.ID)[agentdb.MediaRecording]; f == nil || f.Status != agentdb.MediaSaved {
+	if f := mediaOf(saved.ID); len(f) != 1 || f[0].Kind != agentdb.MediaRecording || f[0].Status != agentdb.MediaSaved {
 		t.Errorf("the recording of a committed capture: %+v", f)
 	}
-	if n := len(mediaOf(t, d.store, again.ID)) + len(mediaOf(t, d.store, c.ID)); n != 0 {
+	if n := len(mediaOf(again.ID)) + len(mediaOf(c.ID)); n != 0 {
 		t.Errorf("%d media saved for a capture sent again or with no media directory", n)
 	}
 }

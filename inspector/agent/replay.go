@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/calltap/calltap/inspector/agent/mediasave"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/relay/tunnelpath"
@@ -77,7 +78,7 @@ func (a *Agent) prepareReplay(ctx context.Context, o ReplayOptions) (*agentdb.Ca
 		return nil, err
 	}
 	if a.cfg.RewriteMedia {
-		if out, _, err := RewriteMediaLinks(ctx, a.store, req.body, a.TunnelState().InspectorURL); err == nil {
+		if out, _, err := mediasave.RewriteLinks(ctx, a.store, req.body, a.TunnelState().InspectorURL); err == nil {
 			req.body = out
 		}
 	}

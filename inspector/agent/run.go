@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/calltap/calltap/inspector/agent/mediasave"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay/tunnel"
 	"github.com/calltap/calltap/storage/agentdb"
@@ -54,7 +55,7 @@ func New(cfg Config) (*Agent, error) {
 		a.console = newConsole(cfg.Console)
 	}
 	if cfg.MediaDir != "" {
-		saver, err := NewMediaSaver(MediaConfig{
+		saver, err := mediasave.New(mediasave.Config{
 			DB: cfg.Store, Dir: cfg.MediaDir, AllowPrivate: cfg.AllowPrivateMedia, Logger: cfg.Logger,
 			OnUpdate: func(f *agentdb.MediaFile) { a.publish(Event{Media: f}) },
 		})

@@ -1,4 +1,4 @@
-package agent
+package mediasave
 
 import (
 	"context"
@@ -15,11 +15,11 @@ import (
 )
 
 // A saver given no backoff waits 2 s, 10 s and 30 s before its retries, as
-// MediaConfig says; one given an empty list tries each link once: a busy
+// Config says; one given an empty list tries each link once: a busy
 // link fails at its first attempt.
 func TestMediaSaverBackoff(t *testing.T) {
-	d := openDisk(t)
-	s, err := NewMediaSaver(MediaConfig{DB: d.store, Dir: t.TempDir()})
+	db := openStore(t)
+	s, err := New(Config{DB: db, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,18 +29,11 @@ func TestMediaSaverBackoff(t *testing.T) {
 	s.Close(context.Background())
 
 	hs := mediaHost(t)
-	once, err := NewMediaSaver(MediaConfig{DB: d.store, Dir: t.TempDir(), AllowPrivate: true, Backoff: []time.Duration{}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer once.Close(context.Background())
-	c := testCapture(`{}`)
-	if _, err := d.store.WriteCaptures(context.Background(), []*agentdb.Capture{c}, nil); err != nil {
-		t.Fatal(err)
-	}
+	once := newSaver(t, Config{DB: db, Dir: t.TempDir(), AllowPrivate: true, Backoff: []time.Duration{}, Logger: quiet})
+	c := writeCapture(t, db, testCapture(`{}`))
 	once.Save(context.Background(), c.ID, "call-1", callevent.Media{RecordingURL: hs.URL + "/busy"})
 	once.Wait()
-	if f := mediaOf(t, d.store, c.ID)[agentdb.MediaRecording]; f == nil || f.Status != agentdb.MediaFailed || f.Attempts != 1 {
+	if f := mediaOf(t, db, c.ID)[agentdb.MediaRecording]; f == nil || f.Status != agentdb.MediaFailed || f.Attempts != 1 {
 		t.Errorf("a busy link with no retries: %+v, want failed after one attempt", f)
 	}
 }
@@ -49,27 +42,23 @@ func TestMediaSaverBackoff(t *testing.T) {
 // seconds after it came; one without says nothing of its expiry.
 func TestMediaSaverExpiry(t *testing.T) {
 	hs := mediaHost(t)
-	d := openDisk(t)
-	s, err := NewMediaSaver(MediaConfig{DB: d.store, Dir: t.TempDir(), AllowPrivate: true, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
+	db := openStore(t)
+	s := newSaver(t, Config{DB: db, Dir: t.TempDir(), AllowPrivate: true, Logger: quiet})
 	caps := []*agentdb.Capture{testCapture(`{}`), testCapture(`{}`)}
-	if _, err := d.store.WriteCaptures(context.Background(), caps, nil); err != nil {
+	if _, err := db.WriteCaptures(context.Background(), caps, nil); err != nil {
 		t.Fatal(err)
 	}
 	s.Save(context.Background(), caps[0].ID, "call-1", callevent.Media{RecordingURL: hs.URL + "/rec", ExpiresIn: 60})
 	s.Save(context.Background(), caps[1].ID, "call-1", callevent.Media{RecordingURL: hs.URL + "/t.txt"})
 	s.Wait()
-	f := mediaOf(t, d.store, caps[0].ID)[agentdb.MediaRecording]
+	f := mediaOf(t, db, caps[0].ID)[agentdb.MediaRecording]
 	if f == nil {
 		t.Fatal("no media recorded for the link expiring in 60 s")
 	}
 	if left := f.ExpiresAt.Sub(f.CreatedAt); left < 59*time.Second || left > 61*time.Second {
 		t.Errorf("a link expiring in 60 s: expires %s after it came (%s, %s)", left, f.CreatedAt, f.ExpiresAt)
 	}
-	if f := mediaOf(t, d.store, caps[1].ID)[agentdb.MediaRecording]; f == nil || !f.ExpiresAt.IsZero() {
+	if f := mediaOf(t, db, caps[1].ID)[agentdb.MediaRecording]; f == nil || !f.ExpiresAt.IsZero() {
 		t.Errorf("a link without expiry: %+v, want no expiry", f)
 	}
 }
@@ -79,7 +68,7 @@ func TestMediaSaverExpiry(t *testing.T) {
 // which no platform connects to, fails with the network's error, not the
 // refusal.
 func TestMediaClientRefusesOnlyPrivateAddresses(t *testing.T) {
-	client := mediaClient(false)
+	client := newClient(false)
 	defer client.CloseIdleConnections()
 	get := func(url string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds a platform that waits
@@ -106,25 +95,18 @@ func TestMediaClientRefusesOnlyPrivateAddresses(t *testing.T) {
 // no warning.
 func TestMediaSaverFileAtTheLimit(t *testing.T) {
 	hs := mediaHost(t)
-	d := openDisk(t)
-	logged := &lockedBuffer{}
-	s, err := NewMediaSaver(MediaConfig{DB: d.store, Dir: t.TempDir(), AllowPrivate: true, MaxBytes: int64(len("mp3 bytes")),
-		Logger: slog.New(slog.NewTextHandler(logged, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
-	c := testCapture(`{}`)
-	if _, err := d.store.WriteCaptures(context.Background(), []*agentdb.Capture{c}, nil); err != nil {
-		t.Fatal(err)
-	}
+	db := openStore(t)
+	logged := &warnings{}
+	s := newSaver(t, Config{DB: db, Dir: t.TempDir(), AllowPrivate: true, MaxBytes: int64(len("mp3 bytes")),
+		Logger: slog.New(logged)})
+	c := writeCapture(t, db, testCapture(`{}`))
 	s.Save(context.Background(), c.ID, "call-1", callevent.Media{RecordingURL: hs.URL + "/rec"})
 	s.Wait()
-	if f := mediaOf(t, d.store, c.ID)[agentdb.MediaRecording]; f == nil || f.Status != agentdb.MediaSaved || f.Size != 9 {
+	if f := mediaOf(t, db, c.ID)[agentdb.MediaRecording]; f == nil || f.Status != agentdb.MediaSaved || f.Size != 9 {
 		t.Errorf("a 9-byte file with a 9-byte limit: %+v, want saved", f)
 	}
-	if out, _ := logged.read(); out != "" {
-		t.Errorf("logged: %s", out)
+	if out := logged.logged(); len(out) != 0 {
+		t.Errorf("logged: %q", out)
 	}
 }
 
@@ -133,19 +115,12 @@ func TestMediaSaverFileAtTheLimit(t *testing.T) {
 // event's call; a link of a call with nothing saved is left as it is.
 func TestRewriteMediaLinksByKindAndCall(t *testing.T) {
 	hs := mediaHost(t)
-	d := openDisk(t)
-	s, err := NewMediaSaver(MediaConfig{DB: d.store, Dir: t.TempDir(), AllowPrivate: true, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
-	c := testCapture(`{}`)
-	if _, err := d.store.WriteCaptures(context.Background(), []*agentdb.Capture{c}, nil); err != nil {
-		t.Fatal(err)
-	}
+	db := openStore(t)
+	s := newSaver(t, Config{DB: db, Dir: t.TempDir(), AllowPrivate: true, Logger: quiet})
+	c := writeCapture(t, db, testCapture(`{}`))
 	s.Save(context.Background(), c.ID, "call-1", callevent.Media{RecordingURL: hs.URL + "/rec", TranscriptURL: hs.URL + "/t.txt"})
 	s.Wait()
-	saved := mediaOf(t, d.store, c.ID)
+	saved := mediaOf(t, db, c.ID)
 	rec, tr := saved[agentdb.MediaRecording], saved[agentdb.MediaTranscript]
 	if rec == nil || tr == nil || rec.Status != agentdb.MediaSaved || tr.Status != agentdb.MediaSaved {
 		t.Fatalf("media of the call: %v", saved)
@@ -156,12 +131,12 @@ func TestRewriteMediaLinksByKindAndCall(t *testing.T) {
 		n                   int
 		wantRec, wantTr     string
 	}{
-		{"the saved links", "call-1", hs.URL + "/rec", hs.URL + "/t.txt", 2, base + MediaPath(rec.ID), base + MediaPath(tr.ID)},
-		{"links signed anew", "call-1", "https://cdn.voice.io/r?sig=2", "https://cdn.voice.io/t?sig=2", 2, base + MediaPath(rec.ID), base + MediaPath(tr.ID)},
+		{"the saved links", "call-1", hs.URL + "/rec", hs.URL + "/t.txt", 2, base + URLPath(rec.ID), base + URLPath(tr.ID)},
+		{"links signed anew", "call-1", "https://cdn.voice.io/r?sig=2", "https://cdn.voice.io/t?sig=2", 2, base + URLPath(rec.ID), base + URLPath(tr.ID)},
 		{"another call's", "call-2", "https://cdn.voice.io/r?sig=3", "https://cdn.voice.io/t?sig=3", 0, "https://cdn.voice.io/r?sig=3", "https://cdn.voice.io/t?sig=3"},
 	} {
 		body := []byte(`{"event":"call.analysis_completed","call":{"call_id":"` + tc.call + `"},"media":{"recording_url":"` + tc.rec + `","transcript_url":"` + tc.tr + `"}}`)
-		out, n, err := RewriteMediaLinks(context.Background(), d.store, body, base+"/")
+		out, n, err := RewriteLinks(context.Background(), db, body, base+"/")
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}

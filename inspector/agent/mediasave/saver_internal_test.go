@@ -1,4 +1,4 @@
-package agent
+package mediasave
 
 import (
 	"context"
@@ -72,23 +72,15 @@ func mediaOf(t *testing.T, db *agentdb.AgentStore, captureID string) map[string]
 // cannot serve is recorded failed with why; a busy one is tried again.
 func TestMediaSaverDownloads(t *testing.T) {
 	hs := mediaHost(t)
-	d := openDisk(t)
+	db := openStore(t)
 	dir := t.TempDir()
 	var updates sync.Map
-	s, err := NewMediaSaver(MediaConfig{DB: d.store, Dir: dir, AllowPrivate: true, MaxBytes: 1000,
+	s := newSaver(t, Config{DB: db, Dir: dir, AllowPrivate: true, MaxBytes: 1000,
 		Backoff: []time.Duration{time.Millisecond}, Logger: quiet,
 		OnUpdate: func(f *agentdb.MediaFile) { updates.Store(f.ID, f.Status) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
 	caps := map[string]*agentdb.Capture{}
 	for _, name := range []string{"ok", "gone", "busy", "big", "bad", "sample"} {
-		c := testCapture(`{}`)
-		if _, err := d.store.WriteCaptures(context.Background(), []*agentdb.Capture{c}, nil); err != nil {
-			t.Fatal(err)
-		}
-		caps[name] = c
+		caps[name] = writeCapture(t, db, testCapture(`{}`))
 	}
 	ctx := context.Background()
 	s.Save(ctx, caps["ok"].ID, "call-1", callevent.Media{RecordingURL: hs.URL + "/rec", TranscriptURL: hs.URL + "/t.txt", ExpiresIn: 60})
@@ -99,7 +91,7 @@ func TestMediaSaverDownloads(t *testing.T) {
 	s.Save(ctx, caps["sample"].ID, "call-1", callevent.Media{RecordingURL: "https://cdn.example.com/a.mp3"})
 	s.Wait()
 
-	ok := mediaOf(t, d.store, caps["ok"].ID)
+	ok := mediaOf(t, db, caps["ok"].ID)
 	rec, tr := ok[agentdb.MediaRecording], ok[agentdb.MediaTranscript]
 	if rec == nil || tr == nil {
 		t.Fatalf("media of the call: %v", ok)
@@ -124,20 +116,20 @@ func TestMediaSaverDownloads(t *testing.T) {
 		"bad":    "not an http(s) URL",
 		"sample": "a sample link: cdn.example.com",
 	} {
-		f := mediaOf(t, d.store, caps[name].ID)[agentdb.MediaRecording]
+		f := mediaOf(t, db, caps[name].ID)[agentdb.MediaRecording]
 		if f == nil || f.Status != agentdb.MediaFailed || !strings.HasPrefix(f.Error, want) {
 			t.Errorf("%s: %+v, want failed with %q", name, f, want)
 		}
 	}
-	busy := mediaOf(t, d.store, caps["busy"].ID)[agentdb.MediaRecording]
+	busy := mediaOf(t, db, caps["busy"].ID)[agentdb.MediaRecording]
 	if busy == nil || busy.Status != agentdb.MediaSaved || busy.Attempts != 2 {
 		t.Errorf("busy once: %+v, want saved at the second attempt", busy)
 	}
 
 	// A replay's body points at the saved copies.
 	body := []byte(`{"event":"call.analysis_completed","call":{"call_id":"call-1"},"media":{"recording_url":"` + hs.URL + `/rec","transcript_url":"` + hs.URL + `/t.txt"}}`)
-	out, n, err := RewriteMediaLinks(ctx, d.store, body, "http://127.0.0.1:4040/")
-	if err != nil || n != 2 || !strings.Contains(string(out), `"http://127.0.0.1:4040`+MediaPath(rec.ID)+`"`) {
+	out, n, err := RewriteLinks(ctx, db, body, "http://127.0.0.1:4040/")
+	if err != nil || n != 2 || !strings.Contains(string(out), `"http://127.0.0.1:4040`+URLPath(rec.ID)+`"`) {
 		t.Errorf("rewritten %d links (%v): %s", n, err, out)
 	}
 }
@@ -147,21 +139,18 @@ func TestMediaSaverDownloads(t *testing.T) {
 // addresses does not fetch from one; a closed saver starts nothing.
 func TestMediaSaverFromCaptures(t *testing.T) {
 	hs := mediaHost(t)
-	d := openDisk(t)
-	if _, err := NewMediaSaver(MediaConfig{DB: d.store}); err == nil {
+	db := openStore(t)
+	if _, err := New(Config{DB: db}); err == nil {
 		t.Error("a saver without a directory was made")
 	}
-	s, err := NewMediaSaver(MediaConfig{DB: d.store, Dir: t.TempDir(), Backoff: []time.Duration{}})
+	s, err := New(Config{DB: db, Dir: t.TempDir(), Backoff: []time.Duration{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	capture := func(event, dup string) *agentdb.Capture {
 		c := testCapture(`{"event":"` + event + `","call":{"call_id":"call-2"},"media":{"recording_url":"` + hs.URL + `/rec"}}`)
 		c.Event, c.DuplicateOf = event, dup
-		if _, err := d.store.WriteCaptures(context.Background(), []*agentdb.Capture{c}, nil); err != nil {
-			t.Fatal(err)
-		}
-		return c
+		return writeCapture(t, db, c)
 	}
 	saved := capture(callevent.KindRecordingAvailable, "")
 	dup := capture(callevent.KindRecordingAvailable, saved.ID)
@@ -170,11 +159,11 @@ func TestMediaSaverFromCaptures(t *testing.T) {
 		s.SaveCapture(c)
 	}
 	s.Wait()
-	f := mediaOf(t, d.store, saved.ID)[agentdb.MediaRecording]
+	f := mediaOf(t, db, saved.ID)[agentdb.MediaRecording]
 	if f == nil || f.CallID != "call-2" || f.Status != agentdb.MediaFailed || !strings.Contains(f.Error, "private address") {
 		t.Errorf("a loopback link with private addresses forbidden: %+v", f)
 	}
-	if len(mediaOf(t, d.store, dup.ID))+len(mediaOf(t, d.store, other.ID)) != 0 {
+	if len(mediaOf(t, db, dup.ID))+len(mediaOf(t, db, other.ID)) != 0 {
 		t.Error("media saved for a duplicate or an event without media")
 	}
 	if err := s.Close(context.Background()); err != nil {
@@ -183,7 +172,7 @@ func TestMediaSaverFromCaptures(t *testing.T) {
 	late := capture(callevent.KindAnalysisCompleted, "")
 	s.SaveCapture(late)
 	s.Wait()
-	if len(mediaOf(t, d.store, late.ID)) != 0 {
+	if len(mediaOf(t, db, late.ID)) != 0 {
 		t.Error("a closed saver started a download")
 	}
 }
@@ -196,9 +185,9 @@ func TestMediaLinksAndNames(t *testing.T) {
 		`{"media":{},"download_url":"https://a/3"}`:                               {RecordingURL: "https://a/3"},
 		`[1,2]`: {},
 	} {
-		got := ParseMediaLinks(json.RawMessage(data))
+		got := ParseLinks(json.RawMessage(data))
 		if got.RecordingURL != want.RecordingURL || got.TranscriptURL != want.TranscriptURL || got.ExpiresIn != want.ExpiresIn {
-			t.Errorf("ParseMediaLinks(%s) = %+v, want %+v", data, got, want)
+			t.Errorf("ParseLinks(%s) = %+v, want %+v", data, got, want)
 		}
 	}
 	for _, c := range []struct{ link, ctype, want string }{
@@ -211,8 +200,8 @@ func TestMediaLinksAndNames(t *testing.T) {
 		{"https://a/r.toolongext", "text/plain", ".txt"},
 		{"https://a/r", "image/png", ".bin"},
 	} {
-		if got := mediaExt(c.link, c.ctype); got != c.want {
-			t.Errorf("mediaExt(%s, %s) = %s, want %s", c.link, c.ctype, got, c.want)
+		if got := fileExt(c.link, c.ctype); got != c.want {
+			t.Errorf("fileExt(%s, %s) = %s, want %s", c.link, c.ctype, got, c.want)
 		}
 	}
 	for host, want := range map[string]bool{"example.com": true, "a.example.org.": true, "x.test": true, "invalid": true, "notexample.com": false, "service.io": false} {
