@@ -26,7 +26,8 @@ vet:
 	$(GO) vet ./...
 
 # staticcheck, deadcode and gocyclo, fetched at pinned versions by go run so
-# a fresh machine needs nothing installed. deadcode counts what tests use as
+# a fresh machine needs nothing installed; then no package above 4,000
+# lines of non-test Go (scripts/check-size). deadcode counts what tests use as
 # used, so a helper that only tests call is not reported. gocyclo holds every
 # function outside tests to a cyclomatic complexity of 15: one a reader
 # holds at once.
@@ -38,6 +39,7 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	@out=$$($(GO) run $(GOCYCLO) -over 15 -ignore '_test' cmd relay inspector web storage scripts 2>&1) || { echo "$$out"; echo "gocyclo: functions above complexity 15 (split them into named steps)"; exit 1; }
 	@out=$$($(GO) run $(DEADCODE) -test ./...) && if [ -n "$$out" ]; then echo "$$out"; echo "deadcode: unused functions above"; exit 1; fi
+	@./scripts/check-size 4000
 
 # The tools first (prerequisites run left to right), then vet and lint, then
 # the whole suite with the race detector, then short fuzzes.
