@@ -7,13 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb/idfilter"
 	"github.com/calltap/calltap/storage/intake"
 )
@@ -50,7 +47,7 @@ import (
 // store applies a log no live owner holds (an agent that was killed) and
 // writes to SQLite directly; while an agent owns the log, another process
 // opening the store waits until the agent has applied every record the log
-// held when it opened (ownerCaughtUp, reader.go), so it too sees every
+// held when it opened (ownerCaughtUp, owner.go), so it too sees every
 // request already answered.
 //
 // The log's files, their frames and what is synced when are
@@ -125,50 +122,6 @@ type intakeLog struct {
 	wake       chan struct{} // pokes applyLoop: a record was appended
 	stop       chan struct{}
 	done       chan struct{}
-}
-
-// openIntake takes the log folder of db if no live process holds it,
-// applies what a previous owner left there, and, if own, keeps it and
-// starts a new file to append to, written through disk. It returns nil
-// (and applies nothing) when another process owns the log.
-func openIntake(ctx context.Context, db *AgentStore, own bool, disk intake.Disk, delay time.Duration) (*intakeLog, error) {
-	dir := BodiesDir(db.path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("storage: intake folder: %w", err)
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, intake.LockName), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("storage: intake lock: %w", err)
-	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		lock.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			// A live agent owns it: what it has answered is read once
-			// it has applied it (reader.go).
-			if own {
-				return nil, nil
-			}
-			return nil, db.ownerCaughtUp(ctx)
-		}
-		return nil, fmt.Errorf("storage: intake lock: %w", err)
-	}
-	in := &intakeLog{db: db, dir: dir, sync: db.sync == storage.SyncFull, delay: delay, lock: lock,
-		byDeliver: map[string]string{}, byRelay: map[string]string{},
-		log:  intake.NewLog(dir, db.sync == storage.SyncFull, db.bodies.SyncDir, intake.WithDisk(disk)),
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		filterDone: make(chan struct{}),
-		committed:  db}
-	if err := in.recover(ctx, own); err != nil {
-		lock.Close()
-		return nil, err
-	}
-	if !own {
-		lock.Close()
-		return nil, nil
-	}
-	go in.applyLoop()
-	go in.buildIDFilter()
-	return in, nil
 }
 
 // LogCaptures saves inserts and updates for the agent's answer path: when
@@ -594,4 +547,13 @@ func (in *intakeLog) noteSaved(cs []*Capture) {
 			in.ids.Add(c.DeliveryID)
 		}
 	}
+}
+
+// loggedOf is the records of log gen as records to apply.
+func loggedOf(gen int64, recs []intake.Record) []logged {
+	out := make([]logged, len(recs))
+	for i, r := range recs {
+		out[i] = logged{rec: r.Payload, end: pos{gen, r.End}}
+	}
+	return out
 }
