@@ -468,6 +468,24 @@ func (in *intakeLog) dropApplied(gens []int64) error {
 	return nil
 }
 
+// syncWAL makes every commit made so far durable, those made at
+// synchronous=NORMAL included: it syncs the WAL file (an fsync through any
+// descriptor writes the file's dirty pages, whoever wrote them).
+func (db *AgentStore) syncWAL() error {
+	f, err := os.Open(db.path + "-wal")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // checkpointed and removed: in the database, synced
+	}
+	if err != nil {
+		return fmt.Errorf("storage: sync the WAL: %w", err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("storage: sync the WAL: %w", err)
+	}
+	return nil
+}
+
 // setApplied records p as the intake position, in the transaction of the
 // records it follows.
 func (w *rawConn) setApplied(p pos) error {

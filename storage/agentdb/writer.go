@@ -218,3 +218,24 @@ func (w *rawConn) rollback() error {
 	}
 	return nil
 }
+
+// afterCommit is called after each commit of the capture writer, still on
+// the write connection w.
+func (db *AgentStore) afterCommit(w *rawConn) error {
+	c := db.ckpt
+	if c == nil {
+		return nil
+	}
+	if c.needSync.Swap(false) {
+		// Nothing is being written now, so this checkpoint can catch up
+		// (unless a reader holds an old snapshot), and the next write
+		// transaction starts the WAL over.
+		var busy, frames, done int64
+		if _, err := w.queryRow(`PRAGMA wal_checkpoint(PASSIVE)`, nil, &busy, &frames, &done); err != nil {
+			return fmt.Errorf("storage: checkpoint: %w", err)
+		}
+		return nil
+	}
+	c.committed()
+	return nil
+}
