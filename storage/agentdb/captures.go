@@ -238,11 +238,11 @@ func (db *AgentStore) EachCapture(ctx context.Context, f CaptureFilter, fn func(
 	if err := db.caughtUp(ctx); err != nil {
 		return 0, err
 	}
-	const page = 200
+	const perPage = 200
 	n := 0
 	var after int64
 	for {
-		cs, err := db.CapturesAfter(ctx, f, after, page)
+		cs, err := db.CapturesAfter(ctx, f, after, perPage)
 		if err != nil {
 			return n, err
 		}
@@ -253,7 +253,7 @@ func (db *AgentStore) EachCapture(ctx context.Context, f CaptureFilter, fn func(
 			after = c.Seq
 			n++
 		}
-		if len(cs) < page {
+		if len(cs) < perPage {
 			return n, nil
 		}
 	}
