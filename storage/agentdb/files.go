@@ -7,8 +7,8 @@ import (
 	"github.com/calltap/calltap/storage/agentdb/searchindex"
 )
 
-// The files an agent store keeps beside its database file are named after
-// it: a store is moved, copied or deleted as its database file and these.
+// Where an agent store's other files lie, given its database file's path:
+// its large bodies, its full-text index and its media.
 
 // BodiesDir is the folder of large request bodies of the agent store at
 // path: agent-bodies for agent.db.
