@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/calltap/calltap/storage/intake"
@@ -16,21 +14,8 @@ import (
 
 // The agent that owns a store's intake log, as another process sees it:
 // whether there is one is asked of the lock on the log's folder
-// (intake.LockName; intakeOwned, per platform, in owner_linux.go and
-// owner_other.go), and a process that reads the store waits until that
-// agent has applied what it answered (ownerCaughtUp).
-
-// probeLock reports whether another process holds the flock of the file
-// at path, by taking a shared lock for a moment.
-func probeLock(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
-	return errors.Is(err, syscall.EWOULDBLOCK)
-}
+// (storage/agentdb/intakelock), and a process that reads the store waits
+// until that agent has applied what it answered (ownerCaughtUp).
 
 // ownerWait bounds how long a reader waits for a live agent to apply its
 // log or index its captures: the agent applies within its apply delay, and

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/storage"
+	"github.com/calltap/calltap/storage/agentdb/intakelock"
 	"github.com/calltap/calltap/storage/intake"
 )
 
@@ -48,7 +49,7 @@ func OpenAgentReader(ctx context.Context, path string) (*AgentStore, error) {
 		return nil, err
 	}
 	db := newStore(sdb, storage.SyncFull, intake.NewBodies(BodiesDir(path), false))
-	db.reader = &reader{owned: intakeOwned(BodiesDir(path))}
+	db.reader = &reader{owned: intakelock.Held(BodiesDir(path))}
 	if db.reader.migrations, err = sdb.PendingMigrations(ctx); err != nil {
 		db.Close()
 		return nil, err
