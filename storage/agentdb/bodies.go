@@ -1,16 +1,11 @@
 package agentdb
 
 import (
-	"strings"
+	"errors"
+	"io/fs"
 
 	"github.com/calltap/calltap/storage/intake"
 )
-
-// BodiesDir is the folder of large request bodies of the agent store at
-// path: agent-bodies for agent.db.
-func BodiesDir(path string) string {
-	return strings.TrimSuffix(path, ".db") + "-bodies"
-}
 
 // StageBody writes c's body to a segment now, if it is kept apart, from
 // the caller's goroutine; WriteCaptures then only records where it is.
@@ -27,3 +22,21 @@ func (db *AgentStore) readFileBody(name string, offset, size int64) ([]byte, err
 // database, in a body segment (intake.KeptApart): the agent stages those
 // (StageBody).
 func KeptApart(n int) bool { return intake.KeptApart(n) }
+
+// removeSegmentIfUnused removes segment name when no capture names it and
+// no process appends to it.
+func (db *AgentStore) removeSegmentIfUnused(name string) error {
+	var n int
+	if err := db.read.QueryRow(`SELECT count(*) FROM (SELECT 1 FROM capture_bodies WHERE file = ? LIMIT 1)`, name).Scan(&n); err != nil || n > 0 {
+		return err
+	}
+	path, err := intake.SegmentPath(BodiesDir(db.path), name)
+	if err != nil {
+		return err
+	}
+	_, err = intake.RemoveUnheld(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}

@@ -194,22 +194,6 @@ func ftsQuery(s string) string {
 	return strings.Join(terms, " ")
 }
 
-// Captures lists captures newest first, without bodies, and counts all that
-// match the filter.
-func (db *AgentStore) Captures(ctx context.Context, f CaptureFilter) (_ []*Capture, _ int, err error) {
-	defer db.explain(&err)
-	if err := db.caughtUp(ctx); err != nil {
-		return nil, 0, err
-	}
-	if q := ftsQuery(f.Text); q != "" {
-		if err := db.CatchUpSearch(ctx); err != nil {
-			return nil, 0, err
-		}
-		return db.searchCaptures(ctx, f, q)
-	}
-	return db.listCaptures(ctx, f)
-}
-
 // CapturesAfter returns up to limit captures that match f (its Page aside)
 // and come after seq after, oldest first, bodies included: a walk that
 // neither repeats nor misses a capture while new ones are saved.
@@ -254,11 +238,11 @@ func (db *AgentStore) EachCapture(ctx context.Context, f CaptureFilter, fn func(
 	if err := db.caughtUp(ctx); err != nil {
 		return 0, err
 	}
-	const page = 200
+	const perPage = 200
 	n := 0
 	var after int64
 	for {
-		cs, err := db.CapturesAfter(ctx, f, after, page)
+		cs, err := db.CapturesAfter(ctx, f, after, perPage)
 		if err != nil {
 			return n, err
 		}
@@ -269,7 +253,7 @@ func (db *AgentStore) EachCapture(ctx context.Context, f CaptureFilter, fn func(
 			after = c.Seq
 			n++
 		}
-		if len(cs) < page {
+		if len(cs) < perPage {
 			return n, nil
 		}
 	}

@@ -3,10 +3,8 @@ package agentdb
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,43 +103,4 @@ func (c *checkpointer) close() error {
 	close(c.stop)
 	c.done.Wait()
 	return c.db.Close()
-}
-
-// afterCommit is called after each commit of the capture writer, still on
-// the write connection w.
-func (db *AgentStore) afterCommit(w *rawConn) error {
-	c := db.ckpt
-	if c == nil {
-		return nil
-	}
-	if c.needSync.Swap(false) {
-		// Nothing is being written now, so this checkpoint can catch up
-		// (unless a reader holds an old snapshot), and the next write
-		// transaction starts the WAL over.
-		var busy, frames, done int64
-		if _, err := w.queryRow(`PRAGMA wal_checkpoint(PASSIVE)`, nil, &busy, &frames, &done); err != nil {
-			return fmt.Errorf("storage: checkpoint: %w", err)
-		}
-		return nil
-	}
-	c.committed()
-	return nil
-}
-
-// syncWAL makes every commit made so far durable, those made at
-// synchronous=NORMAL included: it syncs the WAL file (an fsync through any
-// descriptor writes the file's dirty pages, whoever wrote them).
-func (db *AgentStore) syncWAL() error {
-	f, err := os.Open(db.path + "-wal")
-	if errors.Is(err, os.ErrNotExist) {
-		return nil // checkpointed and removed: in the database, synced
-	}
-	if err != nil {
-		return fmt.Errorf("storage: sync the WAL: %w", err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("storage: sync the WAL: %w", err)
-	}
-	return nil
 }

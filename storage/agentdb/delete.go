@@ -53,10 +53,6 @@ func (d *Deleted) add(o Deleted) {
 	d.Bytes += o.Bytes
 }
 
-// MediaDir is the folder of saved recordings and transcripts of the agent
-// store at path: media beside agent.db.
-func MediaDir(path string) string { return filepath.Join(filepath.Dir(path), "media") }
-
 // doomed is a capture picked for deletion, read before its transaction.
 type doomed struct {
 	seq          int64
@@ -416,24 +412,6 @@ func releaseBodies(bodies string, gone []*doomed) (segments map[string]bool) {
 		}
 	}
 	return segments
-}
-
-// removeSegmentIfUnused removes segment name when no capture names it and
-// no process appends to it.
-func (db *AgentStore) removeSegmentIfUnused(name string) error {
-	var n int
-	if err := db.read.QueryRow(`SELECT count(*) FROM (SELECT 1 FROM capture_bodies WHERE file = ? LIMIT 1)`, name).Scan(&n); err != nil || n > 0 {
-		return err
-	}
-	path, err := intake.SegmentPath(BodiesDir(db.path), name)
-	if err != nil {
-		return err
-	}
-	_, err = intake.RemoveUnheld(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	return err
 }
 
 // SetKeep marks a capture kept (retention leaves it) or not.

@@ -19,6 +19,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"fmt"
+	"time"
 
 	"github.com/calltap/calltap/storage/intake"
 )
@@ -136,4 +137,60 @@ func bodyColumns(c *Capture) (size int64, stored []byte, file, offset driver.Val
 		size = int64(c.Size)
 	}
 	return size, []byte{}, c.bodyFile, c.bodyOffset
+}
+
+// The insert step's statements, prepared once on the write connection.
+const (
+	qInsert = `INSERT INTO captures (id, relay_id, source, created_at, arrived_at, queued, method, path, query,
+		request_headers, size, target, event, call_id, delivery_id, occurred_at, duplicate_of, replay_of, status, max_attempts, route)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	qBodyIns = `INSERT INTO capture_bodies (seq, body, file, file_offset) VALUES (?, ?, ?, ?)`
+)
+
+// nstr is s as a driver value, NULL when empty.
+func nstr(s string) driver.Value {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// nmicros is t in unix µs as a driver value, NULL when zero.
+func nmicros(t time.Time) driver.Value {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+// insert writes capture c as out says (its duplicate looked up, not a
+// redelivery), its body where bodyColumns says, and returns out with its
+// Seq: the statements of the insert step.
+func (w *rawConn) insert(c *Capture, out Written) (Written, error) {
+	status, maxAttempts, headers := c.Status, c.MaxAttempts, c.RequestHeaders
+	if status == "" {
+		status = StatusPending
+	}
+	if maxAttempts == 0 {
+		maxAttempts = 1
+	}
+	if headers == "" {
+		headers = "[]"
+	}
+	if err := stageBody(w.bodies, c); err != nil { // if not staged already
+		return out, err
+	}
+	size, stored, file, offset := bodyColumns(c)
+	seq, err := w.exec(qInsert,
+		c.ID, nstr(c.RelayID), c.Source, c.CreatedAt.UnixMicro(), nmicros(c.ArrivedAt), c.Queued, c.Method, c.Path, c.Query,
+		headers, size, c.Target, nstr(c.Event), nstr(c.CallID), nstr(c.DeliveryID), nstr(c.OccurredAt),
+		nstr(out.DuplicateOf), nstr(c.ReplayOf), status, int64(maxAttempts), nstr(c.Route))
+	if err != nil {
+		return out, fmt.Errorf("storage: insert capture: %w", err)
+	}
+	out.Seq = seq
+	if _, err := w.exec(qBodyIns, seq, stored, file, offset); err != nil {
+		return out, fmt.Errorf("storage: insert capture body: %w", err)
+	}
+	return out, nil
 }

@@ -1,19 +1,15 @@
 package agentdb
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb/idfilter"
 	"github.com/calltap/calltap/storage/intake"
 )
@@ -50,7 +46,7 @@ import (
 // store applies a log no live owner holds (an agent that was killed) and
 // writes to SQLite directly; while an agent owns the log, another process
 // opening the store waits until the agent has applied every record the log
-// held when it opened (ownerCaughtUp, reader.go), so it too sees every
+// held when it opened (ownerCaughtUp, owner.go), so it too sees every
 // request already answered.
 //
 // The log's files, their frames and what is synced when are
@@ -75,12 +71,6 @@ const defaultApplyDelay = 50 * time.Millisecond
 type pos struct {
 	gen int64
 	off int64
-}
-
-// endAfter is the position just past n bytes appended to l now.
-func endAfter(l *intake.Log, n int) pos {
-	gen, off := l.End()
-	return pos{gen, off + int64(n)}
 }
 
 // logged is one appended record waiting to be applied.
@@ -127,187 +117,6 @@ type intakeLog struct {
 	done       chan struct{}
 }
 
-// openIntake takes the log folder of db if no live process holds it,
-// applies what a previous owner left there, and, if own, keeps it and
-// starts a new file to append to, written through disk. It returns nil
-// (and applies nothing) when another process owns the log.
-func openIntake(ctx context.Context, db *AgentStore, own bool, disk intake.Disk, delay time.Duration) (*intakeLog, error) {
-	dir := BodiesDir(db.path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("storage: intake folder: %w", err)
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, intake.LockName), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("storage: intake lock: %w", err)
-	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		lock.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			// A live agent owns it: what it has answered is read once
-			// it has applied it (reader.go).
-			if own {
-				return nil, nil
-			}
-			return nil, db.ownerCaughtUp(ctx)
-		}
-		return nil, fmt.Errorf("storage: intake lock: %w", err)
-	}
-	in := &intakeLog{db: db, dir: dir, sync: db.sync == storage.SyncFull, delay: delay, lock: lock,
-		byDeliver: map[string]string{}, byRelay: map[string]string{},
-		log:  intake.NewLog(dir, db.sync == storage.SyncFull, db.bodies.SyncDir, intake.WithDisk(disk)),
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		filterDone: make(chan struct{}),
-		committed:  db}
-	if err := in.recover(ctx, own); err != nil {
-		lock.Close()
-		return nil, err
-	}
-	if !own {
-		lock.Close()
-		return nil, nil
-	}
-	go in.applyLoop()
-	go in.buildIDFilter()
-	return in, nil
-}
-
-// LogCaptures saves inserts and updates for the agent's answer path: when
-// it returns without error, they are durable (under SyncFull) and will be
-// in the store, in this order, before any read that starts after it. A
-// store opened without WithIntake, or whose log another process owns,
-// writes them with WriteCaptures.
-//
-// Written's Seq is 0: the store numbers a capture when it applies it.
-func (db *AgentStore) LogCaptures(ctx context.Context, inserts, updates []*Capture) (_ []Written, err error) {
-	in := db.intake
-	if in == nil {
-		return db.WriteCaptures(ctx, inserts, updates)
-	}
-	defer db.explain(&err)
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.closed {
-		return nil, errors.New("storage: the store is closed")
-	}
-	if err := in.log.MakeRoom(); err != nil {
-		return nil, err
-	}
-	if err := in.stageBodies(inserts); err != nil {
-		return nil, err
-	}
-	start := len(in.pending)
-	// One buffer for the call's frames; each pending record is a slice of
-	// it, kept until applied (no copy per record).
-	buf := make([]byte, 0, batchSize(inserts, updates))
-	written, buf, err := in.logInserts(ctx, buf, inserts)
-	if err != nil {
-		in.rollback(start)
-		return nil, err
-	}
-	buf = in.logUpdates(buf, updates)
-	if len(buf) == 0 {
-		return written, nil
-	}
-	// A batch of updates alone is not synced: the log syncs it before a
-	// newer file takes records (intake.Log.Rotate).
-	if err := in.log.Append(buf, len(inserts) > 0); err != nil {
-		in.rollback(start) // nothing past the last good frame stays (Append)
-		return nil, err
-	}
-	if db.index != nil && len(inserts) > 0 {
-		db.index.Touch()
-	}
-	in.npending.Store(int64(len(in.pending)))
-	select {
-	case in.wake <- struct{}{}:
-	default:
-	}
-	return written, nil
-}
-
-// stageBodies writes the bodies of inserts kept apart to segments, synced
-// once, before any record names them (the log's records name their
-// segment and offset). Called with mu held.
-func (in *intakeLog) stageBodies(inserts []*Capture) error {
-	apart := false
-	for _, c := range inserts {
-		if !intake.KeptApart(len(c.Body)) {
-			continue
-		}
-		apart = true
-		if err := stageBody(in.db.bodies, c); err != nil {
-			return err
-		}
-	}
-	if !apart || !in.sync {
-		return nil
-	}
-	err := in.db.bodies.SyncWritten()
-	if errors.Is(err, intake.ErrSegmentSync) {
-		unstage(inserts)
-	}
-	return err
-}
-
-// logInserts appends to buf the records of inserts that the duplicate
-// check lets through, and adds them to pending. Called with mu held.
-func (in *intakeLog) logInserts(ctx context.Context, buf []byte, inserts []*Capture) ([]Written, []byte, error) {
-	written := make([]Written, len(inserts))
-	for i, c := range inserts {
-		w, err := checkDuplicate(ctx, c, in)
-		if err != nil {
-			return nil, buf, err
-		}
-		written[i] = w
-		if w.Redelivered {
-			continue
-		}
-		var rec []byte
-		buf, rec = intake.AppendFrame(buf, func(b []byte) []byte { return encodeInsert(b, c, w.DuplicateOf) })
-		in.addPending(c, rec, w.DuplicateOf, endAfter(in.log, len(buf)))
-	}
-	return written, buf, nil
-}
-
-// addPending adds insert c, logged as rec ending at end, to pending and
-// to the look-ups of later duplicate checks. Called with mu held.
-func (in *intakeLog) addPending(c *Capture, rec []byte, dup string, end pos) {
-	first := cmp.Or(dup, c.ID) // a repeat's first was applied already if byDeliver lacks it
-	in.pending = append(in.pending, logged{rec: rec, end: end,
-		deliveryID: c.DeliveryID, relayID: queuedRelayID(c), id: c.ID, first: first})
-	if c.DeliveryID != "" {
-		if _, ok := in.byDeliver[c.DeliveryID]; !ok {
-			in.byDeliver[c.DeliveryID] = first
-		}
-		if in.ids != nil {
-			in.ids.Add(c.DeliveryID)
-		}
-	}
-	if r := queuedRelayID(c); r != "" {
-		in.byRelay[r] = c.ID
-	}
-}
-
-// logUpdates appends to buf the records of updates, and adds them to
-// pending. Called with mu held.
-func (in *intakeLog) logUpdates(buf []byte, updates []*Capture) []byte {
-	for _, c := range updates {
-		var rec []byte
-		buf, rec = intake.AppendFrame(buf, func(b []byte) []byte { return encodeUpdate(b, c) })
-		in.pending = append(in.pending, logged{rec: rec, end: endAfter(in.log, len(buf))})
-	}
-	return buf
-}
-
-// rollback drops the records pending from start on: they were not
-// written, or not synced. Called with mu held.
-func (in *intakeLog) rollback(start int) {
-	for _, p := range in.pending[start:] {
-		in.forget(p)
-	}
-	in.pending = in.pending[:start]
-}
-
 // forget drops the look-up entries of p. Called with mu held.
 func (in *intakeLog) forget(p logged) {
 	if p.deliveryID != "" && in.byDeliver[p.deliveryID] == p.first {
@@ -316,19 +125,6 @@ func (in *intakeLog) forget(p logged) {
 	if p.relayID != "" && in.byRelay[p.relayID] == p.id {
 		delete(in.byRelay, p.relayID)
 	}
-}
-
-// firstOf returns the first capture with delivery id d: pending, or in
-// the store. A record leaves pending only after its commit, so it is
-// always in one or the other. Called with mu held.
-func (in *intakeLog) firstOf(ctx context.Context, d string) (string, error) {
-	if id, ok := in.byDeliver[d]; ok {
-		return id, nil
-	}
-	if in.ids != nil && !in.ids.MayHave(d) {
-		return "", nil // never seen
-	}
-	return in.committed.firstOfDelivery(ctx, d)
 }
 
 // deliveryIndex finds the first capture of a delivery id among those
@@ -347,21 +143,6 @@ func (db *AgentStore) firstOfDelivery(ctx context.Context, d string) (string, er
 		return "", nil
 	}
 	return id, err
-}
-
-// redelivery returns the queued capture with relay id r: pending, or in
-// the store. Its Seq is 0, as LogCaptures' are. Called with mu held.
-func (in *intakeLog) redelivery(ctx context.Context, r string) (string, int64, bool, error) {
-	if id, ok := in.byRelay[r]; ok {
-		return id, 0, true, nil
-	}
-	var id string
-	var seq int64
-	err := in.db.read.QueryRowContext(ctx, qSelRelay, r).Scan(&seq, &id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", 0, false, nil
-	}
-	return id, 0, err == nil, err
 }
 
 // applyLoop applies pending records: in.delay after the first of a
@@ -515,6 +296,24 @@ func (in *intakeLog) dropApplied(gens []int64) error {
 	return nil
 }
 
+// syncWAL makes every commit made so far durable, those made at
+// synchronous=NORMAL included: it syncs the WAL file (an fsync through any
+// descriptor writes the file's dirty pages, whoever wrote them).
+func (db *AgentStore) syncWAL() error {
+	f, err := os.Open(db.path + "-wal")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // checkpointed and removed: in the database, synced
+	}
+	if err != nil {
+		return fmt.Errorf("storage: sync the WAL: %w", err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("storage: sync the WAL: %w", err)
+	}
+	return nil
+}
+
 // setApplied records p as the intake position, in the transaction of the
 // records it follows.
 func (w *rawConn) setApplied(p pos) error {
@@ -594,4 +393,13 @@ func (in *intakeLog) noteSaved(cs []*Capture) {
 			in.ids.Add(c.DeliveryID)
 		}
 	}
+}
+
+// loggedOf is the records of log gen as records to apply.
+func loggedOf(gen int64, recs []intake.Record) []logged {
+	out := make([]logged, len(recs))
+	for i, r := range recs {
+		out[i] = logged{rec: r.Payload, end: pos{gen, r.End}}
+	}
+	return out
 }

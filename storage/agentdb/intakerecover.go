@@ -1,12 +1,19 @@
 package agentdb
 
-// The intake log's recovery at open: what a crash or a power cut left in
+// The intake log at open (openIntake): the log folder is taken, or left to
+// the live agent that holds it, and what a crash or a power cut left in
 // the logs is applied, cut or reported before the agent takes requests.
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
 
+	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/intake"
 )
 
@@ -100,19 +107,54 @@ func (in *intakeLog) recoverFile(ctx context.Context, g int64) error {
 	return nil
 }
 
-// loggedOf is the records of log gen as records to apply.
-func loggedOf(gen int64, recs []intake.Record) []logged {
-	out := make([]logged, len(recs))
-	for i, r := range recs {
-		out[i] = logged{rec: r.Payload, end: pos{gen, r.End}}
-	}
-	return out
-}
-
 // startOf is the offset the records of log gen not yet applied start at.
 func (in *intakeLog) startOf(gen int64) int64 {
 	if gen == in.applied.gen {
 		return in.applied.off
 	}
 	return 0
+}
+
+// openIntake takes the log folder of db if no live process holds it,
+// applies what a previous owner left there, and, if own, keeps it and
+// starts a new file to append to, written through disk. It returns nil
+// (and applies nothing) when another process owns the log.
+func openIntake(ctx context.Context, db *AgentStore, own bool, disk intake.Disk, delay time.Duration) (*intakeLog, error) {
+	dir := BodiesDir(db.path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("storage: intake folder: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, intake.LockName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("storage: intake lock: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			// A live agent owns it: what it has answered is read once
+			// it has applied it (ownerCaughtUp, owner.go).
+			if own {
+				return nil, nil
+			}
+			return nil, db.ownerCaughtUp(ctx)
+		}
+		return nil, fmt.Errorf("storage: intake lock: %w", err)
+	}
+	in := &intakeLog{db: db, dir: dir, sync: db.sync == storage.SyncFull, delay: delay, lock: lock,
+		byDeliver: map[string]string{}, byRelay: map[string]string{},
+		log:  intake.NewLog(dir, db.sync == storage.SyncFull, db.bodies.SyncDir, intake.WithDisk(disk)),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		filterDone: make(chan struct{}),
+		committed:  db}
+	if err := in.recover(ctx, own); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	if !own {
+		lock.Close()
+		return nil, nil
+	}
+	go in.applyLoop()
+	go in.buildIDFilter()
+	return in, nil
 }

@@ -8,6 +8,22 @@ import (
 	"strings"
 )
 
+// Captures lists captures newest first, without bodies, and counts all that
+// match the filter.
+func (db *AgentStore) Captures(ctx context.Context, f CaptureFilter) (_ []*Capture, _ int, err error) {
+	defer db.explain(&err)
+	if err := db.caughtUp(ctx); err != nil {
+		return nil, 0, err
+	}
+	if q := ftsQuery(f.Text); q != "" {
+		if err := db.CatchUpSearch(ctx); err != nil {
+			return nil, 0, err
+		}
+		return db.searchCaptures(ctx, f, q)
+	}
+	return db.listCaptures(ctx, f)
+}
+
 // Text search over 10⁶ captures. Counting the matches through captures
 // (seq IN (SELECT docid ...)) looks up a captures row per match: at a term
 // in a fifth of the bodies that is 200,000 lookups. The full-text index

@@ -3,13 +3,7 @@ package agentdb
 import (
 	"context"
 	"fmt"
-
-	"github.com/calltap/calltap/storage/agentdb/searchindex"
 )
-
-// SearchIndexPath is the full-text index file of the agent store at path:
-// agent-search.db for agent.db. It can be deleted; it is rebuilt.
-func SearchIndexPath(path string) string { return searchindex.Path(path) }
 
 // SearchBacklog is how many saved captures the full-text index had not
 // taken as this process last saw; searches do not rely on it.

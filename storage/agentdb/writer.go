@@ -7,20 +7,19 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/intake"
 	sqlite3 "github.com/mattn/go-sqlite3"
 )
 
 // The capture writer runs on the driver's connection itself, reached
-// through sql.Conn.Raw, with statements prepared once and executed with
-// context.Background(). Through database/sql every statement of a
-// transaction starts a goroutine (database/sql watches the transaction's
-// context for each Query, and the driver starts an interrupt watcher for
-// any cancellable context); at 256 captures a batch those wake-ups cost
-// more than the SQL. There is still one write connection: the raw writer
-// holds it, through sql.Conn, for the length of a batch, as a transaction
-// did.
+// through sql.Conn.Raw (writetx.go), with statements prepared once and
+// executed with context.Background(). Through database/sql every
+// statement of a transaction starts a goroutine (database/sql watches
+// the transaction's context for each Query, and the driver starts an
+// interrupt watcher for any cancellable context); at 256 captures a
+// batch those wake-ups cost more than the SQL. There is still one write
+// connection: the raw writer holds it, through sql.Conn, for the length
+// of a batch, as a transaction did.
 
 // rawConn is the write connection's driver connection with the writer's
 // prepared statements.
@@ -39,32 +38,6 @@ var writerPragmas = []string{
 	`PRAGMA wal_autocheckpoint = 0`,
 	`PRAGMA cache_size = -32768`, // KiB
 	fmt.Sprintf(`PRAGMA journal_size_limit = %d`, walKeep),
-}
-
-// rawFor returns the writer state of driver connection dc, preparing it
-// on first use (or when database/sql replaced a broken connection).
-func (db *AgentStore) rawFor(dc any) (*rawConn, error) {
-	sc, ok := dc.(*sqlite3.SQLiteConn)
-	if !ok {
-		return nil, fmt.Errorf("storage: write connection is a %T, not a SQLite connection", dc)
-	}
-	db.rawMu.Lock()
-	defer db.rawMu.Unlock()
-	if db.raw != nil && db.raw.conn == sc {
-		return db.raw, nil
-	}
-	if db.raw != nil {
-		db.raw.close() // a connection database/sql dropped
-		db.raw = nil
-	}
-	w := &rawConn{conn: sc, stmts: map[string]driver.Stmt{}, bodies: db.bodies}
-	for _, q := range writerPragmas {
-		if _, err := sc.Exec(q, nil); err != nil {
-			return nil, fmt.Errorf("storage: %s: %w", q, err)
-		}
-	}
-	db.raw = w
-	return w, nil
 }
 
 func (w *rawConn) close() error {
@@ -156,56 +129,6 @@ func (w *rawConn) queryRow(query string, args []driver.Value, dest ...any) (ok b
 		}
 	}
 	return true, nil
-}
-
-// writeRaw runs fn in one IMMEDIATE transaction on the write connection's
-// driver connection, committing when fn succeeds and rolling back when it
-// or the commit fails.
-func (db *AgentStore) writeRaw(ctx context.Context, fn func(*rawConn) error) error {
-	return db.writeRawDurable(ctx, true, fn)
-}
-
-// writeRawDurable is writeRaw; unless durable, the commit is not synced
-// even under SyncFull (synchronous=NORMAL for this transaction): for what
-// the intake log already holds, synced, and applies again after a crash.
-func (db *AgentStore) writeRawDurable(ctx context.Context, durable bool, fn func(*rawConn) error) error {
-	relax := !durable && db.sync == storage.SyncFull
-	db.writeGate.Lock()
-	defer db.writeGate.Unlock()
-	conn, err := db.write.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("storage: write connection: %w", err)
-	}
-	defer conn.Close()
-	err = conn.Raw(func(dc any) error {
-		w, err := db.rawFor(dc)
-		if err != nil {
-			return err
-		}
-		if relax {
-			if _, err := w.exec(`PRAGMA synchronous = NORMAL`); err != nil {
-				return fmt.Errorf("storage: %w", err)
-			}
-			defer w.exec(`PRAGMA synchronous = FULL`)
-		}
-		if _, err := w.exec(`BEGIN IMMEDIATE`); err != nil {
-			return fmt.Errorf("storage: begin: %w", err)
-		}
-		if err := fn(w); err != nil {
-			return errors.Join(err, w.rollback())
-		}
-		if w.bodies != nil {
-			// The bodies this transaction names are durable before it is.
-			if err := w.bodies.SyncWritten(); err != nil {
-				return errors.Join(err, w.rollback())
-			}
-		}
-		if _, err := w.exec(`COMMIT`); err != nil {
-			return errors.Join(fmt.Errorf("storage: commit: %w", err), w.rollback())
-		}
-		return db.afterCommit(w)
-	})
-	return err
 }
 
 // rollback ends a failed transaction, if SQLite has not already.

@@ -1,4 +1,4 @@
-package agentdb
+package intakelock
 
 import (
 	"os"
@@ -9,7 +9,7 @@ import (
 	"github.com/calltap/calltap/storage/intake"
 )
 
-// intakeOwned answers from the kernel's list of locks, whoever holds the
+// Held answers from the kernel's list of locks, whoever holds the
 // lock, and leaves no file open behind it: a reader asks at every open.
 func TestIntakeOwnedLeavesNoFileOpen(t *testing.T) {
 	dir := t.TempDir()
@@ -32,7 +32,7 @@ func TestIntakeOwnedLeavesNoFileOpen(t *testing.T) {
 	before := openFiles()
 	const asks = 100
 	for range asks {
-		if !intakeOwned(dir) {
+		if !Held(dir) {
 			t.Fatal("a held intake lock is not reported")
 		}
 	}
@@ -44,7 +44,7 @@ func TestIntakeOwnedLeavesNoFileOpen(t *testing.T) {
 	if err := lock.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if intakeOwned(dir) {
+	if Held(dir) {
 		t.Fatal("a released intake lock is reported held")
 	}
 }

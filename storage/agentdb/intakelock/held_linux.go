@@ -1,4 +1,4 @@
-package agentdb
+package intakelock
 
 import (
 	"bufio"
@@ -11,11 +11,11 @@ import (
 	"github.com/calltap/calltap/storage/intake"
 )
 
-// intakeOwned reports whether a live process holds the intake lock in dir
+// Held reports whether a live process holds the intake lock in dir
 // (an agent owns the log). It asks the kernel's list of locks rather than
 // trying the lock: a reader holding it even for a moment could make an
 // agent starting at that moment think another agent owns the log.
-func intakeOwned(dir string) bool {
+func Held(dir string) bool {
 	path := filepath.Join(dir, intake.LockName)
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
