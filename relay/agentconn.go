@@ -54,6 +54,7 @@ type handshake struct {
 	tok      *relaystate.Token
 	require  []wire.HeaderField // headers every sender must present
 	agentMax int64              // the largest frame the agent reads
+	instance wire.Instance      // which agent run; zero if it did not say
 }
 
 // readHandshake checks an agent's upgrade request: its token, the
@@ -91,14 +92,20 @@ func (s *Server) readHandshake(r *http.Request) (*handshake, *api.Error) {
 		}
 		hs.agentMax = n
 	}
+	if v := r.Header.Get(wire.InstanceHeader); v != "" {
+		inst, err := wire.ParseInstance(v)
+		if err != nil {
+			return nil, api.Invalid("%v", err)
+		}
+		hs.instance = inst
+	}
 	return hs, nil
 }
 
 // serveAgent makes the agent on conn its tunnel's, and serves it until the
 // connection ends.
 func (s *Server) serveAgent(r *http.Request, conn *frameconn.Conn, hs *handshake) {
-	tok, require, agentMax := hs.tok, hs.require, hs.agentMax
-	t := s.tunnelFor(tok.TunnelID, tok.Name)
+	t := s.tunnelFor(hs.tok.TunnelID, hs.tok.Name)
 	ac := &agentConn{
 		Conn:    conn,
 		srv:     s,
@@ -108,8 +115,13 @@ func (s *Server) serveAgent(r *http.Request, conn *frameconn.Conn, hs *handshake
 		window:  make(chan struct{}, drainWindow),
 		acked:   make(chan int64, drainWindow),
 	}
-	ac.SetPeerMax(agentMax)
-	release, old, queued := s.takeTunnel(r.Context(), t, ac, require)
+	ac.SetPeerMax(hs.agentMax)
+	release, old, queued, err := s.takeTunnel(r.Context(), t, ac, hs)
+	if err != nil {
+		s.log.Info("agent refused: a later agent run holds its tunnel", "tunnel", t.id, "name", t.name, "remote", r.RemoteAddr)
+		ac.refuse(wire.GoAway{Reason: wire.GoAwayHeld, Message: fmt.Sprintf("another agent connected with the same token, started later, and took over this tunnel (token %s)", t.name)})
+		return
+	}
 	defer release()
 	if old != nil {
 		old.goAway(wire.GoAway{Reason: wire.GoAwayReplaced, Message: "another agent connected with the same token and took over this tunnel"})
@@ -126,63 +138,15 @@ func (s *Server) serveAgent(r *http.Request, conn *frameconn.Conn, hs *handshake
 	log := s.log.With("tunnel", t.id, "name", t.name)
 	log.Info("agent connected", "remote", r.RemoteAddr, "queued", queued)
 	var loops sync.WaitGroup
-	loops.Go(ac.SendLoop)
-	ac.TrySend(frameconn.Frame{Head: wire.AppendHello(nil, &wire.Hello{
-		TunnelID: t.id, Name: t.name, PublicURL: s.TunnelURL(t.id), MaxBody: s.cfg.MaxBody, MaxFrame: s.cfg.MaxFrame, Queued: queued, Version: s.cfg.Version,
-		ForwardTimeoutMS: s.cfg.ForwardTimeout.Milliseconds(), Leave: true,
-	})})
+	loops.Go(ac.SendLoop) // the hello is first in its queue (takeTunnel)
 	loops.Go(ac.drainLoop)
-	err := ac.readLoop()
+	err = ac.readLoop()
 	ac.Close(err)
 	ac.failPending()
 	loops.Wait()
 	s.leaveTunnel(t, ac)
 	s.metrics.agentsConnected.Add(-1)
 	log.Info("agent disconnected", "reason", ac.Cause())
-}
-
-// takeTunnel makes ac the agent of t, here and in the cluster, and returns
-// the release of its hold, the agent it replaced, and t's queue count.
-//
-// Other nodes forward t's requests here from the hold on; what they
-// queued before is in the shared queue. It is counted after the hold is
-// stored, never before: a node that queued a request reads the holder
-// after storing it (enqueue), so either it finds this hold and tells this
-// node, whose kicks count from the start (taking), or its request was
-// stored before the hold and this count finds it.
-func (s *Server) takeTunnel(ctx context.Context, t *tunnel, ac *agentConn, require []wire.HeaderField) (release func(), old *agentConn, queued int) {
-	t.mu.Lock()
-	t.taking++
-	t.mu.Unlock()
-	release, err := s.cfg.Cluster.Hold(ctx, t.id, require)
-	if err != nil {
-		s.log.Warn("could not tell the other nodes this tunnel is here", "tunnel", t.id, "err", err)
-		release = func() {}
-	}
-	s.recount(ctx, t)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.taking--
-	old = t.agent
-	t.agent = ac
-	t.require = require
-	return release, old, t.queued
-}
-
-// leaveTunnel takes ac off t once its connection is over.
-func (s *Server) leaveTunnel(t *tunnel, ac *agentConn) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.agent == ac {
-		t.agent = nil
-	}
-	if s.shared && t.agent == nil && t.taking == 0 {
-		// The stream counts this tunnel's queue, and the node its agent
-		// reaches next recounts it: a count left here would never come
-		// down. This node's inserts under way keep their places. An
-		// agent taking the tunnel here counts it itself.
-		t.queued, t.queuedBytes = t.storing, 0
-	}
 }
 
 func offers(r *http.Request, proto string) bool {
@@ -274,6 +238,25 @@ func (ac *agentConn) goAway(g wire.GoAway) {
 	}
 	ac.WriteClose(websocket.CloseNormalClosure, g.Message)
 	ac.Close(fmt.Errorf("goaway: %s", g.Message))
+}
+
+// queueHello puts the relay's hello first in the connection's queue,
+// before the tunnel's requests can find the agent: it reads none before
+// the hello. t.mu is held.
+func (ac *agentConn) queueHello(queued int) {
+	s, t := ac.srv, ac.t
+	ac.TrySend(frameconn.Frame{Head: wire.AppendHello(nil, &wire.Hello{
+		TunnelID: t.id, Name: t.name, PublicURL: s.TunnelURL(t.id), MaxBody: s.cfg.MaxBody, MaxFrame: s.cfg.MaxFrame, Queued: queued, Version: s.cfg.Version,
+		ForwardTimeoutMS: s.cfg.ForwardTimeout.Milliseconds(), Leave: true,
+	})})
+}
+
+// refuse sends away an agent that never took its tunnel.
+func (ac *agentConn) refuse(g wire.GoAway) {
+	var loops sync.WaitGroup
+	loops.Go(ac.SendLoop) // ends with the close
+	ac.goAway(g)
+	loops.Wait()
 }
 
 // roundTrip sends req and waits for the agent's ack and response. acked

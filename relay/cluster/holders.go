@@ -108,9 +108,10 @@ func (h *holders) Holder(tunnelID string) relay.Holding {
 // Hold records that this node holds tunnelID's agent: a compare-and-swap
 // over the entry as it is now, read again if another node moved it
 // meanwhile. The release it returns empties the entry only if it is still
-// this hold.
-func (h *holders) Hold(ctx context.Context, tunnelID string, require []wire.HeaderField) (func(), error) {
-	hd := relay.Holding{Node: h.node, Require: require}
+// this hold. An entry naming an agent run started after inst stays:
+// relay.ErrHeldByNewer.
+func (h *holders) Hold(ctx context.Context, tunnelID string, require []wire.HeaderField, inst wire.Instance) (func(), error) {
+	hd := relay.Holding{Node: h.node, Require: require, Instance: inst}
 	b, _ := json.Marshal(hd)
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
@@ -121,6 +122,8 @@ func (h *holders) Hold(ctx context.Context, tunnelID string, require []wire.Head
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			rev, err = h.kv.Create(ctx, tunnelID, b)
+		case err == nil && heldByNewer(e.Value(), inst):
+			return nil, relay.ErrHeldByNewer
 		case err == nil:
 			rev, err = h.kv.Update(ctx, tunnelID, b, e.Revision())
 		}
@@ -139,6 +142,17 @@ func (h *holders) Hold(ctx context.Context, tunnelID string, require []wire.Head
 	}
 	h.mu.Unlock()
 	return func() { h.release(tunnelID, require, rev) }, nil
+}
+
+// heldByNewer reports whether the entry value names an agent run, on any
+// node, started after inst. An entry without one (released, or from an
+// older calltap) names none.
+func heldByNewer(value []byte, inst wire.Instance) bool {
+	var cur relay.Holding
+	if len(value) == 0 || json.Unmarshal(value, &cur) != nil || cur.Node == "" {
+		return false
+	}
+	return inst.OlderThan(cur.Instance)
 }
 
 // release empties tunnelID's entry if it is still the hold of revision rev:
