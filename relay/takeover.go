@@ -8,6 +8,8 @@ package relay
 import (
 	"context"
 	"errors"
+
+	"github.com/calltap/calltap/relay/wire"
 )
 
 // takeTunnel makes ac the agent of t, here and in the cluster, and returns
@@ -36,7 +38,7 @@ func (s *Server) takeTunnel(ctx context.Context, t *tunnel, ac *agentConn, hs *h
 	}
 	s.recount(ctx, t)
 	t.mu.Lock()
-	if hs.instance.OlderThan(t.newest) {
+	if hs.instance.OlderThan(t.newest) || s.heldElsewhere(t, hs.instance) {
 		// A later run came while this one was storing its hold: it
 		// keeps the tunnel, whichever of the two gets here first.
 		t.mu.Unlock()
@@ -51,6 +53,20 @@ func (s *Server) takeTunnel(ctx context.Context, t *tunnel, ac *agentConn, hs *h
 	t.agent = ac
 	t.require = hs.require
 	return release, old, t.queued, nil
+}
+
+// heldElsewhere reports whether another node took t after this one
+// stored its hold for inst, before the agent took t here. The news of it
+// (NodeHandlers.TakenOver) may have come already, and found no agent here
+// to send away: the mirror has it, since this node's hold never replaces a
+// later entry. An agent that did not say which run it is takes the tunnel
+// as agents always did. t.mu is held.
+func (s *Server) heldElsewhere(t *tunnel, inst wire.Instance) bool {
+	if inst.IsZero() {
+		return false
+	}
+	h := s.cfg.Cluster.Holder(t.id)
+	return h.Node != "" && h.Node != s.cfg.Cluster.Self() && !h.Instance.OlderThan(inst)
 }
 
 // startTaking counts hs's agent among those taking t, unless an agent run

@@ -178,4 +178,3 @@ func (p *cutProxy) close() {
 		c.Close()
 	}
 }
-

@@ -127,7 +127,7 @@ func (h *holders) Hold(ctx context.Context, tunnelID string, require []wire.Head
 		case err == nil:
 			rev, err = h.kv.Update(ctx, tunnelID, b, e.Revision())
 		}
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if casMissed(err) {
 			continue // another node wrote between the read and the swap
 		}
 		if err != nil {
@@ -142,6 +142,13 @@ func (h *holders) Hold(ctx context.Context, tunnelID string, require []wire.Head
 	}
 	h.mu.Unlock()
 	return func() { h.release(tunnelID, require, rev) }, nil
+}
+
+// casMissed reports a compare-and-swap that lost to another write. A
+// replicated bucket says so with its own code (ErrKeyRevisionMismatch),
+// which ErrKeyExists does not match.
+func casMissed(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
 
 // heldByNewer reports whether the entry value names an agent run, on any
@@ -170,7 +177,7 @@ func (h *holders) release(tunnelID string, require []wire.HeaderField, rev uint6
 	b, _ := json.Marshal(relay.Holding{Require: require})
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
 	defer cancel()
-	if _, err := h.kv.Update(ctx, tunnelID, b, rev); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := h.kv.Update(ctx, tunnelID, b, rev); err != nil && !casMissed(err) {
 		h.log.Warn("could not record that the agent left", "tunnel", tunnelID, "err", err)
 	}
 }
