@@ -1,5 +1,5 @@
-// The relay's end of an agent's websocket: the handshake, the read loop,
-// and the live requests waiting for their answers.
+// The relay's end of an agent's websocket: the read loop, and the live
+// requests waiting for their answers.
 
 package relay
 
@@ -8,155 +8,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/relay/frameconn"
 	"github.com/calltap/calltap/relay/wire"
-	"github.com/calltap/calltap/storage/relaystate"
 	"github.com/gorilla/websocket"
 )
-
-// serveConnect upgrades an agent's connection after checking its token
-// and handshake, and serves it until it ends.
-func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
-	hs, e := s.readHandshake(r)
-	if e != nil {
-		s.fail(w, e)
-		return
-	}
-	s.mu.Lock()
-	closing := s.closing
-	if !closing {
-		s.conns.Add(1) // Run waits for this connection once it shuts down
-	}
-	s.mu.Unlock()
-	if closing {
-		w.Header().Set("Retry-After", "1")
-		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "relay shutting down"))
-		return
-	}
-	defer s.conns.Done()
-	conn, err := frameconn.Accept(&s.upgrader, w, r, s.cfg.MaxFrame, s.cfg.Keepalive)
-	if err != nil {
-		return // the upgrader answered already
-	}
-	s.serveAgent(r, conn, hs)
-}
-
-// handshake is what an agent's upgrade request says.
-type handshake struct {
-	tok      *relaystate.Token
-	require  []wire.HeaderField // headers every sender must present
-	agentMax int64              // the largest frame the agent reads
-	instance wire.Instance      // which agent run; zero if it did not say
-}
-
-// readHandshake checks an agent's upgrade request: its token, the
-// protocol it speaks, and what it asks of the relay.
-func (s *Server) readHandshake(r *http.Request) (*handshake, *api.Error) {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
-		return nil, api.Errorf(http.StatusUnauthorized, api.CodeUnauthorized, "missing bearer token")
-	}
-	tok, err := s.cfg.Store.Authenticate(r.Context(), token)
-	if errors.Is(err, relaystate.ErrNotFound) {
-		return nil, api.Errorf(http.StatusUnauthorized, api.CodeUnauthorized, "token is not valid or was revoked")
-	} else if err != nil {
-		s.log.Error("authenticate", "err", err)
-		return nil, api.Errorf(http.StatusInternalServerError, api.CodeInternal, "internal error")
-	}
-	if !websocket.IsWebSocketUpgrade(r) {
-		return nil, api.Invalid("expected a websocket upgrade")
-	}
-	if !offers(r, wire.Subprotocol) {
-		return nil, api.Invalid("this relay speaks %s; upgrade calltap", wire.Subprotocol)
-	}
-	hs := &handshake{tok: tok, agentMax: wire.DefaultMaxFrame} // an agent that does not say reads what calltap's agents always did
-	for _, v := range r.Header.Values(wire.RequireHeaderHeader) {
-		name, value, ok := strings.Cut(v, ":")
-		if !ok || strings.TrimSpace(name) == "" {
-			return nil, api.Invalid("%s must be 'Name: value'", wire.RequireHeaderHeader)
-		}
-		hs.require = append(hs.require, wire.HeaderField{Name: strings.TrimSpace(name), Value: strings.TrimSpace(value)})
-	}
-	if v := r.Header.Get(wire.MaxFrameHeader); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			return nil, api.Invalid("%s must be a positive number of bytes", wire.MaxFrameHeader)
-		}
-		hs.agentMax = n
-	}
-	if v := r.Header.Get(wire.InstanceHeader); v != "" {
-		inst, err := wire.ParseInstance(v)
-		if err != nil {
-			return nil, api.Invalid("%v", err)
-		}
-		hs.instance = inst
-	}
-	return hs, nil
-}
-
-// serveAgent makes the agent on conn its tunnel's, and serves it until the
-// connection ends.
-func (s *Server) serveAgent(r *http.Request, conn *frameconn.Conn, hs *handshake) {
-	t := s.tunnelFor(hs.tok.TunnelID, hs.tok.Name)
-	ac := &agentConn{
-		Conn:    conn,
-		srv:     s,
-		t:       t,
-		pending: map[uint64]*pending{},
-		queued:  map[uint64]int64{},
-		window:  make(chan struct{}, drainWindow),
-		acked:   make(chan int64, drainWindow),
-	}
-	ac.SetPeerMax(hs.agentMax)
-	release, old, queued, err := s.takeTunnel(r.Context(), t, ac, hs)
-	if err != nil {
-		s.log.Info("agent refused: a later agent run holds its tunnel", "tunnel", t.id, "name", t.name, "remote", r.RemoteAddr)
-		ac.refuse(wire.GoAway{Reason: wire.GoAwayHeld, Message: fmt.Sprintf("another agent connected with the same token, started later, and took over this tunnel (token %s)", t.name)})
-		return
-	}
-	defer release()
-	if old != nil {
-		old.goAway(wire.GoAway{Reason: wire.GoAwayReplaced, Message: "another agent connected with the same token and took over this tunnel"})
-	}
-	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
-	if closing {
-		// shutdown may have looked for agents before this one took its
-		// tunnel: send it away here, or Run would wait for it for good.
-		ac.goAway(wire.GoAway{Reason: wire.GoAwayShutdown, Message: "relay shutting down"})
-	}
-	s.metrics.agentsConnected.Add(1)
-	log := s.log.With("tunnel", t.id, "name", t.name)
-	log.Info("agent connected", "remote", r.RemoteAddr, "queued", queued)
-	var loops sync.WaitGroup
-	loops.Go(ac.SendLoop) // the hello is first in its queue (takeTunnel)
-	loops.Go(ac.drainLoop)
-	err = ac.readLoop()
-	ac.Close(err)
-	ac.failPending()
-	loops.Wait()
-	s.leaveTunnel(t, ac)
-	s.metrics.agentsConnected.Add(-1)
-	log.Info("agent disconnected", "reason", ac.Cause())
-}
-
-func offers(r *http.Request, proto string) bool {
-	for _, p := range websocket.Subprotocols(r) {
-		if p == proto {
-			return true
-		}
-	}
-	return false
-}
 
 // agentConn is the relay's end of one agent's websocket.
 type agentConn struct {
