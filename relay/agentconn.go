@@ -1,5 +1,5 @@
-// The relay's end of an agent's websocket: the handshake, the read loop,
-// and the live requests waiting for their answers.
+// The relay's end of an agent's websocket: the read loop, and the live
+// requests waiting for their answers.
 
 package relay
 
@@ -8,191 +8,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/calltap/calltap/relay/api"
 	"github.com/calltap/calltap/relay/frameconn"
 	"github.com/calltap/calltap/relay/wire"
-	"github.com/calltap/calltap/storage/relaystate"
 	"github.com/gorilla/websocket"
 )
-
-// serveConnect upgrades an agent's connection after checking its token
-// and handshake, and serves it until it ends.
-func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
-	hs, e := s.readHandshake(r)
-	if e != nil {
-		s.fail(w, e)
-		return
-	}
-	s.mu.Lock()
-	closing := s.closing
-	if !closing {
-		s.conns.Add(1) // Run waits for this connection once it shuts down
-	}
-	s.mu.Unlock()
-	if closing {
-		w.Header().Set("Retry-After", "1")
-		s.fail(w, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "relay shutting down"))
-		return
-	}
-	defer s.conns.Done()
-	conn, err := frameconn.Accept(&s.upgrader, w, r, s.cfg.MaxFrame, s.cfg.Keepalive)
-	if err != nil {
-		return // the upgrader answered already
-	}
-	s.serveAgent(r, conn, hs)
-}
-
-// handshake is what an agent's upgrade request says.
-type handshake struct {
-	tok      *relaystate.Token
-	require  []wire.HeaderField // headers every sender must present
-	agentMax int64              // the largest frame the agent reads
-}
-
-// readHandshake checks an agent's upgrade request: its token, the
-// protocol it speaks, and what it asks of the relay.
-func (s *Server) readHandshake(r *http.Request) (*handshake, *api.Error) {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
-		return nil, api.Errorf(http.StatusUnauthorized, api.CodeUnauthorized, "missing bearer token")
-	}
-	tok, err := s.cfg.Store.Authenticate(r.Context(), token)
-	if errors.Is(err, relaystate.ErrNotFound) {
-		return nil, api.Errorf(http.StatusUnauthorized, api.CodeUnauthorized, "token is not valid or was revoked")
-	} else if err != nil {
-		s.log.Error("authenticate", "err", err)
-		return nil, api.Errorf(http.StatusInternalServerError, api.CodeInternal, "internal error")
-	}
-	if !websocket.IsWebSocketUpgrade(r) {
-		return nil, api.Invalid("expected a websocket upgrade")
-	}
-	if !offers(r, wire.Subprotocol) {
-		return nil, api.Invalid("this relay speaks %s; upgrade calltap", wire.Subprotocol)
-	}
-	hs := &handshake{tok: tok, agentMax: wire.DefaultMaxFrame} // an agent that does not say reads what calltap's agents always did
-	for _, v := range r.Header.Values(wire.RequireHeaderHeader) {
-		name, value, ok := strings.Cut(v, ":")
-		if !ok || strings.TrimSpace(name) == "" {
-			return nil, api.Invalid("%s must be 'Name: value'", wire.RequireHeaderHeader)
-		}
-		hs.require = append(hs.require, wire.HeaderField{Name: strings.TrimSpace(name), Value: strings.TrimSpace(value)})
-	}
-	if v := r.Header.Get(wire.MaxFrameHeader); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			return nil, api.Invalid("%s must be a positive number of bytes", wire.MaxFrameHeader)
-		}
-		hs.agentMax = n
-	}
-	return hs, nil
-}
-
-// serveAgent makes the agent on conn its tunnel's, and serves it until the
-// connection ends.
-func (s *Server) serveAgent(r *http.Request, conn *frameconn.Conn, hs *handshake) {
-	tok, require, agentMax := hs.tok, hs.require, hs.agentMax
-	t := s.tunnelFor(tok.TunnelID, tok.Name)
-	ac := &agentConn{
-		Conn:    conn,
-		srv:     s,
-		t:       t,
-		pending: map[uint64]*pending{},
-		queued:  map[uint64]int64{},
-		window:  make(chan struct{}, drainWindow),
-		acked:   make(chan int64, drainWindow),
-	}
-	ac.SetPeerMax(agentMax)
-	release, old, queued := s.takeTunnel(r.Context(), t, ac, require)
-	defer release()
-	if old != nil {
-		old.goAway(wire.GoAway{Reason: wire.GoAwayReplaced, Message: "another agent connected with the same token and took over this tunnel"})
-	}
-	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
-	if closing {
-		// shutdown may have looked for agents before this one took its
-		// tunnel: send it away here, or Run would wait for it for good.
-		ac.goAway(wire.GoAway{Reason: wire.GoAwayShutdown, Message: "relay shutting down"})
-	}
-	s.metrics.agentsConnected.Add(1)
-	log := s.log.With("tunnel", t.id, "name", t.name)
-	log.Info("agent connected", "remote", r.RemoteAddr, "queued", queued)
-	var loops sync.WaitGroup
-	loops.Go(ac.SendLoop)
-	ac.TrySend(frameconn.Frame{Head: wire.AppendHello(nil, &wire.Hello{
-		TunnelID: t.id, Name: t.name, PublicURL: s.TunnelURL(t.id), MaxBody: s.cfg.MaxBody, MaxFrame: s.cfg.MaxFrame, Queued: queued, Version: s.cfg.Version,
-		ForwardTimeoutMS: s.cfg.ForwardTimeout.Milliseconds(), Leave: true,
-	})})
-	loops.Go(ac.drainLoop)
-	err := ac.readLoop()
-	ac.Close(err)
-	ac.failPending()
-	loops.Wait()
-	s.leaveTunnel(t, ac)
-	s.metrics.agentsConnected.Add(-1)
-	log.Info("agent disconnected", "reason", ac.Cause())
-}
-
-// takeTunnel makes ac the agent of t, here and in the cluster, and returns
-// the release of its hold, the agent it replaced, and t's queue count.
-//
-// Other nodes forward t's requests here from the hold on; what they
-// queued before is in the shared queue. It is counted after the hold is
-// stored, never before: a node that queued a request reads the holder
-// after storing it (enqueue), so either it finds this hold and tells this
-// node, whose kicks count from the start (taking), or its request was
-// stored before the hold and this count finds it.
-func (s *Server) takeTunnel(ctx context.Context, t *tunnel, ac *agentConn, require []wire.HeaderField) (release func(), old *agentConn, queued int) {
-	t.mu.Lock()
-	t.taking++
-	t.mu.Unlock()
-	release, err := s.cfg.Cluster.Hold(ctx, t.id, require)
-	if err != nil {
-		s.log.Warn("could not tell the other nodes this tunnel is here", "tunnel", t.id, "err", err)
-		release = func() {}
-	}
-	s.recount(ctx, t)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.taking--
-	old = t.agent
-	t.agent = ac
-	t.require = require
-	return release, old, t.queued
-}
-
-// leaveTunnel takes ac off t once its connection is over.
-func (s *Server) leaveTunnel(t *tunnel, ac *agentConn) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.agent == ac {
-		t.agent = nil
-	}
-	if s.shared && t.agent == nil && t.taking == 0 {
-		// The stream counts this tunnel's queue, and the node its agent
-		// reaches next recounts it: a count left here would never come
-		// down. This node's inserts under way keep their places. An
-		// agent taking the tunnel here counts it itself.
-		t.queued, t.queuedBytes = t.storing, 0
-	}
-}
-
-func offers(r *http.Request, proto string) bool {
-	for _, p := range websocket.Subprotocols(r) {
-		if p == proto {
-			return true
-		}
-	}
-	return false
-}
 
 // agentConn is the relay's end of one agent's websocket.
 type agentConn struct {
@@ -274,6 +97,25 @@ func (ac *agentConn) goAway(g wire.GoAway) {
 	}
 	ac.WriteClose(websocket.CloseNormalClosure, g.Message)
 	ac.Close(fmt.Errorf("goaway: %s", g.Message))
+}
+
+// queueHello puts the relay's hello first in the connection's queue,
+// before the tunnel's requests can find the agent: it reads none before
+// the hello. t.mu is held.
+func (ac *agentConn) queueHello(queued int) {
+	s, t := ac.srv, ac.t
+	ac.TrySend(frameconn.Frame{Head: wire.AppendHello(nil, &wire.Hello{
+		TunnelID: t.id, Name: t.name, PublicURL: s.TunnelURL(t.id), MaxBody: s.cfg.MaxBody, MaxFrame: s.cfg.MaxFrame, Queued: queued, Version: s.cfg.Version,
+		ForwardTimeoutMS: s.cfg.ForwardTimeout.Milliseconds(), Leave: true,
+	})})
+}
+
+// refuse sends away an agent that never took its tunnel.
+func (ac *agentConn) refuse(g wire.GoAway) {
+	var loops sync.WaitGroup
+	loops.Go(ac.SendLoop) // ends with the close
+	ac.goAway(g)
+	loops.Wait()
 }
 
 // roundTrip sends req and waits for the agent's ack and response. acked

@@ -19,10 +19,11 @@ type Cluster interface {
 	// Holder says which node holds tunnelID's agent, from a local
 	// mirror: no round trip.
 	Holder(tunnelID string) Holding
-	// Hold records that this node now holds tunnelID's agent, which
-	// requires require of every sender. release gives the tunnel up,
-	// unless another node has taken it meanwhile.
-	Hold(ctx context.Context, tunnelID string, require []wire.HeaderField) (release func(), err error)
+	// Hold records that this node now holds tunnelID's agent, run inst,
+	// which requires require of every sender. release gives the tunnel
+	// up, unless another node has taken it meanwhile. ErrHeldByNewer, and
+	// nothing recorded, when the record names a run started after inst.
+	Hold(ctx context.Context, tunnelID string, require []wire.HeaderField, inst wire.Instance) (release func(), err error)
 	// Forward hands req to node and returns its answer; ErrNodeGone when
 	// no node by that name is serving and its lease has lapsed (Leased),
 	// so that it delivers nothing live any more.
@@ -54,11 +55,18 @@ type ClusterStats struct {
 }
 
 // Holding is where a tunnel's agent is. Node is "" while no agent holds
-// it; Require stays what its last agent asked of senders.
+// it; Require stays what its last agent asked of senders, and Instance
+// which run it was (zero for an agent that did not say): a run older than
+// it is refused on every node.
 type Holding struct {
-	Node    string             `json:"node"`
-	Require []wire.HeaderField `json:"require,omitempty"`
+	Node     string             `json:"node"`
+	Require  []wire.HeaderField `json:"require,omitempty"`
+	Instance wire.Instance      `json:"instance,omitzero"`
 }
+
+// ErrHeldByNewer is Hold's error when an agent run started later than the
+// one connecting holds the tunnel.
+var ErrHeldByNewer = errors.New("relay: a newer agent holds the tunnel")
 
 // NodeHandlers are a Server's answers to the other nodes.
 type NodeHandlers struct {

@@ -168,6 +168,7 @@ type tunnel struct {
 	mu          sync.Mutex         // guards the fields marked so below; after recounting
 	agent       *agentConn         // guarded by mu; nil while no agent holds the tunnel
 	taking      int                // guarded by mu; agents between their hold and taking the tunnel (serveConnect)
+	newest      wire.Instance      // guarded by mu; the latest-started agent run let in: an older one is refused (takeover.go)
 	queued      int                // guarded by mu; rows in the offline queue, counting inserts under way
 	queuedBytes int64              // guarded by mu
 	storing     int                // guarded by mu; inserts under way, counted in queued
@@ -343,7 +344,10 @@ func (s *Server) tunnelFor(id, name string) *tunnel {
 		}
 		s.tunnels[id] = t
 	}
-	if name != "" {
+	if name != "" && name != t.name {
+		// A token's name is fixed: written only when it differs (a
+		// tunnel first seen by its id alone), it races no reader when
+		// one token's agents connect at once.
 		t.name = name
 	}
 	return t

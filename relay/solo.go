@@ -24,7 +24,7 @@ func (soloNode) Self() string { return "" }
 func (soloNode) Holder(string) Holding { return Holding{} }
 
 // Hold has no other node to tell.
-func (soloNode) Hold(context.Context, string, []wire.HeaderField) (func(), error) {
+func (soloNode) Hold(context.Context, string, []wire.HeaderField, wire.Instance) (func(), error) {
 	return func() {}, nil
 }
 

@@ -108,9 +108,10 @@ func (h *holders) Holder(tunnelID string) relay.Holding {
 // Hold records that this node holds tunnelID's agent: a compare-and-swap
 // over the entry as it is now, read again if another node moved it
 // meanwhile. The release it returns empties the entry only if it is still
-// this hold.
-func (h *holders) Hold(ctx context.Context, tunnelID string, require []wire.HeaderField) (func(), error) {
-	hd := relay.Holding{Node: h.node, Require: require}
+// this hold. An entry naming an agent run started after inst stays:
+// relay.ErrHeldByNewer.
+func (h *holders) Hold(ctx context.Context, tunnelID string, require []wire.HeaderField, inst wire.Instance) (func(), error) {
+	hd := relay.Holding{Node: h.node, Require: require, Instance: inst}
 	b, _ := json.Marshal(hd)
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
@@ -121,10 +122,12 @@ func (h *holders) Hold(ctx context.Context, tunnelID string, require []wire.Head
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			rev, err = h.kv.Create(ctx, tunnelID, b)
+		case err == nil && heldByNewer(e.Value(), inst):
+			return nil, relay.ErrHeldByNewer
 		case err == nil:
 			rev, err = h.kv.Update(ctx, tunnelID, b, e.Revision())
 		}
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if casMissed(err) {
 			continue // another node wrote between the read and the swap
 		}
 		if err != nil {
@@ -139,6 +142,24 @@ func (h *holders) Hold(ctx context.Context, tunnelID string, require []wire.Head
 	}
 	h.mu.Unlock()
 	return func() { h.release(tunnelID, require, rev) }, nil
+}
+
+// casMissed reports a compare-and-swap that lost to another write. A
+// replicated bucket says so with its own code (ErrKeyRevisionMismatch),
+// which ErrKeyExists does not match.
+func casMissed(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+}
+
+// heldByNewer reports whether the entry value names an agent run, on any
+// node, started after inst. An entry without one (released, or from an
+// older calltap) names none.
+func heldByNewer(value []byte, inst wire.Instance) bool {
+	var cur relay.Holding
+	if len(value) == 0 || json.Unmarshal(value, &cur) != nil || cur.Node == "" {
+		return false
+	}
+	return inst.OlderThan(cur.Instance)
 }
 
 // release empties tunnelID's entry if it is still the hold of revision rev:
@@ -156,7 +177,7 @@ func (h *holders) release(tunnelID string, require []wire.HeaderField, rev uint6
 	b, _ := json.Marshal(relay.Holding{Require: require})
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
 	defer cancel()
-	if _, err := h.kv.Update(ctx, tunnelID, b, rev); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := h.kv.Update(ctx, tunnelID, b, rev); err != nil && !casMissed(err) {
 		h.log.Warn("could not record that the agent left", "tunnel", tunnelID, "err", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/calltap/calltap/relay/cluster"
 	"github.com/calltap/calltap/relay/cluster/natstest"
 	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/wire"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -56,7 +57,7 @@ func TestMissDoesNotEvictHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Close()
-	if _, err := x.Hold(context.Background(), info.TunnelID, nil); err != nil {
+	if _, err := x.Hold(context.Background(), info.TunnelID, nil, wire.Instance{}); err != nil {
 		t.Fatal(err)
 	}
 	waitHeld(t, info, b)

@@ -202,6 +202,11 @@ var (
 	ErrRevoked      = errors.New("the token was revoked on the relay")
 )
 
+// errHeldByNewer is the relay's refusal of this agent run: another,
+// started later, holds the tunnel. Unlike a first "replaced", it is the
+// relay's final word: asking again would be told the same.
+var errHeldByNewer = fmt.Errorf("%w; it started after this one", ErrReplaced)
+
 // errGoingAway is a goaway that leaves the agent free to reconnect.
 var errGoingAway = errors.New("the relay is going away")
 
@@ -230,6 +235,11 @@ type Client struct {
 	dialer websocket.Dialer
 	wsURLs []string // one per relay node; Run moves to the next when one fails
 	log    *slog.Logger
+
+	// instance names this run to the relay on every connection: of two
+	// agents with one token it keeps the later, and a reconnect of this
+	// one takes its tunnel back.
+	instance wire.Instance
 }
 
 // NewClient validates cfg.
@@ -271,7 +281,7 @@ func NewClient(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("--require-header %q: want 'Name: value'", h)
 		}
 	}
-	c := &Client{cfg: cfg, wsURLs: wsURLs, log: cfg.Logger}
+	c := &Client{cfg: cfg, wsURLs: wsURLs, log: cfg.Logger, instance: wire.NewInstance()}
 	c.dialer = websocket.Dialer{
 		Proxy:            http.ProxyFromEnvironment,
 		HandshakeTimeout: 10 * time.Second,
@@ -294,15 +304,14 @@ func (c *Client) Run(ctx context.Context) error {
 			c.cfg.OnState(ConnState{State: StateOffline})
 			return nil
 		}
-		if errors.Is(err, ErrReplaced) && time.Since(replacedAt) > replacedWindow {
-			// Told once: reconnect, in case it was a mistake (a relay
-			// node that misread who holds the tunnel). An agent that
-			// really has a twin is told again at once, and then goes.
-			replacedAt = time.Now()
-			c.log.Warn("told to give the tunnel up; reconnecting once to make sure", "err", err)
-		} else if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrReplaced) || errors.Is(err, ErrRevoked) {
+		if c.final(err, &replacedAt) {
 			c.cfg.OnState(ConnState{State: StateOffline, Err: err})
 			return err
+		}
+		if errors.Is(err, ErrReplaced) {
+			// Asking once more, at once: the answer is the agent's one
+			// line, not a reconnect to show.
+			continue
 		}
 		if connected {
 			attempt = 0
@@ -318,6 +327,20 @@ func (c *Client) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// final reports whether err ends Run. A first "replaced" does not: the
+// agent reconnects once, in case it was a mistake (a relay node that
+// misread who holds the tunnel). An agent that really has a twin started
+// later is refused at once (errHeldByNewer), and goes; so is one told
+// twice by a relay that does not order agent runs.
+func (c *Client) final(err error, replacedAt *time.Time) bool {
+	if errors.Is(err, ErrReplaced) && !errors.Is(err, errHeldByNewer) && time.Since(*replacedAt) > replacedWindow {
+		*replacedAt = time.Now()
+		c.log.Debug("told to give the tunnel up; reconnecting once to make sure", "err", err)
+		return false
+	}
+	return errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrReplaced) || errors.Is(err, ErrRevoked)
 }
 
 // replacedWindow is how soon a second "replaced" ends the client for good.
@@ -337,6 +360,7 @@ func (c *Client) connectOnce(ctx context.Context, wsURL string) (bool, error) {
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+c.cfg.Token)
 	h.Set(wire.MaxFrameHeader, strconv.FormatInt(c.cfg.MaxFrame, 10))
+	h.Set(wire.InstanceHeader, c.instance.String())
 	for _, v := range c.cfg.RequireHeaders {
 		h.Add(wire.RequireHeaderHeader, v)
 	}
@@ -576,6 +600,8 @@ func (cc *clientConn) readGoAway(b []byte) error {
 		return nil
 	case wire.GoAwayReplaced:
 		return &relayError{kind: ErrReplaced, message: g.Message}
+	case wire.GoAwayHeld:
+		return &relayError{kind: errHeldByNewer, message: g.Message}
 	case wire.GoAwayRevoked:
 		return &relayError{kind: ErrRevoked, message: g.Message}
 	default:

@@ -104,6 +104,10 @@ const (
 	// GoAwayLeft answers the agent's Leave: no request follows it, and
 	// the connection stays open for the answers in flight.
 	GoAwayLeft GoAwayReason = 4
+	// GoAwayHeld refuses an agent run older than the one holding the
+	// tunnel (InstanceHeader): exit, and do not try again. Only an agent
+	// that sent its instance is told this.
+	GoAwayHeld GoAwayReason = 5
 )
 
 // Leave is the agent's word that it is stopping: the relay sends it no

@@ -10,6 +10,7 @@
 //	  | -- GET /_calltap/connect (upgrade) --> |  Authorization: Bearer <token>
 //	  |    Sec-WebSocket-Protocol: calltap.v1  |  Calltap-Require-Header: <name: value> (0..n)
 //	  |                                        |  Calltap-Max-Frame: <agent's read limit>
+//	  |                                        |  Calltap-Instance: <start>.<id> of this agent run
 //	  | <---------------- Hello -------------- |  tunnel id, public URL, limits
 //	  |                                        |
 //	  | <-------------- Request -------------- |  a sender hit /t/<tunnel>/...; or a queued one
@@ -25,6 +26,12 @@
 //	  |                                        |
 //	  | ---------------- Leave --------------> |  the agent is stopping: send no more requests
 //	  | <--------- GoAway (GoAwayLeft) ------- |  none follows; answers in flight still go back
+//
+// One token, one agent: an agent run that connects takes its tunnel over
+// from the one connected, unless both sent Calltap-Instance and the one
+// connected started later; the relay then answers the newcomer GoAway
+// GoAwayHeld, and it exits. A run's reconnect (same instance) always takes
+// its tunnel back from its own stale connection.
 //
 // Each frame is exactly one binary websocket message, so a request costs one
 // message each way (plus the ack, for a queued request or a slow handler).
@@ -92,6 +99,11 @@ const RequireHeaderHeader = "Calltap-Require-Header"
 // MaxFrameHeader carries, in the agent's handshake, the largest frame the
 // agent reads (its websocket read limit): the relay sends nothing larger.
 const MaxFrameHeader = "Calltap-Max-Frame"
+
+// InstanceHeader carries, in the agent's handshake, which run of an agent
+// connects (Instance): of two agents with one token, the relay keeps the
+// one started later.
+const InstanceHeader = "Calltap-Instance"
 
 // DefaultMaxFrame bounds one frame: the default body limit (10 MiB) plus room
 // for headers.
