@@ -161,7 +161,7 @@ func (c *tokenStore) RevokeToken(ctx context.Context, name string) error {
 		now := time.Now().UTC()
 		r.RevokedAt = &now
 		b, _ := json.Marshal(r)
-		if _, err := c.kv.Update(ctx, e.Key(), b, e.Revision()); errors.Is(err, jetstream.ErrKeyExists) {
+		if _, err := c.kv.Update(ctx, e.Key(), b, e.Revision()); casMissed(err) {
 			continue // changed meanwhile: look again
 		} else if err != nil {
 			return err
