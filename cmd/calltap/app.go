@@ -323,8 +323,10 @@ func (f *agentFlags) validate() error {
 	if _, err := agent.ParseTarget(f.forwardTo); err != nil && f.forwardTo != "" {
 		return fmt.Errorf("--forward-to: %v", err)
 	}
-	if _, err := f.routes.load(nil); f.routes.any() && err != nil {
-		return f.routes.flagError(err)
+	if f.routes.any() {
+		if _, err := f.routes.load(nil); err != nil {
+			return f.routes.flagError(err)
+		}
 	}
 	for _, h := range f.inspectHosts {
 		if err := inspector.ValidInspectHost(h); err != nil {
