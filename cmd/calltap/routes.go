@@ -82,9 +82,12 @@ func whatIf(ctx context.Context, db *agentdb.AgentStore, table *routes.Table) (r
 		if err := h.UnmarshalJSON([]byte(c.RequestHeaders)); err != nil {
 			return fmt.Errorf("capture %s: stored headers unreadable: %v", c.ID, err)
 		}
-		hh := http.Header{}
-		h.Apply(hh)
-		d := table.Match(routes.Request{Body: c.Body, Header: hh, Path: c.Path, Event: c.Event})
+		req := routes.Request{Body: c.Body, Path: c.Path, Event: c.Event}
+		if table.UsesHeaders() {
+			req.Header = http.Header{}
+			h.Apply(req.Header)
+		}
+		d := table.Match(req)
 		tally.Add(d, tookRoute(c))
 		return nil
 	})

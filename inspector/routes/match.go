@@ -192,14 +192,7 @@ func (t *Table) Route(name string) *Route {
 
 // UsesHeaders reports whether a route reads headers: a caller that must
 // convert them for Request.Header need not when none does.
-func (t *Table) UsesHeaders() bool {
-	for _, r := range t.routes {
-		if len(r.header) > 0 {
-			return true
-		}
-	}
-	return false
-}
+func (t *Table) UsesHeaders() bool { return t.usesHeaders }
 
 // Names are the table's route names, in file order.
 func (t *Table) Names() []string {

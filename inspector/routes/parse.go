@@ -90,6 +90,7 @@ func parse(data []byte) (*Table, error) {
 		}
 		seen[r.Name] = r.Line
 		t.routes = append(t.routes, r)
+		t.usesHeaders = t.usesHeaders || len(r.header) > 0
 	}
 	return t, nil
 }

@@ -93,7 +93,9 @@ type Table struct {
 	fields *trie    // the body fields Match reads, in one pass
 	paths  []string // the match paths, by slot (slot 0 and 1 are event and call id)
 	events []string // the event filter; nil: none
-	calls  CallValues
+
+	usesHeaders bool // a route has header criteria (UsesHeaders); set by parse
+	calls       CallValues
 
 	scratch sync.Pool // of *[]field, one per path: Match's fields
 }
