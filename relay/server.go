@@ -205,6 +205,30 @@ type Store interface {
 	QueueStatsByTunnel(ctx context.Context) (map[string]relaystate.QueueStats, error)
 	TunnelQueueStats(ctx context.Context, tunnelID string) (relaystate.QueueStats, error)
 	ExpireQueued(ctx context.Context, cutoff time.Time) (int64, error)
+
+	// Claimants are the seats of tokens several agents share (claims.go).
+	// SaveClaimant registers c, or updates its SeenAt and Connected: a
+	// seat keeps the CreatedAt of its first registration.
+	SaveClaimant(ctx context.Context, c *relaystate.Claimant) error
+	// Claimants returns every registered seat of every token. In a
+	// cluster it is read from a mirror: no round trip.
+	Claimants(ctx context.Context) ([]*relaystate.Claimant, error)
+	// ReleaseClaimant removes a seat and its queue, and returns how many
+	// queued requests went with it; ErrNotFound for no such seat.
+	ReleaseClaimant(ctx context.Context, seat string) (int, error)
+
+	// RememberCall records that rec.CallID of rec.TunnelID belongs to
+	// rec.Seat, unless the call is known already: then its record keeps
+	// its seat and takes rec.Last. It returns the seat the call belongs
+	// to. Of two nodes remembering one call at once, one seat wins, for
+	// both.
+	RememberCall(ctx context.Context, rec relaystate.CallRecord) (string, error)
+	// CallSeat returns the seat of a known call; ErrNotFound otherwise.
+	CallSeat(ctx context.Context, tunnelID, callID string) (string, error)
+	// ExpireCalls forgets the calls whose last event came before cutoff.
+	ExpireCalls(ctx context.Context, cutoff time.Time) (int64, error)
+	// CallsSince counts, by seat, the calls first seen at or after since.
+	CallsSince(ctx context.Context, since time.Time) (map[string]int, error)
 }
 
 // TunnelURL is where senders reach a tunnel.

@@ -47,3 +47,31 @@ var (
 	ErrNotFound = errors.New("not found") // a looked-up record does not exist
 	ErrConflict = errors.New("conflict")  // a record with the same key exists
 )
+
+// Claimant is an agent's seat on a token shared by several agents: what it
+// claims (calltap listen --claim), registered while it is connected and
+// kept while it is away, so that its calls queue for it.
+type Claimant struct {
+	TunnelID string
+	// Seat names the claimant: TunnelID + "-" + the claim set's key. It
+	// is the key of its queue (QueuedRequest.TunnelID) and its holder.
+	Seat   string
+	Claims []string // canonical, sorted (relay/claim.Set.Strings)
+	// CreatedAt is when the seat was first registered: of two claimants
+	// whose claims both match a call, the earlier gets it.
+	CreatedAt time.Time
+	// SeenAt is when an agent last connected to or left the seat. A seat
+	// away longer than the relay's claim TTL is released.
+	SeenAt    time.Time
+	Connected bool // an agent holds the seat, as its relay node last said
+}
+
+// CallRecord is which seat a call belongs to: the one its first event
+// went to. It is kept until Last is older than the relay's call memory.
+type CallRecord struct {
+	TunnelID string
+	CallID   string
+	Seat     string
+	First    time.Time
+	Last     time.Time
+}
