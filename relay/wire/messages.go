@@ -20,6 +20,10 @@ type Hello struct {
 	ForwardTimeoutMS int64 `json:"forward_timeout_ms,omitempty"`
 	// Leave: the relay reads the Leave frame of an agent that stops.
 	Leave bool `json:"leave,omitempty"`
+	// Claims are the claims the relay holds this agent's seat by, as it
+	// parsed them: an agent that sent claims and finds none here is on a
+	// relay that does not know claims, and would get the default's calls.
+	Claims []string `json:"claims,omitempty"`
 }
 
 // Request is one request of a sender, as the relay hands it to the agent.

@@ -11,7 +11,8 @@
 //	  |    Sec-WebSocket-Protocol: calltap.v1  |  Calltap-Require-Header: <name: value> (0..n)
 //	  |                                        |  Calltap-Max-Frame: <agent's read limit>
 //	  |                                        |  Calltap-Instance: <start>.<id> of this agent run
-//	  | <---------------- Hello -------------- |  tunnel id, public URL, limits
+//	  |                                        |  Calltap-Claim: <claim> (0..n, relay/claim)
+//	  | <---------------- Hello -------------- |  tunnel id, public URL, limits, claims held
 //	  |                                        |
 //	  | <-------------- Request -------------- |  a sender hit /t/<tunnel>/...; or a queued one
 //	  |  (agent saves it in SQLite)            |
@@ -27,11 +28,16 @@
 //	  | ---------------- Leave --------------> |  the agent is stopping: send no more requests
 //	  | <--------- GoAway (GoAwayLeft) ------- |  none follows; answers in flight still go back
 //
-// One token, one agent: an agent run that connects takes its tunnel over
-// from the one connected, unless both sent Calltap-Instance and the one
-// connected started later; the relay then answers the newcomer GoAway
-// GoAwayHeld, and it exits. A run's reconnect (same instance) always takes
-// its tunnel back from its own stale connection.
+// One token serves one agent per seat. An agent that sends no claim takes
+// the token's default seat (what no claim matches); one that sends claims
+// takes the seat named by its claim set (claim.Set.Key), and gets the calls
+// whose first event its claims match. An agent run that connects takes its
+// seat over from the one connected, unless both sent Calltap-Instance and
+// the one connected started later; the relay then answers the newcomer
+// GoAway GoAwayHeld, and it exits. A run's reconnect (same instance) always
+// takes its seat back from its own stale connection. A claim set that
+// shares a claim with another seat of the token, or that would take the
+// token past its claim limit, is refused before the upgrade (409).
 //
 // Each frame is exactly one binary websocket message, so a request costs one
 // message each way (plus the ack, for a queued request or a slow handler).
@@ -104,6 +110,10 @@ const MaxFrameHeader = "Calltap-Max-Frame"
 // connects (Instance): of two agents with one token, the relay keeps the
 // one started later.
 const InstanceHeader = "Calltap-Instance"
+
+// ClaimHeader carries, in the agent's handshake, one claim of the agent
+// (calltap listen --claim), as relay/claim parses it.
+const ClaimHeader = "Calltap-Claim"
 
 // DefaultMaxFrame bounds one frame: the default body limit (10 MiB) plus room
 // for headers.
