@@ -82,6 +82,11 @@ type Config struct {
 	LingerBytes int64         // 64 MiB
 
 	NoticeInterval time.Duration // 1 s: at most one refusal notice per tunnel per interval
+
+	// Several agents on one token, each by what it claims (claims.go).
+	MaxClaims  int           // 64: claims registered per token, every seat's
+	ClaimTTL   time.Duration // 7 days: a seat away this long is released
+	CallMemory time.Duration // 24 h: a call's seat is forgotten this long after its last event
 }
 
 // DefaultConfig is the Config a Server runs with when no field is set:
@@ -125,6 +130,9 @@ func (c Config) withDefaults() Config {
 	defaultTo(&c.LingerTime, 10*time.Second)
 	defaultTo(&c.LingerBytes, 64<<20)
 	defaultTo(&c.NoticeInterval, time.Second)
+	defaultTo(&c.MaxClaims, 64)
+	defaultTo(&c.ClaimTTL, 7*24*time.Hour)
+	defaultTo(&c.CallMemory, 24*time.Hour)
 	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
 	return c
 }
