@@ -105,8 +105,8 @@ func (ac *agentConn) goAway(g wire.GoAway) {
 func (ac *agentConn) queueHello(queued int) {
 	s, t := ac.srv, ac.t
 	ac.TrySend(frameconn.Frame{Head: wire.AppendHello(nil, &wire.Hello{
-		TunnelID: t.id, Name: t.name, PublicURL: s.TunnelURL(t.id), MaxBody: s.cfg.MaxBody, MaxFrame: s.cfg.MaxFrame, Queued: queued, Version: s.cfg.Version,
-		ForwardTimeoutMS: s.cfg.ForwardTimeout.Milliseconds(), Leave: true,
+		TunnelID: t.base.id, Name: t.name, PublicURL: s.TunnelURL(t.base.id), MaxBody: s.cfg.MaxBody, MaxFrame: s.cfg.MaxFrame, Queued: queued, Version: s.cfg.Version,
+		ForwardTimeoutMS: s.cfg.ForwardTimeout.Milliseconds(), Leave: true, Claims: t.claims.Strings(),
 	})})
 }
 
@@ -244,5 +244,6 @@ func (ac *agentConn) handleAck(stream uint64) {
 	// acks that came meanwhile, and a slow or failing delete (a NATS
 	// failover) must not hold live requests back.
 	ac.t.countOut()
+	ac.t.delivered.Add(1)
 	ac.acked <- seq // never blocks: at most drainWindow are unacknowledged
 }

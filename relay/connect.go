@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/claim"
 	"github.com/calltap/calltap/relay/frameconn"
 	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/relaystate"
@@ -26,6 +27,11 @@ import (
 // and handshake, and serves it until it ends.
 func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	hs, e := s.readHandshake(r)
+	if e != nil {
+		s.fail(w, e)
+		return
+	}
+	seat, e := s.registerSeat(r.Context(), hs)
 	if e != nil {
 		s.fail(w, e)
 		return
@@ -46,7 +52,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the upgrader answered already
 	}
-	s.serveAgent(r, conn, hs)
+	s.serveAgent(r, conn, hs, seat)
 }
 
 // handshake is what an agent's upgrade request says.
@@ -55,6 +61,7 @@ type handshake struct {
 	require  []wire.HeaderField // headers every sender must present
 	agentMax int64              // the largest frame the agent reads
 	instance wire.Instance      // which agent run; zero if it did not say
+	claims   claim.Set          // what it claims; empty for the token's default agent
 }
 
 // readHandshake checks an agent's upgrade request: its token, the
@@ -92,6 +99,11 @@ func (s *Server) readHandshake(r *http.Request) (*handshake, *api.Error) {
 		}
 		hs.agentMax = n
 	}
+	claims, err := claim.ParseSet(r.Header.Values(wire.ClaimHeader))
+	if err != nil {
+		return nil, api.Invalid("%s: %v", wire.ClaimHeader, err)
+	}
+	hs.claims = claims
 	if v := r.Header.Get(wire.InstanceHeader); v != "" {
 		inst, err := wire.ParseInstance(v)
 		if err != nil {
@@ -102,10 +114,9 @@ func (s *Server) readHandshake(r *http.Request) (*handshake, *api.Error) {
 	return hs, nil
 }
 
-// serveAgent makes the agent on conn its tunnel's, and serves it until the
+// serveAgent makes the agent on conn seat t's, and serves it until the
 // connection ends.
-func (s *Server) serveAgent(r *http.Request, conn *frameconn.Conn, hs *handshake) {
-	t := s.tunnelFor(hs.tok.TunnelID, hs.tok.Name)
+func (s *Server) serveAgent(r *http.Request, conn *frameconn.Conn, hs *handshake, t *tunnel) {
 	ac := &agentConn{
 		Conn:    conn,
 		srv:     s,
@@ -123,6 +134,13 @@ func (s *Server) serveAgent(r *http.Request, conn *frameconn.Conn, hs *handshake
 		return
 	}
 	defer release()
+	if t.base != t {
+		// What senders must present is the token's: the agent that
+		// connected last says it, whichever seat it takes.
+		t.base.mu.Lock()
+		t.base.require = hs.require
+		t.base.mu.Unlock()
+	}
 	if old != nil {
 		old.goAway(wire.GoAway{Reason: wire.GoAwayReplaced, Message: "another agent connected with the same token and took over this tunnel"})
 	}
@@ -135,7 +153,10 @@ func (s *Server) serveAgent(r *http.Request, conn *frameconn.Conn, hs *handshake
 		ac.goAway(wire.GoAway{Reason: wire.GoAwayShutdown, Message: "relay shutting down"})
 	}
 	s.metrics.agentsConnected.Add(1)
-	log := s.log.With("tunnel", t.id, "name", t.name)
+	log := s.log.With("tunnel", t.base.id, "name", t.name)
+	if t.base != t {
+		log = log.With("seat", t.id, "claims", strings.Join(t.claims.Strings(), " "))
+	}
 	log.Info("agent connected", "remote", r.RemoteAddr, "queued", queued)
 	var loops sync.WaitGroup
 	loops.Go(ac.SendLoop) // the hello is first in its queue (takeTunnel)
@@ -145,6 +166,7 @@ func (s *Server) serveAgent(r *http.Request, conn *frameconn.Conn, hs *handshake
 	ac.failPending()
 	loops.Wait()
 	s.leaveTunnel(t, ac)
+	s.leaveSeat(t)
 	s.metrics.agentsConnected.Add(-1)
 	log.Info("agent disconnected", "reason", ac.Cause())
 }

@@ -27,6 +27,7 @@ func (s *Server) forward(w http.ResponseWriter, sender context.Context, ac *agen
 	switch {
 	case err == nil:
 		defer resp.release()
+		ac.t.delivered.Add(1)
 	case errors.Is(err, errAgentLeft):
 		// The agent is stopping: the request waits for the next one.
 		defer frameconn.PutBuf(buf)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -30,6 +31,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter) {
 	fmt.Fprintf(&b, "# HELP calltap_queue_bytes Bytes held in offline queues.\n# TYPE calltap_queue_bytes gauge\ncalltap_queue_bytes %d\n", bytes)
 	fmt.Fprintf(&b, "# HELP calltap_bytes_in_total Request body bytes received from senders.\n# TYPE calltap_bytes_in_total counter\ncalltap_bytes_in_total %d\n", s.metrics.bytesIn.Load())
 	fmt.Fprintf(&b, "# HELP calltap_bytes_out_total Response body bytes sent to senders.\n# TYPE calltap_bytes_out_total counter\ncalltap_bytes_out_total %d\n", s.metrics.bytesOut.Load())
+	s.claimMetrics(&b)
 	if s.shared {
 		s.clusterMetrics(&b)
 	}
@@ -57,4 +59,35 @@ func (s *Server) clusterMetrics(b *strings.Builder) {
 		return
 	}
 	fmt.Fprintf(b, "# HELP calltap_nats_rtt_seconds Round trip to this node's NATS server.\n# TYPE calltap_nats_rtt_seconds gauge\ncalltap_nats_rtt_seconds %g\n", st.RTT.Seconds())
+}
+
+// claimMetrics are the seats of the tokens several agents share: each
+// seat's deliveries (requests its agents saved) and the queue this node
+// counts for it. A token without claimant seats has no lines here.
+func (s *Server) claimMetrics(b *strings.Builder) {
+	var delivered, depth []string
+	for _, t := range s.snapshotTunnels() {
+		if t.base != t || len(t.claimants()) == 0 {
+			continue
+		}
+		for _, st := range append([]*tunnel{t}, t.claimants()...) {
+			st.mu.Lock()
+			queued := st.queued
+			st.mu.Unlock()
+			// Claims hold no control characters (claim.Parse): %q
+			// escapes as the text format does.
+			labels := fmt.Sprintf("{token=%q,seat=%q,claims=%q}", t.name, st.id, strings.Join(st.claims.Strings(), " "))
+			delivered = append(delivered, fmt.Sprintf("calltap_claim_deliveries_total%s %d\n", labels, st.delivered.Load()))
+			depth = append(depth, fmt.Sprintf("calltap_claim_queue_depth%s %d\n", labels, queued))
+		}
+	}
+	if len(delivered) == 0 {
+		return
+	}
+	slices.Sort(delivered)
+	slices.Sort(depth)
+	b.WriteString("# HELP calltap_claim_deliveries_total Requests the agents of a seat saved (claims=\"\" is the token's default seat).\n# TYPE calltap_claim_deliveries_total counter\n")
+	b.WriteString(strings.Join(delivered, ""))
+	b.WriteString("# HELP calltap_claim_queue_depth Requests queued for a seat whose agent is away, as this node counts them.\n# TYPE calltap_claim_queue_depth gauge\n")
+	b.WriteString(strings.Join(depth, ""))
 }

@@ -35,6 +35,12 @@ func (s *Server) serveSender(w http.ResponseWriter, r *http.Request) {
 	if r.URL.RawQuery != "" {
 		uri += "?" + r.URL.RawQuery
 	}
+	if !validTunnelID(id) {
+		// Seats are the relay's to choose, not a sender's: no seat id
+		// (<tunnel>-<key>) is a path.
+		s.refuse(w, r, api.NotFound("tunnel"))
+		return
+	}
 	t, err := s.lookupTunnel(r.Context(), id)
 	if err != nil {
 		// The service retries a 5xx: what cannot be looked up now is not lost.
@@ -107,12 +113,19 @@ func (s *Server) serveSender(w http.ResponseWriter, r *http.Request) {
 		Body:      buf.Bytes(),
 	}
 	log.request = req.ID
-	if node := s.remoteHolder(t); node != "" && !t.held() {
-		defer frameconn.PutBuf(buf)
-		s.forwardToNode(w, r, t, node, req, log)
+	seat, e := s.seatOf(r.Context(), t, req)
+	if e != nil {
+		frameconn.PutBuf(buf)
+		w.Header().Set("Retry-After", "2")
+		s.fail(w, e)
 		return
 	}
-	s.forwardOrQueue(w, r.Context(), t, req, buf, log)
+	if node := s.remoteHolder(seat); node != "" && !seat.held() {
+		defer frameconn.PutBuf(buf)
+		s.forwardToNode(w, r, seat, node, req, log)
+		return
+	}
+	s.forwardOrQueue(w, r.Context(), seat, req, buf, log)
 }
 
 // forwardOrQueue hands req to the agent connected here, or queues it while none

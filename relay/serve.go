@@ -45,6 +45,10 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		// Agents are programs, not pages: a browser Origin has no business here.
 		CheckOrigin: func(r *http.Request) bool { return r.Header.Get("Origin") == "" },
 	}
+	if err := s.awayOnStart(ctx); err != nil {
+		return nil, fmt.Errorf("relay: read the registry of claims: %w", err)
+	}
+	s.syncSeats(ctx) // before the queues: claimants' queues are theirs
 	stats, err := cfg.Store.QueueStatsByTunnel(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("relay: read offline queue: %w", err)
@@ -102,8 +106,10 @@ func (s *Server) runBackground(ctx, intake context.Context) {
 			return
 		case <-expire.C:
 			s.expireQueued(ctx)
+			s.expireClaims(ctx)
 		case <-revoke.C:
 			s.dropRevoked(ctx)
+			s.syncSeats(ctx)
 		}
 	}
 }

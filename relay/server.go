@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/relay/api"
+	"github.com/calltap/calltap/relay/claim"
 	"github.com/calltap/calltap/relay/frameconn"
 	"github.com/calltap/calltap/relay/wire"
 	"github.com/calltap/calltap/storage/relaystate"
@@ -161,13 +162,33 @@ type Server struct {
 	abandon  context.Context
 	giveUp   context.CancelFunc
 
+	// seatsMu is held while a token's claimant seats are replaced
+	// (tunnel.seats): by an agent registering its claims, and by the
+	// registry's sync. Lock order: seatsMu, then mu.
+	seatsMu sync.Mutex
+	calls   callCache // which seat each recent call is with (claims.go)
+
 	metrics metrics
 }
 
-// tunnel is one developer's stable endpoint.
+// tunnel is one agent's seat on a token. A token's stable endpoint is its
+// default seat, whose id is the tunnel id of the URL: senders reach it, and
+// it holds what is the token's (its limits, what senders must present, its
+// claimant seats). A claimant's seat (claims.go) is a tunnel of its own,
+// id <tunnel id>-<claim set key>, with its own agent and queue.
 type tunnel struct {
 	id   string
 	name string
+
+	base    *tunnel   // the token's default seat; the tunnel itself for the default
+	claims  claim.Set // what this seat claims; empty for the default
+	created time.Time // when the seat was first registered: the earlier of two matching seats gets a call
+	// seats are the token's claimant seats, oldest first, replaced whole
+	// (syncSeats, registerSeat); nil on a claimant's seat. A token with
+	// none pays nothing for claims.
+	seats     atomic.Pointer[[]*tunnel]
+	delivered atomic.Int64 // requests this seat's agents saved, for /metrics
+	missing   int          // guarded by Server.seatsMu: reads of the registry in a row that lacked this seat
 
 	// recounting is held across recount's read of the shared queue and
 	// its write of queued. Lock order: recounting, then mu.
@@ -278,6 +299,14 @@ func (s *Server) dropRevoked(ctx context.Context) {
 // dropTunnel sends away the agent of a revoked token and forgets its
 // tunnel, whose URL then answers 404.
 func (s *Server) dropTunnel(id string) {
+	s.mu.Lock()
+	t := s.tunnels[id]
+	s.mu.Unlock()
+	if t != nil {
+		for _, st := range t.claimants() {
+			s.sendAway(st.id, true, wire.GoAway{Reason: wire.GoAwayRevoked, Message: "the token of this tunnel was revoked"})
+		}
+	}
 	s.sendAway(id, true, wire.GoAway{Reason: wire.GoAwayRevoked, Message: "the token of this tunnel was revoked"})
 }
 
@@ -350,6 +379,9 @@ func (s *Server) lookupTunnel(ctx context.Context, id string) (*tunnel, error) {
 	if t != nil {
 		return t, nil
 	}
+	if tunnelID, _, isSeat := strings.Cut(id, "-"); isSeat {
+		return s.lookupSeat(ctx, tunnelID, id)
+	}
 	if !validTunnelID(id) {
 		return nil, nil
 	}
@@ -360,20 +392,14 @@ func (s *Server) lookupTunnel(ctx context.Context, id string) (*tunnel, error) {
 	return s.tunnelFor(id, ""), nil
 }
 
+// tunnelFor returns the token's default seat, made the first time.
 func (s *Server) tunnelFor(id, name string) *tunnel {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tunnels[id]
 	if t == nil {
-		t = &tunnel{
-			id:          id,
-			name:        name,
-			inflight:    make(chan struct{}, s.cfg.MaxInFlight),
-			slowBodies:  make(chan struct{}, s.cfg.MaxSlowBodies),
-			kick:        make(chan struct{}, 1),
-			limiter:     tokenBucket{rate: s.cfg.RateLimit, burst: float64(s.cfg.RateBurst), tokens: float64(s.cfg.RateBurst), last: time.Now()},
-			noticeEvery: s.cfg.NoticeInterval,
-		}
+		t = s.newTunnel(id, name)
+		t.base = t
 		s.tunnels[id] = t
 	}
 	if name != "" && name != t.name {
@@ -383,6 +409,19 @@ func (s *Server) tunnelFor(id, name string) *tunnel {
 		t.name = name
 	}
 	return t
+}
+
+// newTunnel is a seat with nothing held yet.
+func (s *Server) newTunnel(id, name string) *tunnel {
+	return &tunnel{
+		id:          id,
+		name:        name,
+		inflight:    make(chan struct{}, s.cfg.MaxInFlight),
+		slowBodies:  make(chan struct{}, s.cfg.MaxSlowBodies),
+		kick:        make(chan struct{}, 1),
+		limiter:     tokenBucket{rate: s.cfg.RateLimit, burst: float64(s.cfg.RateBurst), tokens: float64(s.cfg.RateBurst), last: time.Now()},
+		noticeEvery: s.cfg.NoticeInterval,
+	}
 }
 
 func validTunnelID(id string) bool {

@@ -60,6 +60,7 @@ const (
 	CodeOutcomeUnknown  = "outcome_unknown"     // 503: the request may have reached the local handler; its answer is not known
 	CodeHeaderRejected  = "sender_not_accepted" // 401
 	CodeUnsupportedType = "unsupported_media"   // 415
+	CodeClaimConflict   = "claim_conflict"      // 409: a claim another agent of the token holds, or too many claims
 )
 
 // Errorf builds an *Error.

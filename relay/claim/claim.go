@@ -24,6 +24,7 @@ import (
 	"net/textproto"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -48,8 +49,8 @@ func Parse(expr string) (Claim, error) {
 	if len(expr) > MaxLen {
 		return Claim{}, fmt.Errorf("claim %.40q…: longer than %d bytes", expr, MaxLen)
 	}
-	if !utf8.ValidString(expr) {
-		return Claim{}, fmt.Errorf("claim %q: not UTF-8", expr)
+	if !utf8.ValidString(expr) || strings.ContainsFunc(expr, unicode.IsControl) {
+		return Claim{}, fmt.Errorf("claim %q: not UTF-8 text, or holds a control character", expr)
 	}
 	if name, ok := strings.CutPrefix(expr, HeaderPrefix); ok {
 		return parseHeader(expr, name)

@@ -24,7 +24,7 @@ func TestParse(t *testing.T) {
 			t.Errorf("Parse(%q) = %q, %v; want %q", in, c.String(), err, want)
 		}
 	}
-	for _, bad := range []string{"", "alice", "call..x=1", ".x=1", "x=", "header:=a", "header:a b=c", "header:x", " a=b", strings.Repeat("a", MaxLen) + "=b", strings.Repeat("a.", MaxDepth) + "a=b"} {
+	for _, bad := range []string{"", "alice", "a=b\tc", "call..x=1", ".x=1", "x=", "header:=a", "header:a b=c", "header:x", " a=b", strings.Repeat("a", MaxLen) + "=b", strings.Repeat("a.", MaxDepth) + "a=b"} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) took it", bad)
 		}

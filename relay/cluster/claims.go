@@ -13,8 +13,8 @@ import (
 var errTODO = errors.New("cluster: claims are not built yet")
 
 func (q *queue) SaveClaimant(ctx context.Context, c *relaystate.Claimant) error { return errTODO }
-func (c *queue) Claimants(ctx context.Context) ([]*relaystate.Claimant, error) { return nil, nil }
-func (c *queue) ReleaseClaimant(ctx context.Context, seat string) (int, error) { return 0, errTODO }
+func (c *queue) Claimants(ctx context.Context) ([]*relaystate.Claimant, error)  { return nil, nil }
+func (c *queue) ReleaseClaimant(ctx context.Context, seat string) (int, error)  { return 0, errTODO }
 func (c *queue) RememberCall(ctx context.Context, rec relaystate.CallRecord) (string, error) {
 	return "", errTODO
 }
