@@ -85,33 +85,42 @@ func (s *Server) readHandshake(r *http.Request) (*handshake, *api.Error) {
 		return nil, api.Invalid("this relay speaks %s; upgrade calltap", wire.Subprotocol)
 	}
 	hs := &handshake{tok: tok, agentMax: wire.DefaultMaxFrame} // an agent that does not say reads what calltap's agents always did
+	if e := hs.readAsks(r); e != nil {
+		return nil, e
+	}
+	return hs, nil
+}
+
+// readAsks reads what the agent asks of the relay: what senders must
+// present, the largest frame it reads, which run it is, what it claims.
+func (hs *handshake) readAsks(r *http.Request) *api.Error {
 	for _, v := range r.Header.Values(wire.RequireHeaderHeader) {
 		name, value, ok := strings.Cut(v, ":")
 		if !ok || strings.TrimSpace(name) == "" {
-			return nil, api.Invalid("%s must be 'Name: value'", wire.RequireHeaderHeader)
+			return api.Invalid("%s must be 'Name: value'", wire.RequireHeaderHeader)
 		}
 		hs.require = append(hs.require, wire.HeaderField{Name: strings.TrimSpace(name), Value: strings.TrimSpace(value)})
 	}
 	if v := r.Header.Get(wire.MaxFrameHeader); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n <= 0 {
-			return nil, api.Invalid("%s must be a positive number of bytes", wire.MaxFrameHeader)
+			return api.Invalid("%s must be a positive number of bytes", wire.MaxFrameHeader)
 		}
 		hs.agentMax = n
 	}
 	claims, err := claim.ParseSet(r.Header.Values(wire.ClaimHeader))
 	if err != nil {
-		return nil, api.Invalid("%s: %v", wire.ClaimHeader, err)
+		return api.Invalid("%s: %v", wire.ClaimHeader, err)
 	}
 	hs.claims = claims
 	if v := r.Header.Get(wire.InstanceHeader); v != "" {
 		inst, err := wire.ParseInstance(v)
 		if err != nil {
-			return nil, api.Invalid("%v", err)
+			return api.Invalid("%v", err)
 		}
 		hs.instance = inst
 	}
-	return hs, nil
+	return nil
 }
 
 // serveAgent makes the agent on conn seat t's, and serves it until the

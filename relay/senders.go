@@ -113,6 +113,12 @@ func (s *Server) serveSender(w http.ResponseWriter, r *http.Request) {
 		Body:      buf.Bytes(),
 	}
 	log.request = req.ID
+	s.toSeat(w, r, t, req, buf, log)
+}
+
+// toSeat hands req, a request for token t, to its seat's agent: here, on
+// the node holding it, or in its queue.
+func (s *Server) toSeat(w http.ResponseWriter, r *http.Request, t *tunnel, req *wire.Request, buf *bytes.Buffer, log reqLogger) {
 	seat, e := s.seatOf(r.Context(), t, req)
 	if e != nil {
 		frameconn.PutBuf(buf)
