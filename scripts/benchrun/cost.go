@@ -45,6 +45,7 @@ type costOpts struct {
 	rounds         int
 	routes         string // absolute
 	routesAB       bool
+	claimsAB       bool
 }
 
 func parseCostFlags(args []string) (costOpts, error) {
@@ -62,6 +63,7 @@ func parseCostFlags(args []string) (costOpts, error) {
 	fs.IntVar(&o.rounds, "rounds", 3, "with --baseline or --routes-ab: the interleaved rounds of each load")
 	fs.StringVar(&o.routes, "routes", "", "run every agent with this route `FILE` (calltap listen --routes FILE); with --routes-ab, instead of the bench's 10-route file")
 	fs.BoolVar(&o.routesAB, "routes-ab", false, "instead: this build's agent with a 10-route file and with none, in turns, and print routes ÷ none (no perf record, no inspector probe)")
+	fs.BoolVar(&o.claimsAB, "claims-ab", false, "instead: this build's agent with 10 claims and with none, in turns, and print claims ÷ none (no perf record, no inspector probe)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -77,13 +79,19 @@ func parseCostFlags(args []string) (costOpts, error) {
 
 // check refuses flags that do not go together.
 func (o costOpts) check() error {
+	runs := 0
+	for _, on := range []bool{o.base != "", o.routesAB, o.claimsAB} {
+		if on {
+			runs++
+		}
+	}
 	switch {
-	case o.base != "" && o.routesAB:
-		return errors.New("--baseline and --routes-ab are runs of their own: give one")
-	case (o.base != "" || o.routesAB) && (o.perf || o.rounds < 1):
-		return errors.New("--baseline and --routes-ab take --rounds 1 or more, and no --perf (a profile is the plain run's)")
-	case o.routesAB && o.label != "":
-		return errors.New("--label names a build, and --routes-ab runs one")
+	case runs > 1:
+		return errors.New("--baseline, --routes-ab and --claims-ab are runs of their own: give one")
+	case runs == 1 && (o.perf || o.rounds < 1):
+		return errors.New("--baseline, --routes-ab and --claims-ab take --rounds 1 or more, and no --perf (a profile is the plain run's)")
+	case (o.routesAB || o.claimsAB) && o.label != "":
+		return errors.New("--label names a build, and --routes-ab and --claims-ab run one")
 	}
 	return nil
 }
@@ -129,6 +137,9 @@ func cmdCost(ctx context.Context, args []string) error {
 			return err
 		}
 		return reportAB(ctx, pt.res, o.abRun(pt, routes, abSide{name: "none", bin: o.bin}), form)
+	case o.claimsAB:
+		claims, form := claimsSide(o.bin)
+		return reportAB(ctx, pt.res, o.abRun(pt, claims, abSide{name: "none", bin: o.bin, args: o.agentArgs()}), form)
 	}
 	var cells []*costCell
 	for _, mode := range []string{"full", "normal"} {

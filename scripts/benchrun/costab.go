@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -182,7 +183,7 @@ func ratioOf(before, after float64) float64 {
 	return after / before
 }
 
-func (c abCompare) within() bool { return c.ratio() <= abLimit }
+func (c abCompare) within(limit float64) bool { return c.ratio() <= limit }
 
 // pct is the ratio as a signed percent: "+4.2%", "-12.0%".
 func (c abCompare) pct() string { return fmt.Sprintf("%+.1f%%", 100*(c.ratio()-1)) }
@@ -225,7 +226,8 @@ func abMedians(c *abCell, name string) (cpu, calls abCompare) {
 type abForm struct {
 	table         string
 	before, after string   // what the columns call each side
-	held          []string // the processes held to abLimit; the others are controls
+	held          []string // the processes held to limit; the others are controls
+	limit         float64  // what a held process may cost over the other side; abLimit when 0
 	side          string   // what a side is, in the note: "build"
 	sides, met    string   // the note's opening (what each side runs) and close (what is held, what the controls show)
 }
@@ -263,8 +265,8 @@ func (f abForm) rows(cells []*abCell) []row {
 			x := row{Table: f.table, Cells: []string{"--sync " + c.sync, fmt.Sprintf("c=%d", c.conns), name,
 				fmtDur(time.Duration(cpu.before)), fmtDur(time.Duration(cpu.after)), cpu.pct(),
 				fmt.Sprintf("%.1f", calls.before), fmt.Sprintf("%.1f", calls.after), calls.pct()}}
-			if slices.Contains(f.held, name) {
-				x.Target, x.Met = "≤ +10%", verdict(cpu.within() && calls.within())
+			if limit := cmp.Or(f.limit, abLimit); slices.Contains(f.held, name) {
+				x.Target, x.Met = fmt.Sprintf("≤ %+.0f%%", 100*(limit-1)), verdict(cpu.within(limit) && calls.within(limit))
 			} else {
 				x.Target = "none: the control"
 			}

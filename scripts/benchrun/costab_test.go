@@ -86,16 +86,16 @@ func checkProcRows(t *testing.T, rows []row, want map[string]procRow) {
 }
 
 func TestABCompareZero(t *testing.T) {
-	if c := (abCompare{before: 0, after: 0}); !c.within() || c.pct() != "+0.0%" {
-		t.Errorf("0 → 0: %v %s", c.within(), c.pct())
+	if c := (abCompare{before: 0, after: 0}); !c.within(abLimit) || c.pct() != "+0.0%" {
+		t.Errorf("0 → 0: %v %s", c.within(abLimit), c.pct())
 	}
-	if c := (abCompare{before: 0, after: 1}); c.within() {
+	if c := (abCompare{before: 0, after: 1}); c.within(abLimit) {
 		t.Error("0 → 1 counted as within +10%")
 	}
 	// The rounds' ratios decide, not the medians': a machine that slowed
 	// down in the after half of rounds 2 and 3 moves the medians 3.3×.
 	c := abCompare{before: 100, after: 330, rounds: []float64{1.1, 3.3, 1.1}}
-	if c.pct() != "+10.0%" || !c.within() {
+	if c.pct() != "+10.0%" || !c.within(abLimit) {
 		t.Errorf("rounds 1.1, 3.3, 1.1: %s", c.pct())
 	}
 }

@@ -17,6 +17,7 @@
 //	                   --routes FILE                   every agent with this route file
 //	                   --baseline BIN [--rounds N]     instead: this build and BIN in N interleaved rounds, after ÷ before
 //	                   --routes-ab [--rounds N]        instead: the agent with the bench's 10-route file and with none, in N interleaved rounds, routes ÷ none
+//	                   --claims-ab [--rounds N]        instead: the agent with 10 claims and with none, in N interleaved rounds, the relay's claims ÷ none
 //	benchrun report    FILE                            the table
 //
 // It is a report, not a test: a missed target is printed, never an exit
