@@ -86,7 +86,7 @@ func (s *Server) seatOf(ctx context.Context, base *tunnel, req *wire.Request) (*
 		if touch {
 			s.touchCall(ctx, base, callID, id, now)
 		}
-		return base.seatOrDefault(id), nil
+		return s.seatNamed(ctx, base, id), nil
 	}
 	id, err := s.cfg.Store.CallSeat(ctx, base.id, callID)
 	if errors.Is(err, relaystate.ErrNotFound) {
@@ -101,7 +101,19 @@ func (s *Server) seatOf(ctx context.Context, base *tunnel, req *wire.Request) (*
 		return nil, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay could not read which agent this call belongs to; retry")
 	}
 	s.calls.put(base.id, callID, id, now)
-	return base.seatOrDefault(id), nil
+	return s.seatNamed(ctx, base, id), nil
+}
+
+// seatNamed returns base's seat id: one another node registered a moment
+// ago is looked for in the registry; one released since is the default.
+func (s *Server) seatNamed(ctx context.Context, base *tunnel, id string) *tunnel {
+	if st := base.seatOrDefault(id); st != base || id == base.id {
+		return st
+	}
+	if st, err := s.lookupSeat(ctx, base.id, id); err == nil && st != nil {
+		return st
+	}
+	return base
 }
 
 // touchCall tells the Store a known call had another event.
