@@ -28,10 +28,12 @@ const Schema storage.Schema = "relay"
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Store is the relay's database: tokens, settings and the offline queue.
+// Store is the relay's database: tokens, settings, the offline queue, and
+// the claimants and calls of shared tokens (claims.go).
 type Store struct {
 	*storage.DB
 	enqueues groupCommit[*QueuedRequest]
+	calls    groupCommit[*relaystate.CallRecord] // RememberCall's commits
 }
 
 // Open opens (creating if needed) the relay's database at path.
