@@ -28,10 +28,12 @@ const Schema storage.Schema = "relay"
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Store is the relay's database: tokens, settings and the offline queue.
+// Store is the relay's database: tokens, settings, the offline queue, and
+// the claimants and calls of shared tokens (claims.go).
 type Store struct {
 	*storage.DB
 	enqueues groupCommit[*QueuedRequest]
+	calls    groupCommit[*relaystate.CallRecord] // RememberCall's commits
 }
 
 // Open opens (creating if needed) the relay's database at path.
@@ -218,31 +220,40 @@ func (db *Store) Enqueue(ctx context.Context, r *QueuedRequest) (err error) {
 }
 
 func (db *Store) enqueue(ctx context.Context, batch []*QueuedRequest) error {
+	return commitEach(ctx, db, batch,
+		`INSERT INTO queue (id, tunnel_id, arrived_at, method, uri, headers, body, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq`,
+		func(r *QueuedRequest) []any {
+			return []any{r.ID, r.TunnelID, r.ArrivedAt, r.Method, r.URI, r.Headers, r.Body, len(r.Body) + len(r.Headers) + len(r.URI)}
+		},
+		func(r *QueuedRequest, seq int64) { r.Seq = seq })
+}
+
+// commitEach runs query, an insert that returns one column, once for each
+// of batch, with the arguments args gives, in one transaction. Each is
+// given what its insert returned (set) only once the transaction has
+// committed: of a batch that fails, none is told it was kept.
+func commitEach[T, R any](ctx context.Context, db *Store, batch []T, query string, args func(T) []any, set func(T, R)) error {
 	tx, err := db.Writer().BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO queue (id, tunnel_id, arrived_at, method, uri, headers, body, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	stmt, err := tx.PrepareContext(ctx, query)
 	if err != nil {
 		return err
 	}
 	defer stmt.Close()
-	seqs := make([]int64, len(batch))
-	for i, r := range batch {
-		res, err := stmt.ExecContext(ctx, r.ID, r.TunnelID, r.ArrivedAt, r.Method, r.URI, r.Headers, r.Body, len(r.Body)+len(r.Headers)+len(r.URI))
-		if err != nil {
-			return err
-		}
-		if seqs[i], err = res.LastInsertId(); err != nil {
+	out := make([]R, len(batch))
+	for i, v := range batch {
+		if err := stmt.QueryRowContext(ctx, args(v)...).Scan(&out[i]); err != nil {
 			return err
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	for i, r := range batch {
-		r.Seq = seqs[i]
+	for i, v := range batch {
+		set(v, out[i])
 	}
 	return nil
 }
@@ -344,19 +355,28 @@ func (db *Store) Dequeue(ctx context.Context, seqs ...int64) (err error) {
 // QueueStatsByTunnel sizes every tunnel's queue.
 func (db *Store) QueueStatsByTunnel(ctx context.Context) (_ map[string]QueueStats, err error) {
 	defer db.Explain(&err)
-	rows, err := db.Reader().QueryContext(ctx, `SELECT tunnel_id, count(*), coalesce(sum(size), 0) FROM queue GROUP BY tunnel_id`)
+	return readMap(ctx, db, `SELECT tunnel_id, count(*), coalesce(sum(size), 0) FROM queue GROUP BY tunnel_id`,
+		func(s *QueueStats) []any { return []any{&s.Count, &s.Bytes} })
+}
+
+// readMap reads the rows of query, each a key and then the fields of its
+// value, into a map.
+func readMap[V any](ctx context.Context, db *Store, query string, fields func(*V) []any, args ...any) (map[string]V, error) {
+	rows, err := db.Reader().QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[string]QueueStats{}
+	out := map[string]V{}
 	for rows.Next() {
-		var id string
-		var s QueueStats
-		if err := rows.Scan(&id, &s.Count, &s.Bytes); err != nil {
+		var (
+			key string
+			v   V
+		)
+		if err := rows.Scan(append([]any{&key}, fields(&v)...)...); err != nil {
 			return nil, err
 		}
-		out[id] = s
+		out[key] = v
 	}
 	return out, rows.Err()
 }
@@ -365,7 +385,12 @@ func (db *Store) QueueStatsByTunnel(ctx context.Context) (_ map[string]QueueStat
 // how many went, per tunnel.
 func (db *Store) ExpireQueued(ctx context.Context, cutoff time.Time) (_ int64, err error) {
 	defer db.Explain(&err)
-	res, err := db.Writer().ExecContext(ctx, `DELETE FROM queue WHERE arrived_at < ?`, cutoff.UnixMicro())
+	return db.deleteRows(ctx, `DELETE FROM queue WHERE arrived_at < ?`, cutoff.UnixMicro())
+}
+
+// deleteRows runs a delete and returns how many rows went.
+func (db *Store) deleteRows(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := db.Writer().ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, err
 	}

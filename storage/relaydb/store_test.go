@@ -12,7 +12,14 @@ import (
 
 func open(t *testing.T) *Store {
 	t.Helper()
-	db, err := Open(context.Background(), filepath.Join(t.TempDir(), "relay.db"))
+	return openAt(t, filepath.Join(t.TempDir(), "relay.db"))
+}
+
+// openAt opens the store at path, to be closed when the test ends if it
+// was not before.
+func openAt(t *testing.T, path string) *Store {
+	t.Helper()
+	db, err := Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
