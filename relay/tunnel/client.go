@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/calltap/calltap/relay/claim"
 	"github.com/calltap/calltap/relay/frameconn"
 	"github.com/calltap/calltap/relay/wire"
 	"github.com/gorilla/websocket"
@@ -175,12 +176,16 @@ type Config struct {
 	Resolver       *net.Resolver // looks the relay's name up; nil: the system's
 	Token          string
 	RequireHeaders []string // "Name: value" every sender must present
-	TLSConfig      *tls.Config
-	MaxFrame       int64
-	Keepalive      frameconn.Keepalive // PongWait: frameconn.DefaultAgentPongWait
-	Handler        Handler
-	OnState        func(ConnState) // called from the client's goroutines; must not block
-	Logger         *slog.Logger
+	// Claims are what this agent claims calls by, when it shares its
+	// token with others (relay/claim); empty for the token's default
+	// agent.
+	Claims    claim.Set
+	TLSConfig *tls.Config
+	MaxFrame  int64
+	Keepalive frameconn.Keepalive // PongWait: frameconn.DefaultAgentPongWait
+	Handler   Handler
+	OnState   func(ConnState) // called from the client's goroutines; must not block
+	Logger    *slog.Logger
 
 	// Reconnect backoff: starts at BackoffMin, doubles, capped at
 	// BackoffMax, each wait drawn between half and all of it (jitter), so
@@ -200,6 +205,15 @@ var (
 	ErrUnauthorized = errors.New("the relay refused the token") // followed by the relay's reason, when it gives one
 	ErrReplaced     = errors.New("another agent connected with the same token and took over the tunnel")
 	ErrRevoked      = errors.New("the token was revoked on the relay")
+	// ErrClaimRefused: the relay will not seat this agent by its claims
+	// (another agent of the token holds one of them, or the token would
+	// hold more claims than the relay takes); the relay's message says
+	// which.
+	ErrClaimRefused = errors.New("the relay refused this agent's claims")
+	// ErrClaimsUnknown: the agent claims calls, and the relay's hello
+	// holds no claims: a relay older than claims, which would hand this
+	// agent the calls of the token's default agent.
+	ErrClaimsUnknown = errors.New("the relay does not know claims")
 )
 
 // errHeldByNewer is the relay's refusal of this agent run: another,
@@ -294,7 +308,8 @@ func NewClient(cfg Config) (*Client, error) {
 }
 
 // Run keeps the tunnel connected until ctx ends (nil) or the relay says no
-// for good (ErrUnauthorized, ErrReplaced, ErrRevoked).
+// for good (ErrUnauthorized, ErrReplaced, ErrRevoked, ErrClaimRefused,
+// ErrClaimsUnknown).
 func (c *Client) Run(ctx context.Context) error {
 	attempt := 0
 	var replacedAt time.Time
@@ -340,7 +355,12 @@ func (c *Client) final(err error, replacedAt *time.Time) bool {
 		c.log.Debug("told to give the tunnel up; reconnecting once to make sure", "err", err)
 		return false
 	}
-	return errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrReplaced) || errors.Is(err, ErrRevoked)
+	for _, end := range []error{ErrUnauthorized, ErrReplaced, ErrRevoked, ErrClaimRefused, ErrClaimsUnknown} {
+		if errors.Is(err, end) {
+			return true
+		}
+	}
+	return false
 }
 
 // replacedWindow is how soon a second "replaced" ends the client for good.
@@ -364,32 +384,63 @@ func (c *Client) connectOnce(ctx context.Context, wsURL string) (bool, error) {
 	for _, v := range c.cfg.RequireHeaders {
 		h.Add(wire.RequireHeaderHeader, v)
 	}
+	for _, v := range c.cfg.Claims.Strings() {
+		h.Add(wire.ClaimHeader, v)
+	}
 	dialer := c.dialer
 	dialer.NetDialContext = (&net.Dialer{KeepAlive: 30 * time.Second, Resolver: c.cfg.Resolver}).DialContext
 	conn, resp, err := frameconn.Dial(ctx, dialer, wsURL, h, c.cfg.MaxFrame, c.cfg.Keepalive)
 	if err != nil {
 		if resp != nil {
 			defer resp.Body.Close()
-			msg := errorMessage(resp.Body)
-			if resp.StatusCode == http.StatusUnauthorized {
-				if msg == "" {
-					return false, ErrUnauthorized
-				}
-				// The reason ("token is not valid or was revoked") says
-				// what went wrong; ErrUnauthorized's text, who said so.
-				return false, fmt.Errorf("%w: %s", ErrUnauthorized, msg)
-			}
-			return false, fmt.Errorf("relay answered %s: %s", resp.Status, msg)
+			return false, refusal(resp.StatusCode, resp.Status, errorMessage(resp.Body))
 		}
 		return false, err
 	}
-	cc := &clientConn{Conn: conn, client: c, left: make(chan struct{})}
+	cc := &clientConn{Conn: conn, client: c, relayURL: nodeURL(wsURL), left: make(chan struct{})}
 	go cc.SendLoop()
 	stop := context.AfterFunc(ctx, cc.stop)
 	defer stop()
 	err = cc.readLoop()
 	cc.Close(err)
 	return cc.helloSeen, err
+}
+
+// refusal is the error of a handshake the relay answered with status
+// code (text status) and the error envelope's message msg.
+func refusal(code int, status, msg string) error {
+	switch code {
+	case http.StatusUnauthorized:
+		if msg == "" {
+			return ErrUnauthorized
+		}
+		// The reason ("token is not valid or was revoked") says what
+		// went wrong; ErrUnauthorized's text, who said so.
+		return fmt.Errorf("%w: %s", ErrUnauthorized, msg)
+	case http.StatusConflict:
+		// The message names the claim and what to do; said after
+		// ErrClaimRefused's text it would say the refusal twice.
+		return &relayError{kind: ErrClaimRefused, message: oneLine(msg)}
+	}
+	return fmt.Errorf("relay answered %s: %s", status, msg)
+}
+
+// oneLine is msg with its line breaks made spaces: the agent says a
+// refusal on one line.
+func oneLine(msg string) string {
+	return strings.Join(strings.Fields(msg), " ")
+}
+
+// nodeURL is the relay URL a node's websocket URL was made from, as the
+// agent names the relay to its user.
+func nodeURL(wsURL string) string {
+	u, err := url.Parse(wsURL)
+	if err != nil {
+		return wsURL
+	}
+	u.Scheme = strings.Replace(u.Scheme, "ws", "http", 1)
+	u.Path = strings.TrimSuffix(u.Path, wire.ConnectPath)
+	return u.String()
 }
 
 // websocketURL is where an agent connects on the relay at raw.
@@ -426,6 +477,7 @@ func errorMessage(r io.Reader) string {
 type clientConn struct {
 	*frameconn.Conn
 	client        *Client
+	relayURL      string                      // the node's, as the agent was given it
 	helloSeen     bool                        // owned by readLoop
 	hello         wire.Hello                  // owned by readLoop: the relay's, once helloSeen
 	limits        atomic.Pointer[wire.Limits] // the relay's, from its hello
@@ -526,6 +578,11 @@ func (cc *clientConn) readHello(b []byte) error {
 		return err
 	}
 	hello := &cc.hello
+	if len(cc.client.cfg.Claims) > 0 && len(hello.Claims) == 0 {
+		// Taking this seat would take the default agent's calls, and
+		// its tunnel: leave before the first request is read.
+		return &relayError{kind: ErrClaimsUnknown, message: fmt.Sprintf("the relay at %s does not know claims (calltap relay older than this agent); upgrade it", cc.relayURL)}
+	}
 	cc.helloSeen = true
 	l := hello.Limits()
 	cc.limits.Store(&l)
