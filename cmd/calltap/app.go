@@ -19,6 +19,7 @@ import (
 	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay"
+	"github.com/calltap/calltap/relay/claim"
 	"github.com/calltap/calltap/relay/tunnel"
 	"github.com/calltap/calltap/storage"
 	"github.com/calltap/calltap/storage/agentdb"
@@ -226,28 +227,23 @@ func (app *agentApp) mode() string {
 // when the relay will not have this agent any more (a revoked token).
 func (app *agentApp) runTunnel(ctx context.Context) error {
 	var once sync.Once
-	out := app.stdio.Out
-	refused := &refusalReport{out: out, every: refusalReportEvery}
-	defer refused.stop()
+	refused := agent.NewRefusalReport(app.stdio.Out, agent.RefusalReportEvery)
+	defer refused.Stop()
 	cc := app.tunnel
 	cc.Logger = app.log
 	cc.Handler = app.agent
+	cc.Claims = app.flags.claims
 	// Live requests at the handler are answered within its timeout.
 	cc.StopGrace = app.flags.forwardTimeout + 5*time.Second
 	cc.OnState = func(s tunnel.ConnState) {
 		app.agent.SetConnState(s)
 		if s.State == tunnel.StateConnected && s.Hello != nil {
 			once.Do(func() {
-				fmt.Fprintf(out, "calltap %s · %s\n  Tunnel     %s  ->  %s\n", app.mode(), version, s.Hello.PublicURL, app.flags.destination())
-				if app.inspectURL != "" {
-					fmt.Fprintf(out, "  Inspector  %s\n", app.inspectURL)
-				}
-				if line := awayLine(s.Hello.Queued); line != "" {
-					fmt.Fprintln(out, line)
-				}
-				fmt.Fprintln(out)
+				b := agent.Banner{Command: app.mode(), Version: version, PublicURL: s.Hello.PublicURL, Destination: app.flags.destination(),
+					InspectorURL: app.inspectURL, Claims: s.Hello.Claims, Queued: s.Hello.Queued}
+				b.Print(app.stdio.Out)
 			})
-			refused.note(s.Notice.Rejected)
+			refused.Note(s.Notice.Rejected)
 		}
 	}
 	client, err := tunnel.NewClient(cc)
@@ -297,6 +293,8 @@ type agentFlags struct {
 	sync           syncFlag
 	retention      retentionFlags
 	routes         routeFlags
+	claimExprs     stringList
+	claims         claim.Set // claimExprs parsed, by validate
 }
 
 func (f *agentFlags) register(fs *flagSet) {
@@ -314,9 +312,22 @@ func (f *agentFlags) register(fs *flagSet) {
 	f.sync.register(fs)
 	f.retention.register(fs)
 	f.routes.register(fs)
+	fs.Var(&f.claimExprs, "claim", "share the token: take only the calls whose first event matches `EXPR`, PATH=VALUE (a JSON dot path in\nthe body: call.variables.developer=alice) or header:NAME=VALUE; repeatable, any one matching claims a call (calltap help team)")
 }
 
+// validate checks the flags, in the order a reader meets them: where
+// requests go, which requests are this agent's, and the inspector.
 func (f *agentFlags) validate() error {
+	for _, check := range []func() error{f.checkDestination, f.parseClaims, f.checkInspector} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkDestination checks --forward-to, --routes and --events.
+func (f *agentFlags) checkDestination() error {
 	if f.forwardTo == "" && !f.routes.any() {
 		return errors.New("missing --forward-to URL (or --routes FILE)")
 	}
@@ -328,21 +339,38 @@ func (f *agentFlags) validate() error {
 			return f.routes.flagError(err)
 		}
 	}
+	return nil
+}
+
+// parseClaims reads --claim into f.claims.
+func (f *agentFlags) parseClaims() error {
+	var err error
+	if f.claims, err = claim.ParseSet(f.claimExprs); err != nil {
+		// claim's errors begin "claim <expr>:", which names the flag too.
+		return fmt.Errorf("--%v", err)
+	}
+	return nil
+}
+
+// checkInspector checks --inspect and --inspect-host: an inspector beyond
+// loopback needs a token.
+func (f *agentFlags) checkInspector() error {
 	for _, h := range f.inspectHosts {
 		if err := inspector.ValidInspectHost(h); err != nil {
 			return fmt.Errorf("--inspect-host %v", err)
 		}
 	}
-	if f.inspect != "" {
-		host, _, err := net.SplitHostPort(f.inspect)
-		if err != nil {
-			return fmt.Errorf("--inspect %q: want host:port", f.inspect)
-		}
-		ip := net.ParseIP(host)
-		loopback := host == "localhost" || (ip != nil && ip.IsLoopback())
-		if !loopback && f.inspectToken == "" {
-			return fmt.Errorf("--inspect %s is beyond loopback: set --inspect-token too", f.inspect)
-		}
+	if f.inspect == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(f.inspect)
+	if err != nil {
+		return fmt.Errorf("--inspect %q: want host:port", f.inspect)
+	}
+	ip := net.ParseIP(host)
+	loopback := host == "localhost" || (ip != nil && ip.IsLoopback())
+	if !loopback && f.inspectToken == "" {
+		return fmt.Errorf("--inspect %s is beyond loopback: set --inspect-token too", f.inspect)
 	}
 	return nil
 }
@@ -360,16 +388,4 @@ func (f *agentFlags) destination() string {
 		return fmt.Sprintf("%s (only %s; the rest stored only)", rest, f.routes.events)
 	}
 	return rest
-}
-
-// awayLine is the startup line about what the relay held while the agent
-// was away: n requests. Some may already be saved here (a relay that
-// restarted before it heard they were: the agent marks them and does not
-// forward them again), so it says what the relay holds, not that n go to
-// the handler; each one that does prints its own line.
-func awayLine(n int) string {
-	if n <= 0 {
-		return ""
-	}
-	return fmt.Sprintf("  Away       the relay held %d requests for you; those not already saved here go to your handler first, in order", n)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/cmd/stacktest"
+	"github.com/calltap/calltap/inspector/agent"
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 )
@@ -97,7 +98,7 @@ func TestListenSummarisesRefusedSenders(t *testing.T) {
 		total += k
 	}
 	// The first refusal at once, a summary per interval, the rest at exit.
-	if most := 2 + int(elapsed/refusalReportEvery); lines > most {
+	if most := 2 + int(elapsed/agent.RefusalReportEvery); lines > most {
 		t.Errorf("%d refusals printed %d lines, want at most %d:\n%s", n, lines, most, out.String())
 	}
 	if total != n {
@@ -105,25 +106,3 @@ func TestListenSummarisesRefusedSenders(t *testing.T) {
 	}
 }
 
-func TestRefusalReportSumsUpPerInterval(t *testing.T) {
-	var out syncBuffer
-	r := &refusalReport{out: &out, every: 50 * time.Millisecond}
-	r.note(0) // a connection's first state carries no count
-	r.note(1)
-	for _, total := range []int64{3, 7, 7, 2, 9} { // 2: a count from before the relay restarted
-		r.note(total)
-	}
-	polltest.Until(t, 5*time.Second, func() bool { return strings.Count(out.String(), "\n") == 2 }, "no summary line")
-	want := "  relay refused 1 request(s) without the required header\n" +
-		"  relay refused 8 request(s) without the required header in the last 50ms\n"
-	if out.String() != want {
-		t.Errorf("console:\n%s\nwant:\n%s", out.String(), want)
-	}
-	r.note(12)
-	r.stop()
-	r.note(20)
-	want += "  relay refused 3 request(s) without the required header\n"
-	if out.String() != want {
-		t.Errorf("after stop:\n%s\nwant:\n%s", out.String(), want)
-	}
-}
