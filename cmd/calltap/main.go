@@ -19,7 +19,7 @@ func commands() map[string]command {
 	return map[string]command{
 		"dev":          {cmdDev, "run relay, agent and inspector in one process on loopback"},
 		"listen":       {cmdListen, "connect to a relay, capture every request and forward it to a local handler"},
-		"relay":        {cmdRelay, "run the public relay; 'relay token create|list|revoke' manages developers' tokens"},
+		"relay":        {cmdRelay, "run the public relay; 'relay token create|list|revoke' manages developers' tokens, 'relay claims' the seats of shared ones"},
 		"requests":     {cmdRequests, "list captured requests from the local store"},
 		"replay":       {cmdReplay, "re-send a captured request to the local handler or another URL"},
 		"version":      {cmdVersion, "print the version"},

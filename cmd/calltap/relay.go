@@ -112,7 +112,10 @@ func cmdRelay(ctx context.Context, args []string, stdio Stdio) int {
 	if len(args) > 0 && args[0] == "token" {
 		return cmdRelayToken(ctx, args[1:], stdio)
 	}
-	fs := newFlagSet("relay", "calltap relay [flags]  |  calltap relay token create|list|revoke",
+	if len(args) > 0 && args[0] == "claims" {
+		return cmdRelayClaims(ctx, args[1:], stdio)
+	}
+	fs := newFlagSet("relay", "calltap relay [flags]  |  calltap relay token create|list|revoke  |  calltap relay claims [release]",
 		"Run the public relay: each developer's token gets a stable URL /t/<tunnel-id>/…; requests go over a websocket to\nthat developer's agent, and wait in the relay's queue while the agent is away.")
 	var (
 		listen     = fs.String("listen", ":443", "`address` of the public listener (HTTPS, or HTTP with --insecure-http)")
@@ -287,7 +290,7 @@ func (t *tokenCmd) run(ctx context.Context, args []string, stdio Stdio) error {
 	if err := t.nf.validate(); err != nil {
 		return usagef("%v", err)
 	}
-	db, closeDB, err := t.open(ctx)
+	db, closeDB, err := openRelayAdmin(ctx, &t.nf, t.dataDir)
 	if err != nil {
 		return err
 	}
@@ -299,23 +302,6 @@ func (t *tokenCmd) run(ctx context.Context, args []string, stdio Stdio) error {
 		return t.list(ctx, db, stdio)
 	}
 	return t.revoke(ctx, db, args[0], stdio)
-}
-
-// open opens the relay's tokens: in NATS with --nats, else in the data
-// directory's SQLite.
-func (t *tokenCmd) open(ctx context.Context) (relay.TokenStore, func(), error) {
-	if t.nf.urls != "" {
-		c, err := t.nf.open(ctx, nil, slog.New(slog.DiscardHandler))
-		if err != nil {
-			return nil, nil, err
-		}
-		return c, func() { c.Close() }, nil
-	}
-	sdb, err := relayDB(ctx, t.dataDir)
-	if err != nil {
-		return nil, nil, err
-	}
-	return sdb, func() { sdb.Close() }, nil
 }
 
 func (t *tokenCmd) create(ctx context.Context, db relay.TokenStore, name string, stdio Stdio) error {
