@@ -105,4 +105,3 @@ func TestListenSummarisesRefusedSenders(t *testing.T) {
 		t.Errorf("the lines add up to %d refusals, want %d:\n%s", total, n, out.String())
 	}
 }
-

@@ -370,3 +370,63 @@ func (t *tokenCmd) revoke(ctx context.Context, db relay.TokenStore, name string,
 	fmt.Fprintf(stdio.Out, "Revoked %s. A connected agent is dropped within a second, on whichever node it is; its URL answers 404.\n", name)
 	return nil
 }
+
+// openRelayAdmin opens a relay's state: in NATS with --nats, else in the
+// data directory's SQLite.
+func openRelayAdmin(ctx context.Context, nf *natsFlags, dataDir string) (relayAdmin, func(), error) {
+	if nf.urls != "" {
+		c, err := nf.open(ctx, nil, slog.New(slog.DiscardHandler))
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, func() { c.Close() }, nil
+	}
+	sdb, err := relayDB(ctx, dataDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sdb, func() { sdb.Close() }, nil
+}
+
+// cmdRelayClaims answers calltap relay claims [--json] and calltap relay
+// claims release (claims.go).
+func cmdRelayClaims(ctx context.Context, args []string, stdio Stdio) int {
+	a := claimsArgs{release: len(args) > 0 && args[0] == "release"}
+	name := "relay claims"
+	if a.release {
+		name, args = name+" release", args[1:]
+	}
+	var (
+		nf natsFlags
+		fs = newFlagSet(name, "calltap relay claims [--json]  |  calltap relay claims release SEAT | --token NAME --claim EXPR…  (--data DIR | --nats URLS)", claimsHelp)
+	)
+	dataDir := fs.String("data", defaultDataDir(), "the relay's data `dir`ectory")
+	asJSON := fs.Bool("json", false, "print JSON")
+	nf.register(fs, false)
+	if a.release {
+		fs.StringVar(&a.token, "token", "", "the `name` of the token whose seat to release, with its --claim flags")
+		fs.Var(&a.claims, "claim", "a claim of the seat to release, as its agent gave it (`EXPR`; repeatable)")
+	}
+	if ok, code := parseFlags(fs, args, stdio); !ok {
+		return code
+	}
+	a.args = fs.args
+	seat, claims, err := a.check()
+	if err == nil {
+		err = nf.validate()
+	}
+	if err != nil {
+		return exitCode(stdio, name, usagef("%v", err))
+	}
+	db, closeDB, err := openRelayAdmin(ctx, &nf, *dataDir)
+	if err != nil {
+		return fail(stdio, name, err)
+	}
+	defer closeDB()
+	if a.release {
+		err = releaseSeat(ctx, db, &a, seat, claims, *asJSON, stdio)
+	} else {
+		err = listSeats(ctx, db, *asJSON, stdio)
+	}
+	return exitCode(stdio, name, err)
+}
