@@ -19,7 +19,7 @@ func TestDaysFlag(t *testing.T) {
 			t.Errorf("%q: %v, %v; want %v", in, time.Duration(d), err, want)
 		}
 	}
-	for d, want := range map[days]string{days(7 * 24 * time.Hour): "7d", days(36 * time.Hour): "36h0m0s"} {
+	for d, want := range map[days]string{days(7 * 24 * time.Hour): "7d", days(24 * time.Hour): "24h", days(36 * time.Hour): "36h", days(90 * time.Minute): "1h30m0s"} {
 		if got := d.String(); got != want {
 			t.Errorf("%v prints %q, want %q", time.Duration(d), got, want)
 		}

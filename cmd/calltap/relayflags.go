@@ -61,9 +61,14 @@ func (f *claimFlags) validate() error {
 // It takes only durations above zero.
 type days time.Duration
 
+// String says whole days as days past one (7d), whole hours as hours
+// (24h, 36h).
 func (d *days) String() string {
-	if v := time.Duration(*d); v > 0 && v%(24*time.Hour) == 0 {
+	switch v := time.Duration(*d); {
+	case v > 24*time.Hour && v%(24*time.Hour) == 0:
 		return strconv.FormatInt(int64(v/(24*time.Hour)), 10) + "d"
+	case v > 0 && v%time.Hour == 0:
+		return strconv.FormatInt(int64(v/time.Hour), 10) + "h"
 	}
 	return time.Duration(*d).String()
 }
