@@ -177,14 +177,6 @@ func (c *callCache) putLocked(k callKey, e callEntry) {
 	c.cur[k] = e
 }
 
-// seatID names the seat of claims on a token.
-func seatID(tunnelID string, claims claim.Set) string {
-	if len(claims) == 0 {
-		return tunnelID
-	}
-	return tunnelID + "-" + claims.Key()
-}
-
 // registerSeat returns the seat an agent's handshake asks for: the token's
 // default seat when it claims nothing, or else the seat of its claims,
 // registered in the Store (connected) before the agent takes it. A claim
@@ -195,7 +187,7 @@ func (s *Server) registerSeat(ctx context.Context, hs *handshake) (*tunnel, *api
 	if len(hs.claims) == 0 {
 		return base, nil
 	}
-	id := seatID(base.id, hs.claims)
+	id := claim.SeatID(base.id, hs.claims)
 	s.seatsMu.Lock()
 	defer s.seatsMu.Unlock()
 	if e := s.checkClaims(base, id, hs.claims); e != nil {
@@ -325,7 +317,7 @@ func (s *Server) setSeats(base *tunnel, recs []*relaystate.Claimant) {
 	}
 	for _, rec := range recs {
 		claims, err := claim.ParseSet(rec.Claims)
-		if err != nil || seatID(base.id, claims) != rec.Seat {
+		if err != nil || claim.SeatID(base.id, claims) != rec.Seat {
 			s.log.Error("a registered seat's claims do not parse; ignoring it", "seat", rec.Seat, "claims", rec.Claims, "err", err)
 			continue
 		}
