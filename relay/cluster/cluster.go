@@ -7,6 +7,10 @@
 //   - queued bodies too large for one NATS message: stream CALLTAP_BODIES, in chunks
 //     (a live one goes straight between the two nodes, parts.go)
 //   - the ACME certificate cache: key-value bucket calltap_certs
+//   - the claimant seats of tokens several agents share: key-value bucket
+//     calltap_claims, mirrored on every node (claimants.go)
+//   - which seat each call belongs to: key-value bucket calltap_calls,
+//     whose entries expire CallMemory after a call's last event (calls.go)
 //
 // A request that lands on a node other than the one holding its agent is
 // handed to that node over NATS on calltap.node.<node>.forward (forward.go
@@ -22,6 +26,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,6 +45,8 @@ const (
 	bucketTokens  = "calltap_tokens"
 	bucketTunnels = "calltap_tunnels"
 	bucketCerts   = "calltap_certs"
+	bucketClaims  = "calltap_claims"
+	bucketCalls   = "calltap_calls"
 	streamQueue   = "CALLTAP_QUEUE"
 	subjectQueue  = "calltap.queue." // + tunnel id
 	subjectKick   = "calltap.kick."  // + tunnel id
@@ -79,6 +86,10 @@ type Options struct {
 	QueueMaxAge   time.Duration // queued requests older than this go (the stream's max age)
 	QueueMaxCount int           // most requests queued per tunnel (the stream's max per subject)
 
+	// CallMemory is how long a call's seat is kept after its last event:
+	// the max age of calltap_calls (relay.Config.CallMemory).
+	CallMemory time.Duration
+
 	// Tool is set by commands that are not a relay node (calltap relay
 	// token): they use the buckets and streams as the nodes made them,
 	// creating only what is missing, so that a token command's defaults
@@ -102,7 +113,8 @@ type Options struct {
 // Cluster is one relay node's view of the shared state. It implements
 // relay.Store, relay.Cluster and relay.TokenStore, each job in a part of
 // its own: the token mirror (tokens.go), the holder mirror (holders.go),
-// the queue (queue.go) with the large bodies (bodies.go), and the stats
+// the queue (queue.go) with the large bodies (bodies.go), the claimant
+// mirror (claimants.go), the call memory (calls.go), and the stats
 // (stats.go); forwards between nodes (forward.go) use them all.
 type Cluster struct {
 	*link
@@ -112,6 +124,8 @@ type Cluster struct {
 	*tokenStore
 	*holders
 	*queue
+	*claimants
+	*calls
 	bodies *bodyStore
 	certs  jetstream.KeyValue
 	stats  *statsCache
@@ -159,6 +173,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.QueueMaxCount <= 0 {
 		o.QueueMaxCount = relay.DefaultConfig().QueueMaxCount
+	}
+	if o.CallMemory <= 0 {
+		o.CallMemory = relay.DefaultConfig().CallMemory
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -229,50 +246,81 @@ func (c *Cluster) setUp(ctx context.Context) error {
 		return err
 	}
 	c.js = js
-	r := c.opts.Replicas
 	var ready readiness
-	kv := func(name, desc string) (b jetstream.KeyValue, err error) {
-		err = c.retry(ctx, &ready, func(ctx context.Context) (err error) {
-			if c.opts.Tool {
-				if b, err = js.KeyValue(ctx, name); !errors.Is(err, jetstream.ErrBucketNotFound) {
-					return err
-				}
-			}
-			b, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, Description: desc, Storage: jetstream.FileStorage, Replicas: r, History: 1})
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("key-value bucket %s: %w", name, c.explainReplicas(err))
-		}
-		return b, nil
-	}
-	stream := func(cfg jetstream.StreamConfig) (st jetstream.Stream, err error) {
-		err = c.retry(ctx, &ready, func(ctx context.Context) (err error) {
-			if c.opts.Tool {
-				if st, err = js.Stream(ctx, cfg.Name); !errors.Is(err, jetstream.ErrStreamNotFound) {
-					return err
-				}
-			}
-			st, err = js.CreateOrUpdateStream(ctx, cfg)
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", cfg.Name, c.explainReplicas(err))
-		}
-		return st, nil
-	}
-	tokens, err := kv(bucketTokens, "calltap relay: token hashes and settings")
+	b, err := c.openBuckets(ctx, &ready)
 	if err != nil {
 		return err
 	}
-	tunnels, err := kv(bucketTunnels, "calltap relay: which node holds each tunnel's agent")
+	s, err := c.openStreams(ctx, &ready)
 	if err != nil {
 		return err
 	}
-	if c.certs, err = kv(bucketCerts, "calltap relay: ACME account and certificates"); err != nil {
-		return err
+	ready.done(c.log)
+	c.certs = b.certs
+	c.lease = newLease(c.link, s.nodes, c.node)
+	// A message carries the request head and its headers besides the
+	// body; 64 KiB is the relay's largest request head.
+	c.bodies = &bodyStore{link: c.link, stream: s.bodies, maxInline: max(int(c.nc.MaxPayload())-(64<<10)-1024, 0)}
+	c.queue = newQueue(c.link, s.queue, c.bodies)
+	c.tokenStore = newTokenStore(c.link, b.tokens)
+	c.holders = newHolders(c.link, b.tunnels, c.node)
+	c.claimants = newClaimants(c.link, b.claims, c.queue)
+	c.calls = &calls{link: c.link, kv: b.calls}
+	return c.watch(ctx)
+}
+
+// buckets are the key-value buckets of the shared state.
+type buckets struct {
+	tokens, tunnels, certs, claims, calls jetstream.KeyValue
+}
+
+func (c *Cluster) openBuckets(ctx context.Context, ready *readiness) (b buckets, err error) {
+	for _, want := range []struct {
+		kv  *jetstream.KeyValue
+		cfg jetstream.KeyValueConfig
+	}{
+		{&b.tokens, jetstream.KeyValueConfig{Bucket: bucketTokens, Description: "calltap relay: token hashes and settings"}},
+		{&b.tunnels, jetstream.KeyValueConfig{Bucket: bucketTunnels, Description: "calltap relay: which node holds each tunnel's agent"}},
+		{&b.certs, jetstream.KeyValueConfig{Bucket: bucketCerts, Description: "calltap relay: ACME account and certificates"}},
+		{&b.claims, jetstream.KeyValueConfig{Bucket: bucketClaims, Description: "calltap relay: the seats of agents sharing a token, by their claims"}},
+		// Each write of a call's record restarts its age: the record
+		// goes CallMemory after the call's last event.
+		{&b.calls, jetstream.KeyValueConfig{Bucket: bucketCalls, Description: "calltap relay: which seat each call belongs to", TTL: c.opts.CallMemory}},
+	} {
+		if *want.kv, err = c.bucket(ctx, ready, want.cfg); err != nil {
+			return b, err
+		}
 	}
-	bodies, err := stream(jetstream.StreamConfig{
+	return b, nil
+}
+
+// bucket opens the bucket cfg names, made or brought to cfg unless this
+// is a Tool (then made only if missing).
+func (c *Cluster) bucket(ctx context.Context, ready *readiness, cfg jetstream.KeyValueConfig) (b jetstream.KeyValue, err error) {
+	cfg.Storage, cfg.Replicas, cfg.History = jetstream.FileStorage, c.opts.Replicas, 1
+	err = c.retry(ctx, ready, func(ctx context.Context) (err error) {
+		if c.opts.Tool {
+			if b, err = c.js.KeyValue(ctx, cfg.Bucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+				return err
+			}
+		}
+		b, err = c.js.CreateOrUpdateKeyValue(ctx, cfg)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("key-value bucket %s: %w", cfg.Bucket, c.explainReplicas(err))
+	}
+	return b, nil
+}
+
+// streams are the streams of the shared state.
+type streams struct {
+	bodies, queue, nodes jetstream.Stream
+}
+
+func (c *Cluster) openStreams(ctx context.Context, ready *readiness) (s streams, err error) {
+	r := c.opts.Replicas
+	s.bodies, err = c.stream(ctx, ready, jetstream.StreamConfig{
 		Name:        streamBodies,
 		Description: "calltap relay: chunks of bodies too large for one message",
 		Subjects:    []string{subjectBody + "*"},
@@ -281,9 +329,9 @@ func (c *Cluster) setUp(ctx context.Context) error {
 		MaxAge:      c.opts.QueueMaxAge,
 	})
 	if err != nil {
-		return err
+		return s, err
 	}
-	queued, err := stream(jetstream.StreamConfig{
+	s.queue, err = c.stream(ctx, ready, jetstream.StreamConfig{
 		Name:        streamQueue,
 		Description: "calltap relay: requests kept for agents that are away, one subject per tunnel",
 		Subjects:    []string{subjectQueue + "*"},
@@ -299,12 +347,12 @@ func (c *Cluster) setUp(ctx context.Context) error {
 		Duplicates: 2 * time.Minute,
 	})
 	if err != nil {
-		return err
+		return s, err
 	}
 	// The beats of the nodes' leases (lease.go): memory is enough, a beat
 	// lost with every server only makes its node beat again; direct gets
 	// are off, so that every read is the leader's.
-	nodes, err := stream(jetstream.StreamConfig{
+	s.nodes, err = c.stream(ctx, ready, jetstream.StreamConfig{
 		Name:              streamNodes,
 		Description:       "calltap relay: each node's newest heartbeat, its lease to deliver live",
 		Subjects:          []string{subjectAlive + "*"},
@@ -314,18 +362,25 @@ func (c *Cluster) setUp(ctx context.Context) error {
 		MaxAge:            time.Minute,
 		AllowDirect:       false,
 	})
-	if err != nil {
+	return s, err
+}
+
+// stream opens the stream cfg names, made or brought to cfg unless this
+// is a Tool (then made only if missing).
+func (c *Cluster) stream(ctx context.Context, ready *readiness, cfg jetstream.StreamConfig) (st jetstream.Stream, err error) {
+	err = c.retry(ctx, ready, func(ctx context.Context) (err error) {
+		if c.opts.Tool {
+			if st, err = c.js.Stream(ctx, cfg.Name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+				return err
+			}
+		}
+		st, err = c.js.CreateOrUpdateStream(ctx, cfg)
 		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", cfg.Name, c.explainReplicas(err))
 	}
-	ready.done(c.log)
-	c.lease = newLease(c.link, nodes, c.node)
-	// A message carries the request head and its headers besides the
-	// body; 64 KiB is the relay's largest request head.
-	c.bodies = &bodyStore{link: c.link, stream: bodies, maxInline: max(int(c.nc.MaxPayload())-(64<<10)-1024, 0)}
-	c.queue = newQueue(c.link, queued, c.bodies)
-	c.tokenStore = newTokenStore(c.link, tokens)
-	c.holders = newHolders(c.link, tunnels, c.node)
-	return c.watch(ctx)
+	return st, nil
 }
 
 // peersJoining reports whether err refuses the replicas asked for while
@@ -426,8 +481,8 @@ func (c *Cluster) retry(ctx context.Context, ready *readiness, step func(context
 	}
 }
 
-// watch starts the mirrors of the tokens and the holders and returns once
-// both hold what the buckets held.
+// watch starts the mirrors of the tokens, the holders and the claimants,
+// and returns once each holds what its bucket held.
 func (c *Cluster) watch(ctx context.Context) error {
 	wctx, stop := context.WithCancel(context.Background())
 	c.stopWatch = stop
@@ -441,10 +496,16 @@ func (c *Cluster) watch(ctx context.Context) error {
 		stop()
 		return err
 	}
-	loaded := make(chan struct{}, 2)
+	cw, err := c.claimants.kv.WatchAll(wctx)
+	if err != nil {
+		stop()
+		return err
+	}
+	loaded := make(chan struct{}, 3)
 	c.watching.Go(func() { follow(tw, loaded, c.tokenStore.apply) })
 	c.watching.Go(func() { follow(hw, loaded, c.holders.apply) })
-	for range 2 {
+	c.watching.Go(func() { follow(cw, loaded, c.claimants.apply) })
+	for range 3 {
 		select {
 		case <-loaded:
 		case <-ctx.Done():
@@ -544,6 +605,40 @@ func (l *link) stalled(what string, args ...any) (done func()) {
 		l.log.Warn("waiting on NATS", append([]any{"for", what, "server", l.nc.ConnectedUrlRedacted(), "waited", time.Since(start).Round(time.Millisecond)}, args...)...)
 	})
 	return func() { t.Stop() }
+}
+
+// lastEntry reads the newest value of key in bucket from the leader of
+// the bucket's stream: a KeyValue Get is a direct get, which any replica
+// answers, and a replica may not have heard of a write another node made
+// a moment ago. The jetstream package reads direct whenever the stream
+// allows it, which a bucket does; nats.go's older JetStream context reads
+// the leader unless told otherwise. A key deleted or purged (an empty
+// value) is jetstream.ErrKeyNotFound.
+func (l *link) lastEntry(ctx context.Context, bucket, key string) (value []byte, rev uint64, err error) {
+	js, err := l.nc.JetStream()
+	if err != nil {
+		return nil, 0, err
+	}
+	m, err := js.GetLastMsg("KV_"+bucket, "$KV."+bucket+"."+key, nats.Context(ctx))
+	if errors.Is(err, nats.ErrMsgNotFound) || err == nil && len(m.Data) == 0 {
+		return nil, 0, jetstream.ErrKeyNotFound
+	} else if err != nil {
+		return nil, 0, err
+	}
+	return m.Data, m.Sequence, nil
+}
+
+// lastRecord reads the newest value of key in bucket from the leader
+// (lastEntry) into rec, a JSON record, and returns its revision.
+func (l *link) lastRecord(ctx context.Context, bucket, key string, rec any) (uint64, error) {
+	v, rev, err := l.lastEntry(ctx, bucket, key)
+	if err != nil {
+		return 0, err
+	}
+	if err := json.Unmarshal(v, rec); err != nil {
+		return 0, fmt.Errorf("the record of %s in %s: %w", key, bucket, err)
+	}
+	return rev, nil
 }
 
 // stallAfter is how long an operation on NATS waits before it is logged.
