@@ -182,10 +182,3 @@ func (c *claimants) unregister(ctx context.Context, seat string) error {
 		return nil
 	}
 }
-
-// validSeat reports whether seat can be a seat id: a tunnel id, '-' and
-// a claim set's key. Anything else (a wildcard, a dot) would name other
-// keys and subjects than one seat's.
-func validSeat(seat string) bool {
-	return seat != "" && strings.Trim(seat, "0123456789abcdefghijklmnopqrstuvwxyz-") == ""
-}
