@@ -119,6 +119,7 @@ func (c *claimants) save(ctx context.Context, rec *relaystate.Claimant) (*relays
 	rev, err := c.lastRecord(ctx, bucketClaims, rec.Seat, &kept)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		kept = *rec
+		kept.Claims = slices.Clone(rec.Claims) // the mirror's, not the caller's
 	} else if err != nil {
 		return nil, 0, err
 	}
