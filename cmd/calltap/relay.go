@@ -55,11 +55,12 @@ func (f *natsFlags) validate() error {
 }
 
 // open connects to the cluster: as a relay node given rf (its queue
-// limits are the stream's), or as a token command without.
+// limits are the stream's, its call memory the calls bucket's max age),
+// or as a token command without.
 func (f *natsFlags) open(ctx context.Context, rf *relayFlags, log *slog.Logger) (*cluster.Cluster, error) {
 	o := cluster.Options{URLs: f.urls, Creds: f.creds, Replicas: f.replicas, Node: f.node, Logger: log, Tool: rf == nil}
 	if rf != nil {
-		o.QueueMaxAge, o.QueueMaxCount = rf.queueMaxAge, rf.queueMaxCount
+		o.QueueMaxAge, o.QueueMaxCount, o.CallMemory = rf.queueMaxAge, rf.queueMaxCount, rf.config(nil, "").CallMemory
 	}
 	return cluster.Open(ctx, o)
 }

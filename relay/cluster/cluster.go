@@ -7,6 +7,10 @@
 //   - queued bodies too large for one NATS message: stream CALLTAP_BODIES, in chunks
 //     (a live one goes straight between the two nodes, parts.go)
 //   - the ACME certificate cache: key-value bucket calltap_certs
+//   - the claimant seats of tokens several agents share: key-value bucket
+//     calltap_claims, mirrored on every node (claimants.go)
+//   - which seat each call belongs to: key-value bucket calltap_calls,
+//     whose entries expire CallMemory after a call's last event (calls.go)
 //
 // A request that lands on a node other than the one holding its agent is
 // handed to that node over NATS on calltap.node.<node>.forward (forward.go
@@ -35,32 +39,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Names in NATS.
-const (
-	bucketTokens  = "calltap_tokens"
-	bucketTunnels = "calltap_tunnels"
-	bucketCerts   = "calltap_certs"
-	streamQueue   = "CALLTAP_QUEUE"
-	subjectQueue  = "calltap.queue." // + tunnel id
-	subjectKick   = "calltap.kick."  // + tunnel id
-)
-
-func nodeSubject(node string) string { return "calltap.node." + node + ".forward" }
-
-// kickSubject is where a node hears, and answers once it has counted,
-// that another node queued a request for a tunnel it holds (Kick).
-func kickSubject(node string) string { return "calltap.node." + node + ".kick" }
-
-// Message headers.
-const (
-	hdrTunnel     = "Calltap-Tunnel"
-	hdrBodyChunks = "Calltap-Body-Chunks" // the body is in CALLTAP_BODIES, at these sequences
-	hdrArrived    = "Calltap-Arrived"
-	hdrMethod     = "Calltap-Method"
-	hdrRetracted  = "Calltap-Retracted" // a marker in the queue, no request (queue.go, retract)
-	hdrURI        = "Calltap-Uri"
-)
-
 // DefaultReplicas is how many copies JetStream keeps of the relay's state
 // unless told otherwise: a team relay runs on a NATS cluster of three, and
 // a single copy would be lost with its server.
@@ -78,6 +56,10 @@ type Options struct {
 
 	QueueMaxAge   time.Duration // queued requests older than this go (the stream's max age)
 	QueueMaxCount int           // most requests queued per tunnel (the stream's max per subject)
+
+	// CallMemory is how long a call's seat is kept after its last event:
+	// the max age of calltap_calls (relay.Config.CallMemory).
+	CallMemory time.Duration
 
 	// Tool is set by commands that are not a relay node (calltap relay
 	// token): they use the buckets and streams as the nodes made them,
@@ -102,8 +84,10 @@ type Options struct {
 // Cluster is one relay node's view of the shared state. It implements
 // relay.Store, relay.Cluster and relay.TokenStore, each job in a part of
 // its own: the token mirror (tokens.go), the holder mirror (holders.go),
-// the queue (queue.go) with the large bodies (bodies.go), and the stats
-// (stats.go); forwards between nodes (forward.go) use them all.
+// the queue (queue.go) with the large bodies (bodies.go), the claimant
+// mirror (claimants.go), the call memory (calls.go), and the stats
+// (stats.go), over the connection and the names they share (link.go);
+// forwards between nodes (forward.go) use them all.
 type Cluster struct {
 	*link
 	node string
@@ -112,6 +96,8 @@ type Cluster struct {
 	*tokenStore
 	*holders
 	*queue
+	*claimants
+	*calls
 	bodies *bodyStore
 	certs  jetstream.KeyValue
 	stats  *statsCache
@@ -132,14 +118,6 @@ var _ interface {
 	relay.TokenStore
 } = (*Cluster)(nil)
 
-// link is the node's NATS connection as every part uses it.
-type link struct {
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	log     *slog.Logger
-	timeout time.Duration // Options.RequestTimeout
-}
-
 // withDefaults gives every field not set its default.
 func (o Options) withDefaults() Options {
 	if o.Replicas <= 0 {
@@ -159,6 +137,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.QueueMaxCount <= 0 {
 		o.QueueMaxCount = relay.DefaultConfig().QueueMaxCount
+	}
+	if o.CallMemory <= 0 {
+		o.CallMemory = relay.DefaultConfig().CallMemory
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -229,50 +210,81 @@ func (c *Cluster) setUp(ctx context.Context) error {
 		return err
 	}
 	c.js = js
-	r := c.opts.Replicas
 	var ready readiness
-	kv := func(name, desc string) (b jetstream.KeyValue, err error) {
-		err = c.retry(ctx, &ready, func(ctx context.Context) (err error) {
-			if c.opts.Tool {
-				if b, err = js.KeyValue(ctx, name); !errors.Is(err, jetstream.ErrBucketNotFound) {
-					return err
-				}
-			}
-			b, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, Description: desc, Storage: jetstream.FileStorage, Replicas: r, History: 1})
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("key-value bucket %s: %w", name, c.explainReplicas(err))
-		}
-		return b, nil
-	}
-	stream := func(cfg jetstream.StreamConfig) (st jetstream.Stream, err error) {
-		err = c.retry(ctx, &ready, func(ctx context.Context) (err error) {
-			if c.opts.Tool {
-				if st, err = js.Stream(ctx, cfg.Name); !errors.Is(err, jetstream.ErrStreamNotFound) {
-					return err
-				}
-			}
-			st, err = js.CreateOrUpdateStream(ctx, cfg)
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", cfg.Name, c.explainReplicas(err))
-		}
-		return st, nil
-	}
-	tokens, err := kv(bucketTokens, "calltap relay: token hashes and settings")
+	b, err := c.openBuckets(ctx, &ready)
 	if err != nil {
 		return err
 	}
-	tunnels, err := kv(bucketTunnels, "calltap relay: which node holds each tunnel's agent")
+	s, err := c.openStreams(ctx, &ready)
 	if err != nil {
 		return err
 	}
-	if c.certs, err = kv(bucketCerts, "calltap relay: ACME account and certificates"); err != nil {
-		return err
+	ready.done(c.log)
+	c.certs = b.certs
+	c.lease = newLease(c.link, s.nodes, c.node)
+	// A message carries the request head and its headers besides the
+	// body; 64 KiB is the relay's largest request head.
+	c.bodies = &bodyStore{link: c.link, stream: s.bodies, maxInline: max(int(c.nc.MaxPayload())-(64<<10)-1024, 0)}
+	c.queue = newQueue(c.link, s.queue, c.bodies)
+	c.tokenStore = newTokenStore(c.link, b.tokens)
+	c.holders = newHolders(c.link, b.tunnels, c.node)
+	c.claimants = newClaimants(c.link, b.claims, c.queue)
+	c.calls = &calls{link: c.link, kv: b.calls}
+	return c.watch(ctx)
+}
+
+// buckets are the key-value buckets of the shared state.
+type buckets struct {
+	tokens, tunnels, certs, claims, calls jetstream.KeyValue
+}
+
+func (c *Cluster) openBuckets(ctx context.Context, ready *readiness) (b buckets, err error) {
+	for _, want := range []struct {
+		kv  *jetstream.KeyValue
+		cfg jetstream.KeyValueConfig
+	}{
+		{&b.tokens, jetstream.KeyValueConfig{Bucket: bucketTokens, Description: "calltap relay: token hashes and settings"}},
+		{&b.tunnels, jetstream.KeyValueConfig{Bucket: bucketTunnels, Description: "calltap relay: which node holds each tunnel's agent"}},
+		{&b.certs, jetstream.KeyValueConfig{Bucket: bucketCerts, Description: "calltap relay: ACME account and certificates"}},
+		{&b.claims, jetstream.KeyValueConfig{Bucket: bucketClaims, Description: "calltap relay: the seats of agents sharing a token, by their claims"}},
+		// Each write of a call's record restarts its age: the record
+		// goes CallMemory after the call's last event.
+		{&b.calls, jetstream.KeyValueConfig{Bucket: bucketCalls, Description: "calltap relay: which seat each call belongs to", TTL: c.opts.CallMemory}},
+	} {
+		if *want.kv, err = c.bucket(ctx, ready, want.cfg); err != nil {
+			return b, err
+		}
 	}
-	bodies, err := stream(jetstream.StreamConfig{
+	return b, nil
+}
+
+// bucket opens the bucket cfg names, made or brought to cfg unless this
+// is a Tool (then made only if missing).
+func (c *Cluster) bucket(ctx context.Context, ready *readiness, cfg jetstream.KeyValueConfig) (b jetstream.KeyValue, err error) {
+	cfg.Storage, cfg.Replicas, cfg.History = jetstream.FileStorage, c.opts.Replicas, 1
+	err = c.retry(ctx, ready, func(ctx context.Context) (err error) {
+		if c.opts.Tool {
+			if b, err = c.js.KeyValue(ctx, cfg.Bucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+				return err
+			}
+		}
+		b, err = c.js.CreateOrUpdateKeyValue(ctx, cfg)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("key-value bucket %s: %w", cfg.Bucket, c.explainReplicas(err))
+	}
+	return b, nil
+}
+
+// streams are the streams of the shared state.
+type streams struct {
+	bodies, queue, nodes jetstream.Stream
+}
+
+func (c *Cluster) openStreams(ctx context.Context, ready *readiness) (s streams, err error) {
+	r := c.opts.Replicas
+	s.bodies, err = c.stream(ctx, ready, jetstream.StreamConfig{
 		Name:        streamBodies,
 		Description: "calltap relay: chunks of bodies too large for one message",
 		Subjects:    []string{subjectBody + "*"},
@@ -281,9 +293,9 @@ func (c *Cluster) setUp(ctx context.Context) error {
 		MaxAge:      c.opts.QueueMaxAge,
 	})
 	if err != nil {
-		return err
+		return s, err
 	}
-	queued, err := stream(jetstream.StreamConfig{
+	s.queue, err = c.stream(ctx, ready, jetstream.StreamConfig{
 		Name:        streamQueue,
 		Description: "calltap relay: requests kept for agents that are away, one subject per tunnel",
 		Subjects:    []string{subjectQueue + "*"},
@@ -299,12 +311,12 @@ func (c *Cluster) setUp(ctx context.Context) error {
 		Duplicates: 2 * time.Minute,
 	})
 	if err != nil {
-		return err
+		return s, err
 	}
 	// The beats of the nodes' leases (lease.go): memory is enough, a beat
 	// lost with every server only makes its node beat again; direct gets
 	// are off, so that every read is the leader's.
-	nodes, err := stream(jetstream.StreamConfig{
+	s.nodes, err = c.stream(ctx, ready, jetstream.StreamConfig{
 		Name:              streamNodes,
 		Description:       "calltap relay: each node's newest heartbeat, its lease to deliver live",
 		Subjects:          []string{subjectAlive + "*"},
@@ -314,18 +326,25 @@ func (c *Cluster) setUp(ctx context.Context) error {
 		MaxAge:            time.Minute,
 		AllowDirect:       false,
 	})
-	if err != nil {
+	return s, err
+}
+
+// stream opens the stream cfg names, made or brought to cfg unless this
+// is a Tool (then made only if missing).
+func (c *Cluster) stream(ctx context.Context, ready *readiness, cfg jetstream.StreamConfig) (st jetstream.Stream, err error) {
+	err = c.retry(ctx, ready, func(ctx context.Context) (err error) {
+		if c.opts.Tool {
+			if st, err = c.js.Stream(ctx, cfg.Name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+				return err
+			}
+		}
+		st, err = c.js.CreateOrUpdateStream(ctx, cfg)
 		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", cfg.Name, c.explainReplicas(err))
 	}
-	ready.done(c.log)
-	c.lease = newLease(c.link, nodes, c.node)
-	// A message carries the request head and its headers besides the
-	// body; 64 KiB is the relay's largest request head.
-	c.bodies = &bodyStore{link: c.link, stream: bodies, maxInline: max(int(c.nc.MaxPayload())-(64<<10)-1024, 0)}
-	c.queue = newQueue(c.link, queued, c.bodies)
-	c.tokenStore = newTokenStore(c.link, tokens)
-	c.holders = newHolders(c.link, tunnels, c.node)
-	return c.watch(ctx)
+	return st, nil
 }
 
 // peersJoining reports whether err refuses the replicas asked for while
@@ -426,8 +445,8 @@ func (c *Cluster) retry(ctx context.Context, ready *readiness, step func(context
 	}
 }
 
-// watch starts the mirrors of the tokens and the holders and returns once
-// both hold what the buckets held.
+// watch starts the mirrors of the tokens, the holders and the claimants,
+// and returns once each holds what its bucket held.
 func (c *Cluster) watch(ctx context.Context) error {
 	wctx, stop := context.WithCancel(context.Background())
 	c.stopWatch = stop
@@ -441,10 +460,16 @@ func (c *Cluster) watch(ctx context.Context) error {
 		stop()
 		return err
 	}
-	loaded := make(chan struct{}, 2)
+	cw, err := c.claimants.kv.WatchAll(wctx)
+	if err != nil {
+		stop()
+		return err
+	}
+	loaded := make(chan struct{}, 3)
 	c.watching.Go(func() { follow(tw, loaded, c.tokenStore.apply) })
 	c.watching.Go(func() { follow(hw, loaded, c.holders.apply) })
-	for range 2 {
+	c.watching.Go(func() { follow(cw, loaded, c.claimants.apply) })
+	for range 3 {
 		select {
 		case <-loaded:
 		case <-ctx.Done():
@@ -504,52 +529,6 @@ func (c *Cluster) Close() error {
 
 // drainTimeout is nats.go's default bound of Drain.
 const drainTimeout = 30 * time.Second
-
-// failoverGrace is how long a request waits for the client to reach
-// another NATS server when its own is gone: a failover of a few hundred
-// milliseconds should cost the sender a little time, not a 503.
-const failoverGrace = 2 * time.Second
-
-// connected returns once NATS is reachable, or fails after failoverGrace.
-func (l *link) connected(ctx context.Context) error {
-	if l.nc.IsConnected() {
-		return nil
-	}
-	// Listen first, then look again: a reconnection between the two
-	// would otherwise go unseen.
-	changed := l.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
-	defer l.nc.RemoveStatusListener(changed)
-	t := time.NewTimer(failoverGrace)
-	defer t.Stop()
-	for !l.nc.IsConnected() {
-		select {
-		case <-changed:
-		case <-t.C:
-			return errUnavailable
-		case <-ctx.Done():
-			return errUnavailable
-		}
-		if l.nc.IsClosed() {
-			return errUnavailable
-		}
-	}
-	return nil
-}
-
-// stalled logs, once, an operation on NATS still waiting after stallAfter,
-// with what it waits on; call the returned func when it ends.
-func (l *link) stalled(what string, args ...any) (done func()) {
-	start := time.Now()
-	t := time.AfterFunc(stallAfter, func() {
-		l.log.Warn("waiting on NATS", append([]any{"for", what, "server", l.nc.ConnectedUrlRedacted(), "waited", time.Since(start).Round(time.Millisecond)}, args...)...)
-	})
-	return func() { t.Stop() }
-}
-
-// stallAfter is how long an operation on NATS waits before it is logged.
-const stallAfter = 2 * time.Second
-
-var errUnavailable = errors.New("cluster: no NATS server is reachable")
 
 func defaultNode() string {
 	h, _ := os.Hostname()

@@ -14,7 +14,6 @@ import (
 
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/wire"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -75,25 +74,18 @@ func (h *holders) apply(e jetstream.KeyValueEntry) {
 }
 
 // holderNow reads which node holds tunnelID's agent from the leader of
-// the bucket's stream: the mirror, and a KeyValue Get (a direct get, which
-// any replica answers), may not have heard of a hold stored a moment ago.
-// The jetstream package reads direct whenever the stream allows it, which
-// a bucket does; nats.go's older JetStream context reads the leader unless
-// told otherwise.
+// the bucket's stream: the mirror, and a KeyValue Get, may not have heard
+// of a hold stored a moment ago.
 func (h *holders) holderNow(ctx context.Context, tunnelID string) (string, error) {
-	js, err := h.nc.JetStream()
-	if err != nil {
-		return "", err
-	}
-	m, err := js.GetLastMsg("KV_"+bucketTunnels, "$KV."+bucketTunnels+"."+tunnelID, nats.Context(ctx))
-	if errors.Is(err, nats.ErrMsgNotFound) {
+	v, _, err := h.lastEntry(ctx, bucketTunnels, tunnelID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return "", nil
 	} else if err != nil {
 		return "", err
 	}
 	var hd relay.Holding
-	if len(m.Data) == 0 || json.Unmarshal(m.Data, &hd) != nil {
-		return "", nil // deleted or purged (an empty value), or unreadable: nobody named
+	if json.Unmarshal(v, &hd) != nil {
+		return "", nil // unreadable: nobody named
 	}
 	return hd.Node, nil
 }

@@ -19,6 +19,21 @@ import (
 
 // tunnelsBucket opens calltap_tunnels with a client of the test's own.
 func tunnelsBucket(t *testing.T, nats *natstest.Cluster) jetstream.KeyValue {
+	return testBucket(t, nats, "calltap_tunnels")
+}
+
+// testBucket opens a bucket with a client of the test's own.
+func testBucket(t *testing.T, nats *natstest.Cluster, name string) jetstream.KeyValue {
+	t.Helper()
+	kv, err := testJetStream(t, nats).KeyValue(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// testJetStream is a JetStream client of the test's own, closed at its end.
+func testJetStream(t *testing.T, nats *natstest.Cluster) jetstream.JetStream {
 	t.Helper()
 	nc, err := natsgo.Connect(nats.URLs())
 	if err != nil {
@@ -26,11 +41,7 @@ func tunnelsBucket(t *testing.T, nats *natstest.Cluster) jetstream.KeyValue {
 	}
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc)
-	kv, err := js.KeyValue(context.Background(), "calltap_tunnels")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kv
+	return js
 }
 
 func holderIn(t *testing.T, kv jetstream.KeyValue, tunnelID string) string {

@@ -312,6 +312,85 @@ func (c *queue) Dequeue(ctx context.Context, seqs ...int64) error {
 	return first
 }
 
+// purgeSeat removes a released seat's queue, with the chunks of the
+// bodies its requests kept in CALLTAP_BODIES, and returns how many
+// requests it held. The requests' heads are read first (headers only: a
+// queue of inline bodies could be gigabytes), for their chunks; a request
+// queued for the seat between that read and the purge goes uncounted,
+// and its chunks with the bodies stream's max age.
+func (c *queue) purgeSeat(ctx context.Context, seat string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	subject := subjectQueue + seat
+	held, chunks, err := c.heads(ctx, subject)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.stream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+		return 0, err
+	}
+	for _, ch := range chunks {
+		c.bodies.delete(ctx, ch)
+	}
+	return held, nil
+}
+
+// heads counts the requests queued on subject, and returns their body
+// chunks (Calltap-Body-Chunks) for those kept in CALLTAP_BODIES.
+func (c *queue) heads(ctx context.Context, subject string) (held int, chunks []string, err error) {
+	info, err := c.stream.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil || info.State.Subjects[subject] == 0 {
+		return 0, nil, err
+	}
+	// The read is a fetch or a few, back to back: a consumer left by a
+	// node stopped in the middle goes soon after.
+	cons, err := c.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}, HeadersOnly: true, InactiveThreshold: 30 * time.Second})
+	if err != nil {
+		return 0, nil, err
+	}
+	var h queuedHeads
+	for {
+		// One fetch takes the whole queue but for requests queued
+		// meanwhile; a fetch without wait ends with what there is.
+		batch, err := cons.FetchNoWait(int(info.State.Subjects[subject]))
+		if err != nil {
+			return 0, nil, err
+		}
+		more, err := h.read(batch)
+		if err != nil || !more {
+			return h.held, h.chunks, err
+		}
+	}
+}
+
+// queuedHeads tallies the heads of a queue's messages.
+type queuedHeads struct {
+	held   int      // requests, not counting retract's markers
+	chunks []string // their Calltap-Body-Chunks, where they have one
+}
+
+// read tallies a batch, and reports whether the consumer has more.
+func (h *queuedHeads) read(batch jetstream.MessageBatch) (more bool, err error) {
+	n := 0
+	for m := range batch.Messages() {
+		n++
+		if meta, err := m.Metadata(); err == nil {
+			more = meta.NumPending > 0
+		}
+		if m.Headers().Get(hdrRetracted) != "" {
+			continue // a marker of retract's, no request
+		}
+		h.held++
+		if ch := m.Headers().Get(hdrBodyChunks); ch != "" {
+			h.chunks = append(h.chunks, ch)
+		}
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+		return false, err
+	}
+	return more && n > 0, nil
+}
+
 // QueueStatsByTunnel counts every tunnel's queue. Bytes are not counted:
 // the stream keeps counts per subject, not sizes.
 func (c *queue) QueueStatsByTunnel(ctx context.Context) (map[string]relaystate.QueueStats, error) {
