@@ -203,10 +203,27 @@ func (s *Server) registerSeat(ctx context.Context, hs *handshake) (*tunnel, *api
 	if st := base.seatOrDefault(id); st != base {
 		return st, nil
 	}
+	s.registeredAt(ctx, rec)
 	st := s.seatTunnel(base, rec, hs.claims)
 	seats = append(slices.Clip(seats), st)
 	s.storeSeats(base, seats)
 	return st, nil
+}
+
+// registeredAt sets rec.CreatedAt to the registry's, which keeps the first
+// registration's: a seat registered before, and new to this node, must be
+// ordered here as on every other node.
+func (s *Server) registeredAt(ctx context.Context, rec *relaystate.Claimant) {
+	recs, err := s.cfg.Store.Claimants(ctx)
+	if err != nil {
+		return
+	}
+	for _, r := range recs {
+		if r.Seat == rec.Seat {
+			rec.CreatedAt = r.CreatedAt
+			return
+		}
+	}
 }
 
 // checkClaims refuses a claim set another seat of base shares a claim
