@@ -352,16 +352,45 @@ func (s *Server) lookupSeat(ctx context.Context, tunnelID, id string) (*tunnel, 
 }
 
 // leaveSeat marks a claimant seat away in the registry once no agent holds
-// it here: its claims stay, and its requests queue for it.
+// or takes it here: its claims stay, and its requests queue for it. A seat
+// the registry no longer lists stays unlisted: it was released, and its
+// agent sent away for that; saving it would register it again, and its
+// claims' calls would queue for an agent told to go.
 func (s *Server) leaveSeat(t *tunnel) {
-	if t.base == t || t.held() {
+	if t.base == t {
 		return
 	}
-	now := time.Now()
-	rec := &relaystate.Claimant{TunnelID: t.base.id, Seat: t.id, Claims: t.claims.Strings(), CreatedAt: t.created, SeenAt: now}
-	if err := s.cfg.Store.SaveClaimant(context.Background(), rec); err != nil {
+	ctx := context.Background()
+	s.seatsMu.Lock() // registerSeat's and syncSeats' reads and writes of the registry are whole
+	defer s.seatsMu.Unlock()
+	if t.counts() {
+		return
+	}
+	rec, err := s.registered(ctx, t.id)
+	if rec == nil {
+		if err != nil {
+			s.log.Warn("could not mark a claimant away in the registry", "seat", t.id, "err", err)
+		}
+		return
+	}
+	rec.SeenAt, rec.Connected = time.Now(), false
+	if err := s.cfg.Store.SaveClaimant(ctx, rec); err != nil {
 		s.log.Warn("could not mark a claimant away in the registry", "seat", t.id, "err", err)
 	}
+}
+
+// registered returns the registry's record of seat; nil when it lists none.
+func (s *Server) registered(ctx context.Context, seat string) (*relaystate.Claimant, error) {
+	recs, err := s.cfg.Store.Claimants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		if r.Seat == seat {
+			return r, nil
+		}
+	}
+	return nil, nil
 }
 
 // expireClaims releases the seats away longer than Config.ClaimTTL and

@@ -1,0 +1,64 @@
+package relay_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/calltap/calltap/cmd/stacktest"
+	"github.com/calltap/calltap/relay/polltest"
+	"github.com/calltap/calltap/relay/wire"
+)
+
+// A seat released in the registry (calltap relay claims release) sends
+// its agent away, and stays released once that agent is gone: its
+// claims' calls, and the calls it held, go to the default.
+func TestReleasedSeatSendsItsAgentAway(t *testing.T) {
+	st := stacktest.Start(t, stacktest.Options{NoAgent: true})
+	def := dialPeer(t, st, "default")
+	alice := dialPeer(t, st, "alice", aliceClaim)
+	seat := seatOf(t, st, aliceClaim)
+	if status, answer := ask(t, st, event(1, "c1", "alice")); status != http.StatusOK || answer != "alice" {
+		t.Fatalf("alice's call: %d %q", status, answer)
+	}
+	if _, err := st.RelayDB.ReleaseClaimant(context.Background(), seat); err != nil {
+		t.Fatal(err)
+	}
+	if r := alice.sentAway(t); r != wire.GoAwayRevoked {
+		t.Fatalf("alice was sent away with reason %d, want GoAwayRevoked", r)
+	}
+	// The relay is done with alice's agent once it counts the default's alone.
+	waitMetric(t, st, "calltap_tunnels_connected 1")
+	if c := claimant(t, st, seat); c != nil {
+		t.Fatalf("the released seat is registered again once its agent left: %+v", c)
+	}
+	for _, body := range []string{event(2, "c1", ""), event(3, "c2", "alice")} {
+		if status, answer := ask(t, st, body); status != http.StatusOK || answer != "default" {
+			t.Fatalf("%s after the release: %d %q, want the default's answer", body, status, answer)
+		}
+	}
+	if n := len(def.bodies()); n != 2 {
+		t.Errorf("the default was given %d requests, want 2", n)
+	}
+}
+
+// waitMetric waits until the relay's /metrics has the line want.
+func waitMetric(t *testing.T, st *stacktest.Stack, want string) {
+	t.Helper()
+	polltest.Until(t, 10*time.Second, func() bool {
+		return slices.Contains(strings.Split(metrics(t, st), "\n"), want)
+	}, "/metrics never had "+want)
+}
+
+// metrics reads st's relay's /metrics.
+func metrics(t *testing.T, st *stacktest.Stack) string {
+	t.Helper()
+	resp, err := http.Get(st.RelayURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return readAll(resp)
+}
