@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/calltap/calltap/cmd/stacktest"
+	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/relay/wire"
 )
@@ -61,4 +62,31 @@ func metrics(t *testing.T, st *stacktest.Stack) string {
 		t.Fatal(err)
 	}
 	return readAll(resp)
+}
+
+// A seat away longer than Config.ClaimTTL is released by the relay's
+// expiry, with its queue; from then on its claims' calls are the
+// default's, at once (no request is queued for a seat that is gone).
+// The expiry runs every 10 s: this test waits for one run.
+func TestSeatAwayLongerThanClaimTTLIsReleased(t *testing.T) {
+	t.Parallel()
+	st := stacktest.Start(t, stacktest.Options{NoAgent: true, Relay: func(c *relay.Config) { c.ClaimTTL = 100 * time.Millisecond }})
+	def := dialPeer(t, st, "default")
+	alice := dialPeer(t, st, "alice", aliceClaim)
+	seat := seatOf(t, st, aliceClaim)
+	alice.close()
+	waitAway(t, st, seat)
+	queuedForAlice(t, st, []string{event(1, "c1", "alice")})
+
+	polltest.Until(t, 30*time.Second, func() bool { return claimant(t, st, seat) == nil }, "the seat was not released")
+	if status, answer := ask(t, st, event(2, "c1", "")); status != http.StatusOK || answer != "default" {
+		t.Fatalf("the released seat's call: %d %q, want the default's answer", status, answer)
+	}
+	stats, err := st.RelayDB.QueueStatsByTunnel(context.Background())
+	if err != nil || stats[seat].Count != 0 {
+		t.Errorf("the released seat's queue holds %d (%v)", stats[seat].Count, err)
+	}
+	if got := def.bodies(); !slices.Equal(got, []string{event(2, "c1", "")}) {
+		t.Errorf("the default was given %q", got)
+	}
 }

@@ -265,6 +265,10 @@ func (s *Server) storeSeats(base *tunnel, seats []*tunnel) {
 // other nodes registered join, and seats released (or expired) leave,
 // their agents sent away.
 func (s *Server) syncSeats(ctx context.Context) {
+	// The registry is read under seatsMu: a read from before a seat
+	// registered here (registerSeat) must not find it missing after.
+	s.seatsMu.Lock()
+	defer s.seatsMu.Unlock()
 	recs, err := s.cfg.Store.Claimants(ctx)
 	if err != nil {
 		s.log.Warn("read the registry of claims", "err", err)
@@ -275,12 +279,13 @@ func (s *Server) syncSeats(ctx context.Context) {
 		byTunnel[r.TunnelID] = append(byTunnel[r.TunnelID], r)
 	}
 	for id := range byTunnel {
+		if !validTunnelID(id) {
+			continue // a seat's id would look its registry up again, under seatsMu
+		}
 		if _, err := s.lookupTunnel(ctx, id); err != nil {
 			return
 		}
 	}
-	s.seatsMu.Lock()
-	defer s.seatsMu.Unlock()
 	for _, base := range s.snapshotTunnels() {
 		if base.base == base && (len(byTunnel[base.id]) > 0 || len(base.claimants()) > 0) {
 			s.setSeats(base, byTunnel[base.id])
@@ -301,11 +306,14 @@ func (s *Server) setSeats(base *tunnel, recs []*relaystate.Claimant) {
 	for _, st := range old {
 		// A seat registered here a moment ago may not be in a cluster's
 		// mirror of the registry yet: it leaves only once it has been
-		// missing from a few reads in a row.
+		// missing from a few reads in a row. A single node's registry is
+		// its own database, and a seat missing from it is released: it
+		// leaves at once, or its requests would queue where no agent
+		// drains them.
 		switch {
 		case listed[st.id]:
 			st.missing = 0
-		case st.missing+1 < seatMissingReads:
+		case s.shared && st.missing+1 < seatMissingReads:
 			st.missing++
 			seats = append(seats, st)
 		default:
@@ -407,16 +415,42 @@ func (s *Server) expireClaims(ctx context.Context) {
 		return
 	}
 	for _, r := range recs {
-		if r.Connected || now.Sub(r.SeenAt) < s.cfg.ClaimTTL {
-			continue
+		if !r.Connected && now.Sub(r.SeenAt) >= s.cfg.ClaimTTL {
+			s.expireSeat(ctx, r)
 		}
-		n, err := s.cfg.Store.ReleaseClaimant(ctx, r.Seat)
-		if err != nil && !errors.Is(err, relaystate.ErrNotFound) {
-			s.log.Warn("release an expired seat", "seat", r.Seat, "err", err)
-			continue
-		}
-		s.log.Warn("seat away longer than the claim TTL released", "seat", r.Seat, "claims", strings.Join(r.Claims, " "), "away_since", r.SeenAt, "dropped_queued", n)
 	}
+}
+
+// expireSeat releases r, a seat away longer than Config.ClaimTTL, and
+// takes it off its token here at once: a request for it from then on is
+// its token's default's, never queued for a seat that is gone (where no
+// agent would ever drain it).
+func (s *Server) expireSeat(ctx context.Context, r *relaystate.Claimant) {
+	s.seatsMu.Lock()
+	n, err := s.cfg.Store.ReleaseClaimant(ctx, r.Seat)
+	if err == nil || errors.Is(err, relaystate.ErrNotFound) {
+		s.dropSeat(r.TunnelID, r.Seat)
+	}
+	s.seatsMu.Unlock()
+	if err != nil && !errors.Is(err, relaystate.ErrNotFound) {
+		s.log.Warn("release an expired seat", "seat", r.Seat, "err", err)
+		return
+	}
+	s.log.Warn("seat away longer than the claim TTL released", "seat", r.Seat, "claims", strings.Join(r.Claims, " "), "away_since", r.SeenAt, "dropped_queued", n)
+	s.sendAway(r.Seat, true, wire.GoAway{Reason: wire.GoAwayRevoked, Message: "this agent's seat was released: away longer than the relay's --claim-ttl"})
+}
+
+// dropSeat takes seat off the claimant seats of token tunnelID here.
+// s.seatsMu is held.
+func (s *Server) dropSeat(tunnelID, seat string) {
+	s.mu.Lock()
+	base := s.tunnels[tunnelID]
+	s.mu.Unlock()
+	if base == nil {
+		return
+	}
+	seats := slices.DeleteFunc(slices.Clone(base.claimants()), func(st *tunnel) bool { return st.id == seat })
+	s.storeSeats(base, seats)
 }
 
 // awayOnStart marks every seat away on a relay that is the only node: no
