@@ -12,6 +12,7 @@ import (
 	"github.com/calltap/calltap/relay"
 	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/relay/wire"
+	"github.com/calltap/calltap/storage/relaystate"
 )
 
 // A seat released in the registry (calltap relay claims release) sends
@@ -88,5 +89,58 @@ func TestSeatAwayLongerThanClaimTTLIsReleased(t *testing.T) {
 	}
 	if got := def.bodies(); !slices.Equal(got, []string{event(2, "c1", "")}) {
 		t.Errorf("the default was given %q", got)
+	}
+}
+
+// The expiry releases only seats nobody holds: not one whose agent is
+// connected though its record says away (a run it took over from marks
+// it so as it leaves), nor one whose agent was connected when the relay
+// was killed, however long ago it connected. A seat away for two hours,
+// registered after both, shows the expiry has run.
+func TestClaimTTLSparesSeatsInUse(t *testing.T) {
+	t.Parallel()
+	st := stacktest.Start(t, stacktest.Options{NoAgent: true, Relay: func(c *relay.Config) { c.ClaimTTL = time.Hour }})
+	ctx := context.Background()
+	longAgo := time.Now().Add(-2 * time.Hour)
+	carol := "call.variables.developer=carol"
+	carolSeat := seatOf(t, st, carol)
+	st.StopRelay()
+	if err := st.RelayDB.SaveClaimant(ctx, &relaystate.Claimant{TunnelID: st.TunnelID, Seat: carolSeat, Claims: []string{carol},
+		CreatedAt: longAgo.Add(-time.Hour), SeenAt: longAgo, Connected: true}); err != nil {
+		t.Fatal(err)
+	}
+	st.StartRelay()
+
+	dialPeer(t, st, "bob", bobClaim)
+	bobSeat := seatOf(t, st, bobClaim)
+	markSeat(t, st, bobSeat, false, longAgo)
+	alice := dialPeer(t, st, "alice", aliceClaim)
+	aliceSeat := seatOf(t, st, aliceClaim)
+	alice.close()
+	waitAway(t, st, aliceSeat)
+	markSeat(t, st, aliceSeat, false, longAgo)
+
+	polltest.Until(t, 30*time.Second, func() bool { return claimant(t, st, aliceSeat) == nil }, "the seat away for two hours was not released")
+	if claimant(t, st, carolSeat) == nil {
+		t.Error("a seat whose agent was connected when the relay stopped was released at the first expiry after the restart")
+	}
+	if claimant(t, st, bobSeat) == nil {
+		t.Error("a seat whose agent is connected was released")
+	}
+	if status, answer := ask(t, st, event(1, "c1", "bob")); status != http.StatusOK || answer != "bob" {
+		t.Fatalf("bob's call: %d %q", status, answer)
+	}
+}
+
+// markSeat rewrites the registry's record of seat.
+func markSeat(t *testing.T, st *stacktest.Stack, seat string, connected bool, seen time.Time) {
+	t.Helper()
+	c := claimant(t, st, seat)
+	if c == nil {
+		t.Fatalf("seat %s is not registered", seat)
+	}
+	c.Connected, c.SeenAt = connected, seen
+	if err := st.RelayDB.SaveClaimant(context.Background(), c); err != nil {
+		t.Fatal(err)
 	}
 }

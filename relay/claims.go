@@ -415,9 +415,40 @@ func (s *Server) expireClaims(ctx context.Context) {
 		return
 	}
 	for _, r := range recs {
-		if !r.Connected && now.Sub(r.SeenAt) >= s.cfg.ClaimTTL {
+		// A record's Connected may lag: a run taken over from marks its
+		// seat away as it leaves, after the run that took it over marked
+		// it connected. Who holds the seat is what counts.
+		switch {
+		case r.Connected || now.Sub(r.SeenAt) < s.cfg.ClaimTTL:
+		case s.heldHere(r.Seat):
+			s.markHeld(ctx, r)
+		case s.cfg.Cluster.Holder(r.Seat).Node != "":
+			// held on another node, which keeps its record
+		default:
 			s.expireSeat(ctx, r)
 		}
+	}
+}
+
+// heldHere reports whether an agent holds seat here, or is taking it.
+func (s *Server) heldHere(seat string) bool {
+	s.mu.Lock()
+	t := s.tunnels[seat]
+	s.mu.Unlock()
+	return t != nil && t.counts()
+}
+
+// markHeld marks r, a seat an agent holds here, connected in the registry
+// again, unless the agent has left meanwhile.
+func (s *Server) markHeld(ctx context.Context, r *relaystate.Claimant) {
+	s.seatsMu.Lock() // not across leaveSeat's mark
+	defer s.seatsMu.Unlock()
+	if !s.heldHere(r.Seat) {
+		return
+	}
+	r.Connected, r.SeenAt = true, time.Now()
+	if err := s.cfg.Store.SaveClaimant(ctx, r); err != nil {
+		s.log.Warn("could not mark a claimant connected in the registry", "seat", r.Seat, "err", err)
 	}
 }
 
@@ -464,9 +495,12 @@ func (s *Server) awayOnStart(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	now := time.Now()
 	for _, r := range recs {
 		if r.Connected {
-			r.Connected = false
+			// Its agent was here until this relay stopped, however
+			// long ago it connected: its time away counts from now.
+			r.Connected, r.SeenAt = false, now
 			if err := s.cfg.Store.SaveClaimant(ctx, r); err != nil {
 				return err
 			}
