@@ -144,3 +144,28 @@ func markSeat(t *testing.T, st *stacktest.Stack, seat string, connected bool, se
 		t.Fatal(err)
 	}
 }
+
+// An agent whose upgrade fails after its claims were registered leaves
+// its seat away, not connected: a seat the registry calls connected is
+// never released by the claim TTL.
+func TestFailedUpgradeLeavesItsSeatAway(t *testing.T) {
+	st := stacktest.Start(t, stacktest.Options{NoAgent: true})
+	req, err := http.NewRequest(http.MethodGet, st.RelayURL+wire.ConnectPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+st.Token)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Sec-WebSocket-Protocol", wire.Subprotocol)
+	req.Header.Set(wire.ClaimHeader, aliceClaim)
+	// No Sec-WebSocket-Key: the handshake is read, the upgrade refused.
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(resp); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("the upgrade without a key: %d %s", resp.StatusCode, body)
+	}
+	waitAway(t, st, seatOf(t, st, aliceClaim))
+}
