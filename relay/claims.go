@@ -199,14 +199,25 @@ func (s *Server) registerSeat(ctx context.Context, hs *handshake) (*tunnel, *api
 		s.log.Error("register claims", "tunnel", base.id, "seat", id, "err", err)
 		return nil, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay could not register this agent's claims; retry")
 	}
-	seats := base.claimants()
-	if st := base.seatOrDefault(id); st != base {
-		return st, nil
+	st := base.seatOrDefault(id)
+	if st == base {
+		st = s.seatTunnel(base, rec, hs.claims)
+		s.storeSeats(base, append(slices.Clip(base.claimants()), st))
 	}
-	st := s.seatTunnel(base, rec, hs.claims)
-	seats = append(slices.Clip(seats), st)
-	s.storeSeats(base, seats)
+	s.nameSeat(st, hs.tok.Name)
 	return st, nil
+}
+
+// nameSeat gives st its token's name. A seat read from the registry
+// before any agent of its token connected (a relay starting) was made
+// without it, and its agents' hellos would name no token. Written only
+// when it differs, as tunnelFor writes a token's name.
+func (s *Server) nameSeat(st *tunnel, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st.name != name {
+		st.name = name
+	}
 }
 
 // checkClaims refuses a claim set another seat of base shares a claim

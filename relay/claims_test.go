@@ -110,7 +110,7 @@ func TestClaimConflictsAndTakeover(t *testing.T) {
 // it comes back. Its seat, the calls it holds and its queue are in the
 // relay's database, so this holds across a relay restart too.
 func TestAwayClaimantKeepsItsCalls(t *testing.T) {
-	st := stacktest.Start(t, stacktest.Options{NoAgent: true})
+	st := stacktest.Start(t, stacktest.Options{NoAgent: true, TokenName: "team"})
 	def := dialPeer(t, st, "default")
 	alice := dialPeer(t, st, "alice", aliceClaim)
 	seat := seatOf(t, st, aliceClaim)
@@ -137,8 +137,8 @@ func TestAwayClaimantKeepsItsCalls(t *testing.T) {
 
 	back := dialPeer(t, st, "alice", aliceClaim)
 	want := append(before, after...)
-	if back.hello.Queued != len(want) {
-		t.Errorf("alice's hello says %d queued, want %d", back.hello.Queued, len(want))
+	if back.hello.Queued != len(want) || back.hello.Name != "team" {
+		t.Errorf("alice's hello says %d queued on token %q, want %d on team", back.hello.Queued, back.hello.Name, len(want))
 	}
 	polltest.Until(t, 10*time.Second, func() bool { return len(back.bodies()) >= len(want) }, "alice was not given her queue")
 	if got := back.queued(); !slices.Equal(got, want) {
