@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -82,12 +80,12 @@ func refusedDial(t *testing.T, st *stacktest.Stack, claims ...string) (int, stri
 	return resp.StatusCode, handshakeAnswer(resp)
 }
 
+// handshakeAnswer is the body of the relay's answer to a refused upgrade.
 func handshakeAnswer(resp *http.Response) string {
 	if resp == nil {
 		return "no answer"
 	}
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
+	return readAll(resp)
 }
 
 // readLoop takes the relay's frames until the connection ends. Only it
@@ -138,23 +136,21 @@ func (p *claimPeer) close() {
 }
 
 // bodies are the bodies of the requests p was given, in order.
-func (p *claimPeer) bodies() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]string, len(p.got))
-	for i, r := range p.got {
-		out[i] = string(r.Body)
-	}
-	return out
-}
+func (p *claimPeer) bodies() []string { return p.collect(func(*wire.Request) bool { return true }) }
 
 // queued are the bodies of the requests p was given from its queue.
 func (p *claimPeer) queued() []string {
+	return p.collect(func(r *wire.Request) bool { return r.Queued })
+}
+
+// collect returns the bodies of the requests p was given that keep
+// reports true for, in order.
+func (p *claimPeer) collect(keep func(*wire.Request) bool) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []string
 	for _, r := range p.got {
-		if r.Queued {
+		if keep(r) {
 			out = append(out, string(r.Body))
 		}
 	}
@@ -164,14 +160,17 @@ func (p *claimPeer) queued() []string {
 // sentAway waits for the relay's goaway and returns its reason.
 func (p *claimPeer) sentAway(t *testing.T) wire.GoAwayReason {
 	t.Helper()
-	var g []wire.GoAway
+	var reason wire.GoAwayReason
 	polltest.Until(t, 10*time.Second, func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		g = slices.Clone(p.goaway)
-		return len(g) > 0
+		if len(p.goaway) == 0 {
+			return false
+		}
+		reason = p.goaway[0].Reason
+		return true
 	}, p.name+" was not sent away")
-	return g[0].Reason
+	return reason
 }
 
 // seatOf names the seat of claims on st's token, as the relay does.
@@ -278,7 +277,5 @@ func postHeader(t *testing.T, url, body, name, value string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, readAll(resp)
 }
