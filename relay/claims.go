@@ -426,19 +426,48 @@ func (s *Server) expireClaims(ctx context.Context) {
 		return
 	}
 	for _, r := range recs {
-		// A record's Connected may lag: a run taken over from marks its
-		// seat away as it leaves, after the run that took it over marked
-		// it connected. Who holds the seat is what counts.
-		switch {
-		case r.Connected || now.Sub(r.SeenAt) < s.cfg.ClaimTTL:
-		case s.heldHere(r.Seat):
-			s.markHeld(ctx, r)
-		case s.cfg.Cluster.Holder(r.Seat).Node != "":
-			// held on another node, which keeps its record
-		default:
-			s.expireSeat(ctx, r)
+		if s.awayTooLong(r, now) {
+			s.expireSeat(ctx, r.Seat, now)
 		}
 	}
+}
+
+// awayTooLong reports whether r, a seat's record, says its agent has been
+// away longer than Config.ClaimTTL.
+func (s *Server) awayTooLong(r *relaystate.Claimant, now time.Time) bool {
+	return r != nil && !r.Connected && now.Sub(r.SeenAt) >= s.cfg.ClaimTTL
+}
+
+// expireSeat releases seat if it is still away too long once s.seatsMu is
+// held (no agent registers it meanwhile), and takes it off its token here
+// at once: a request for it from then on is its token's default's, never
+// queued for a seat that is gone, where no agent would drain it.
+//
+// A record's Connected may lag: a run taken over from marks its seat away
+// as it leaves, after the run that took it over marked it connected. Who
+// holds the seat is what counts; one held here is marked connected again.
+func (s *Server) expireSeat(ctx context.Context, seat string, now time.Time) {
+	s.seatsMu.Lock()
+	defer s.seatsMu.Unlock()
+	r, err := s.registered(ctx, seat)
+	switch {
+	case err != nil || !s.awayTooLong(r, now):
+		return
+	case s.heldHere(seat):
+		s.markHeld(ctx, r)
+		return
+	case s.cfg.Cluster.Holder(seat).Node != "":
+		return // held on another node, which keeps its record
+	}
+	n, err := s.cfg.Store.ReleaseClaimant(ctx, seat)
+	if err != nil && !errors.Is(err, relaystate.ErrNotFound) {
+		s.log.Warn("release an expired seat", "seat", seat, "err", err)
+		return
+	}
+	s.dropSeat(r.TunnelID, seat)
+	// No agent holds it to be sent away: this forgets its tunnel.
+	s.sendAway(seat, true, wire.GoAway{Reason: wire.GoAwayRevoked, Message: "this agent's seat was released: away longer than the relay's --claim-ttl"})
+	s.log.Warn("seat away longer than the claim TTL released", "seat", seat, "claims", strings.Join(r.Claims, " "), "away_since", r.SeenAt, "dropped_queued", n)
 }
 
 // heldHere reports whether an agent holds seat here, or is taking it.
@@ -450,36 +479,12 @@ func (s *Server) heldHere(seat string) bool {
 }
 
 // markHeld marks r, a seat an agent holds here, connected in the registry
-// again, unless the agent has left meanwhile.
+// again. s.seatsMu is held: leaveSeat marks it away after, not before.
 func (s *Server) markHeld(ctx context.Context, r *relaystate.Claimant) {
-	s.seatsMu.Lock() // not across leaveSeat's mark
-	defer s.seatsMu.Unlock()
-	if !s.heldHere(r.Seat) {
-		return
-	}
 	r.Connected, r.SeenAt = true, time.Now()
 	if err := s.cfg.Store.SaveClaimant(ctx, r); err != nil {
 		s.log.Warn("could not mark a claimant connected in the registry", "seat", r.Seat, "err", err)
 	}
-}
-
-// expireSeat releases r, a seat away longer than Config.ClaimTTL, and
-// takes it off its token here at once: a request for it from then on is
-// its token's default's, never queued for a seat that is gone (where no
-// agent would ever drain it).
-func (s *Server) expireSeat(ctx context.Context, r *relaystate.Claimant) {
-	s.seatsMu.Lock()
-	n, err := s.cfg.Store.ReleaseClaimant(ctx, r.Seat)
-	if err == nil || errors.Is(err, relaystate.ErrNotFound) {
-		s.dropSeat(r.TunnelID, r.Seat)
-	}
-	s.seatsMu.Unlock()
-	if err != nil && !errors.Is(err, relaystate.ErrNotFound) {
-		s.log.Warn("release an expired seat", "seat", r.Seat, "err", err)
-		return
-	}
-	s.log.Warn("seat away longer than the claim TTL released", "seat", r.Seat, "claims", strings.Join(r.Claims, " "), "away_since", r.SeenAt, "dropped_queued", n)
-	s.sendAway(r.Seat, true, wire.GoAway{Reason: wire.GoAwayRevoked, Message: "this agent's seat was released: away longer than the relay's --claim-ttl"})
 }
 
 // dropSeat takes seat off the claimant seats of token tunnelID here.
