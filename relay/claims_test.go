@@ -290,6 +290,7 @@ func TestClaimTTLSparesSeatsInUse(t *testing.T) {
 	carol := "call.variables.developer=carol"
 	carolSeat := seatOf(t, st, carol)
 	st.StopRelay()
+	// carol's record as a relay killed under her agent leaves it.
 	if err := st.RelayDB.SaveClaimant(ctx, &relaystate.Claimant{TunnelID: st.TunnelID, Seat: carolSeat, Claims: []string{carol},
 		CreatedAt: longAgo.Add(-time.Hour), SeenAt: longAgo, Connected: true}); err != nil {
 		t.Fatal(err)
@@ -298,12 +299,12 @@ func TestClaimTTLSparesSeatsInUse(t *testing.T) {
 
 	dialPeer(t, st, "bob", bobClaim)
 	bobSeat := seatOf(t, st, bobClaim)
-	markSeat(t, st, bobSeat, false, longAgo)
+	markAway(t, st, bobSeat, longAgo) // as the run it took over from would
 	alice := dialPeer(t, st, "alice", aliceClaim)
 	aliceSeat := seatOf(t, st, aliceClaim)
 	alice.close()
 	waitAway(t, st, aliceSeat)
-	markSeat(t, st, aliceSeat, false, longAgo)
+	markAway(t, st, aliceSeat, longAgo)
 
 	polltest.Until(t, 30*time.Second, func() bool { return claimant(t, st, aliceSeat) == nil }, "the seat away for two hours was not released")
 	if claimant(t, st, carolSeat) == nil {
@@ -317,14 +318,14 @@ func TestClaimTTLSparesSeatsInUse(t *testing.T) {
 	}
 }
 
-// markSeat rewrites the registry's record of seat.
-func markSeat(t *testing.T, st *stacktest.Stack, seat string, connected bool, seen time.Time) {
+// markAway rewrites the registry's record of seat: away since seen.
+func markAway(t *testing.T, st *stacktest.Stack, seat string, seen time.Time) {
 	t.Helper()
 	c := claimant(t, st, seat)
 	if c == nil {
 		t.Fatalf("seat %s is not registered", seat)
 	}
-	c.Connected, c.SeenAt = connected, seen
+	c.Connected, c.SeenAt = false, seen
 	if err := st.RelayDB.SaveClaimant(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
