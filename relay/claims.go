@@ -199,14 +199,13 @@ func (s *Server) registerSeat(ctx context.Context, hs *handshake) (*tunnel, *api
 		s.log.Error("register claims", "tunnel", base.id, "seat", id, "err", err)
 		return nil, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay could not register this agent's claims; retry")
 	}
-	seats := base.claimants()
-	if st := base.seatOrDefault(id); st != base {
-		return st, nil
+	st := base.seatOrDefault(id)
+	if st == base {
+		s.registeredAt(ctx, rec)
+		st = s.seatTunnel(base, rec, hs.claims)
+		s.storeSeats(base, append(slices.Clip(base.claimants()), st))
 	}
-	s.registeredAt(ctx, rec)
-	st := s.seatTunnel(base, rec, hs.claims)
-	seats = append(slices.Clip(seats), st)
-	s.storeSeats(base, seats)
+	s.nameSeat(st, hs.tok.Name)
 	return st, nil
 }
 
@@ -223,6 +222,18 @@ func (s *Server) registeredAt(ctx context.Context, rec *relaystate.Claimant) {
 			rec.CreatedAt = r.CreatedAt
 			return
 		}
+	}
+}
+
+// nameSeat gives st its token's name. A seat read from the registry
+// before any agent of its token connected (a relay starting) was made
+// without it, and its agents' hellos would name no token. Written only
+// when it differs, as tunnelFor writes a token's name.
+func (s *Server) nameSeat(st *tunnel, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st.name != name {
+		st.name = name
 	}
 }
 
@@ -282,6 +293,10 @@ func (s *Server) storeSeats(base *tunnel, seats []*tunnel) {
 // other nodes registered join, and seats released (or expired) leave,
 // their agents sent away.
 func (s *Server) syncSeats(ctx context.Context) {
+	// The registry is read under seatsMu: a read from before a seat
+	// registered here (registerSeat) must not find it missing after.
+	s.seatsMu.Lock()
+	defer s.seatsMu.Unlock()
 	recs, err := s.cfg.Store.Claimants(ctx)
 	if err != nil {
 		s.log.Warn("read the registry of claims", "err", err)
@@ -292,12 +307,13 @@ func (s *Server) syncSeats(ctx context.Context) {
 		byTunnel[r.TunnelID] = append(byTunnel[r.TunnelID], r)
 	}
 	for id := range byTunnel {
+		if !validTunnelID(id) {
+			continue // a seat's id would look its registry up again, under seatsMu
+		}
 		if _, err := s.lookupTunnel(ctx, id); err != nil {
 			return
 		}
 	}
-	s.seatsMu.Lock()
-	defer s.seatsMu.Unlock()
 	for _, base := range s.snapshotTunnels() {
 		if base.base == base && (len(byTunnel[base.id]) > 0 || len(base.claimants()) > 0) {
 			s.setSeats(base, byTunnel[base.id])
@@ -318,11 +334,14 @@ func (s *Server) setSeats(base *tunnel, recs []*relaystate.Claimant) {
 	for _, st := range old {
 		// A seat registered here a moment ago may not be in a cluster's
 		// mirror of the registry yet: it leaves only once it has been
-		// missing from a few reads in a row.
+		// missing from a few reads in a row. A single node's registry is
+		// its own database, and a seat missing from it is released: it
+		// leaves at once, or its requests would queue where no agent
+		// drains them.
 		switch {
 		case listed[st.id]:
 			st.missing = 0
-		case st.missing+1 < seatMissingReads:
+		case s.shared && st.missing+1 < seatMissingReads:
 			st.missing++
 			seats = append(seats, st)
 		default:
@@ -369,16 +388,45 @@ func (s *Server) lookupSeat(ctx context.Context, tunnelID, id string) (*tunnel, 
 }
 
 // leaveSeat marks a claimant seat away in the registry once no agent holds
-// it here: its claims stay, and its requests queue for it.
+// or takes it here: its claims stay, and its requests queue for it. A seat
+// the registry no longer lists stays unlisted: it was released, and its
+// agent sent away for that; saving it would register it again, and its
+// claims' calls would queue for an agent told to go.
 func (s *Server) leaveSeat(t *tunnel) {
-	if t.base == t || t.held() {
+	if t.base == t {
 		return
 	}
-	now := time.Now()
-	rec := &relaystate.Claimant{TunnelID: t.base.id, Seat: t.id, Claims: t.claims.Strings(), CreatedAt: t.created, SeenAt: now}
-	if err := s.cfg.Store.SaveClaimant(context.Background(), rec); err != nil {
+	ctx := context.Background()
+	s.seatsMu.Lock() // registerSeat's and syncSeats' reads and writes of the registry are whole
+	defer s.seatsMu.Unlock()
+	if t.counts() {
+		return
+	}
+	rec, err := s.registered(ctx, t.id)
+	if rec == nil {
+		if err != nil {
+			s.log.Warn("could not mark a claimant away in the registry", "seat", t.id, "err", err)
+		}
+		return
+	}
+	rec.SeenAt, rec.Connected = time.Now(), false
+	if err := s.cfg.Store.SaveClaimant(ctx, rec); err != nil {
 		s.log.Warn("could not mark a claimant away in the registry", "seat", t.id, "err", err)
 	}
+}
+
+// registered returns the registry's record of seat; nil when it lists none.
+func (s *Server) registered(ctx context.Context, seat string) (*relaystate.Claimant, error) {
+	recs, err := s.cfg.Store.Claimants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		if r.Seat == seat {
+			return r, nil
+		}
+	}
+	return nil, nil
 }
 
 // expireClaims releases the seats away longer than Config.ClaimTTL and
@@ -395,16 +443,78 @@ func (s *Server) expireClaims(ctx context.Context) {
 		return
 	}
 	for _, r := range recs {
-		if r.Connected || now.Sub(r.SeenAt) < s.cfg.ClaimTTL {
-			continue
+		if s.awayTooLong(r, now) {
+			s.expireSeat(ctx, r.Seat, now)
 		}
-		n, err := s.cfg.Store.ReleaseClaimant(ctx, r.Seat)
-		if err != nil && !errors.Is(err, relaystate.ErrNotFound) {
-			s.log.Warn("release an expired seat", "seat", r.Seat, "err", err)
-			continue
-		}
-		s.log.Warn("seat away longer than the claim TTL released", "seat", r.Seat, "claims", strings.Join(r.Claims, " "), "away_since", r.SeenAt, "dropped_queued", n)
 	}
+}
+
+// awayTooLong reports whether r, a seat's record, says its agent has been
+// away longer than Config.ClaimTTL.
+func (s *Server) awayTooLong(r *relaystate.Claimant, now time.Time) bool {
+	return r != nil && !r.Connected && now.Sub(r.SeenAt) >= s.cfg.ClaimTTL
+}
+
+// expireSeat releases seat if it is still away too long once s.seatsMu is
+// held (no agent registers it meanwhile), and takes it off its token here
+// at once: a request for it from then on is its token's default's, never
+// queued for a seat that is gone, where no agent would drain it.
+//
+// A record's Connected may lag: a run taken over from marks its seat away
+// as it leaves, after the run that took it over marked it connected. Who
+// holds the seat is what counts; one held here is marked connected again.
+func (s *Server) expireSeat(ctx context.Context, seat string, now time.Time) {
+	s.seatsMu.Lock()
+	defer s.seatsMu.Unlock()
+	r, err := s.registered(ctx, seat)
+	switch {
+	case err != nil || !s.awayTooLong(r, now):
+		return
+	case s.heldHere(seat):
+		s.markHeld(ctx, r)
+		return
+	case s.cfg.Cluster.Holder(seat).Node != "":
+		return // held on another node, which keeps its record
+	}
+	n, err := s.cfg.Store.ReleaseClaimant(ctx, seat)
+	if err != nil && !errors.Is(err, relaystate.ErrNotFound) {
+		s.log.Warn("release an expired seat", "seat", seat, "err", err)
+		return
+	}
+	s.dropSeat(r.TunnelID, seat)
+	// No agent holds it to be sent away: this forgets its tunnel.
+	s.sendAway(seat, true, wire.GoAway{Reason: wire.GoAwayRevoked, Message: "this agent's seat was released: away longer than the relay's --claim-ttl"})
+	s.log.Warn("seat away longer than the claim TTL released", "seat", seat, "claims", strings.Join(r.Claims, " "), "away_since", r.SeenAt, "dropped_queued", n)
+}
+
+// heldHere reports whether an agent holds seat here, or is taking it.
+func (s *Server) heldHere(seat string) bool {
+	s.mu.Lock()
+	t := s.tunnels[seat]
+	s.mu.Unlock()
+	return t != nil && t.counts()
+}
+
+// markHeld marks r, a seat an agent holds here, connected in the registry
+// again. s.seatsMu is held: leaveSeat marks it away after, not before.
+func (s *Server) markHeld(ctx context.Context, r *relaystate.Claimant) {
+	r.Connected, r.SeenAt = true, time.Now()
+	if err := s.cfg.Store.SaveClaimant(ctx, r); err != nil {
+		s.log.Warn("could not mark a claimant connected in the registry", "seat", r.Seat, "err", err)
+	}
+}
+
+// dropSeat takes seat off the claimant seats of token tunnelID here.
+// s.seatsMu is held.
+func (s *Server) dropSeat(tunnelID, seat string) {
+	s.mu.Lock()
+	base := s.tunnels[tunnelID]
+	s.mu.Unlock()
+	if base == nil {
+		return
+	}
+	seats := slices.DeleteFunc(slices.Clone(base.claimants()), func(st *tunnel) bool { return st.id == seat })
+	s.storeSeats(base, seats)
 }
 
 // awayOnStart marks every seat away on a relay that is the only node: no
@@ -418,9 +528,12 @@ func (s *Server) awayOnStart(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	now := time.Now()
 	for _, r := range recs {
 		if r.Connected {
-			r.Connected = false
+			// Its agent was here until this relay stopped, however
+			// long ago it connected: its time away counts from now.
+			r.Connected, r.SeenAt = false, now
 			if err := s.cfg.Store.SaveClaimant(ctx, r); err != nil {
 				return err
 			}

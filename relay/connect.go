@@ -50,7 +50,8 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	defer s.conns.Done()
 	conn, err := frameconn.Accept(&s.upgrader, w, r, s.cfg.MaxFrame, s.cfg.Keepalive)
 	if err != nil {
-		return // the upgrader answered already
+		s.leaveSeat(seat) // registered connected, and no agent came
+		return            // the upgrader answered already
 	}
 	s.serveAgent(r, conn, hs, seat)
 }
@@ -140,6 +141,7 @@ func (s *Server) serveAgent(r *http.Request, conn *frameconn.Conn, hs *handshake
 	if err != nil {
 		s.log.Info("agent refused: a later agent run holds its tunnel", "tunnel", t.id, "name", t.name, "remote", r.RemoteAddr)
 		ac.refuse(wire.GoAway{Reason: wire.GoAwayHeld, Message: fmt.Sprintf("another agent connected with the same token, started later, and took over this tunnel (token %s)", t.name)})
+		s.leaveSeat(t) // registered connected: away, unless the later run holds it
 		return
 	}
 	defer release()

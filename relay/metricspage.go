@@ -74,9 +74,7 @@ func (s *Server) claimMetrics(b *strings.Builder) {
 			st.mu.Lock()
 			queued := st.queued
 			st.mu.Unlock()
-			// Claims hold no control characters (claim.Parse): %q
-			// escapes as the text format does.
-			labels := fmt.Sprintf("{token=%q,seat=%q,claims=%q}", t.name, st.id, strings.Join(st.claims.Strings(), " "))
+			labels := fmt.Sprintf(`{token="%s",seat="%s",claims="%s"}`, labelValue(t.name), st.id, labelValue(strings.Join(st.claims.Strings(), " ")))
 			delivered = append(delivered, fmt.Sprintf("calltap_claim_deliveries_total%s %d\n", labels, st.delivered.Load()))
 			depth = append(depth, fmt.Sprintf("calltap_claim_queue_depth%s %d\n", labels, queued))
 		}
@@ -91,3 +89,11 @@ func (s *Server) claimMetrics(b *strings.Builder) {
 	b.WriteString("# HELP calltap_claim_queue_depth Requests queued for a seat whose agent is away, as this node counts them.\n# TYPE calltap_claim_queue_depth gauge\n")
 	b.WriteString(strings.Join(depth, ""))
 }
+
+// labelEscapes are the only escapes of a label value in the text format:
+// Go's %q would also write \u00a0 for a character it does not print, and a
+// scraper would refuse the whole page.
+var labelEscapes = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+// labelValue writes s as a label value of the text format, unquoted.
+func labelValue(s string) string { return labelEscapes.Replace(s) }
