@@ -293,6 +293,22 @@ func (s *Server) storeSeats(base *tunnel, seats []*tunnel) {
 // other nodes registered join, and seats released (or expired) leave,
 // their agents sent away.
 func (s *Server) syncSeats(ctx context.Context) {
+	// The agents of released seats are sent away after seatsMu is let
+	// go: a goaway may wait seconds for a frozen agent.
+	for _, g := range s.syncSeatsLocked(ctx) {
+		g.ac.goAway(wire.GoAway{Reason: wire.GoAwayRevoked, Message: fmt.Sprintf("this agent's seat on token %s was released (calltap relay claims release, or away longer than the relay's --claim-ttl)", g.token)})
+	}
+}
+
+// releasedAgent is the agent of a seat released, to be sent away.
+type releasedAgent struct {
+	ac    *agentConn
+	token string
+}
+
+// syncSeatsLocked does syncSeats's reading and replacing under seatsMu,
+// and returns the agents of the seats that left.
+func (s *Server) syncSeatsLocked(ctx context.Context) (gone []releasedAgent) {
 	// The registry is read under seatsMu: a read from before a seat
 	// registered here (registerSeat) must not find it missing after.
 	s.seatsMu.Lock()
@@ -300,7 +316,7 @@ func (s *Server) syncSeats(ctx context.Context) {
 	recs, err := s.cfg.Store.Claimants(ctx)
 	if err != nil {
 		s.log.Warn("read the registry of claims", "err", err)
-		return
+		return nil
 	}
 	byTunnel := map[string][]*relaystate.Claimant{}
 	for _, r := range recs {
@@ -311,19 +327,20 @@ func (s *Server) syncSeats(ctx context.Context) {
 			continue // a seat's id would look its registry up again, under seatsMu
 		}
 		if _, err := s.lookupTunnel(ctx, id); err != nil {
-			return
+			return nil
 		}
 	}
 	for _, base := range s.snapshotTunnels() {
 		if base.base == base && (len(byTunnel[base.id]) > 0 || len(base.claimants()) > 0) {
-			s.setSeats(base, byTunnel[base.id])
+			gone = append(gone, s.setSeats(base, byTunnel[base.id])...)
 		}
 	}
+	return gone
 }
 
 // setSeats makes recs base's claimant seats, unless they are already.
 // s.seatsMu is held.
-func (s *Server) setSeats(base *tunnel, recs []*relaystate.Claimant) {
+func (s *Server) setSeats(base *tunnel, recs []*relaystate.Claimant) (released []releasedAgent) {
 	old := base.claimants()
 	listed := make(map[string]bool, len(recs))
 	for _, r := range recs {
@@ -349,7 +366,7 @@ func (s *Server) setSeats(base *tunnel, recs []*relaystate.Claimant) {
 		}
 	}
 	if len(gone) == 0 && len(seats) == 0 && len(recs) == len(old) {
-		return // every seat here is listed, and no other
+		return nil // every seat here is listed, and no other
 	}
 	for _, rec := range recs {
 		claims, err := claim.ParseSet(rec.Claims)
@@ -362,8 +379,24 @@ func (s *Server) setSeats(base *tunnel, recs []*relaystate.Claimant) {
 	s.storeSeats(base, seats)
 	for _, st := range gone {
 		s.log.Info("seat released", "tunnel", base.id, "seat", st.id, "claims", strings.Join(st.claims.Strings(), " "))
-		s.sendAway(st.id, true, wire.GoAway{Reason: wire.GoAwayRevoked, Message: fmt.Sprintf("this agent's seat on token %s was released (calltap relay claims release, or away longer than the relay's --claim-ttl)", base.name)})
+		if ac := s.forgetSeat(st); ac != nil {
+			released = append(released, releasedAgent{ac, base.name})
+		}
 	}
+	return released
+}
+
+// forgetSeat takes a released seat off this node and returns its agent, if
+// one holds it here, to be sent away.
+func (s *Server) forgetSeat(st *tunnel) *agentConn {
+	s.mu.Lock()
+	if s.tunnels[st.id] == st {
+		delete(s.tunnels, st.id)
+	}
+	s.mu.Unlock()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.agent
 }
 
 // seatMissingReads is how many reads of the registry in a row must miss a

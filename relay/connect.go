@@ -145,9 +145,12 @@ func (s *Server) serveAgent(r *http.Request, conn *frameconn.Conn, hs *handshake
 		return
 	}
 	defer release()
-	if t.base != t {
+	if t.base != t && len(hs.require) > 0 {
 		// What senders must present is the token's: the agent that
-		// connected last says it, whichever seat it takes.
+		// connected last and asked for it says it, whichever seat it
+		// takes. A claimant that asks nothing leaves the check as the
+		// others set it: one developer's agent must not open the
+		// team's URL to any sender.
 		t.base.mu.Lock()
 		t.base.require = hs.require
 		t.base.mu.Unlock()

@@ -100,12 +100,17 @@ func (s *Server) runBackground(ctx, intake context.Context) {
 	defer expire.Stop()
 	revoke := time.NewTicker(revokeEvery)
 	defer revoke.Stop()
+	// A seat is released within 1¼ of the claim TTL, however short it is
+	// set; a week's is looked at with the queue's expiry.
+	claims := time.NewTicker(min(expireEvery, max(s.cfg.ClaimTTL/4, revokeEvery)))
+	defer claims.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-expire.C:
 			s.expireQueued(ctx)
+		case <-claims.C:
 			s.expireClaims(ctx)
 		case <-revoke.C:
 			s.dropRevoked(ctx)
