@@ -10,6 +10,7 @@ package frameconn
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"sync"
@@ -34,10 +35,23 @@ const (
 	sendQueueLen         = 256
 )
 
+// DefaultProbeEvery is how often the relay's end pings an agent (Accept
+// takes it when Keepalive.ProbeEvery is zero). The pong wait catches a dead
+// agent; a frozen one (a laptop whose lid closed, a process stopped) keeps
+// its connection open and answers nothing, and the relay must learn that
+// within seconds to queue its requests rather than keep their senders
+// waiting: Conn.Silence tells it.
+const DefaultProbeEvery = time.Second
+
 // Keepalive holds the timing of one connection.
 type Keepalive struct {
 	PongWait  time.Duration // read deadline after each message or pong
 	WriteWait time.Duration // deadline for writing one frame
+	// ProbeEvery, when positive, pings at this interval rather than at
+	// 9/10 of PongWait (if that is shorter), so that Silence is known to
+	// within it. Only the relay's end probes: Accept makes a zero one
+	// DefaultProbeEvery; a negative one probes not.
+	ProbeEvery time.Duration
 }
 
 // WithDefaults fills the zero fields with the relay's defaults.
@@ -49,6 +63,17 @@ func (k Keepalive) WithDefaults() Keepalive {
 		k.WriteWait = DefaultWriteWait
 	}
 	return k
+}
+
+// pingEvery is the interval of the connection's pings: the probe's, or
+// 9/10 of the pong wait, whichever is shorter, so that a pong extends
+// the read deadline before it runs out.
+func (k Keepalive) pingEvery() time.Duration {
+	every := k.PongWait * 9 / 10
+	if k.ProbeEvery > 0 && k.ProbeEvery < every {
+		every = k.ProbeEvery
+	}
+	return every
 }
 
 // Frame is one message to send: a head encoded by wire's Append
@@ -90,6 +115,16 @@ type Conn struct {
 	done      chan struct{} // closed by close
 	mu        sync.Mutex    // guards closeErr
 	closeErr  error         // guarded by mu: why the connection ended
+
+	// Every ping carries the time it was sent, on the connection's clock
+	// (clock), and the peer's pong gives it back: how long the peer has
+	// owed a pong is then two atomic loads away (Silence), without a
+	// timer or a goroutine per connection.
+	start    time.Time    // the clock's zero; its monotonic reading is used
+	lastPing atomic.Int64 // written by sendLoop: the latest ping's time; 0 before the first
+	answered atomic.Int64 // written by the pong handler (the reader): the latest ping answered
+	pongAt   atomic.Int64 // written by the pong handler: when that answer came
+	onProbe  func()       // set by OnProbe before SendLoop runs; called by sendLoop after each ping
 }
 
 func newConn(ws *websocket.Conn, bc *batchConn, maxFrame int64, keep Keepalive) *Conn {
@@ -102,15 +137,68 @@ func newConn(ws *websocket.Conn, bc *batchConn, maxFrame int64, keep Keepalive) 
 		sendq:    make(chan Frame, sendQueueLen),
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
+		start:    time.Now(),
 	}
 	c.peerMax.Store(maxFrame) // until the peer says otherwise
 	ws.SetReadLimit(maxFrame)
 	ws.SetReadDeadline(time.Now().Add(keep.PongWait))
-	ws.SetPongHandler(func(string) error {
+	ws.SetPongHandler(func(data string) error {
+		c.pong(data)
 		return ws.SetReadDeadline(time.Now().Add(keep.PongWait))
 	})
 	return c
 }
+
+// clock is the time since the connection began, in nanoseconds: the
+// monotonic clock, which a change of the wall clock does not move.
+func (c *Conn) clock() int64 { return int64(time.Since(c.start)) }
+
+// ping sends a ping carrying its time. Pings go out every tick even while
+// one is unanswered: a peer may answer only the latest of several (RFC
+// 6455 allows it), and gorilla drops a pong it cannot write within a
+// second; the next ping's pong then answers for the ones before it.
+func (c *Conn) ping() error {
+	now := c.clock()
+	c.lastPing.Store(now) // before the ping leaves: its pong must find it
+	var data [8]byte
+	binary.BigEndian.PutUint64(data[:], uint64(now))
+	return c.ws.WriteControl(websocket.PingMessage, data[:], time.Now().Add(c.keep.WriteWait))
+}
+
+// pong takes the peer's answer to a ping. A pong that carries no time of
+// ours (an unsolicited one, which RFC 6455 allows) extends the read
+// deadline only. Runs on the reader.
+func (c *Conn) pong(data string) {
+	if len(data) != 8 {
+		return
+	}
+	t := int64(binary.BigEndian.Uint64([]byte(data)))
+	if t <= c.answered.Load() || t > c.lastPing.Load() {
+		return
+	}
+	// pongAt first: a Silence that sees the old answered sees a pongAt
+	// at most this fresh, never an older one with the new answer.
+	c.pongAt.Store(c.clock())
+	c.answered.Store(t)
+}
+
+// Silence is how long the peer has owed a pong: zero while every ping
+// sent is answered; else the time since its last pong (since the
+// connection began, before the first). It counts from the last pong
+// rather than from the ping still out, which may have waited up to a
+// ping interval for its tick: a peer that froze just after a pong is
+// silent from then on. Safe from any goroutine.
+func (c *Conn) Silence() time.Duration {
+	if c.answered.Load() >= c.lastPing.Load() {
+		return 0
+	}
+	return time.Duration(c.clock() - c.pongAt.Load())
+}
+
+// OnProbe has f run on the send loop after each ping: a watch on Silence
+// that costs no timer of its own. f must not block, nor send on c. It is
+// set before SendLoop runs.
+func (c *Conn) OnProbe(f func()) { c.onProbe = f }
 
 // Close ends the connection once, recording why.
 func (c *Conn) Close(err error) {
@@ -236,10 +324,10 @@ func (c *Conn) signal() {
 }
 
 // SendLoop writes what senders queued while another writer was busy, and
-// pings at 9/10 of the pong wait. It runs the queued frames' Written
-// callbacks holding writeMu.
+// pings (Keepalive.pingEvery), running the OnProbe hook after each ping.
+// It runs the queued frames' Written callbacks holding writeMu.
 func (c *Conn) SendLoop() {
-	ping := time.NewTicker(c.keep.PongWait * 9 / 10)
+	ping := time.NewTicker(c.keep.pingEvery())
 	defer ping.Stop()
 	defer c.drainSendq()
 	var batch []Frame // owned by sendLoop; grown only by a busy connection
@@ -254,9 +342,12 @@ func (c *Conn) SendLoop() {
 				return
 			}
 		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.keep.WriteWait)); err != nil {
+			if err := c.ping(); err != nil {
 				c.Close(err)
 				return
+			}
+			if c.onProbe != nil {
+				c.onProbe()
 			}
 		case <-c.done:
 			return

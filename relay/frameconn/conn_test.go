@@ -113,15 +113,25 @@ func TestBatchConnWritesABatchAtOnce(t *testing.T) {
 // as the relay (Accept) and the agent (Dial) make them.
 func wsPair(t *testing.T) (sender, receiver *Conn) {
 	t.Helper()
+	return wsPairProbing(t, Keepalive{}, nil)
+}
+
+// wsPairProbing is wsPair with the relay's end (receiver) timed by keep
+// and watched by onProbe (if not nil).
+func wsPairProbing(t *testing.T, keep Keepalive, onProbe func(*Conn)) (sender, receiver *Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan *Conn, 1)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := Accept(&websocket.Upgrader{}, w, r, 1<<20, Keepalive{})
+		c, err := Accept(&websocket.Upgrader{}, w, r, 1<<20, keep)
 		if err != nil {
 			return
+		}
+		if onProbe != nil {
+			c.OnProbe(func() { onProbe(c) })
 		}
 		got <- c
 	})}
@@ -244,4 +254,78 @@ func TestFinishWritesQueuedAnswersBeforeClose(t *testing.T) {
 		t.Errorf("after the answers: %v, want the agent's close", err)
 	}
 	<-stopped
+}
+
+// The relay's end probes its peer: while the peer reads (and so answers
+// pings), Silence comes back to zero; once it stops reading, Silence
+// grows for as long as it stays silent, and falls to zero again when it
+// reads once more. OnProbe runs after each ping.
+func TestSilenceOfAPeerThatStopsReading(t *testing.T) {
+	var probes atomic.Int64
+	peer, relayEnd := wsPairProbing(t, Keepalive{ProbeEvery: 10 * time.Millisecond}, func(*Conn) { probes.Add(1) })
+	go func() { // pongs are read by the reader, as the relay's read loop does
+		for {
+			buf, err := relayEnd.ReadFrame()
+			if err != nil {
+				return
+			}
+			PutBuf(buf)
+		}
+	}()
+	pause, resume := make(chan struct{}), make(chan struct{})
+	go func() {
+		for {
+			buf, err := peer.ReadFrame()
+			if err != nil {
+				return
+			}
+			PutBuf(buf)
+			select {
+			case <-pause: // a frame while paused: stop reading until resumed
+				<-resume
+			default:
+			}
+		}
+	}()
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10s (silence %v, %d probes)", what, relayEnd.Silence(), probes.Load())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("a reading peer answers", func() bool { return probes.Load() >= 3 && relayEnd.Silence() == 0 })
+
+	close(pause)
+	if err := relayEnd.Send(Frame{Head: wire.AppendAck(nil, wire.Ack{Stream: 1})}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a peer that stopped reading is silent", func() bool { return relayEnd.Silence() >= 300*time.Millisecond })
+	first := relayEnd.Silence()
+	waitFor("its silence grows", func() bool { return relayEnd.Silence() > first })
+
+	close(resume)
+	waitFor("a peer reading again answers", func() bool { return relayEnd.Silence() == 0 })
+}
+
+// A probing end pings at its probe's interval, unless its pong wait asks
+// for pings sooner; one that does not probe (the agent's) pings at 9/10 of
+// its pong wait, as before.
+func TestPingEveryIsTheShorterOfProbeAndPongWait(t *testing.T) {
+	for _, c := range []struct {
+		keep Keepalive
+		want time.Duration
+	}{
+		{Keepalive{PongWait: 30 * time.Second}, 27 * time.Second},
+		{Keepalive{PongWait: 30 * time.Second, ProbeEvery: time.Second}, time.Second},
+		{Keepalive{PongWait: 300 * time.Millisecond, ProbeEvery: time.Second}, 270 * time.Millisecond},
+		{Keepalive{PongWait: 30 * time.Second, ProbeEvery: -1}, 27 * time.Second},
+	} {
+		if got := c.keep.pingEvery(); got != c.want {
+			t.Errorf("%+v: pings every %v, want %v", c.keep, got, c.want)
+		}
+	}
 }

@@ -16,8 +16,12 @@ import (
 
 // Accept upgrades an agent's request to a websocket over a batchConn
 // (up answers the request itself when it cannot) and returns it as a Conn
-// reading frames up to maxFrame.
+// reading frames up to maxFrame. It probes the agent every
+// keep.ProbeEvery, DefaultProbeEvery when that is zero.
 func Accept(up *websocket.Upgrader, w http.ResponseWriter, r *http.Request, maxFrame int64, keep Keepalive) (*Conn, error) {
+	if keep.ProbeEvery == 0 {
+		keep.ProbeEvery = DefaultProbeEvery
+	}
 	hw := &hijackBatch{ResponseWriter: w}
 	ws, err := up.Upgrade(hw, r, nil)
 	if err != nil {
