@@ -25,11 +25,18 @@ type agentConn struct {
 
 	nextStream atomic.Uint64
 
-	mu      sync.Mutex          // guards pending and queued; held for map reads and writes only
+	mu      sync.Mutex          // guards pending, queued and freezing; held for map reads and writes only
 	pending map[uint64]*pending // guarded by mu: live requests by stream
 	queued  map[uint64]int64    // guarded by mu: queued requests sent, stream → queue seq
 	window  chan struct{}       // semaphore of queued requests awaiting ack
 	acked   chan int64          // queue seqs the agent acknowledged, for drainLoop to delete
+
+	// The agent taken for frozen (frozen.go). frozen is set under mu,
+	// with the live requests in flight taken for copies, and read without
+	// it (away); freezing is what those requests wait on.
+	frozen   atomic.Pointer[freeze] // nil while the agent answers
+	freezing chan struct{}          // guarded by mu: closed at the verdict; made again by the first request after it
+	verdict  atomic.Bool            // a timer will check for the verdict (probed)
 
 	// intake is read-held while a request frame is sent, so that the
 	// goaway answering the agent's leave follows every request sent to it.
@@ -37,9 +44,17 @@ type agentConn struct {
 	leaving bool // guarded by intake: the agent said leave
 }
 
-// errAgentLeft is roundTrip's error for an agent that is stopping: the
-// request was not sent, and is queued instead.
-var errAgentLeft = errors.New("relay: the agent is stopping")
+// roundTrip's errors for a request that goes to the queue instead.
+var (
+	// errAgentLeft: the agent is stopping; the request was not sent.
+	errAgentLeft = errors.New("relay: the agent is stopping")
+	// errAgentFrozen: the agent is taken for frozen; the request was not
+	// sent, and queues behind the copies of those it was (away).
+	errAgentFrozen = errors.New("relay: the agent is taken for frozen")
+	// errRequeued: the request was sent, the agent was then taken for
+	// frozen, and the request is queued (its sender answered already).
+	errRequeued = errors.New("relay: the request was queued when the agent was taken for frozen")
+)
 
 // admit holds the intake open for one request frame; false, and nothing
 // held, once the agent is leaving. admitted ends the hold.
@@ -75,6 +90,12 @@ func (ac *agentConn) leave() {
 type pending struct {
 	acked chan struct{}  // closed on ack
 	resp  chan *response // cap 1
+
+	// An agent taken for frozen has its live requests queued (frozen.go):
+	// frozen is closed then, and turn and copied were set before.
+	frozen <-chan struct{} // agentConn.freezing when it was sent
+	turn   chan struct{}   // guarded by agentConn.mu; closed by copyInFlight when its turn to be queued comes
+	copied chan struct{}   // guarded by agentConn.mu; closed by its round trip once it is queued, or needs no copy
 }
 
 // response is a decoded response frame and the buffer behind it.
@@ -119,50 +140,119 @@ func (ac *agentConn) refuse(g wire.GoAway) {
 }
 
 // roundTrip sends req and waits for the agent's ack and response. acked
-// reports whether the agent said it saved the request.
-func (ac *agentConn) roundTrip(ctx context.Context, req *wire.Request, buf *bytes.Buffer) (*response, bool, error) {
+// reports whether the agent said it saved the request. Should the agent
+// be taken for frozen meanwhile, the request is queued in its turn by
+// requeue, which answers its sender, and the error is errRequeued.
+func (ac *agentConn) roundTrip(ctx context.Context, req *wire.Request, buf *bytes.Buffer, requeue func()) (*response, bool, error) {
 	if !ac.admit() {
 		return nil, false, errAgentLeft // buf is still the caller's
 	}
 	req.Stream = ac.nextStream.Add(1)
 	p := &pending{acked: make(chan struct{}), resp: make(chan *response, 1)}
-	ac.mu.Lock()
-	ac.pending[req.Stream] = p
-	ac.mu.Unlock()
-	defer func() {
-		ac.mu.Lock()
-		delete(ac.pending, req.Stream)
-		ac.mu.Unlock()
-	}()
+	if !ac.addPending(req.Stream, p) {
+		ac.admitted()
+		return nil, false, errAgentFrozen // buf is still the caller's
+	}
 	written := make(chan struct{})
 	err := ac.Send(frameconn.Frame{Head: wire.AppendRequestHead(nil, req), Body: req.Body, Written: func() { close(written) }}, ctx.Done())
 	ac.admitted()
+	sent := err == nil
+	var resp *response
+	var acked bool
+	if sent {
+		resp, acked, err = ac.await(ctx, p)
+	}
+	requeued := ac.dropPending(req.Stream, p) && ac.copyInTurn(p, sent && err != nil, requeue)
 	// The body buffer belongs to the frame until sendLoop is done with it.
-	defer func() { <-written; frameconn.PutBuf(buf) }()
-	if err != nil {
-		return nil, false, err
+	if requeued {
+		releaseWhenWritten(written, buf)
+		return nil, acked, errRequeued
 	}
-	isAcked := func() bool {
-		select {
-		case <-p.acked:
-			return true
-		default:
-			return false
-		}
-	}
+	<-written
+	frameconn.PutBuf(buf)
+	return resp, acked, err
+}
+
+// await waits for the agent's answer to p, until the sender or the
+// forward timeout gives up (ctx), the connection closes, or the agent is
+// taken for frozen (errAgentFrozen).
+func (ac *agentConn) await(ctx context.Context, p *pending) (*response, bool, error) {
 	select {
 	case r := <-p.resp:
 		return r, true, nil
 	case <-ctx.Done():
-		return nil, isAcked(), ctx.Err()
+		return nil, p.isAcked(), ctx.Err()
 	case <-ac.Done():
-		// A response may have landed just before the close.
-		select {
-		case r := <-p.resp:
+		if r := p.landed(); r != nil {
 			return r, true, nil
-		default:
 		}
-		return nil, isAcked(), frameconn.ErrClosed
+		return nil, p.isAcked(), frameconn.ErrClosed
+	case <-p.frozen:
+		if r := p.landed(); r != nil {
+			return r, true, nil
+		}
+		return nil, p.isAcked(), errAgentFrozen
+	}
+}
+
+// landed is a response that came just as the wait for it ended; nil if
+// none did.
+func (p *pending) landed() *response {
+	select {
+	case r := <-p.resp:
+		return r
+	default:
+		return nil
+	}
+}
+
+func (p *pending) isAcked() bool {
+	select {
+	case <-p.acked:
+		return true
+	default:
+		return false
+	}
+}
+
+// addPending registers a live request about to be sent; false, and
+// nothing registered, while the agent is taken for frozen.
+func (ac *agentConn) addPending(stream uint64, p *pending) bool {
+	ac.mu.Lock()
+	defer ac.mu.Unlock()
+	if ac.frozen.Load() != nil {
+		return false
+	}
+	if ac.freezing == nil {
+		ac.freezing = make(chan struct{})
+	}
+	p.frozen = ac.freezing
+	ac.pending[stream] = p
+	return true
+}
+
+// dropPending forgets a live request whose round trip is over, and
+// reports whether the verdict took it for a copy: copyInTurn settles it.
+func (ac *agentConn) dropPending(stream uint64, p *pending) bool {
+	ac.mu.Lock()
+	defer ac.mu.Unlock()
+	delete(ac.pending, stream)
+	return p.turn != nil
+}
+
+// releaseWhenWritten gives buf back to the pool once its frame is written
+// or dropped. A request queued from a frozen agent may still wait behind a
+// write the agent does not read (until the write deadline ends it): its
+// sender has its answer, and is not kept waiting for that.
+func releaseWhenWritten(written <-chan struct{}, buf *bytes.Buffer) {
+	select {
+	case <-written:
+		frameconn.PutBuf(buf)
+	default:
+		go func() {
+			<-written
+			frameconn.PutBuf(buf)
+		}()
 	}
 }
 

@@ -173,6 +173,7 @@ func (s *Server) serveAgent(r *http.Request, conn *frameconn.Conn, hs *handshake
 	}
 	log.Info("agent connected", "remote", r.RemoteAddr, "queued", queued)
 	var loops sync.WaitGroup
+	ac.OnProbe(ac.probed) // a frozen agent is taken for away (frozen.go)
 	loops.Go(ac.SendLoop) // the hello is first in its queue (takeTunnel)
 	loops.Go(ac.drainLoop)
 	err = ac.readLoop()

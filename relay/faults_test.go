@@ -52,10 +52,14 @@ func readRequest(t *testing.T, ws *websocket.Conn) byte {
 	}
 }
 
-func postAsync(url string) chan *http.Response {
+func postAsync(url string) chan *http.Response { return postBodyAsync(url, "{}") }
+
+// postBodyAsync posts body to url and sends the response on the channel
+// it returns, its body read; nil if the post failed.
+func postBodyAsync(url, body string) chan *http.Response {
 	ch := make(chan *http.Response, 1)
 	go func() {
-		resp, err := http.Post(url, "application/json", strings.NewReader("{}"))
+		resp, err := http.Post(url, "application/json", strings.NewReader(body))
 		if err != nil {
 			ch <- nil
 			return

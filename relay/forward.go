@@ -23,14 +23,18 @@ func (s *Server) forward(w http.ResponseWriter, sender context.Context, ac *agen
 	defer cancel()
 	// A relay stopping whose grace ran out answers what still waits.
 	defer context.AfterFunc(s.abandon, cancel)()
-	resp, acked, err := ac.roundTrip(ctx, req, buf)
+	resp, acked, err := ac.roundTrip(ctx, req, buf, func() { s.enqueue(w, sender, ac.t, req, log) })
 	switch {
 	case err == nil:
 		defer resp.release()
 		ac.t.delivered.Add(1)
-	case errors.Is(err, errAgentLeft):
-		// The agent is stopping: the request waits for the next one.
+	case errors.Is(err, errRequeued):
+		return // queued from a frozen agent: its sender has its answer
+	case errors.Is(err, errAgentLeft), errors.Is(err, errAgentFrozen):
+		// The agent is stopping, or frozen: the request waits in the
+		// queue, behind what the frozen agent was sent (away).
 		defer frameconn.PutBuf(buf)
+		ac.away()
 		s.enqueue(w, sender, ac.t, req, log)
 		return
 	case sender.Err() == nil && s.abandon.Err() != nil:

@@ -12,6 +12,7 @@ type metrics struct {
 	bytesOut        atomic.Int64
 	crossIn         atomic.Int64 // requests other nodes handed to this one
 	crossOut        atomic.Int64 // requests this node handed to others
+	agentsFrozen    atomic.Int64 // agents taken for frozen (frozen.go)
 }
 
 // countStatus counts an answer of status code by its class.

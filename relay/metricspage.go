@@ -30,6 +30,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter) {
 	fmt.Fprintf(&b, "# HELP calltap_queue_depth Requests held in offline queues.\n# TYPE calltap_queue_depth gauge\ncalltap_queue_depth %d\n", depth)
 	fmt.Fprintf(&b, "# HELP calltap_queue_bytes Bytes held in offline queues.\n# TYPE calltap_queue_bytes gauge\ncalltap_queue_bytes %d\n", bytes)
 	fmt.Fprintf(&b, "# HELP calltap_bytes_in_total Request body bytes received from senders.\n# TYPE calltap_bytes_in_total counter\ncalltap_bytes_in_total %d\n", s.metrics.bytesIn.Load())
+	fmt.Fprintf(&b, "# HELP calltap_agents_frozen_total Agents taken for frozen: connected, and silent for %s; their requests queued until they answered.\n# TYPE calltap_agents_frozen_total counter\ncalltap_agents_frozen_total %d\n", frozenAfter, s.metrics.agentsFrozen.Load())
 	fmt.Fprintf(&b, "# HELP calltap_bytes_out_total Response body bytes sent to senders.\n# TYPE calltap_bytes_out_total counter\ncalltap_bytes_out_total %d\n", s.metrics.bytesOut.Load())
 	s.claimMetrics(&b)
 	if s.shared {

@@ -135,14 +135,18 @@ func (s *Server) toSeat(w http.ResponseWriter, r *http.Request, t *tunnel, req *
 }
 
 // forwardOrQueue hands req to the agent connected here, or queues it while none
-// is, or while the queue still drains (a live request must not overtake
-// queued ones), or while this node's lease in the cluster has lapsed
-// (other nodes may be queueing behind its back). ctx is the sender's.
+// is, or while it is taken for frozen (frozen.go), or while the queue
+// still drains (a live request must not overtake queued ones), or while
+// this node's lease in the cluster has lapsed (other nodes may be
+// queueing behind its back). ctx is the sender's.
 func (s *Server) forwardOrQueue(w http.ResponseWriter, ctx context.Context, t *tunnel, req *wire.Request, buf *bytes.Buffer, log reqLogger) {
 	t.mu.Lock()
 	ac := t.agent
 	live := ac != nil && t.queued == 0
 	t.mu.Unlock()
+	if ac != nil && ac.away() {
+		live = false
+	}
 	live = live && s.cfg.Cluster.Leased()
 	if live {
 		// The pooled buffer backs req.Body until the frame is written; the
