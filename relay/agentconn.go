@@ -34,9 +34,9 @@ type agentConn struct {
 	// The agent taken for frozen (frozen.go). frozen is set under mu,
 	// with the live requests in flight taken for copies, and read without
 	// it (away); freezing is what those requests wait on.
-	frozen   atomic.Pointer[freeze] // nil while the agent answers
-	freezing chan struct{}          // guarded by mu: closed at the verdict; made again by the first request after it
-	verdict  atomic.Bool            // a timer will check for the verdict (probed)
+	frozen       atomic.Pointer[freeze] // nil while the agent answers
+	freezing     chan struct{}          // guarded by mu: closed at the verdict; made again by the first request after it
+	verdictTimer atomic.Bool            // a timer is armed to look for the verdict (probed)
 
 	// intake is read-held while a request frame is sent, so that the
 	// goaway answering the agent's leave follows every request sent to it.

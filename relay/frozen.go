@@ -29,8 +29,8 @@ type freeze struct {
 }
 
 // probed looks for the verdict, or for its end; the connection's send loop
-// calls it after each ping, and a timer when the verdict falls due
-// between two pings. It never blocks.
+// calls it at each ping's tick, and a timer when the verdict falls due
+// between two ticks. It never blocks.
 func (ac *agentConn) probed() {
 	select {
 	case <-ac.Done():
@@ -43,11 +43,11 @@ func (ac *agentConn) probed() {
 	case f == nil && silence >= frozenAfter:
 		ac.freeze(silence)
 	case f == nil && silence >= frozenAfter/2:
-		// The verdict may fall due before the next ping: a timer makes it
+		// The verdict may fall due before the next tick: a timer makes it
 		// on time. Only a late pong arms one, never an idle tunnel.
-		if ac.verdict.CompareAndSwap(false, true) {
+		if ac.verdictTimer.CompareAndSwap(false, true) {
 			time.AfterFunc(frozenAfter-silence, func() {
-				ac.verdict.Store(false)
+				ac.verdictTimer.Store(false)
 				ac.probed()
 			})
 		}

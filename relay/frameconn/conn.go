@@ -124,7 +124,7 @@ type Conn struct {
 	lastPing atomic.Int64 // written by sendLoop: the latest ping's time; 0 before the first
 	answered atomic.Int64 // written by the pong handler (the reader): the latest ping answered
 	pongAt   atomic.Int64 // written by the pong handler: when that answer came
-	onProbe  func()       // set by OnProbe before SendLoop runs; called by sendLoop after each ping
+	onProbe  func()       // set by OnProbe before SendLoop runs; called by sendLoop at each tick
 }
 
 func newConn(ws *websocket.Conn, bc *batchConn, maxFrame int64, keep Keepalive) *Conn {
@@ -195,9 +195,9 @@ func (c *Conn) Silence() time.Duration {
 	return time.Duration(c.clock() - c.pongAt.Load())
 }
 
-// OnProbe has f run on the send loop after each ping: a watch on Silence
-// that costs no timer of its own. f must not block, nor send on c. It is
-// set before SendLoop runs.
+// OnProbe has f run on the send loop at each ping's tick, before the
+// ping: a watch on Silence that costs no timer of its own. f must not
+// block, nor send on c. It is set before SendLoop runs.
 func (c *Conn) OnProbe(f func()) { c.onProbe = f }
 
 // Close ends the connection once, recording why.
@@ -324,7 +324,7 @@ func (c *Conn) signal() {
 }
 
 // SendLoop writes what senders queued while another writer was busy, and
-// pings (Keepalive.pingEvery), running the OnProbe hook after each ping.
+// pings (Keepalive.pingEvery), running the OnProbe hook before each ping.
 // It runs the queued frames' Written callbacks holding writeMu.
 func (c *Conn) SendLoop() {
 	ping := time.NewTicker(c.keep.pingEvery())
@@ -342,12 +342,12 @@ func (c *Conn) SendLoop() {
 				return
 			}
 		case <-ping.C:
+			if c.onProbe != nil {
+				c.onProbe() // first: a ping write stuck behind a peer that reads nothing must not hold it up
+			}
 			if err := c.ping(); err != nil {
 				c.Close(err)
 				return
-			}
-			if c.onProbe != nil {
-				c.onProbe()
 			}
 		case <-c.done:
 			return
