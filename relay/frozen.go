@@ -87,7 +87,7 @@ func (ac *agentConn) freeze(silence time.Duration) {
 	ac.mu.Unlock()
 	ac.srv.metrics.agentsFrozen.Add(1)
 	ac.srv.log.Warn("agent taken for frozen: it has not answered a ping; its requests queue until it does",
-		"tunnel", ac.t.id, "silent", silence.Round(time.Millisecond), "in_flight", len(taken))
+		"tunnel", ac.t.base.id, "seat", ac.t.id, "silent", silence.Round(time.Millisecond), "in_flight", len(taken))
 	if len(taken) == 0 {
 		close(f.copied)
 		return
@@ -172,7 +172,8 @@ func (ac *agentConn) thawIfAnswering(f *freeze) bool {
 		return false // the next look ends it
 	}
 	if ac.frozen.CompareAndSwap(f, nil) {
-		ac.srv.log.Info("agent answers again: its queue drains to it", "tunnel", ac.t.id, "frozen_for", time.Since(f.since).Round(time.Millisecond))
+		ac.srv.log.Info("agent answers again: its queue drains to it",
+			"tunnel", ac.t.base.id, "seat", ac.t.id, "frozen_for", time.Since(f.since).Round(time.Millisecond))
 	}
 	return true
 }
