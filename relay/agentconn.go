@@ -37,6 +37,9 @@ type agentConn struct {
 	frozen       atomic.Pointer[freeze] // nil while the agent answers
 	freezing     chan struct{}          // guarded by mu: closed at the verdict; made again by the first request after it
 	verdictTimer atomic.Bool            // a timer is armed to look for the verdict (probed)
+	orphans      map[uint64]string      // guarded by mu: live requests queued as copies, unanswered: stream → request id
+	orphansOut   chan struct{}          // guarded by mu: closed once orphans is empty again; nil while it is
+	answered     map[string]bool        // guarded by mu: ids of orphans the agent answered, whose copies it is not sent
 
 	// intake is read-held while a request frame is sent, so that the
 	// goaway answering the agent's leave follows every request sent to it.
@@ -162,9 +165,12 @@ func (ac *agentConn) roundTrip(ctx context.Context, req *wire.Request, buf *byte
 	if sent {
 		resp, acked, err = ac.await(ctx, p)
 	}
-	requeued := ac.dropPending(req.Stream, p) && ac.copyInTurn(p, sent && err != nil, requeue)
+	taken, landed := ac.dropPending(req, p, sent && err != nil)
+	if landed != nil {
+		resp, acked, err = landed, true, nil
+	}
 	// The body buffer belongs to the frame until sendLoop is done with it.
-	if requeued {
+	if taken && ac.copyInTurn(p, sent && err != nil, requeue) {
 		releaseWhenWritten(written, buf)
 		return nil, acked, errRequeued
 	}
@@ -232,12 +238,22 @@ func (ac *agentConn) addPending(stream uint64, p *pending) bool {
 }
 
 // dropPending forgets a live request whose round trip is over, and
-// reports whether the verdict took it for a copy: copyInTurn settles it.
-func (ac *agentConn) dropPending(stream uint64, p *pending) bool {
+// reports whether the verdict took it for a copy (copyInTurn settles it).
+// One taken and unanswered becomes an orphan, unless its response has
+// landed after all: then that is returned.
+func (ac *agentConn) dropPending(req *wire.Request, p *pending, unanswered bool) (taken bool, landed *response) {
 	ac.mu.Lock()
 	defer ac.mu.Unlock()
-	delete(ac.pending, stream)
-	return p.turn != nil
+	delete(ac.pending, req.Stream)
+	if p.turn == nil {
+		return false, nil
+	}
+	if unanswered {
+		if landed = p.landed(); landed == nil {
+			ac.addOrphan(req)
+		}
+	}
+	return true, landed
 }
 
 // releaseWhenWritten gives buf back to the pool once its frame is written
@@ -290,24 +306,38 @@ func (ac *agentConn) readLoop() error {
 				frameconn.PutBuf(buf)
 				return err
 			}
-			ac.mu.Lock()
-			p := ac.pending[r.Stream]
-			ac.mu.Unlock()
-			if p == nil {
-				frameconn.PutBuf(buf) // the sender gave up, or a response to a queued request
-				continue
-			}
-			select {
-			case p.resp <- &response{Response: r, buf: buf}:
-			default:
-				frameconn.PutBuf(buf)
-				return fmt.Errorf("%w: two responses for stream %d", wire.ErrMalformed, r.Stream)
+			if err := ac.answer(r, buf); err != nil {
+				return err
 			}
 		default:
 			typ := b[0] // b is the buffer's: read it before the buffer goes back
 			frameconn.PutBuf(buf)
 			return fmt.Errorf("%w: unexpected frame type 0x%02x from agent", wire.ErrMalformed, typ)
 		}
+	}
+}
+
+// answer hands a response to the live request waiting for it. One that
+// nobody waits for (the sender gave up, or a response to a queued
+// request) is dropped; if it answers an orphan (frozen.go), the drain
+// waits for it no more. It is handed over under ac.mu, so that a round
+// trip that ends meanwhile either finds it (dropPending) or leaves an
+// orphan this finds.
+func (ac *agentConn) answer(r *wire.Response, buf *bytes.Buffer) error {
+	ac.mu.Lock()
+	defer ac.mu.Unlock()
+	p := ac.pending[r.Stream]
+	if p == nil {
+		ac.orphanAnswered(r)
+		frameconn.PutBuf(buf)
+		return nil
+	}
+	select {
+	case p.resp <- &response{Response: r, buf: buf}:
+		return nil
+	default:
+		frameconn.PutBuf(buf)
+		return fmt.Errorf("%w: two responses for stream %d", wire.ErrMalformed, r.Stream)
 	}
 }
 

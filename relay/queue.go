@@ -240,11 +240,20 @@ func (ac *agentConn) park() bool {
 }
 
 // sendQueued sends the agent batch, read from the queue after the
-// sequence after, each request once there is room in the window. It
+// sequence after, each request once there is room in the window and no
+// orphan of a frozen agent before it, but the copies of orphans it
+// answered (frozen.go). It
 // returns the sequence of the last one read, and false once the drain is
 // over: the connection closed, or the agent is leaving.
 func (ac *agentConn) sendQueued(batch []*relaystate.QueuedRequest, after int64) (int64, bool) {
 	for _, q := range batch {
+		if !ac.awaitOrphans() {
+			return after, false
+		}
+		if ac.skipAnswered(q) {
+			after = q.Seq
+			continue
+		}
 		if !ac.waitForRoom() {
 			return after, false
 		}

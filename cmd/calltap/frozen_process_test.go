@@ -49,12 +49,19 @@ func TestFrozenAgentUnderTrafficIsAway(t *testing.T) {
 	}
 	polltest.Until(t, 30*time.Second, func() bool { return tr.count(http.StatusOK) >= 10 }, "the traffic did not reach the handler")
 
-	stopped := time.Now()
-	agent.cmd.Process.Signal(syscall.SIGSTOP)
-	time.Sleep(15 * time.Second) // the lid stays closed this long
-	resumed := time.Now()
-	agent.cmd.Process.Signal(syscall.SIGCONT)
-	polltest.Until(t, 60*time.Second, func() bool { return tr.okSince(resumed) >= senders }, "live requests did not reach the agent again after it woke")
+	// The lid closes for 15 s, then for 4.5 s: the agent, woken within its
+	// own wait for the relay, reads on over the same connection what the
+	// relay sent it before the verdict, and then the queue.
+	var stops []lidClosed
+	for _, d := range []time.Duration{15 * time.Second, 4500 * time.Millisecond} {
+		x := lidClosed{from: time.Now()}
+		agent.cmd.Process.Signal(syscall.SIGSTOP)
+		time.Sleep(d) // the lid stays closed this long
+		x.to = time.Now()
+		agent.cmd.Process.Signal(syscall.SIGCONT)
+		polltest.Until(t, 60*time.Second, func() bool { return tr.okSince(x.to) >= senders }, "live requests did not reach the agent again after it woke")
+		stops = append(stops, x)
+	}
 	close(tr.stop)
 	running.Wait()
 
@@ -63,19 +70,28 @@ func TestFrozenAgentUnderTrafficIsAway(t *testing.T) {
 		if x.status != http.StatusOK && x.status != http.StatusAccepted {
 			t.Errorf("%s: answered %d, want 200 or 202", x.body, x.status)
 		}
-		if !x.sent.Before(stopped) && x.sent.Before(resumed) && x.status != http.StatusAccepted {
-			t.Errorf("%s, sent during the stop: answered %d, want 202 (it waited for the frozen agent)", x.body, x.status)
+		for _, st := range stops {
+			if st.holds(x.sent) && x.status != http.StatusAccepted {
+				t.Errorf("%s, sent during a stop: answered %d, want 202 (it waited for the frozen agent)", x.body, x.status)
+			}
 		}
 	}
 	polltest.Until(t, 60*time.Second, func() bool { return len(sentBodies(h.get())) >= len(sends) }, "the handler did not get every request")
 	checkOncePerSenderInOrder(t, sentBodies(h.get()), sends, senders)
-	if m := getBody(relayURL + "/metrics"); !strings.Contains(m, "calltap_agents_frozen_total 1\n") {
-		t.Errorf("the relay did not count one frozen agent:\n%s", m)
+	if m := getBody(relayURL + "/metrics"); !strings.Contains(m, fmt.Sprintf("calltap_agents_frozen_total %d\n", len(stops))) {
+		t.Errorf("the relay did not count an agent taken for frozen at each stop:\n%s", m)
 	}
-	wait, gap := tr.longestWaits(stopped, resumed)
-	t.Logf("stopped %s: %d requests; the longest a sender waited during the stop %s; the longest stretch without a 2xx or 202 from the stop %s",
-		resumed.Sub(stopped).Round(time.Millisecond), len(sends), wait.Round(time.Millisecond), gap.Round(time.Millisecond))
+	for _, st := range stops {
+		wait, gap := tr.longestWaits(st)
+		t.Logf("stopped %s (%d requests in all): the longest a sender waited during the stop %s; the longest stretch without a 2xx or 202 from the stop %s",
+			st.to.Sub(st.from).Round(time.Millisecond), len(sends), wait.Round(time.Millisecond), gap.Round(time.Millisecond))
+	}
 }
+
+// lidClosed is a stretch of time the agent was stopped.
+type lidClosed struct{ from, to time.Time }
+
+func (st lidClosed) holds(t time.Time) bool { return !t.Before(st.from) && t.Before(st.to) }
 
 // traffic is a few senders, each sending its requests one after another,
 // at a steady pace, until stop is closed.
@@ -139,19 +155,19 @@ func (tr *traffic) okSince(t time.Time) int {
 	return n
 }
 
-// longestWaits are, over the stop from stopped to resumed, the longest a
-// request sent during it waited for its answer, and the longest time
-// from the stop on without any answer of 2xx or 202.
-func (tr *traffic) longestWaits(stopped, resumed time.Time) (wait, gap time.Duration) {
-	last := stopped
+// longestWaits are, over st, the longest a request sent during it waited
+// for its answer, and the longest time from its start on without any
+// answer of 2xx or 202.
+func (tr *traffic) longestWaits(st lidClosed) (wait, gap time.Duration) {
+	last := st.from
 	for _, x := range tr.all() { // in the order they were answered
-		if x.answered.Before(stopped) {
+		if x.answered.Before(st.from) {
 			continue
 		}
-		if x.sent.Before(resumed) && !x.sent.Before(stopped) {
+		if st.holds(x.sent) {
 			wait = max(wait, x.answered.Sub(x.sent))
 		}
-		if x.status/100 == 2 && last.Before(resumed) {
+		if x.status/100 == 2 && last.Before(st.to) {
 			gap = max(gap, x.answered.Sub(last))
 			last = x.answered
 		}
