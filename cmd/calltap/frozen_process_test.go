@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,28 +24,8 @@ import (
 // the relay, 6 s, the agent reconnects: the requests it was sent live and
 // never read reach it as the copies the relay queued.)
 func TestFrozenAgentUnderTrafficIsAway(t *testing.T) {
-	h := &counter{}
-	hs := httptest.NewServer(h)
-	defer hs.Close()
-	relayDir := t.TempDir()
-	relayAddr := freeAddr(t)
-	relayURL := "http://" + relayAddr
-	start(t, "relay", "--listen", relayAddr, "--insecure-http", "--public-url", relayURL, "--data", relayDir)
-	code, stdout, stderr := runCmd(t, "relay", "token", "create", "alice", "--data", relayDir, "--public-url", relayURL)
-	if code != 0 {
-		t.Fatalf("token create: %s", stderr)
-	}
-	token := regexp.MustCompile(`ct_\S+`).FindString(stdout)
-	agent := start(t, "listen", "--relay", relayURL, "--token", token, "--forward-to", hs.URL, "--inspect", "", "--data", t.TempDir())
-	url := tunnelURL(t, agent)
-	polltest.Until(t, 15*time.Second, func() bool { return postStatus(url, `{"warmup":true}`) == http.StatusOK }, "the tunnel did not come up")
-
-	tr := &traffic{url: url, stop: make(chan struct{})}
 	const senders = 3
-	var running sync.WaitGroup
-	for s := range senders {
-		running.Go(func() { tr.run(s) })
-	}
+	tr := startTraffic(t, senders)
 	polltest.Until(t, 30*time.Second, func() bool { return tr.count(http.StatusOK) >= 10 }, "the traffic did not reach the handler")
 
 	// The lid closes for 15 s, then for 4.5 s: the agent, woken within its
@@ -55,15 +34,14 @@ func TestFrozenAgentUnderTrafficIsAway(t *testing.T) {
 	var stops []lidClosed
 	for _, d := range []time.Duration{15 * time.Second, 4500 * time.Millisecond} {
 		x := lidClosed{from: time.Now()}
-		agent.cmd.Process.Signal(syscall.SIGSTOP)
+		tr.agent.cmd.Process.Signal(syscall.SIGSTOP)
 		time.Sleep(d) // the lid stays closed this long
 		x.to = time.Now()
-		agent.cmd.Process.Signal(syscall.SIGCONT)
+		tr.agent.cmd.Process.Signal(syscall.SIGCONT)
 		polltest.Until(t, 60*time.Second, func() bool { return tr.okSince(x.to) >= senders }, "live requests did not reach the agent again after it woke")
 		stops = append(stops, x)
 	}
-	close(tr.stop)
-	running.Wait()
+	tr.halt()
 
 	sends := tr.all()
 	for _, x := range sends {
@@ -76,9 +54,9 @@ func TestFrozenAgentUnderTrafficIsAway(t *testing.T) {
 			}
 		}
 	}
-	polltest.Until(t, 60*time.Second, func() bool { return len(sentBodies(h.get())) >= len(sends) }, "the handler did not get every request")
-	checkOncePerSenderInOrder(t, sentBodies(h.get()), sends, senders)
-	if m := getBody(relayURL + "/metrics"); !strings.Contains(m, fmt.Sprintf("calltap_agents_frozen_total %d\n", len(stops))) {
+	polltest.Until(t, 60*time.Second, func() bool { return len(sentBodies(tr.handler.get())) >= len(sends) }, "the handler did not get every request")
+	checkOncePerSenderInOrder(t, sentBodies(tr.handler.get()), sends, senders)
+	if m := getBody(tr.relayURL + "/metrics"); !strings.Contains(m, fmt.Sprintf("calltap_agents_frozen_total %d\n", len(stops))) {
 		t.Errorf("the relay did not count an agent taken for frozen at each stop:\n%s", m)
 	}
 	for _, st := range stops {
@@ -93,14 +71,48 @@ type lidClosed struct{ from, to time.Time }
 
 func (st lidClosed) holds(t time.Time) bool { return !t.Before(st.from) && t.Before(st.to) }
 
-// traffic is a few senders, each sending its requests one after another,
-// at a steady pace, until stop is closed.
+// traffic is a relay, an agent and its handler, and a few senders, each
+// sending its requests to the agent's tunnel one after another, at a
+// steady pace, until halted.
 type traffic struct {
-	url  string
-	stop chan struct{}
+	handler  *counter
+	agent    *proc
+	relayURL string
+	url      string // the tunnel's
+	stop     chan struct{}
+	running  sync.WaitGroup
 
 	mu    sync.Mutex
 	sends []trafficSend // guarded by mu
+}
+
+// startTraffic starts a relay, an agent and its handler, and the senders
+// once the tunnel is up.
+func startTraffic(t *testing.T, senders int) *traffic {
+	t.Helper()
+	tr := &traffic{handler: &counter{}, stop: make(chan struct{})}
+	hs := httptest.NewServer(tr.handler)
+	t.Cleanup(hs.Close)
+	rig := newStopRig(t)
+	tr.relayURL = rig.relayURL
+	tr.agent = rig.startAgent(t, hs.URL)
+	tr.url = tunnelURL(t, tr.agent)
+	polltest.Until(t, 15*time.Second, func() bool { return postStatus(tr.url, `{"warmup":true}`) == http.StatusOK }, "the tunnel did not come up")
+	for s := range senders {
+		tr.running.Go(func() { tr.run(s) })
+	}
+	t.Cleanup(tr.halt)
+	return tr
+}
+
+// halt stops the senders, once their requests are answered.
+func (tr *traffic) halt() {
+	select {
+	case <-tr.stop:
+	default:
+		close(tr.stop)
+	}
+	tr.running.Wait()
 }
 
 type trafficSend struct {
