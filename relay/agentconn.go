@@ -101,6 +101,12 @@ type pending struct {
 	copied chan struct{}   // guarded by agentConn.mu; closed by its round trip once it is queued, or needs no copy
 }
 
+// freeze is one stretch of an agent taken for frozen.
+type freeze struct {
+	since  time.Time     // the agent's last pong
+	copied chan struct{} // closed once the live requests in flight at the verdict are queued
+}
+
 // response is a decoded response frame and the buffer behind it.
 type response struct {
 	*wire.Response
@@ -199,6 +205,23 @@ func (ac *agentConn) await(ctx context.Context, p *pending) (*response, bool, er
 		}
 		return nil, p.isAcked(), errAgentFrozen
 	}
+}
+
+// copyInTurn settles the copy of p, a live request taken at the verdict,
+// once its round trip is over: one still without its answer (needed) is
+// queued by requeue in its turn, which answers its sender, whatever ended
+// its wait (the verdict, its sender leaving, the timeout, the connection
+// closing: sent, it might be handled yet, and the copy is the one that
+// reaches the agent for sure); one that has it needs no copy. It reports
+// whether p was queued.
+func (ac *agentConn) copyInTurn(p *pending, needed bool, requeue func()) bool {
+	defer close(p.copied)
+	if !needed {
+		return false
+	}
+	<-p.turn
+	requeue()
+	return true
 }
 
 // landed is a response that came just as the wait for it ended; nil if
@@ -338,6 +361,52 @@ func (ac *agentConn) answer(r *wire.Response, buf *bytes.Buffer) error {
 	default:
 		frameconn.PutBuf(buf)
 		return fmt.Errorf("%w: two responses for stream %d", wire.ErrMalformed, r.Stream)
+	}
+}
+
+// An orphan is a live request queued as a copy whose live frame the agent
+// has not answered. It may read that frame yet, when it wakes, and then:
+//   - it hands the live request to the handler at once, a queued one in
+//     its turn: sent before the orphan's answer, a request queued after
+//     it could reach the handler first. So the drain sends no queued
+//     request while there is an orphan (awaitOrphans).
+//   - its store knows a queued request sent again, not a live one queued:
+//     the copy would reach the handler a second time. So the copy of an
+//     orphan it answered is removed from the queue unsent (skipAnswered);
+//     one whose handler it could not reach, or not in time, is sent, as
+//     its sender would have sent it again.
+//
+// The answer ends the orphan (answer), and the connection's end ends the
+// drain: the next connection gets every copy, and only the copies.
+
+// addOrphan records an orphan. ac.mu is held.
+func (ac *agentConn) addOrphan(req *wire.Request) {
+	if ac.orphans == nil {
+		ac.orphans = map[uint64]string{}
+	}
+	if len(ac.orphans) == 0 {
+		ac.orphansOut = make(chan struct{})
+	}
+	ac.orphans[req.Stream] = req.ID
+}
+
+// orphanAnswered ends the orphan r answers, if there is one. ac.mu is
+// held.
+func (ac *agentConn) orphanAnswered(r *wire.Response) {
+	id, ok := ac.orphans[r.Stream]
+	if !ok {
+		return
+	}
+	delete(ac.orphans, r.Stream)
+	if len(ac.orphans) == 0 {
+		close(ac.orphansOut)
+		ac.orphansOut = nil
+	}
+	if r.Result == wire.ResultOK || r.Result == wire.ResultQueued {
+		if ac.answered == nil {
+			ac.answered = map[string]bool{}
+		}
+		ac.answered[id] = true
 	}
 }
 

@@ -8,12 +8,8 @@
 package relay
 
 import (
-	"context"
 	"slices"
 	"time"
-
-	"github.com/calltap/calltap/relay/wire"
-	"github.com/calltap/calltap/storage/relaystate"
 )
 
 // frozenAfter is how long an agent may owe a pong before it is taken for
@@ -25,12 +21,6 @@ import (
 // (frameconn.Conn.Silence), which came before any request it has left
 // unanswered was sent.
 const frozenAfter = 3 * time.Second
-
-// freeze is one stretch of an agent taken for frozen.
-type freeze struct {
-	since  time.Time     // the agent's last pong
-	copied chan struct{} // closed once the live requests in flight at the verdict are queued
-}
 
 // probed looks for the verdict, or for its end; the connection's send loop
 // calls it at each ping's tick, and a timer when the verdict falls due
@@ -72,11 +62,12 @@ func (ac *agentConn) probed() {
 // after the verdict (forwardOrQueue), waits in away until the last copy
 // is stored, and only then is queued itself. Each copy follows its live
 // frame on the connection (its round trip sent the frame before it took
-// its turn): an agent that wakes saves the live one first and the copy is
-// a redelivery it knows by its id; if the connection dies instead, the
-// copy is what reaches the agent. With the relay in reject mode nothing
-// is queued: the requests in flight keep waiting, and new ones are
-// refused (503).
+// its turn), and waits in the queue for the agent's answer to it (an
+// orphan's, agentconn.go): an agent that wakes reads the live one, and
+// its copy is removed unsent; if the connection dies instead, the copy is
+// what reaches the agent. With the relay in reject mode nothing is
+// queued: the requests in flight keep waiting, and new ones are refused
+// (503).
 func (ac *agentConn) freeze(silence time.Duration) {
 	f := &freeze{since: time.Now().Add(-silence), copied: make(chan struct{})}
 	ac.mu.Lock()
@@ -127,110 +118,6 @@ func (ac *agentConn) copyInFlight(f *freeze, taken []*pending) {
 		<-p.copied
 	}
 	close(f.copied)
-}
-
-// copyInTurn settles the copy of p, a live request taken at the verdict,
-// once its round trip is over: one still without its answer (needed) is
-// queued by requeue in its turn, which answers its sender, whatever ended
-// its wait (the verdict, its sender leaving, the timeout, the connection
-// closing: sent, it might be handled yet, and the copy is the one that
-// reaches the agent for sure); one that has it needs no copy. It reports
-// whether p was queued.
-func (ac *agentConn) copyInTurn(p *pending, needed bool, requeue func()) bool {
-	defer close(p.copied)
-	if !needed {
-		return false
-	}
-	<-p.turn
-	requeue()
-	return true
-}
-
-// An orphan is a live request queued as a copy whose live frame the agent
-// has not answered. It may read that frame yet, when it wakes, and then:
-//   - it hands the live request to the handler at once, a queued one in
-//     its turn: sent before the orphan's answer, a request queued after
-//     it could reach the handler first. So the drain sends no queued
-//     request while there is an orphan (awaitOrphans).
-//   - its store knows a queued request sent again, not a live one queued:
-//     the copy would reach the handler a second time. So the copy of an
-//     orphan it answered is removed from the queue unsent (skipAnswered);
-//     one whose handler it could not reach, or not in time, is sent, as
-//     its sender would have sent it again.
-//
-// The answer ends the orphan (answer), and the connection's end ends the
-// drain: the next connection gets every copy, and only the copies.
-
-// addOrphan records an orphan. ac.mu is held.
-func (ac *agentConn) addOrphan(req *wire.Request) {
-	if ac.orphans == nil {
-		ac.orphans = map[uint64]string{}
-	}
-	if len(ac.orphans) == 0 {
-		ac.orphansOut = make(chan struct{})
-	}
-	ac.orphans[req.Stream] = req.ID
-}
-
-// orphanAnswered ends the orphan r answers, if there is one. ac.mu is
-// held.
-func (ac *agentConn) orphanAnswered(r *wire.Response) {
-	id, ok := ac.orphans[r.Stream]
-	if !ok {
-		return
-	}
-	delete(ac.orphans, r.Stream)
-	if len(ac.orphans) == 0 {
-		close(ac.orphansOut)
-		ac.orphansOut = nil
-	}
-	if r.Result == wire.ResultOK || r.Result == wire.ResultQueued {
-		if ac.answered == nil {
-			ac.answered = map[string]bool{}
-		}
-		ac.answered[id] = true
-	}
-}
-
-// awaitOrphans returns once there is no orphan, removing from the queue
-// what the agent acknowledges meanwhile; false once the connection has
-// closed.
-func (ac *agentConn) awaitOrphans() bool {
-	for {
-		ac.mu.Lock()
-		out := ac.orphansOut
-		ac.mu.Unlock()
-		if out == nil {
-			return true
-		}
-		select {
-		case <-out:
-		case seq := <-ac.acked:
-			ac.dequeueAcked(seq)
-		case <-ac.Done():
-			ac.flushAcked()
-			return false
-		}
-	}
-}
-
-// skipAnswered removes q from the queue unsent if it is the copy of an
-// orphan the agent answered, and reports whether it did. A copy that
-// cannot be removed is left, and not sent on this connection.
-func (ac *agentConn) skipAnswered(q *relaystate.QueuedRequest) bool {
-	ac.mu.Lock()
-	skip := ac.answered[q.ID]
-	delete(ac.answered, q.ID)
-	ac.mu.Unlock()
-	if !skip {
-		return false
-	}
-	if err := ac.srv.cfg.Store.Dequeue(context.Background(), q.Seq); err != nil {
-		ac.srv.log.Error("dequeue the copy of a request the agent answered", "tunnel", ac.t.base.id, "seat", ac.t.id, "id", q.ID, "err", err)
-	}
-	ac.t.countOut()
-	ac.t.delivered.Add(1)
-	return true
 }
 
 // away reports whether the agent is taken for frozen; if it is, away

@@ -282,6 +282,47 @@ func (ac *agentConn) waitForRoom() bool {
 	}
 }
 
+// awaitOrphans returns once there is no orphan, removing from the queue
+// what the agent acknowledges meanwhile; false once the connection has
+// closed.
+func (ac *agentConn) awaitOrphans() bool {
+	for {
+		ac.mu.Lock()
+		out := ac.orphansOut
+		ac.mu.Unlock()
+		if out == nil {
+			return true
+		}
+		select {
+		case <-out:
+		case seq := <-ac.acked:
+			ac.dequeueAcked(seq)
+		case <-ac.Done():
+			ac.flushAcked()
+			return false
+		}
+	}
+}
+
+// skipAnswered removes q from the queue unsent if it is the copy of an
+// orphan the agent answered, and reports whether it did. A copy that
+// cannot be removed is left, and not sent on this connection.
+func (ac *agentConn) skipAnswered(q *relaystate.QueuedRequest) bool {
+	ac.mu.Lock()
+	skip := ac.answered[q.ID]
+	delete(ac.answered, q.ID)
+	ac.mu.Unlock()
+	if !skip {
+		return false
+	}
+	if err := ac.srv.cfg.Store.Dequeue(context.Background(), q.Seq); err != nil {
+		ac.srv.log.Error("dequeue the copy of a request the agent answered", "tunnel", ac.t.base.id, "seat", ac.t.id, "id", q.ID, "err", err)
+	}
+	ac.t.countOut()
+	ac.t.delivered.Add(1)
+	return true
+}
+
 // sendOneQueued sends the agent q, holding a place in the window; false
 // once the drain is over. A request that cannot be read is dropped; one
 // larger than this agent reads stays queued.
