@@ -41,9 +41,12 @@
 //
 // Each frame is exactly one binary websocket message, so a request costs one
 // message each way (plus the ack, for a queued request or a slow handler).
-// Keepalive uses websocket ping/pong control frames. Many requests are in
-// flight at once; stream ids tie the frames of one request together and are
-// chosen by the relay, unique per connection.
+// Keepalive uses websocket ping/pong control frames. The relay pings every
+// second, each ping carrying 8 bytes the pong must give back (as RFC 6455
+// has every pong do): an agent that owes a pong for 3 s is taken for
+// frozen, and its requests are queued until it answers. Many requests are
+// in flight at once; stream ids tie the frames of one request together and
+// are chosen by the relay, unique per connection.
 //
 // Every frame begins with one type byte (FrameHello...). Integers are
 // unsigned varints (encoding/binary's Uvarint) unless stated; a "string" is
