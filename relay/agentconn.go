@@ -208,12 +208,11 @@ func (ac *agentConn) await(ctx context.Context, p *pending) (*response, bool, er
 }
 
 // copyInTurn settles the copy of p, a live request taken at the verdict,
-// once its round trip is over: one still without its answer (needed) is
-// queued by requeue in its turn, which answers its sender, whatever ended
-// its wait (the verdict, its sender leaving, the timeout, the connection
-// closing: sent, it might be handled yet, and the copy is the one that
-// reaches the agent for sure); one that has it needs no copy. It reports
-// whether p was queued.
+// once its round trip is over. One still unanswered (needed) is queued in
+// its turn by requeue, which answers its sender 202, whatever ended its
+// wait (the verdict, its sender leaving, the connection's end): sent, it
+// may reach the agent yet, but its copy is what reaches it for sure. One
+// answered needs no copy. It reports whether p was queued.
 func (ac *agentConn) copyInTurn(p *pending, needed bool, requeue func()) bool {
 	defer close(p.copied)
 	if !needed {

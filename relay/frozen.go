@@ -136,10 +136,10 @@ func (ac *agentConn) away() bool {
 
 // thawIfAnswering ends the verdict f once the agent has answered a ping
 // since, and the requests in flight at the verdict are queued; it reports
-// whether f is over. The queue drains to the agent over this connection
-// (it never stopped: what it was sent meanwhile waits in its socket), and
-// live requests go to it again once the queue is empty, as after any wait
-// in the queue.
+// whether f is over. The queue drains to the agent over this connection,
+// once it has answered what it was sent before the verdict (the drain
+// waits for the orphans), and live requests go to it again once the queue
+// is empty, as after any wait in the queue.
 func (ac *agentConn) thawIfAnswering(f *freeze) bool {
 	if ac.Silence() >= frozenAfter {
 		return false

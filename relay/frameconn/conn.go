@@ -176,8 +176,8 @@ func (c *Conn) pong(data string) {
 	if t <= c.answered.Load() || t > c.lastPing.Load() {
 		return
 	}
-	// pongAt first: a Silence that sees the old answered sees a pongAt
-	// at most this fresh, never an older one with the new answer.
+	// pongAt before answered: a Silence that finds this answer finds
+	// this pong's time too, never the one before it.
 	c.pongAt.Store(c.clock())
 	c.answered.Store(t)
 }

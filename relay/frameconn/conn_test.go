@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/calltap/calltap/relay/polltest"
 	"github.com/calltap/calltap/relay/wire"
 	"github.com/gorilla/websocket"
 )
@@ -259,7 +260,7 @@ func TestFinishWritesQueuedAnswersBeforeClose(t *testing.T) {
 // The relay's end probes its peer: while the peer reads (and so answers
 // pings), Silence comes back to zero; once it stops reading, Silence
 // grows for as long as it stays silent, and falls to zero again when it
-// reads once more. OnProbe runs after each ping.
+// reads once more. OnProbe runs at each ping's tick.
 func TestSilenceOfAPeerThatStopsReading(t *testing.T) {
 	var probes atomic.Int64
 	peer, relayEnd := wsPairProbing(t, Keepalive{ProbeEvery: 10 * time.Millisecond}, func(*Conn) { probes.Add(1) })
@@ -289,13 +290,7 @@ func TestSilenceOfAPeerThatStopsReading(t *testing.T) {
 	}()
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 10s (silence %v, %d probes)", what, relayEnd.Silence(), probes.Load())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		polltest.Until(t, 10*time.Second, ok, what)
 	}
 	waitFor("a reading peer answers", func() bool { return probes.Load() >= 3 && relayEnd.Silence() == 0 })
 
