@@ -18,11 +18,18 @@ import (
 // pong wait (30 s) and forward timeout (30 s) both outlast the stop. No
 // sender waits for it: each request sent during the stop is answered 202,
 // as for an agent away, and once it runs again (SIGCONT) the handler gets
-// every request exactly once, each sender's in the order it sent them.
-// A request that had waited for the agent would have got the handler's
-// answer, and only after SIGCONT. (Woken after more than its own wait for
-// the relay, 6 s, the agent reconnects: the requests it was sent live and
-// never read reach it as the copies the relay queued.)
+// every request, each sender's in the order it sent them. A request that
+// had waited for the agent would have got the handler's answer, and only
+// after SIGCONT. (Woken after more than its own wait for the relay, 6 s,
+// the agent reconnects: the requests it was sent live and never answered
+// reach it as the copies the relay queued.)
+//
+// Each request reaches the handler once, but for one the stop caught at
+// the agent, between its arrival and its answer: its copy reaches the
+// agent again on its next connection, and its store, which knows a queued
+// request sent twice but not a live one queued, takes the copy for a
+// sender's retry. The handler gets it a second time, marked in the store
+// as a repeat of the first (duplicate_of), as after a service's retry.
 func TestFrozenAgentUnderTrafficIsAway(t *testing.T) {
 	const senders = 3
 	tr := startTraffic(t, senders)
@@ -55,14 +62,40 @@ func TestFrozenAgentUnderTrafficIsAway(t *testing.T) {
 		}
 	}
 	polltest.Until(t, 60*time.Second, func() bool { return len(sentBodies(tr.handler.get())) >= len(sends) }, "the handler did not get every request")
-	checkOncePerSenderInOrder(t, sentBodies(tr.handler.get()), sends, senders)
+	repeats := checkPerSenderInOrder(t, sentBodies(tr.handler.get()), sends, senders)
+	checkRepeats(t, tr, repeats, stops)
 	if m := getBody(tr.relayURL + "/metrics"); !strings.Contains(m, fmt.Sprintf("calltap_agents_frozen_total %d\n", len(stops))) {
 		t.Errorf("the relay did not count an agent taken for frozen at each stop:\n%s", m)
 	}
 	for _, st := range stops {
 		wait, gap := tr.longestWaits(st)
-		t.Logf("stopped %s (%d requests in all): the longest a sender waited during the stop %s; the longest stretch without a 2xx or 202 from the stop %s",
+		t.Logf("stopped %s (%d requests in all): the longest a sender waited %s; the longest stretch without a 2xx or 202 from the stop %s",
 			st.to.Sub(st.from).Round(time.Millisecond), len(sends), wait.Round(time.Millisecond), gap.Round(time.Millisecond))
+	}
+	t.Logf("requests the handler got twice, caught at the agent by a stop: %d", len(repeats))
+}
+
+// checkRepeats checks that each request the handler got twice was in
+// flight when a stop began, and that the stopped agent's store marks its
+// second capture a repeat of the first.
+func checkRepeats(t *testing.T, tr *traffic, repeats []trafficSend, stops []lidClosed) {
+	t.Helper()
+	for _, x := range repeats {
+		caught := false
+		for _, st := range stops {
+			caught = caught || x.sent.Before(st.from) && !x.answered.Before(st.from)
+		}
+		if !caught {
+			t.Errorf("%s reached the handler twice, and no stop caught it in flight", x.body)
+		}
+	}
+	stop(t, tr.agent, syscall.SIGINT)
+	stored, _ := storedBodies(t, tr.agentDir)
+	for _, x := range repeats {
+		cs := stored[x.body]
+		if len(cs) != 2 || cs[1].DuplicateOf != cs[0].ID {
+			t.Errorf("%s reached the handler twice; the store does not mark the second a repeat of the first: %d captures", x.body, len(cs))
+		}
 	}
 }
 
@@ -77,6 +110,7 @@ func (st lidClosed) holds(t time.Time) bool { return !t.Before(st.from) && t.Bef
 type traffic struct {
 	handler  *counter
 	agent    *proc
+	agentDir string
 	relayURL string
 	url      string // the tunnel's
 	stop     chan struct{}
@@ -94,7 +128,7 @@ func startTraffic(t *testing.T, senders int) *traffic {
 	hs := httptest.NewServer(tr.handler)
 	t.Cleanup(hs.Close)
 	rig := newStopRig(t)
-	tr.relayURL = rig.relayURL
+	tr.relayURL, tr.agentDir = rig.relayURL, rig.agentDir
 	tr.agent = rig.startAgent(t, hs.URL)
 	tr.url = tunnelURL(t, tr.agent)
 	polltest.Until(t, 15*time.Second, func() bool { return postStatus(tr.url, `{"warmup":true}`) == http.StatusOK }, "the tunnel did not come up")
@@ -131,7 +165,7 @@ func (tr *traffic) run(sender int) {
 			return
 		case <-pace.C:
 		}
-		x := trafficSend{sender: sender, n: n, body: fmt.Sprintf(`{"sender":%d,"n":%d}`, sender, n), sent: time.Now()}
+		x := trafficSend{sender: sender, n: n, body: fmt.Sprintf(`{"id":"s%d-%d"}`, sender, n), sent: time.Now()}
 		x.status = postStatus(tr.url, x.body)
 		x.answered = time.Now()
 		tr.mu.Lock()
@@ -167,16 +201,16 @@ func (tr *traffic) okSince(t time.Time) int {
 	return n
 }
 
-// longestWaits are, over st, the longest a request sent during it waited
-// for its answer, and the longest time from its start on without any
-// answer of 2xx or 202.
+// longestWaits are, over st, the longest a request waited for its answer
+// (of those in flight at some time during st), and the longest time from
+// st's start on without any answer of 2xx or 202.
 func (tr *traffic) longestWaits(st lidClosed) (wait, gap time.Duration) {
 	last := st.from
 	for _, x := range tr.all() { // in the order they were answered
 		if x.answered.Before(st.from) {
 			continue
 		}
-		if st.holds(x.sent) {
+		if x.sent.Before(st.to) {
 			wait = max(wait, x.answered.Sub(x.sent))
 		}
 		if x.status/100 == 2 && last.Before(st.to) {
@@ -199,26 +233,34 @@ func sentBodies(got []string) []string {
 	return out
 }
 
-// checkOncePerSenderInOrder checks that the handler got each request
-// sent exactly once, and each sender's in the order it sent them.
-func checkOncePerSenderInOrder(t *testing.T, got []string, sends []trafficSend, senders int) {
+// checkPerSenderInOrder checks that the handler got each request sent,
+// each sender's first in the order it sent them, and none more than
+// twice; it returns those it got twice.
+func checkPerSenderInOrder(t *testing.T, got []string, sends []trafficSend, senders int) (repeats []trafficSend) {
 	t.Helper()
 	seen := map[string]int{}
 	next := make([]int, senders)
 	for _, b := range got {
-		seen[b]++
+		if seen[b]++; seen[b] > 1 {
+			continue
+		}
 		var s, n int
-		if _, err := fmt.Sscanf(b, `{"sender":%d,"n":%d}`, &s, &n); err != nil || s < 0 || s >= senders {
+		if _, err := fmt.Sscanf(b, `{"id":"s%d-%d"}`, &s, &n); err != nil || s < 0 || s >= senders {
 			t.Fatalf("the handler got %q", b)
 		}
-		if n != next[s] && seen[b] == 1 {
+		if n != next[s] {
 			t.Errorf("sender %d: the handler got request %d when %d was next", s, n, next[s])
 		}
 		next[s] = n + 1
 	}
 	for _, x := range sends {
-		if seen[x.body] != 1 {
+		switch seen[x.body] {
+		case 1:
+		case 2:
+			repeats = append(repeats, x)
+		default:
 			t.Errorf("%s reached the handler %d times", x.body, seen[x.body])
 		}
 	}
+	return repeats
 }
