@@ -49,6 +49,7 @@ test: check-tools vet lint
 	$(GO) test -run '^$$' -fuzz FuzzPathRule -fuzztime 15s ./relay/tunnelpath/
 	$(GO) test -run '^$$' -fuzz FuzzImport -fuzztime 15s ./inspector/
 	$(GO) test -run '^$$' -fuzz FuzzScan -fuzztime 15s ./inspector/routes/
+	$(GO) test -run '^$$' -fuzz FuzzLookup -fuzztime 15s ./relay/claim/
 
 # Runs `calltap dev` with a small sample handler and sends sample call events.
 demo: demo-build
