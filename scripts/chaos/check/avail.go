@@ -24,28 +24,73 @@ func faultWindow(h *history.History, f history.Fault) (from, to int64) {
 	return f.Start, max(to, f.Start)
 }
 
-// measure computes the waits of the attempts sent in [from, to] and the
-// longest stretch of that window without a 2xx answer, against the
-// history's bounds.
-func measure(ix *index, from, to int64) Waits {
+// traffic is the attempts a window is measured over: every sender's, or,
+// around a fault of one agent in a run with claimants, those of the calls
+// of that agent's seat (the other agents' calls flow on, and would hide
+// how long that agent's callers waited).
+type traffic struct {
+	sends []int   // positions in h.Sends, in order; all of them when every is set
+	every bool    // the whole run's traffic
+	oks   []int64 // the times of their 2xx answers, sorted
+}
+
+// allTraffic is every attempt of the run.
+func allTraffic(ix *index) traffic { return traffic{every: true, oks: ix.oks} }
+
+// seatTraffic splits the run's attempts by the seat of their call.
+func seatTraffic(ix *index, s *seats) map[string]traffic {
+	out := map[string]traffic{}
+	for i, snd := range ix.h.Sends {
+		seat := s.of(snd.DeliveryID).seat
+		tr := out[seat]
+		tr.sends = append(tr.sends, i)
+		if is2xx(snd.Status) {
+			tr.oks = append(tr.oks, snd.AnsweredAt)
+		}
+		out[seat] = tr
+	}
+	for seat, tr := range out {
+		slices.Sort(tr.oks)
+		out[seat] = tr
+	}
+	return out
+}
+
+// each calls f with every attempt of tr.
+func (tr traffic) each(ix *index, f func(history.Send)) {
+	if tr.every {
+		for _, s := range ix.h.Sends {
+			f(s)
+		}
+		return
+	}
+	for _, i := range tr.sends {
+		f(ix.h.Sends[i])
+	}
+}
+
+// measure computes the waits of tr's attempts sent in [from, to] and the
+// longest stretch of that window without a 2xx answer among them, against
+// the history's bounds.
+func measure(ix *index, tr traffic, from, to int64) Waits {
 	var w Waits
 	var waits []time.Duration
-	for _, s := range ix.h.Sends {
+	tr.each(ix, func(s history.Send) {
 		if s.SentAt < from || s.SentAt > to {
-			continue
+			return
 		}
 		w.Attempts++
 		if s.Status == 0 || s.AnsweredAt == 0 {
 			w.NoAnswer++
-			continue
+			return
 		}
 		waits = append(waits, time.Duration(s.AnsweredAt-s.SentAt))
-	}
+	})
 	slices.Sort(waits)
 	if n := len(waits); n > 0 {
 		w.P50, w.P99, w.Max = rank(waits, 0.50), rank(waits, 0.99), waits[n-1]
 	}
-	w.No2xx, w.No2xxFrom = longestGap(ix.oks, from, to)
+	w.No2xx, w.No2xxFrom = longestGap(tr.oks, from, to)
 	b := ix.h.Meta.Bounds
 	w.OverAnswer = b.AnswerMaxMS > 0 && w.Max > time.Duration(b.AnswerMaxMS)*time.Millisecond
 	w.OverNo2xx = b.No2xxMaxMS > 0 && w.No2xx > time.Duration(b.No2xxMaxMS)*time.Millisecond

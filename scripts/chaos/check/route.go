@@ -93,9 +93,9 @@ func (r *router) knownBefore(carrier, d string, ci int) bool {
 	return a >= 0 && ok && r.ix.h.Sends[a].AnsweredAt < sent
 }
 
-// ruleRoute — routes: with a route file (meta's routes), each copy of a
-// delivery reached the server of a route that takes it (routesFor), and
-// no other: media by event kind, alice by the developer its body or, when
+// ruleRoute — routes: with a route file (meta's routes, the default
+// agent's), each copy of a delivery at the default agent reached the
+// server of a route that takes it (routesFor), and no other: media by event kind, alice by the developer its body or, when
 // it names none, its call's call.started named, the rest the default. A
 // later event of alice's call sent before the call.started was accepted
 // may go to either, since the agent may not have seen it yet. One
@@ -109,6 +109,9 @@ func ruleRoute(ix *index) []Violation {
 	for _, d := range ix.order {
 		for _, ci := range ix.copies[d] {
 			c := ix.h.Handler[ci]
+			if c.Seat != defaultSeat {
+				continue // a claimant's agent has no route file; ruleClaim judges it
+			}
 			want := r.routesFor(d, ci)
 			if slices.Contains(want, c.Route) {
 				continue
