@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -169,7 +170,14 @@ func startAgents(ctx context.Context, top *topology, h *handler, meta history.Me
 		top.claimants = append(top.claimants, p)
 		claims = append(claims, claimFlag(c))
 	}
-	if err := until(ctx, time.Minute, func() bool { return top.agentsUp(claims) }); err != nil {
+	// An agent that exits at start (a claim refused, a flag this build
+	// lacks) will not connect: that is said at once, with its reason.
+	exited := func() bool { return slices.ContainsFunc(top.agents(), func(p *proc) bool { return !p.running() }) }
+	err = until(ctx, time.Minute, func() bool { return exited() || top.agentsUp(claims) })
+	if err == nil && exited() {
+		err = errors.New("an agent exited")
+	}
+	if err != nil {
 		var logs []string
 		for _, p := range top.agents() {
 			logs = append(logs, fmt.Sprintf("%s: %s", p.name, cause(p.logf)))

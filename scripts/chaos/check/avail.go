@@ -1,7 +1,9 @@
 package check
 
 import (
+	"cmp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/calltap/calltap/scripts/chaos/history"
@@ -118,4 +120,43 @@ func longestGap(oks []int64, from, to int64) (time.Duration, int64) {
 		best, at = g, prev
 	}
 	return time.Duration(best), at
+}
+
+// byKind sums fws up per fault kind and target class: the worst of each.
+func byKind(fws []FaultWaits) []KindWaits {
+	var out []KindWaits
+	for _, fw := range fws {
+		on := targetClass(fw.Fault.Target)
+		i := slices.IndexFunc(out, func(k KindWaits) bool { return k.Kind == fw.Fault.Kind && k.On == on })
+		if i < 0 {
+			out = append(out, KindWaits{Kind: fw.Fault.Kind, On: on})
+			i = len(out) - 1
+		}
+		k := &out[i]
+		k.Faults++
+		k.Max, k.No2xx = max(k.Max, fw.Max), max(k.No2xx, fw.No2xx)
+		k.OverAnswer, k.OverNo2xx = k.OverAnswer || fw.OverAnswer, k.OverNo2xx || fw.OverNo2xx
+	}
+	slices.SortFunc(out, func(a, b KindWaits) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.On, b.On)) })
+	return out
+}
+
+// targetClass is the kind of thing a fault's target names: "an agent"
+// ("agent", "agent-alice"), "an agent's link" ("agent-bob->relay-1"),
+// "a relay node", "a relay node's link to NATS", "a NATS server" (or two).
+func targetClass(target string) string {
+	proc, link, isLink := strings.Cut(target, "->")
+	switch {
+	case strings.HasPrefix(proc, "agent") && isLink:
+		return "an agent's link"
+	case strings.HasPrefix(proc, "agent"):
+		return "an agent"
+	case strings.HasPrefix(proc, "relay") && isLink && strings.HasPrefix(link, "nats"):
+		return "a relay node's link to NATS"
+	case strings.HasPrefix(proc, "relay"):
+		return "a relay node"
+	case strings.HasPrefix(proc, "nats"):
+		return "a NATS server"
+	}
+	return target
 }

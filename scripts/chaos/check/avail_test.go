@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +80,18 @@ func TestAvailabilityPerSeat(t *testing.T) {
 	page := render(t, &r.h, res)
 	if !strings.Contains(page, `<td>agent-alice <span class="small">(alice&#39;s calls)</span></td>`) {
 		t.Error("the availability table does not say whose calls a fault of alice's agent was measured over")
+	}
+	// Per kind: the worst SIGSTOP of an agent is alice's 7 s.
+	var kinds []string
+	for _, k := range res.ByKind {
+		kinds = append(kinds, fmt.Sprintf("%s on %s: %d, %s", k.Kind, k.On, k.Faults, k.No2xx.Round(time.Millisecond)))
+	}
+	want := []string{"net-cut on an agent's link: 1, 500ms", "sigstop on a relay node: 1, 500ms", "sigstop on an agent: 1, 7.001s"}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("per kind %q, want %q", kinds, want)
+	}
+	if !regexp.MustCompile(`<td>an agent</td><td class="n">1</td><td class="n[^"]*">6.5 s</td><td class="n">7.0 s</td></tr>`).MatchString(page) {
+		t.Errorf("the per-kind table lacks the SIGSTOP of an agent")
 	}
 }
 

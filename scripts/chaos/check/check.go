@@ -121,6 +121,19 @@ type FaultWaits struct {
 	Waits
 }
 
+// KindWaits is the worst of the faults of one kind on one kind of target:
+// e.g. under a SIGSTOP of an agent, the longest any agent's callers went
+// without a 2xx.
+type KindWaits struct {
+	Kind   string // a history.Fault* kind
+	On     string // what it hit: targetClass
+	Faults int
+	Max    time.Duration // the longest wait for an answer
+	No2xx  time.Duration // the longest stretch without a 2xx
+	// Over the bounds, as in Waits.
+	OverAnswer, OverNo2xx bool
+}
+
 // Result is the checker's verdict on one run.
 type Result struct {
 	Meta       history.Meta
@@ -128,6 +141,7 @@ type Result struct {
 	Counts     Counts
 	Overall    Waits // the whole run, start to end
 	PerFault   []FaultWaits
+	ByKind     []KindWaits // PerFault's worst per kind and target class, by kind then class
 }
 
 // OK reports whether the run kept every safety promise.
@@ -203,6 +217,7 @@ func Check(h *history.History) Result {
 		fw.Waits = measure(ix, tr, from, to)
 		r.PerFault = append(r.PerFault, fw)
 	}
+	r.ByKind = byKind(r.PerFault)
 	return r
 }
 

@@ -32,6 +32,7 @@ type reportView struct {
 	Chart      chartView
 	Legend     []legendItem
 	Overall    availRow
+	ByKind     []kindRow
 	Avail      []availRow
 	Violations []violationRow
 	More       int // violations not listed
@@ -56,6 +57,14 @@ type availRow struct {
 	From, Length          string
 	Attempts, NoAnswer    string
 	P50, P99, Max, No2xx  string
+	OverAnswer, OverNo2xx bool
+}
+
+// kindRow is the worst of one kind of fault on one kind of target.
+type kindRow struct {
+	Kind, On, Color       string
+	Faults                int
+	Max, No2xx            string
 	OverAnswer, OverNo2xx bool
 }
 
@@ -140,6 +149,10 @@ func buildView(h *history.History, r Result) reportView {
 	}
 	for _, k := range slices.Sorted(maps.Keys(r.Counts.FaultsByKind)) {
 		v.Legend = append(v.Legend, legendItem{Kind: k, Color: faultColor(k)})
+	}
+	for _, k := range r.ByKind {
+		v.ByKind = append(v.ByKind, kindRow{Kind: k.Kind, On: k.On, Color: faultColor(k.Kind), Faults: k.Faults,
+			Max: fmtDur(k.Max), No2xx: fmtDur(k.No2xx), OverAnswer: k.OverAnswer, OverNo2xx: k.OverNo2xx})
 	}
 	for i, fw := range r.PerFault {
 		a := availOf(tl, i+1, fw.Fault, fw.Waits)
