@@ -180,15 +180,18 @@ func (r *run) seat(d, seat string) *run {
 // agent, its call.ended (d5), naming bob, to alice's; and a call of
 // dave's (d6), whom nobody claims, to the default agent, as do clean's.
 func aliceClaims(connectedSeat string) *run {
-	return clean().claimed().
-		ok("d3", 1, 3, 3.01, 3.02, 1).capture("p3", "d3", 3.005, "delivered", 200, "").
-		of("d3", "call.started", "c-alice", "alice").seat("d3", "alice").
-		ok("d4", 1, 4, 4.01, 4.02, 1).capture("p4", "d4", 4.005, "delivered", 200, "").
-		of("d4", "call.connected", "c-alice", "").seat("d4", connectedSeat).
-		ok("d5", 1, 5, 5.01, 5.02, 1).capture("p5", "d5", 5.005, "delivered", 200, "").
-		of("d5", "call.ended", "c-alice", "bob").seat("d5", "alice").
-		ok("d6", 1, 6, 6.01, 6.02, 1).capture("p6", "d6", 6.005, "delivered", 200, "").
-		of("d6", "call.started", "c-dave", "dave")
+	r := clean().claimed()
+	for i, e := range []struct{ kind, call, developer, seat string }{
+		{"call.started", "c-alice", "alice", "alice"},
+		{"call.connected", "c-alice", "", connectedSeat},
+		{"call.ended", "c-alice", "bob", "alice"},
+		{"call.started", "c-dave", "dave", ""},
+	} {
+		d, sec := fmt.Sprint("d", i+3), float64(i+3)
+		r.ok(d, 1, sec, sec+0.01, sec+0.02, 1).capture(fmt.Sprint("p", i+3), d, sec+0.005, "delivered", 200, "").
+			of(d, e.kind, e.call, e.developer).seat(d, e.seat)
+	}
+	return r
 }
 
 // earlyClaim is alice's call whose call.started (d3) was refused at first

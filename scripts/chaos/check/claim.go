@@ -184,11 +184,7 @@ func ruleClaimStore(ix *index) []Violation {
 // describe names d's event and call: "call.ended of call c1 (naming
 // developer bob)".
 func (s *seats) describe(d string) string {
-	first := s.ix.h.Sends[s.ix.sends[d][0]]
-	what := first.Event + " of call " + first.CallID
-	if first.Developer != "" {
-		return what + " (naming developer " + first.Developer + ")"
-	}
+	what, _ := s.ix.describeEvent(d)
 	return what
 }
 

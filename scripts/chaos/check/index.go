@@ -112,6 +112,17 @@ func sameBody(sent, handler string) bool {
 	return sent == handler
 }
 
+// describeEvent names d's event and call, and the developer its body
+// named, if any (named): "call.ended of call c1 (naming developer bob)".
+func (ix *index) describeEvent(d string) (what string, named bool) {
+	s := ix.h.Sends[ix.sends[d][0]]
+	what = s.Event + " of call " + s.CallID
+	if s.Developer == "" {
+		return what, false
+	}
+	return what + " (naming developer " + s.Developer + ")", true
+}
+
 // accepted is the position of the first send of d answered 2xx (202
 // included), by answer time; -1 if none.
 func (ix *index) accepted(d string) int {

@@ -129,12 +129,11 @@ func ruleRoute(ix *index) []Violation {
 // route: "call.ended of call c1 (its call's developer alice, named by
 // d7)".
 func (r *router) describe(d string) string {
-	s := r.ix.h.Sends[r.ix.sends[d][0]]
-	what := s.Event + " of call " + s.CallID
-	if s.Developer != "" {
-		return what + " (naming developer " + s.Developer + ")"
+	what, named := r.ix.describeEvent(d)
+	if named {
+		return what
 	}
-	if cd, ok := r.devs[s.CallID]; ok {
+	if cd, ok := r.devs[r.ix.h.Sends[r.ix.sends[d][0]].CallID]; ok {
 		return what + " (its call's developer " + cd.name + ", named by " + cd.d + ")"
 	}
 	return what + " (no developer)"
