@@ -56,9 +56,10 @@ func trafficMix(mode string) mix {
 // strayOneIn is how rarely a later event of a call names a developer.
 const strayOneIn = 8
 
-// draw picks a call's developer and, with strays, has some of its later
-// events (never the call.started) name one of m's developers.
-func (m mix) draw(rng *rand.Rand, spec callevent.CallSpec) []callevent.Payload {
+// events are the events of a new call: its developer drawn from m's, and,
+// with strays, some of its later events (never the call.started) naming
+// one of them too.
+func (m mix) events(rng *rand.Rand, spec callevent.CallSpec) []callevent.Payload {
 	events := callEvents(spec, m.developers[rng.IntN(len(m.developers))])
 	if !m.strays {
 		return events
@@ -75,6 +76,20 @@ func (m mix) draw(rng *rand.Rand, spec callevent.CallSpec) []callevent.Payload {
 			vars["developer"] = dev
 			events[i].Call.Variables = vars
 		}
+	}
+	return events
+}
+
+// callEvents are spec's events, the call.started naming developer dev in
+// its variables (none for ""). Only call.started names the developer: the
+// call's later events must follow it to its route (and its claimant) all
+// the same.
+func callEvents(spec callevent.CallSpec, dev string) []callevent.Payload {
+	events := spec.Events()
+	if dev != "" {
+		vars := maps.Clone(events[0].Call.Variables)
+		vars["developer"] = dev
+		events[0].Call.Variables = vars
 	}
 	return events
 }

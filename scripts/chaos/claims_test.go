@@ -53,7 +53,7 @@ func TestTeamMix(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	started, strays := map[string]int{}, 0
 	for range 600 {
-		events := trafficMix(history.ModeTeam).draw(rng, callevent.CallSpec{Start: time.Now()})
+		events := trafficMix(history.ModeTeam).events(rng, callevent.CallSpec{Start: time.Now()})
 		dev, _ := events[0].Call.Variables["developer"].(string)
 		started[dev]++
 		for _, p := range events[1:] {
@@ -72,7 +72,7 @@ func TestTeamMix(t *testing.T) {
 	}
 	single := rand.New(rand.NewPCG(1, 2))
 	for range 100 {
-		for _, p := range trafficMix(history.ModeSingle).draw(single, callevent.CallSpec{Start: time.Now()})[1:] {
+		for _, p := range trafficMix(history.ModeSingle).events(single, callevent.CallSpec{Start: time.Now()})[1:] {
 			if _, ok := p.Call.Variables["developer"]; ok {
 				t.Fatalf("single mode: a later event (%s) names a developer", p.Event)
 			}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -133,7 +132,7 @@ func (s *senders) startCall() {
 		spec.Flow = callevent.FlowFailed
 		spec.OutcomeCode = callevent.OutcomeCodes[s.rng.IntN(len(callevent.OutcomeCodes))]
 	}
-	events := s.mix.draw(s.rng, spec)
+	events := s.mix.events(s.rng, spec)
 	s.mu.Lock()
 	s.active++
 	s.started++
@@ -162,20 +161,6 @@ func (s *senders) startCall() {
 		}
 		each.Wait()
 	}()
-}
-
-// callEvents are spec's events, the call.started naming developer dev in
-// its variables (none for ""). Only call.started names the developer: the
-// call's later events must follow it to its route (and its claimant) all
-// the same.
-func callEvents(spec callevent.CallSpec, dev string) []callevent.Payload {
-	events := spec.Events()
-	if dev != "" {
-		vars := maps.Clone(events[0].Call.Variables)
-		vars["developer"] = dev
-		events[0].Call.Variables = vars
-	}
-	return events
 }
 
 // deliver tries one delivery on the service's schedule.
