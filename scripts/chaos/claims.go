@@ -8,11 +8,11 @@ import (
 	"github.com/calltap/calltap/scripts/chaos/history"
 )
 
-// chaosClaimants are, in team mode, the agents that share the token with
-// the default one (issue 41), each claiming the calls whose
-// call.variables.developer names it. Single mode keeps one agent.
-func chaosClaimants(mode string) []history.Claimant {
-	if mode != history.ModeTeam {
+// chaosClaimants are, with claims on (team mode's default), the agents
+// that share the token with the default one (issue 41), each claiming the
+// calls whose call.variables.developer names it. Without, one agent.
+func chaosClaimants(on bool) []history.Claimant {
+	if !on {
 		return nil
 	}
 	return []history.Claimant{{Name: "alice", Developer: "alice"}, {Name: "bob", Developer: "bob"}, {Name: "carol", Developer: "carol"}}
@@ -23,9 +23,9 @@ func claimFlag(c history.Claimant) string { return "call.variables.developer=" +
 
 // routeDeveloper is the developer the default agent's route file names:
 // one whose calls reach the default agent, so that the route has calls to
-// take. In team mode that is dave, whom nobody claims.
-func routeDeveloper(mode string) string {
-	if mode == history.ModeTeam {
+// take. With claims that is dave, whom nobody claims.
+func routeDeveloper(claims bool) string {
+	if claims {
 		return "dave"
 	}
 	return "alice"
@@ -41,13 +41,13 @@ type mix struct {
 	strays bool
 }
 
-// trafficMix is the mode's mix. Single: alice for a third of the calls
+// trafficMix is the run's mix. One agent: alice for a third of the calls
 // (her route takes them), bob for a sixth (no route of his: the default
-// takes them), nobody for the rest. Team: a sixth each for the three
-// claimants and for dave (the default agent's route), nobody for a third;
-// and strays.
-func trafficMix(mode string) mix {
-	if mode == history.ModeTeam {
+// takes them), nobody for the rest. With claims: a sixth each for the
+// three claimants and for dave (the default agent's route), nobody for a
+// third; and strays.
+func trafficMix(claims bool) mix {
+	if claims {
 		return mix{developers: []string{"alice", "bob", "carol", "dave", "", ""}, strays: true}
 	}
 	return mix{developers: []string{"alice", "alice", "bob", "", "", ""}}

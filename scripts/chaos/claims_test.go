@@ -9,7 +9,6 @@ import (
 
 	"github.com/calltap/calltap/inspector/voice/callevent"
 	"github.com/calltap/calltap/relay/claim"
-	"github.com/calltap/calltap/scripts/chaos/history"
 )
 
 // TestClaimsMatchTheTraffic: each claimant's --claim is one the relay
@@ -17,9 +16,9 @@ import (
 // the checker expects: no other developer's, nor a later event naming
 // nobody (which must follow its call all the same).
 func TestClaimsMatchTheTraffic(t *testing.T) {
-	cs := chaosClaimants(history.ModeTeam)
-	if len(cs) != 3 || len(chaosClaimants(history.ModeSingle)) != 0 {
-		t.Fatalf("team mode has %d claimants, single mode %d; want 3 and none", len(cs), len(chaosClaimants(history.ModeSingle)))
+	cs := chaosClaimants(true)
+	if len(cs) != 3 || len(chaosClaimants(false)) != 0 {
+		t.Fatalf("with claims %d claimants, without %d; want 3 and none", len(cs), len(chaosClaimants(false)))
 	}
 	noHeader := http.Header{}
 	for _, c := range cs {
@@ -27,7 +26,7 @@ func TestClaimsMatchTheTraffic(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s's claim %q: %v", c.Name, claimFlag(c), err)
 		}
-		for _, dev := range append(trafficMix(history.ModeTeam).developers, "") {
+		for _, dev := range append(trafficMix(true).developers, "") {
 			events := callEvents(callevent.CallSpec{Start: time.Now()}, dev)
 			for i, p := range events {
 				body, err := json.Marshal(p)
@@ -41,19 +40,19 @@ func TestClaimsMatchTheTraffic(t *testing.T) {
 			}
 		}
 	}
-	if routeDeveloper(history.ModeTeam) == cs[0].Developer {
+	if routeDeveloper(true) == cs[0].Developer {
 		t.Error("the default agent's route names a claimed developer: it would get no call")
 	}
 }
 
-// TestTeamMix: team mode's calls are for every claimant, the developer
-// nobody claims, and nobody; some later events name a developer of their
-// own (never the call.started but by the draw), and single mode has none.
+// TestTeamMix: with claims, the calls are for every claimant, the
+// developer nobody claims, and nobody; some later events name a developer
+// of their own; without claims none does.
 func TestTeamMix(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	started, strays := map[string]int{}, 0
 	for range 600 {
-		events := trafficMix(history.ModeTeam).events(rng, callevent.CallSpec{Start: time.Now()})
+		events := trafficMix(true).events(rng, callevent.CallSpec{Start: time.Now()})
 		dev, _ := events[0].Call.Variables["developer"].(string)
 		started[dev]++
 		for _, p := range events[1:] {
@@ -72,10 +71,29 @@ func TestTeamMix(t *testing.T) {
 	}
 	single := rand.New(rand.NewPCG(1, 2))
 	for range 100 {
-		for _, p := range trafficMix(history.ModeSingle).events(single, callevent.CallSpec{Start: time.Now()})[1:] {
+		for _, p := range trafficMix(false).events(single, callevent.CallSpec{Start: time.Now()})[1:] {
 			if _, ok := p.Call.Variables["developer"]; ok {
-				t.Fatalf("single mode: a later event (%s) names a developer", p.Event)
+				t.Fatalf("without claims: a later event (%s) names a developer", p.Event)
 			}
+		}
+	}
+}
+
+// TestClaimsFlag: claims are on in team mode and off in single mode unless
+// -claims says otherwise.
+func TestClaimsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"-single"}, false},
+		{[]string{"-single", "-claims"}, true},
+		{[]string{"-claims=false"}, false},
+	} {
+		cfg, err := parseArgs(append([]string{"-seed", "1"}, tc.args...))
+		if err != nil || cfg.claims != tc.want {
+			t.Errorf("chaos %v: claims %v (%v), want %v", tc.args, cfg.claims, err, tc.want)
 		}
 	}
 }

@@ -86,8 +86,8 @@ func run(ctx context.Context, cfg config, logw io.Writer) (result, error) {
 	}
 	defer rec.close()
 	meta := history.Meta{Seed: cfg.seed, Mode: cfg.mode(), Minutes: cfg.minutes, Bounds: bounds,
-		Routes: chaosRoutes(routeDeveloper(cfg.mode())), Claimants: chaosClaimants(cfg.mode())}
-	slog.Info("chaos: starting", "mode", meta.Mode, "seed", cfg.seed, "minutes", cfg.minutes, "bin", cfg.bin, "out", cfg.out)
+		Routes: chaosRoutes(routeDeveloper(cfg.claims)), Claimants: chaosClaimants(cfg.claims)}
+	slog.Info("chaos: starting", "mode", meta.Mode, "claimants", len(meta.Claimants), "seed", cfg.seed, "minutes", cfg.minutes, "bin", cfg.bin, "out", cfg.out)
 
 	top.proxies = newProxies()
 	defer top.proxies.close()
@@ -197,7 +197,7 @@ func exercise(ctx context.Context, cfg config, top *topology, h *handler, rec *r
 	}
 	slog.Info("chaos: the nemesis's schedule", "faults", len(sched), "file", "schedule.json")
 
-	s := newSenders(top.relayURLs, top.tunnel, rec.sends, h.calls, trafficMix(cfg.mode()), cfg.seed)
+	s := newSenders(top.relayURLs, top.tunnel, rec.sends, h.calls, trafficMix(cfg.claims), cfg.seed)
 	stop := make(chan struct{})
 	meta.Started = time.Now().UnixNano()
 	go s.run(stop)
