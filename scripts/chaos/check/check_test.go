@@ -151,6 +151,21 @@ func earlyConnected(connected string) *run {
 		routed()
 }
 
+// strayCall is alice's call (d3 names her) whose call.connected (d4)
+// names bob, accepted at bobAccepted, and whose call.ended (d5), naming
+// nobody and sent at 5 s, reached route endedAt: the agent recalls the
+// developer the call's events last named, bob once it has seen d4.
+func strayCall(bobAccepted float64, endedAt string) *run {
+	return clean().
+		ok("d3", 1, 3, 3.01, 3.02, 1).capture("p3", "d3", 3.005, "delivered", 200, "").
+		of("d3", "call.started", "c-alice", "alice").to("d3", "alice").
+		ok("d4", 1, 4, bobAccepted-0.01, bobAccepted, 1).capture("p4", "d4", 4.005, "delivered", 200, "").
+		of("d4", "call.connected", "c-alice", "bob").to("d4", history.DefaultRoute).
+		ok("d5", 1, 5, 5.01, 5.02, 1).capture("p5", "d5", 5.005, "delivered", 200, "").
+		of("d5", "call.ended", "c-alice", "").to("d5", endedAt).
+		routed()
+}
+
 // claimed gives the run claimant agents beside the default one: alice and
 // bob each claim their developer's calls; the rest is the default agent's.
 func (r *run) claimed() *run {
@@ -497,6 +512,15 @@ func TestCheck(t *testing.T) {
 				ok("d4", 1, 4, 4.01, 4.02, 1).capture("p4", "d4", 4.005, "delivered", 200, "").to("d4", history.DefaultRoute).
 				copy("d3", 5, 1).to("d3", history.DefaultRoute),
 			[]string{"Order"}},
+		{"routes: a call.ended naming nobody follows the developer its call's events last named (bob, after alice): the default",
+			strayCall(4.02, history.DefaultRoute),
+			nil},
+		{"routes: ... not the first one (alice)",
+			strayCall(4.02, "alice"),
+			[]string{"Route"}},
+		{"routes: ... which it may, when the event naming bob was not yet accepted",
+			strayCall(6, "alice"),
+			nil},
 		{"claims: alice's call at her agent, its later events following her whatever they name; dave's call at the default",
 			aliceClaims("alice"),
 			nil},
