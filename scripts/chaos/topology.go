@@ -39,6 +39,7 @@ type topology struct {
 	disk      *agentDisk
 	proxies   *proxies
 	token     string
+	tokenFile string // the token, for the agents' --token-file
 	tunnel    string
 }
 
@@ -152,7 +153,8 @@ func (t *topology) startRelays(ctx context.Context, n int) error {
 	return nil
 }
 
-// createToken makes the developer's token with `calltap relay token create`.
+// createToken makes the developer's token with `calltap relay token create`
+// and writes it where the agents read it.
 func (t *topology) createToken(ctx context.Context) error {
 	args := []string{"relay", "token", "create", "chaos", "--json"}
 	if len(t.natsURLs) > 0 {
@@ -174,7 +176,10 @@ func (t *topology) createToken(ctx context.Context) error {
 		return fmt.Errorf("calltap relay token create printed %q", out.String())
 	}
 	t.token, t.tunnel = tok.Token, tok.TunnelID
-	return nil
+	// Written once, before any agent reads it: one agent starting must
+	// not find it half written by another's start.
+	t.tokenFile = filepath.Join(t.work, "token")
+	return os.WriteFile(t.tokenFile, []byte(t.token), 0o600)
 }
 
 // agentSpec is one `calltap listen` of the run.
@@ -201,11 +206,7 @@ func (t *topology) startAgent(a agentSpec) (*proc, error) {
 		}
 		via = append(via, "http://"+addr)
 	}
-	tokFile := filepath.Join(t.work, "token")
-	if err := os.WriteFile(tokFile, []byte(t.token), 0o600); err != nil {
-		return nil, err
-	}
-	args := []string{"listen", "--relay", strings.Join(via, ","), "--token-file", tokFile,
+	args := []string{"listen", "--relay", strings.Join(via, ","), "--token-file", t.tokenFile,
 		"--forward-to", a.forwardTo, "--inspect", "", "--data", a.data, "--quiet"}
 	if a.routes != "" {
 		args = append(args, "--routes", a.routes)
