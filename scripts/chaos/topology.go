@@ -20,7 +20,7 @@ import (
 // 127.0.0.1 so that signals are real: in team mode three NATS servers in a
 // JetStream cluster, three relay nodes over it, and on one token the
 // default agent and three claimant agents; in single mode one relay
-// (SQLite) and one agent. Each agent reaches each relay node, and each node
+// (SQLite) and the default agent (the claimants too with -claims). Each agent reaches each relay node, and each node
 // each NATS server, through a proxy of its own.
 type topology struct {
 	mode    string
