@@ -521,6 +521,16 @@ func TestCheck(t *testing.T) {
 		{"routes: ... which it may, when the event naming bob was not yet accepted",
 			strayCall(6, "alice"),
 			nil},
+		{"claims: a request in flight to alice's frozen agent, answered 202, reaches her live when she wakes",
+			clean().claimed().fault(history.FaultSigstop, "agent-alice", 2.5, 6).
+				send("d3", 1, 3, 5.5, 202, queued202, "").of("d3", "call.started", "c-alice", "alice").
+				copy("d3", 6.1, 1).capture("p3", "d3", 3.005, "delivered", 200, "").seat("d3", "alice"),
+			nil},
+		{"claims: ... but not while another agent (bob's) was the one frozen",
+			clean().claimed().fault(history.FaultSigstop, "agent-bob", 2.5, 6).
+				send("d3", 1, 3, 5.5, 202, queued202, "").of("d3", "call.started", "c-alice", "alice").
+				copy("d3", 6.1, 1).capture("p3", "d3", 3.005, "delivered", 200, "").seat("d3", "alice"),
+			[]string{"DeliveredAfterRefusal"}},
 		{"claims: alice's call at her agent, its later events following her whatever they name; dave's call at the default",
 			aliceClaims("alice"),
 			nil},
