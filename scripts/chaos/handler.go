@@ -15,19 +15,20 @@ import (
 	"github.com/calltap/calltap/scripts/chaos/history"
 )
 
-// handler is the developer's webhook handlers at the end of the tunnel: a
-// server per route of the agent's route file and one for the default
-// (--forward-to), each answering every request 200 at once, with a body
-// naming the route, the delivery id and a counter of the copy across all
-// servers (so that a sender's 2xx can be matched to the copy it came
-// from). All record each request in one handler.jsonl, in the order they
-// received them, each copy naming the route whose server got it.
+// handler is the developers' webhook handlers at the ends of the tunnel:
+// a server per route of the default agent's route file and one for its
+// default (--forward-to), and one for each claimant's agent, each
+// answering every request 200 at once, with a body naming the server, the
+// delivery id and a counter of the copy across all servers (so that a
+// sender's 2xx can be matched to the copy it came from). All record each
+// request in one handler.jsonl, in the order they received them, each copy
+// naming the agent and route whose server got it.
 type handler struct {
 	log    *history.Log[history.Copy]
 	calls  *registry
 	tunnel string
 	srvs   []*http.Server
-	urls   map[string]string // route name -> its server's URL; set before the servers serve
+	urls   map[server]string // each server's URL; set before the servers serve
 
 	mu     sync.Mutex     // held while a copy is stamped, counted and appended, so the file's order is the order of arrival
 	copies int            // guarded by mu
@@ -35,11 +36,15 @@ type handler struct {
 	last   time.Time      // guarded by mu; when the last copy arrived
 }
 
-// startHandler starts a server for each of routes.
-func startHandler(log *history.Log[history.Copy], calls *registry, tunnel string, routes []string) (*handler, error) {
-	h := &handler{log: log, calls: calls, tunnel: tunnel, seen: map[string]int{}, urls: map[string]string{}}
-	lns := make([]net.Listener, 0, len(routes))
-	for _, route := range routes {
+// server names one handler server: the agent whose forwards it gets (a
+// claimant's name, "" for the default agent) and the route it stands for.
+type server struct{ seat, route string }
+
+// startHandler starts a server for each of srvs.
+func startHandler(log *history.Log[history.Copy], calls *registry, tunnel string, srvs []server) (*handler, error) {
+	h := &handler{log: log, calls: calls, tunnel: tunnel, seen: map[string]int{}, urls: map[server]string{}}
+	lns := make([]net.Listener, 0, len(srvs))
+	for _, sv := range srvs {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			for _, ln := range lns {
@@ -48,9 +53,9 @@ func startHandler(log *history.Log[history.Copy], calls *registry, tunnel string
 			return nil, err
 		}
 		lns = append(lns, ln)
-		h.urls[route] = "http://" + ln.Addr().String() + "/hook"
+		h.urls[sv] = "http://" + ln.Addr().String() + "/hook"
 		h.srvs = append(h.srvs, &http.Server{ReadHeaderTimeout: 10 * time.Second,
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serve(route, w, r) })})
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serve(sv, w, r) })})
 	}
 	for i, srv := range h.srvs {
 		go srv.Serve(lns[i])
@@ -58,8 +63,8 @@ func startHandler(log *history.Log[history.Copy], calls *registry, tunnel string
 	return h, nil
 }
 
-// serve answers and records one request that reached route's server.
-func (h *handler) serve(route string, w http.ResponseWriter, r *http.Request) {
+// serve answers and records one request that reached server sv.
+func (h *handler) serve(sv server, w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		// A request cut mid-body never reached the handler's logic.
@@ -82,9 +87,9 @@ func (h *handler) serve(route string, w http.ResponseWriter, r *http.Request) {
 	h.copies++
 	h.seen[p.ID]++
 	h.last = time.Now()
-	answer := fmt.Sprintf(`{"route":%q,"delivery_id":%q,"copy":%d}`, route, p.ID, h.copies)
+	answer := fmt.Sprintf(`{"seat":%q,"route":%q,"delivery_id":%q,"copy":%d}`, sv.seat, sv.route, p.ID, h.copies)
 	c := history.Copy{ReceivedAt: h.last.UnixNano(), Tunnel: h.tunnel, DeliveryID: p.ID, CallID: p.Call.CallID, Seq: seq,
-		Route: route, BodySHA256: hex.EncodeToString(sum[:]), Status: http.StatusOK, AnswerBody: answer}
+		Route: sv.route, Seat: sv.seat, BodySHA256: hex.EncodeToString(sum[:]), Status: http.StatusOK, AnswerBody: answer}
 	if err := h.log.Append(c); err != nil {
 		slog.Error("handler: cannot record a copy", "err", err)
 	}

@@ -33,6 +33,27 @@ type fault struct {
 type shape struct {
 	relays, nats int
 	diskLimited  bool
+	// agents are the agents' process names, the default one ("agent")
+	// first; the disk faults aim at it alone, whose disk they are.
+	agents []string
+}
+
+// agent picks one of the agents; with only the default one, it draws
+// nothing, so that a single-agent run's schedule is the one it always was.
+func (sh shape) agent(rng *rand.Rand) string {
+	if len(sh.agents) < 2 {
+		return "agent"
+	}
+	return sh.agents[rng.IntN(len(sh.agents))]
+}
+
+// procNames are the names of ps.
+func procNames(ps []*proc) []string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.name
+	}
+	return names
 }
 
 // plan draws the schedule for a run of length total: a fault every few
@@ -89,8 +110,10 @@ func draw(rng *rand.Rand, sh shape) fault {
 	return f
 }
 
-// processTargets picks a relay node, a NATS server, the agent, or (when
-// pair) two NATS servers at once.
+// processTargets picks a relay node, a NATS server, an agent, or (when
+// pair) two NATS servers at once. With several agents, an agent is drawn
+// twice as often, so that each claimant's is still killed and frozen
+// several times in a long run.
 func processTargets(rng *rand.Rand, sh shape, pair bool) []string {
 	choices := 3 // relay, agent, one NATS server
 	if sh.nats == 0 {
@@ -98,11 +121,19 @@ func processTargets(rng *rand.Rand, sh shape, pair bool) []string {
 	} else if pair {
 		choices = 4
 	}
-	switch rng.IntN(choices) {
+	extra := 0
+	if len(sh.agents) > 1 {
+		extra = 1
+	}
+	n := rng.IntN(choices + extra)
+	if n >= choices {
+		n = 1
+	}
+	switch n {
 	case 0:
 		return []string{fmt.Sprintf("relay-%d", rng.IntN(sh.relays))}
 	case 1:
-		return []string{"agent"}
+		return []string{sh.agent(rng)}
 	case 2:
 		return []string{fmt.Sprintf("nats-%d", rng.IntN(sh.nats))}
 	default:
@@ -112,7 +143,7 @@ func processTargets(rng *rand.Rand, sh shape, pair bool) []string {
 	}
 }
 
-// linkTarget picks a link: the agent's to one relay node, to all of them,
+// linkTarget picks a link: an agent's to one relay node, to all of them,
 // or a node's to the NATS servers.
 func linkTarget(rng *rand.Rand, sh shape) string {
 	n := 2
@@ -121,9 +152,9 @@ func linkTarget(rng *rand.Rand, sh shape) string {
 	}
 	switch rng.IntN(n) {
 	case 0:
-		return fmt.Sprintf("agent->relay-%d", rng.IntN(sh.relays))
+		return fmt.Sprintf("%s->relay-%d", sh.agent(rng), rng.IntN(sh.relays))
 	case 1:
-		return "agent->relay"
+		return sh.agent(rng) + "->relay"
 	default:
 		return fmt.Sprintf("relay-%d->nats", rng.IntN(sh.relays))
 	}

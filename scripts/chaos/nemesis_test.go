@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,5 +128,42 @@ func TestSyncedRecord(t *testing.T) {
 		if got := n.synced([]byte(tc.payload)); got != tc.want {
 			t.Errorf("synced(%q) = %v, want %v", tc.payload, got, tc.want)
 		}
+	}
+}
+
+// With claimant agents (team mode), kills, stops and link faults aim at
+// each claimant's agent too (a claimant away keeps its calls), and the
+// faults of the default agent's disk at it alone.
+func TestPlanAimsAtClaimants(t *testing.T) {
+	sh := shape{relays: 3, nats: 3, diskLimited: true, agents: []string{"agent", "agent-alice", "agent-bob", "agent-carol"}}
+	hit := map[string]bool{} // kind/target
+	for _, f := range plan(42, 30*time.Minute, sh) {
+		for _, tg := range f.Targets {
+			hit[f.Kind+"/"+tg] = true
+			if (f.Kind == history.FaultDiskFull || f.Kind == history.FaultPowerCut) && tg != "agent" {
+				t.Errorf("%s aims at %s, not the default agent whose disk it is", f.Kind, tg)
+			}
+		}
+	}
+	kinds := map[string]bool{}
+	for _, a := range sh.agents[1:] {
+		if !hit[history.FaultSigkill+"/"+a] && !hit[history.FaultSigstop+"/"+a] {
+			t.Errorf("a 30-minute team plan neither kills nor freezes %s", a)
+		}
+		for _, k := range []string{history.FaultSigkill, history.FaultSigstop} {
+			kinds[k] = kinds[k] || hit[k+"/"+a]
+		}
+	}
+	if !kinds[history.FaultSigkill] || !kinds[history.FaultSigstop] {
+		t.Errorf("a 30-minute team plan kills a claimant's agent: %v, freezes one: %v; want both", kinds[history.FaultSigkill], kinds[history.FaultSigstop])
+	}
+	links := 0
+	for k := range hit {
+		if strings.Contains(k, "/agent-") && strings.Contains(k, "->relay") {
+			links++
+		}
+	}
+	if links == 0 {
+		t.Error("a 30-minute team plan never breaks a claimant's link")
 	}
 }

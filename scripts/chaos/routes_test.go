@@ -18,10 +18,10 @@ import (
 // call.started names her, to alice, and bob's call and a call of nobody's
 // to the default. Only call.started names a developer.
 func TestRouteFile(t *testing.T) {
-	rs := chaosRoutes()
+	rs := chaosRoutes("alice")
 	urls := map[string]string{}
-	for _, name := range handlerNames(rs) {
-		urls[name] = "http://127.0.0.1:9/" + name
+	for _, sv := range handlerServers(rs, nil) {
+		urls[sv.route] = "http://127.0.0.1:9/" + sv.route
 	}
 	if history.DefaultRoute != routes.DefaultName {
 		t.Fatalf("the history's default route %q is not calltap's %q", history.DefaultRoute, routes.DefaultName)

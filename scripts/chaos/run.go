@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/calltap/calltap/scripts/chaos/check"
@@ -83,8 +85,9 @@ func run(ctx context.Context, cfg config, logw io.Writer) (result, error) {
 		return result{}, err
 	}
 	defer rec.close()
-	meta := history.Meta{Seed: cfg.seed, Mode: cfg.mode(), Minutes: cfg.minutes, Bounds: bounds, Routes: chaosRoutes()}
-	slog.Info("chaos: starting", "mode", meta.Mode, "seed", cfg.seed, "minutes", cfg.minutes, "bin", cfg.bin, "out", cfg.out)
+	meta := history.Meta{Seed: cfg.seed, Mode: cfg.mode(), Minutes: cfg.minutes, Bounds: bounds,
+		Routes: chaosRoutes(routeDeveloper(cfg.claims)), Claimants: chaosClaimants(cfg.claims)}
+	slog.Info("chaos: starting", "mode", meta.Mode, "claimants", len(meta.Claimants), "seed", cfg.seed, "minutes", cfg.minutes, "bin", cfg.bin, "out", cfg.out)
 
 	top.proxies = newProxies()
 	defer top.proxies.close()
@@ -95,7 +98,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) (result, error) {
 	defer top.stopAll() // runs before the unmount
 	slog.Info("chaos: the agent's disk", "disk", top.disk.String())
 
-	h, err := bringUp(ctx, top, rec, meta.Routes, cfg.out)
+	h, err := bringUp(ctx, top, rec, meta, cfg.out)
 	if err != nil {
 		return result{}, err
 	}
@@ -114,8 +117,8 @@ func run(ctx context.Context, cfg config, logw io.Writer) (result, error) {
 }
 
 // bringUp starts the topology and the handler's servers, and writes the
-// agent's route file (routes, each to its server) into dir.
-func bringUp(ctx context.Context, top *topology, rec *recorder, routes []history.Route, dir string) (*handler, error) {
+// default agent's route file (meta's routes, each to its server) into dir.
+func bringUp(ctx context.Context, top *topology, rec *recorder, meta history.Meta, dir string) (*handler, error) {
 	calls := &registry{}
 	if top.mode == history.ModeTeam {
 		if err := top.startNATS(ctx, 3); err != nil {
@@ -130,34 +133,71 @@ func bringUp(ctx context.Context, top *topology, rec *recorder, routes []history
 	if err := top.createToken(ctx); err != nil {
 		return nil, err
 	}
-	h, err := startHandler(rec.handler, calls, top.tunnel, handlerNames(routes))
+	h, err := startHandler(rec.handler, calls, top.tunnel, handlerServers(meta.Routes, meta.Claimants))
 	if err != nil {
 		return nil, err
 	}
-	file := filepath.Join(dir, routesFile)
-	if err := writeRoutes(file, routes, h.urls); err != nil {
+	if err := startAgents(ctx, top, h, meta, dir); err != nil {
 		h.close()
 		return nil, err
 	}
-	if err := top.startAgent(ctx, h.urls[history.DefaultRoute], file); err != nil {
-		h.close()
-		return nil, fmt.Errorf("the agent did not connect: %w (see %s)", err, top.agent.logf)
-	}
 	slog.Info("chaos: topology up", "relays", top.relayURLs, "nats", top.natsURLs, "tunnel", top.tunnel, "handlers", h.urls)
 	return h, nil
+}
+
+// startAgents starts the default agent (on its disk, with the route file)
+// and each claimant's (on a folder of its own, forwarding to its own
+// server), and waits until the relay holds them all.
+func startAgents(ctx context.Context, top *topology, h *handler, meta history.Meta, dir string) error {
+	file := filepath.Join(dir, routesFile)
+	urls := routeURLs(h.urls)
+	if err := writeRoutes(file, meta.Routes, urls); err != nil {
+		return err
+	}
+	var err error
+	top.agent, err = top.startAgent(agentSpec{name: "agent", data: top.disk.data, forwardTo: urls[history.DefaultRoute], routes: file})
+	if err != nil {
+		return err
+	}
+	var claims []string
+	for _, c := range meta.Claimants {
+		name := history.ClaimantProc(c.Name)
+		p, err := top.startAgent(agentSpec{name: name, data: filepath.Join(top.work, name),
+			forwardTo: h.urls[server{seat: c.Name, route: history.DefaultRoute}], claim: claimFlag(c)})
+		if err != nil {
+			return err
+		}
+		top.claimants = append(top.claimants, p)
+		claims = append(claims, claimFlag(c))
+	}
+	// An agent that exits at start (a claim refused, a flag this build
+	// lacks) will not connect: that is said at once, with its reason.
+	exited := func() bool { return slices.ContainsFunc(top.agents(), func(p *proc) bool { return !p.running() }) }
+	err = until(ctx, time.Minute, func() bool { return exited() || top.agentsUp(claims) })
+	if err == nil && exited() {
+		err = errors.New("an agent exited")
+	}
+	if err != nil {
+		var logs []string
+		for _, p := range top.agents() {
+			logs = append(logs, fmt.Sprintf("%s: %s", p.name, cause(p.logf)))
+		}
+		return fmt.Errorf("the agents did not all connect: %w (%s)", err, strings.Join(logs, "; "))
+	}
+	return nil
 }
 
 // exercise runs the traffic and the nemesis for cfg.minutes, then lets the
 // senders finish their retries.
 func exercise(ctx context.Context, cfg config, top *topology, h *handler, rec *recorder, meta *history.Meta) error {
 	total := time.Duration(cfg.minutes * float64(time.Minute))
-	sched := plan(cfg.seed, total, shape{relays: len(top.relays), nats: len(top.nats), diskLimited: top.disk.limited()})
+	sched := plan(cfg.seed, total, shape{relays: len(top.relays), nats: len(top.nats), diskLimited: top.disk.limited(), agents: procNames(top.agents())})
 	if err := writeSchedule(cfg.out, sched); err != nil {
 		return err
 	}
 	slog.Info("chaos: the nemesis's schedule", "faults", len(sched), "file", "schedule.json")
 
-	s := newSenders(top.relayURLs, top.tunnel, rec.sends, h.calls, cfg.seed)
+	s := newSenders(top.relayURLs, top.tunnel, rec.sends, h.calls, trafficMix(cfg.claims), cfg.seed)
 	stop := make(chan struct{})
 	meta.Started = time.Now().UnixNano()
 	go s.run(stop)
@@ -195,25 +235,24 @@ func exercise(ctx context.Context, cfg config, top *topology, h *handler, rec *r
 }
 
 // drain waits until the handler has been quiet for a moment, stops the
-// agent in order, reads its store and writes store.jsonl and meta.json.
+// agents in order, reads their stores and writes store.jsonl and
+// meta.json.
 func drain(ctx context.Context, top *topology, h *handler, meta *history.Meta, dir string) error {
 	until(ctx, time.Minute, func() bool { return time.Since(h.lastCopy()) > 3*time.Second })
-	if !top.agent.running() {
-		top.revive()
+	top.revive()
+	for _, a := range top.agents() {
+		a.term(stopGrace)
 	}
-	top.agent.term(stopGrace)
-	caps, err := readStore(ctx, top.bin, top.disk.data, top.tunnel)
-	if err != nil {
-		// A store calltap cannot read where it lies (a full disk) is a
-		// finding; the verdict is then on a copy of it on a disk with room,
-		// and on an empty store only if that cannot be read either.
-		slog.Error("chaos: the agent's store cannot be read in place; reading a copy", "err", err)
-		cp := filepath.Join(dir, "agent-copy")
-		if err = os.CopyFS(cp, os.DirFS(top.disk.data)); err == nil {
-			caps, err = readStore(ctx, top.bin, cp, top.tunnel)
-		}
+	caps := readAgentStore(ctx, top.bin, top.disk.data, filepath.Join(dir, "agent-copy"), top.tunnel)
+	for _, c := range meta.Claimants {
+		name := history.ClaimantProc(c.Name)
+		cs, err := readStore(ctx, top.bin, filepath.Join(top.work, name), top.tunnel)
 		if err != nil {
-			slog.Error("chaos: the copy of the agent's store cannot be read either; judging the run with an empty store", "err", err)
+			slog.Error("chaos: a claimant's store cannot be read; judging the run without it", "agent", name, "err", err)
+		}
+		for _, cp := range cs {
+			cp.Seat = c.Name
+			caps = append(caps, cp)
 		}
 	}
 	meta.Drained = time.Now().UnixNano()
@@ -227,8 +266,27 @@ func drain(ctx context.Context, top *topology, h *handler, meta *history.Meta, d
 	if err := store.Close(); err != nil {
 		return err
 	}
-	slog.Info("chaos: store read", "captures", len(caps))
+	slog.Info("chaos: stores read", "captures", len(caps))
 	return history.WriteMeta(dir, *meta)
+}
+
+// readAgentStore reads the default agent's store. One calltap cannot read
+// where it lies (a full disk) is a finding; the verdict is then on a copy
+// of it on a disk with room (at cp), and on an empty store only if that
+// cannot be read either.
+func readAgentStore(ctx context.Context, bin, data, cp, tunnel string) []history.Capture {
+	caps, err := readStore(ctx, bin, data, tunnel)
+	if err == nil {
+		return caps
+	}
+	slog.Error("chaos: the agent's store cannot be read in place; reading a copy", "err", err)
+	if err = os.CopyFS(cp, os.DirFS(data)); err == nil {
+		caps, err = readStore(ctx, bin, cp, tunnel)
+	}
+	if err != nil {
+		slog.Error("chaos: the copy of the agent's store cannot be read either; judging the run with an empty store", "err", err)
+	}
+	return caps
 }
 
 // judge checks the recorded history and writes the report.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -70,6 +69,7 @@ type senders struct {
 	tunnel string
 	log    *history.Log[history.Send]
 	calls  *registry
+	mix    mix // whom the calls are for
 	client *http.Client
 	rng    *rand.Rand // owned by run's goroutine
 
@@ -82,9 +82,9 @@ type senders struct {
 	started  int             // guarded by mu; calls started
 }
 
-func newSenders(urls []string, tunnel string, log *history.Log[history.Send], calls *registry, seed int64) *senders {
+func newSenders(urls []string, tunnel string, log *history.Log[history.Send], calls *registry, m mix, seed int64) *senders {
 	return &senders{
-		urls: urls, path: "/t/" + tunnel + "/hook", tunnel: tunnel, log: log, calls: calls,
+		urls: urls, path: "/t/" + tunnel + "/hook", tunnel: tunnel, log: log, calls: calls, mix: m,
 		client:   &http.Client{Timeout: senderTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: 16, DisableCompression: true}},
 		rng:      rand.New(rand.NewPCG(uint64(seed), 0x7ea11c)),
 		accepted: map[string]bool{},
@@ -132,7 +132,7 @@ func (s *senders) startCall() {
 		spec.Flow = callevent.FlowFailed
 		spec.OutcomeCode = callevent.OutcomeCodes[s.rng.IntN(len(callevent.OutcomeCodes))]
 	}
-	events := callEvents(spec, s.developer())
+	events := s.mix.events(s.rng, spec)
 	s.mu.Lock()
 	s.active++
 	s.started++
@@ -161,32 +161,6 @@ func (s *senders) startCall() {
 		}
 		each.Wait()
 	}()
-}
-
-// developer is who a new call is for, as its call.started's variables say:
-// alice for a third of the calls (her route takes them), bob for a sixth
-// (no route of his: the default takes them), nobody for the rest.
-func (s *senders) developer() string {
-	switch n := s.rng.IntN(6); {
-	case n < 2:
-		return "alice"
-	case n == 2:
-		return "bob"
-	}
-	return ""
-}
-
-// callEvents are spec's events, the call.started naming developer dev in
-// its variables (none for ""). Only call.started names the developer: the
-// call's later events must follow it to its route all the same.
-func callEvents(spec callevent.CallSpec, dev string) []callevent.Payload {
-	events := spec.Events()
-	if dev != "" {
-		vars := maps.Clone(events[0].Call.Variables)
-		vars["developer"] = dev
-		events[0].Call.Variables = vars
-	}
-	return events
 }
 
 // deliver tries one delivery on the service's schedule.

@@ -11,15 +11,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // topology is the system under test, every part a separate process on
 // 127.0.0.1 so that signals are real: in team mode three NATS servers in a
-// JetStream cluster, three relay nodes over it and one agent; in single
-// mode one relay (SQLite) and one agent. The agent reaches each relay node,
-// and each node each NATS server, through a proxy of its own.
+// JetStream cluster, three relay nodes over it, and on one token the
+// default agent and three claimant agents; in single mode one relay
+// (SQLite) and the default agent (the claimants too with -claims). Each agent reaches each relay node, and each node
+// each NATS server, through a proxy of its own.
 type topology struct {
 	mode    string
 	bin     string // calltap
@@ -32,10 +34,12 @@ type topology struct {
 	natsMon   []string // monitoring URLs
 	relays    []*proc
 	relayURLs []string // direct, as senders reach them
-	agent     *proc
+	agent     *proc    // the token's default agent, with the route file, on disk
+	claimants []*proc  // the claimant agents, in the order of their history.Claimant
 	disk      *agentDisk
 	proxies   *proxies
 	token     string
+	tokenFile string // the token, for the agents' --token-file
 	tunnel    string
 }
 
@@ -51,10 +55,17 @@ func (t *topology) proc(name string) *proc {
 
 func (t *topology) all() []*proc {
 	ps := append(append([]*proc{}, t.nats...), t.relays...)
+	return append(ps, t.agents()...)
+}
+
+// agents are the agents started so far: the default one, then the
+// claimants.
+func (t *topology) agents() []*proc {
+	var ps []*proc
 	if t.agent != nil {
 		ps = append(ps, t.agent)
 	}
-	return ps
+	return append(ps, t.claimants...)
 }
 
 func (t *topology) newProc(name, bin string, args ...string) *proc {
@@ -142,7 +153,8 @@ func (t *topology) startRelays(ctx context.Context, n int) error {
 	return nil
 }
 
-// createToken makes the developer's token with `calltap relay token create`.
+// createToken makes the developer's token with `calltap relay token create`
+// and writes it where the agents read it.
 func (t *topology) createToken(ctx context.Context) error {
 	args := []string{"relay", "token", "create", "chaos", "--json"}
 	if len(t.natsURLs) > 0 {
@@ -164,45 +176,75 @@ func (t *topology) createToken(ctx context.Context) error {
 		return fmt.Errorf("calltap relay token create printed %q", out.String())
 	}
 	t.token, t.tunnel = tok.Token, tok.TunnelID
-	return nil
+	// Written once, before any agent reads it: one agent starting must
+	// not find it half written by another's start.
+	t.tokenFile = filepath.Join(t.work, "token")
+	return os.WriteFile(t.tokenFile, []byte(t.token), 0o600)
 }
 
-// startAgent starts `calltap listen` on the agent's disk, reaching every
-// relay node through its proxy, with the route file routes and the default
-// handler's URL as --forward-to, and waits until a node holds it.
-func (t *topology) startAgent(ctx context.Context, forwardTo, routes string) error {
+// agentSpec is one `calltap listen` of the run.
+type agentSpec struct {
+	name      string // its process: "agent" for the default one, history.ClaimantProc for a claimant
+	data      string // its --data
+	forwardTo string
+	routes    string // its route file; "" for none
+	claim     string // its --claim; "" for the default agent
+}
+
+// startAgent starts `calltap listen` as a says, reaching every relay node
+// through a proxy of its own.
+func (t *topology) startAgent(a agentSpec) (*proc, error) {
 	ports, err := freePorts(len(t.relayURLs))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var via []string
 	for i, u := range t.relayURLs {
-		addr, err := t.proxies.add(fmt.Sprintf("agent->relay-%d", i), ports[i], u[len("http://"):])
+		addr, err := t.proxies.add(fmt.Sprintf("%s->relay-%d", a.name, i), ports[i], u[len("http://"):])
 		if err != nil {
-			return err
+			return nil, err
 		}
 		via = append(via, "http://"+addr)
 	}
-	tokFile := filepath.Join(t.work, "token")
-	if err := os.WriteFile(tokFile, []byte(t.token), 0o600); err != nil {
-		return err
+	args := []string{"listen", "--relay", strings.Join(via, ","), "--token-file", t.tokenFile,
+		"--forward-to", a.forwardTo, "--inspect", "", "--data", a.data, "--quiet"}
+	if a.routes != "" {
+		args = append(args, "--routes", a.routes)
 	}
-	t.agent = t.newProc("agent", t.bin, "listen", "--relay", strings.Join(via, ","), "--token-file", tokFile,
-		"--forward-to", forwardTo, "--routes", routes, "--inspect", "", "--data", t.disk.data, "--quiet")
-	if err := t.agent.start(); err != nil {
-		return err
+	if a.claim != "" {
+		args = append(args, "--claim", a.claim)
 	}
-	return until(ctx, time.Minute, t.agentConnected)
+	p := t.newProc(a.name, t.bin, args...)
+	return p, p.start()
 }
 
-// agentConnected reports whether some relay node holds the agent.
-func (t *topology) agentConnected() bool {
+// agentsUp reports whether the relay holds every agent: the nodes hold
+// as many agents between them as were started, and every node knows every
+// claimant's seat, so that no call of a claimant goes to the default agent
+// for want of a node that has not heard of the claim yet.
+func (t *topology) agentsUp(claims []string) bool {
+	held := 0
 	for _, u := range t.relayURLs {
-		if strings.Contains(getBody(u+"/metrics"), "\ncalltap_tunnels_connected 1\n") {
-			return true
+		m := getBody(u + "/metrics")
+		for _, c := range claims {
+			if !strings.Contains(m, fmt.Sprintf("claims=%q}", c)) {
+				return false
+			}
+		}
+		held += gauge(m, "calltap_tunnels_connected")
+	}
+	return held >= len(t.agents())
+}
+
+// gauge reads an unlabelled gauge of a /metrics page; 0 if it has none.
+func gauge(page, name string) int {
+	for _, line := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			n, _ := strconv.Atoi(v)
+			return n
 		}
 	}
-	return false
+	return 0
 }
 
 // restart starts p again and checks that it stays up for a moment: a
@@ -232,11 +274,12 @@ func (t *topology) revive() {
 	}
 }
 
-// stopAll stops every process: the agent first, in order (its undelivered
-// captures stay on its disk), then the relays and the NATS servers.
+// stopAll stops every process: the agents first, in order (their
+// undelivered captures stay on their disks), then the relays and the NATS
+// servers.
 func (t *topology) stopAll() {
-	if t.agent != nil {
-		t.agent.term(stopGrace)
+	for _, a := range t.agents() {
+		a.term(stopGrace)
 	}
 	for _, p := range t.all() {
 		p.kill()

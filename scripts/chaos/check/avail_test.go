@@ -1,8 +1,12 @@
 package check
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +42,56 @@ func TestAvailability(t *testing.T) {
 	checkWaits(t, r, fw.Waits)
 	if !res.OK() {
 		t.Errorf("availability counted as a violation:\n%s", list(res.Violations))
+	}
+}
+
+// TestAvailabilityPerSeat: in a run with claimants, a fault of one agent
+// is measured over that agent's calls alone (the others' 2xx would hide
+// how long its callers waited); a relay node's over every call.
+func TestAvailabilityPerSeat(t *testing.T) {
+	r := newRun().claimed().
+		fault(history.FaultSigstop, "agent-alice", 2, 4).fault(history.FaultSigstop, "relay-0", 2, 4).
+		fault(history.FaultNetCut, "agent->relay-1", 2, 4)
+	// alice's call: answered 2xx at 1 s and at 9 s only.
+	r.ok("a1", 1, 1, 1.001, 1.002, 1).of("a1", "call.started", "c-alice", "alice").seat("a1", "alice").
+		ok("a2", 1, 2.5, 9, 9.001, 1).of("a2", "call.connected", "c-alice", "").seat("a2", "alice")
+	// The default agent's calls: a 2xx every half second.
+	for i := range 30 {
+		d := fmt.Sprint("x", i)
+		s := float64(i) * 0.5
+		r.ok(d, 1, s, s+0.001, s+0.002, 1).of(d, "call.started", "c-"+d, "")
+	}
+	res := Check(&r.h)
+	if len(res.PerFault) != 3 {
+		t.Fatalf("%d fault windows", len(res.PerFault))
+	}
+	alice, relay, link := res.PerFault[0], res.PerFault[1], res.PerFault[2]
+	if !alice.Scoped || alice.Seat != "alice" || alice.Attempts != 1 || alice.No2xx.Round(time.Millisecond) != 7001*time.Millisecond {
+		t.Errorf("alice's agent stopped: scoped %v to %q, %d attempts, longest without a 2xx %s; want alice's, 1, 7.001s",
+			alice.Scoped, alice.Seat, alice.Attempts, alice.No2xx)
+	}
+	if relay.Scoped || relay.Attempts != 26 || relay.No2xx > time.Second {
+		t.Errorf("a relay node stopped: scoped %v, %d attempts, longest without a 2xx %s; want every call's: 26, under 1s",
+			relay.Scoped, relay.Attempts, relay.No2xx)
+	}
+	if !link.Scoped || link.Seat != "" || link.Attempts != 25 {
+		t.Errorf("the default agent's link cut: scoped %v to %q, %d attempts; want the default agent's, 25", link.Scoped, link.Seat, link.Attempts)
+	}
+	page := render(t, &r.h, res)
+	if !strings.Contains(page, `<td>agent-alice <span class="small">(alice&#39;s calls)</span></td>`) {
+		t.Error("the availability table does not say whose calls a fault of alice's agent was measured over")
+	}
+	// Per kind: the worst SIGSTOP of an agent is alice's 7 s.
+	var kinds []string
+	for _, k := range res.ByKind {
+		kinds = append(kinds, fmt.Sprintf("%s on %s: %d, %s", k.Kind, k.On, k.Faults, k.No2xx.Round(time.Millisecond)))
+	}
+	want := []string{"net-cut on an agent's link: 1, 500ms", "sigstop on a relay node: 1, 500ms", "sigstop on an agent: 1, 7.001s"}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("per kind %q, want %q", kinds, want)
+	}
+	if !regexp.MustCompile(`<td>an agent</td><td class="n">1</td><td class="n[^"]*">6.5 s</td><td class="n">7.0 s</td></tr>`).MatchString(page) {
+		t.Errorf("the per-kind table lacks the SIGSTOP of an agent")
 	}
 }
 

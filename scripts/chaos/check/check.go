@@ -34,8 +34,8 @@ import (
 	"github.com/calltap/calltap/scripts/chaos/history"
 )
 
-// Violation kinds: the promises of issue 31, point 3, and the route one of
-// issue 40.
+// Violation kinds: the promises of issue 31, point 3, the route one of
+// issue 40, and the claim one of issue 41.
 const (
 	KindLoss     = "loss"
 	KindInvented = "invented-answer"
@@ -43,12 +43,13 @@ const (
 	KindOrder    = "order"
 	KindOnce     = "once"
 	KindRoute    = "route"
+	KindClaim    = "claim"
 )
 
 // kinds are the Kind* constants in the order the verdict and the report
 // list them.
 func kinds() []string {
-	return []string{KindLoss, KindInvented, KindStore, KindOrder, KindOnce, KindRoute}
+	return []string{KindLoss, KindInvented, KindStore, KindOrder, KindOnce, KindRoute, KindClaim}
 }
 
 // Violation is one broken promise, found in the history.
@@ -80,7 +81,8 @@ type Counts struct {
 	ByClass        map[string]int // attempts by answer class: 2xx, 202, 4xx, 5xx, other, none
 	Accepted       int            // deliveries answered 2xx (202 included) at least once
 	HandlerCopies  int            // requests the handler received, at all its servers
-	ByRoute        map[string]int // handler copies by the route whose server got them (none without routes)
+	ByRoute        map[string]int // the default agent's handler copies by the route whose server got them (none without routes)
+	BySeat         map[string]int // handler copies by the claimant whose agent's server got them (none without claimants)
 	Duplicates     int            // handler copies beyond the first of their delivery
 	Captures       int            // captures in the store after the drain
 	CaptureStates  map[string]int // captures by state
@@ -111,7 +113,25 @@ type FaultWaits struct {
 	// From and To bound the window measured: the fault's start to its end
 	// plus RecoverySlack (to the run's end when it never ended).
 	From, To int64
+	// Seat, when Scoped, is the agent whose calls alone the waits are of:
+	// in a run with claimants, a fault of one agent or its links is
+	// measured over that agent's calls (defaultSeat: the default agent's).
+	Seat   string
+	Scoped bool
 	Waits
+}
+
+// KindWaits is the worst of the faults of one kind on one kind of target:
+// e.g. under a SIGSTOP of an agent, the longest any agent's callers went
+// without a 2xx.
+type KindWaits struct {
+	Kind   string // a history.Fault* kind
+	On     string // what it hit: targetClass
+	Faults int
+	Max    time.Duration // the longest wait for an answer
+	No2xx  time.Duration // the longest stretch without a 2xx
+	// Over the bounds, as in Waits.
+	OverAnswer, OverNo2xx bool
 }
 
 // Result is the checker's verdict on one run.
@@ -121,6 +141,7 @@ type Result struct {
 	Counts     Counts
 	Overall    Waits // the whole run, start to end
 	PerFault   []FaultWaits
+	ByKind     []KindWaits // PerFault's worst per kind and target class, by kind then class
 }
 
 // OK reports whether the run kept every safety promise.
@@ -178,11 +199,25 @@ func Check(h *history.History) Result {
 			cmp.Compare(a.DeliveryID, b.DeliveryID), cmp.Compare(a.Rule, b.Rule))
 	})
 	r := Result{Meta: h.Meta, Violations: vs, Counts: count(ix, vs)}
-	r.Overall = measure(ix, h.Meta.Started, runEnd(h))
+	all := allTraffic(ix)
+	r.Overall = measure(ix, all, h.Meta.Started, runEnd(h))
+	var bySeat map[string]traffic
+	if len(h.Meta.Claimants) > 0 {
+		bySeat = seatTraffic(ix, newSeats(ix))
+	}
 	for _, f := range h.Faults {
 		from, to := faultWindow(h, f)
-		r.PerFault = append(r.PerFault, FaultWaits{Fault: f, From: from, To: to, Waits: measure(ix, from, to)})
+		fw := FaultWaits{Fault: f, From: from, To: to}
+		tr := all
+		if bySeat != nil {
+			if fw.Seat, fw.Scoped = faultSeat(f.Target, h.Meta.Claimants); fw.Scoped {
+				tr = bySeat[fw.Seat]
+			}
+		}
+		fw.Waits = measure(ix, tr, from, to)
+		r.PerFault = append(r.PerFault, fw)
 	}
+	r.ByKind = byKind(r.PerFault)
 	return r
 }
 
@@ -191,14 +226,17 @@ func count(ix *index, vs []Violation) Counts {
 	c := Counts{
 		Deliveries: len(ix.order), Attempts: len(h.Sends), HandlerCopies: len(h.Handler),
 		Captures: len(h.Store), Faults: len(h.Faults),
-		ByClass: map[string]int{}, ByRoute: map[string]int{}, CaptureStates: map[string]int{}, FaultsByKind: map[string]int{},
+		ByClass: map[string]int{}, ByRoute: map[string]int{}, BySeat: map[string]int{}, CaptureStates: map[string]int{}, FaultsByKind: map[string]int{},
 		ViolationsKind: map[string]int{},
 	}
 	for _, s := range h.Sends {
 		c.ByClass[statusClass(s.Status)]++
 	}
 	for _, cp := range h.Handler {
-		if cp.Route != "" {
+		switch {
+		case cp.Seat != defaultSeat:
+			c.BySeat[cp.Seat]++
+		case cp.Route != "":
 			c.ByRoute[cp.Route]++
 		}
 	}

@@ -151,6 +151,94 @@ func earlyConnected(connected string) *run {
 		routed()
 }
 
+// strayCall is alice's call (d3 names her) whose call.connected (d4)
+// names bob, accepted at bobAccepted, and whose call.ended (d5), naming
+// nobody and sent at 5 s, reached route endedAt: the agent recalls the
+// developer the call's events last named, bob once it has seen d4.
+func strayCall(bobAccepted float64, endedAt string) *run {
+	return clean().
+		ok("d3", 1, 3, 3.01, 3.02, 1).capture("p3", "d3", 3.005, "delivered", 200, "").
+		of("d3", "call.started", "c-alice", "alice").to("d3", "alice").
+		ok("d4", 1, 4, bobAccepted-0.01, bobAccepted, 1).capture("p4", "d4", 4.005, "delivered", 200, "").
+		of("d4", "call.connected", "c-alice", "bob").to("d4", history.DefaultRoute).
+		ok("d5", 1, 5, 5.01, 5.02, 1).capture("p5", "d5", 5.005, "delivered", 200, "").
+		of("d5", "call.ended", "c-alice", "").to("d5", endedAt).
+		routed()
+}
+
+// claimed gives the run claimant agents beside the default one: alice and
+// bob each claim their developer's calls; the rest is the default agent's.
+func (r *run) claimed() *run {
+	r.h.Meta.Mode = history.ModeTeam
+	r.h.Meta.Claimants = []history.Claimant{{Name: "alice", Developer: "alice"}, {Name: "bob", Developer: "bob"}}
+	return r
+}
+
+// seat puts d's copies and captures so far at claimant seat's agent (""
+// for the default agent's).
+func (r *run) seat(d, seat string) *run {
+	for i, c := range r.h.Handler {
+		if c.DeliveryID == d {
+			r.h.Handler[i].Seat = seat
+		}
+	}
+	for i, c := range r.h.Store {
+		if c.DeliveryID == d {
+			r.h.Store[i].Seat = seat
+		}
+	}
+	return r
+}
+
+// aliceClaims is a call of alice's (c-alice) whose call.started (d3) names
+// her: its call.connected (d4), naming nobody, went to connectedSeat's
+// agent, its call.ended (d5), naming bob, to alice's; and a call of
+// dave's (d6), whom nobody claims, to the default agent, as do clean's.
+func aliceClaims(connectedSeat string) *run {
+	r := clean().claimed()
+	for i, e := range []struct{ kind, call, developer, seat string }{
+		{"call.started", "c-alice", "alice", "alice"},
+		{"call.connected", "c-alice", "", connectedSeat},
+		{"call.ended", "c-alice", "bob", "alice"},
+		{"call.started", "c-dave", "dave", ""},
+	} {
+		d, sec := fmt.Sprint("d", i+3), float64(i+3)
+		r.ok(d, 1, sec, sec+0.01, sec+0.02, 1).capture(fmt.Sprint("p", i+3), d, sec+0.005, "delivered", 200, "").
+			of(d, e.kind, e.call, e.developer).seat(d, e.seat)
+	}
+	return r
+}
+
+// earlyClaim is alice's call whose call.started (d3) was refused at first
+// and accepted on its retry, while its call.connected (d4), naming nobody,
+// sent in between, reached connectedSeat's agent: the relay may have
+// routed it first, and the call with it.
+func earlyClaim(connectedSeat, startedSeat string) *run {
+	return clean().claimed().send("d3", 1, 3, 3.01, 503, envelope("unavailable"), "5").
+		ok("d4", 1, 3.5, 3.51, 3.52, 1).capture("p4", "d4", 3.505, "delivered", 200, "").
+		of("d4", "call.connected", "c-alice", "").seat("d4", connectedSeat).
+		ok("d3", 2, 8, 8.01, 8.02, 1).capture("p3", "d3", 8.005, "delivered", 200, "").
+		of("d3", "call.started", "c-alice", "alice").seat("d3", startedSeat)
+}
+
+// aliceAway is alice's call.started (d3) and call.connected (d4), both
+// queued (202) while her agent was away and delivered to it when it came
+// back, d3 first unless swapped; bob's call.started (d7), live in between,
+// passes them.
+func aliceAway(swapped bool) *run {
+	r := clean().claimed().
+		send("d3", 1, 3, 3.01, 202, queued202, "").of("d3", "call.started", "c-alice", "alice").
+		send("d4", 1, 4, 4.01, 202, queued202, "").of("d4", "call.connected", "c-alice", "").
+		ok("d7", 1, 5, 5.01, 5.02, 1).capture("p7", "d7", 5.005, "delivered", 200, "").
+		of("d7", "call.started", "c-bob", "bob").seat("d7", "bob")
+	first, second := "d3", "d4"
+	if swapped {
+		first, second = second, first
+	}
+	return r.copy(first, 10, 1).capture("p"+first, first, 9.99, "delivered", 200, "").queued().seat(first, "alice").
+		copy(second, 10.1, 1).capture("p"+second, second, 10.09, "delivered", 200, "").queued().seat(second, "alice")
+}
+
 // fullDiskAfterForward is a request the handler got while the agent's disk
 // was full, whose sender was answered 503 (body, Retry-After retryAfter)
 // once the save failed, and which its retry brought again.
@@ -424,6 +512,61 @@ func TestCheck(t *testing.T) {
 				ok("d4", 1, 4, 4.01, 4.02, 1).capture("p4", "d4", 4.005, "delivered", 200, "").to("d4", history.DefaultRoute).
 				copy("d3", 5, 1).to("d3", history.DefaultRoute),
 			[]string{"Order"}},
+		{"routes: a call.ended naming nobody follows the developer its call's events last named (bob, after alice): the default",
+			strayCall(4.02, history.DefaultRoute),
+			nil},
+		{"routes: ... not the first one (alice)",
+			strayCall(4.02, "alice"),
+			[]string{"Route"}},
+		{"routes: ... which it may, when the event naming bob was not yet accepted",
+			strayCall(6, "alice"),
+			nil},
+		{"claims: a request in flight to alice's frozen agent, answered 202, reaches her live when she wakes",
+			clean().claimed().fault(history.FaultSigstop, "agent-alice", 2.5, 6).
+				send("d3", 1, 3, 5.5, 202, queued202, "").of("d3", "call.started", "c-alice", "alice").
+				copy("d3", 6.1, 1).capture("p3", "d3", 3.005, "delivered", 200, "").seat("d3", "alice"),
+			nil},
+		{"claims: ... but not while another agent (bob's) was the one frozen",
+			clean().claimed().fault(history.FaultSigstop, "agent-bob", 2.5, 6).
+				send("d3", 1, 3, 5.5, 202, queued202, "").of("d3", "call.started", "c-alice", "alice").
+				copy("d3", 6.1, 1).capture("p3", "d3", 3.005, "delivered", 200, "").seat("d3", "alice"),
+			[]string{"DeliveredAfterRefusal"}},
+		{"claims: alice's call at her agent, its later events following her whatever they name; dave's call at the default",
+			aliceClaims("alice"),
+			nil},
+		{"claims: alice's call.connected, sent after her call.started was accepted, at the default agent",
+			aliceClaims(""),
+			[]string{"Claim", "ClaimStore"}},
+		{"claims: alice's call.ended, naming bob, at bob's agent",
+			aliceClaims("alice").seat("d5", "bob"),
+			[]string{"Claim", "ClaimStore"}},
+		{"claims: dave's call, which nobody claims, at alice's agent",
+			aliceClaims("alice").seat("d6", "alice"),
+			[]string{"Claim", "ClaimStore"}},
+		{"claims: a call.connected sent before its call.started was accepted may take the call to the default agent",
+			earlyClaim("", ""),
+			nil},
+		{"claims: ... or follow the call.started to alice",
+			earlyClaim("alice", "alice"),
+			nil},
+		{"claims: ... but the call stays whole: its call.started then at alice's agent",
+			earlyClaim("", "alice"),
+			[]string{"Claim", "ClaimStore"}},
+		{"claims: ... and at no third agent",
+			earlyClaim("bob", "bob"),
+			[]string{"Claim", "ClaimStore"}},
+		{"claims: alice away, her calls queued and delivered in order when she is back; bob's live call passes them",
+			aliceAway(false),
+			nil},
+		{"claims: ... but delivered out of order",
+			aliceAway(true),
+			[]string{"Order"}},
+		{"claims: a request queued for alice while she was away, never delivered",
+			clean().claimed().send("d3", 1, 3, 3.01, 202, queued202, "").of("d3", "call.started", "c-alice", "alice"),
+			[]string{"Lost2xx", "NotInStore"}},
+		{"claims: bob's store holds a capture of alice's call",
+			aliceClaims("alice").capture("p4b", "d4", 4.006, "delivered", 200, "p4").seat("d4", "alice").seatCapture("p4b", "bob"),
+			[]string{"ClaimStore"}},
 		{"a capture still pending after the drain",
 			clean().send("d3", 1, 3, 0, 0, "", "").capture("p3", "d3", 3.005, "pending", 0, ""),
 			[]string{"NothingPending"}},
@@ -464,7 +607,7 @@ func TestEveryRuleHasACase(t *testing.T) {
 	// The names TestCheck expects, kept by hand beside it.
 	tested := []string{"Lost2xx", "NotInStore", "Invented2xx", "UndocumentedRefusal", "DeliveredAfterRefusal",
 		"RefusedAfterDelivery", "StoreOutcome", "StoreStatus", "Order", "ExtraCopy", "DuplicateMarked",
-		"NothingPending", "Route"}
+		"NothingPending", "Route", "Claim", "ClaimStore"}
 	if len(tested) != len(rules) {
 		t.Fatalf("%d rules, %d tested by name: add a case to TestCheck", len(rules), len(tested))
 	}
@@ -508,4 +651,14 @@ func TestVerdict(t *testing.T) {
 	if got, want := Check(&r.h).Verdict(), "chaos: FAIL — 2 violations (2 invented-answer) in 1,236 requests, 1 fault (seed 42, team, 30 min)"; got != want {
 		t.Errorf("verdict %q, want %q", got, want)
 	}
+}
+
+// seatCapture puts capture id in claimant seat's store.
+func (r *run) seatCapture(id, seat string) *run {
+	for i, c := range r.h.Store {
+		if c.CaptureID == id {
+			r.h.Store[i].Seat = seat
+		}
+	}
+	return r
 }

@@ -112,6 +112,17 @@ func sameBody(sent, handler string) bool {
 	return sent == handler
 }
 
+// describeEvent names d's event and call, and the developer its body
+// named, if any (named): "call.ended of call c1 (naming developer bob)".
+func (ix *index) describeEvent(d string) (what string, named bool) {
+	s := ix.h.Sends[ix.sends[d][0]]
+	what = s.Event + " of call " + s.CallID
+	if s.Developer == "" {
+		return what, false
+	}
+	return what + " (naming developer " + s.Developer + ")", true
+}
+
 // accepted is the position of the first send of d answered 2xx (202
 // included), by answer time; -1 if none.
 func (ix *index) accepted(d string) int {
@@ -184,7 +195,8 @@ func (ix *index) handlerAnswer(i int) bool {
 //
 // A queued 202 brings a copy from a queued capture (the store marks what
 // the relay queued, or the agent held behind earlier requests, queued): if
-// the copy's capture (backing) was saved live, the 202 did not bring it.
+// the copy's capture (backing) was saved live, the 202 did not bring it,
+// unless it was answered while the copy's agent was frozen (frozenAt).
 func (ix *index) couldCause(i, ci int) bool {
 	s, c := ix.h.Sends[i], ix.h.Handler[ci]
 	if s.SentAt > c.ReceivedAt {
@@ -194,9 +206,28 @@ func (ix *index) couldCause(i, ci int) bool {
 		return m == ci
 	}
 	if queuedAnswer(s) {
-		return !ix.cameLive(ci)
+		return !ix.cameLive(ci) || ix.frozenAt(i, ci)
 	}
 	return !toldFailed(s) || s.AnsweredAt+stampSlack >= c.ReceivedAt
+}
+
+// frozenAt reports whether the agent whose handler got copy ci was frozen
+// (SIGSTOP) when send i was answered. The relay takes a frozen agent for
+// away: the requests in flight to it are answered 202 and queued, yet the
+// agent, woken, gets what it was sent before it froze first, live, each
+// once (calltap help stopping).
+func (ix *index) frozenAt(i, ci int) bool {
+	proc := "agent"
+	if seat := ix.h.Handler[ci].Seat; seat != "" {
+		proc = history.ClaimantProc(seat)
+	}
+	at := ix.h.Sends[i].AnsweredAt
+	for _, f := range ix.h.Faults {
+		if f.Kind == history.FaultSigstop && f.Target == proc && f.Start <= at && (f.End == 0 || at <= f.End) {
+			return true
+		}
+	}
+	return false
 }
 
 // firstCause is when the earliest send of d that could have caused copy ci
@@ -226,7 +257,7 @@ func (ix *index) notRefusedBefore(i, ci int) bool {
 	if s.SentAt > c.ReceivedAt || (toldFailed(s) && s.AnsweredAt+stampSlack < c.ReceivedAt) {
 		return false
 	}
-	return !queuedAnswer(s) || !ix.cameLive(ci)
+	return !queuedAnswer(s) || !ix.cameLive(ci) || ix.frozenAt(i, ci)
 }
 
 // backingSkew allows for the store's microseconds: the agent stamps a

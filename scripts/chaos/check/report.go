@@ -32,11 +32,13 @@ type reportView struct {
 	Chart      chartView
 	Legend     []legendItem
 	Overall    availRow
+	ByKind     []kindRow
 	Avail      []availRow
 	Violations []violationRow
 	More       int // violations not listed
 	Rules      []ruleRow
 	Routes     []routeRow // the handlers, one per route and the default's; none without a route file
+	Claimants  []routeRow // the agents, one per claimant and the default one; none without claimants
 	AnswerMax  string
 	No2xxMax   string
 }
@@ -51,9 +53,18 @@ type legendItem struct{ Kind, Color string }
 type availRow struct {
 	N                     int
 	Kind, Target, Color   string
+	Calls                 string // whose calls alone the waits are of ("alice's calls"); "" for every call's
 	From, Length          string
 	Attempts, NoAnswer    string
 	P50, P99, Max, No2xx  string
+	OverAnswer, OverNo2xx bool
+}
+
+// kindRow is the worst of one kind of fault on one kind of target.
+type kindRow struct {
+	Kind, On, Color       string
+	Faults                int
+	Max, No2xx            string
 	OverAnswer, OverNo2xx bool
 }
 
@@ -83,6 +94,20 @@ func routeRows(rs []history.Route) []routeRow {
 		rows = append(rows, routeRow{Name: r.Name, Takes: strings.Join(takes, "; ")})
 	}
 	return append(rows, routeRow{Name: history.DefaultRoute, Takes: "what no route takes (--forward-to)"})
+}
+
+// claimantRows describes the run's agents: each claimant's, then the
+// default one's.
+func claimantRows(cs []history.Claimant) []routeRow {
+	if len(cs) == 0 {
+		return nil
+	}
+	rows := make([]routeRow, 0, len(cs)+1)
+	for _, c := range cs {
+		rows = append(rows, routeRow{Name: seatName(c.Name),
+			Takes: "calls whose first event names call.variables.developer = " + c.Developer + " (--claim call.variables.developer=" + c.Developer + "), every later event of them"})
+	}
+	return append(rows, routeRow{Name: seatName(defaultSeat), Takes: "the calls nobody claims; its route file splits them among its handlers"})
 }
 
 type violationRow struct {
@@ -117,15 +142,24 @@ func buildView(h *history.History, r Result) reportView {
 			{Label: "ended", Value: utc(m.Ended)},
 			{Label: "store read", Value: utc(m.Drained)},
 		},
-		Counts:  countRows(r),
-		Routes:  routeRows(m.Routes),
-		Overall: availOf(tl, 0, history.Fault{Kind: "whole run", Start: m.Started}, r.Overall),
+		Counts:    countRows(r),
+		Routes:    routeRows(m.Routes),
+		Claimants: claimantRows(m.Claimants),
+		Overall:   availOf(tl, 0, history.Fault{Kind: "whole run", Start: m.Started}, r.Overall),
 	}
 	for _, k := range slices.Sorted(maps.Keys(r.Counts.FaultsByKind)) {
 		v.Legend = append(v.Legend, legendItem{Kind: k, Color: faultColor(k)})
 	}
+	for _, k := range r.ByKind {
+		v.ByKind = append(v.ByKind, kindRow{Kind: k.Kind, On: k.On, Color: faultColor(k.Kind), Faults: k.Faults,
+			Max: fmtDur(k.Max), No2xx: fmtDur(k.No2xx), OverAnswer: k.OverAnswer, OverNo2xx: k.OverNo2xx})
+	}
 	for i, fw := range r.PerFault {
-		v.Avail = append(v.Avail, availOf(tl, i+1, fw.Fault, fw.Waits))
+		a := availOf(tl, i+1, fw.Fault, fw.Waits)
+		if fw.Scoped {
+			a.Calls = seatCalls(fw.Seat)
+		}
+		v.Avail = append(v.Avail, a)
 	}
 	byRule := map[string]int{}
 	for _, vi := range r.Violations {
@@ -167,6 +201,9 @@ func countRows(r Result) []row {
 	for _, h := range routeRows(r.Meta.Routes) {
 		rows = append(rows, row{Label: "at the " + h.Name + " handler", Value: thousands(c.ByRoute[h.Name]), Sub: true})
 	}
+	for _, cl := range r.Meta.Claimants {
+		rows = append(rows, row{Label: "at " + seatName(cl.Name), Value: thousands(c.BySeat[cl.Name]), Sub: true})
+	}
 	rows = append(rows,
 		row{Label: "captures in the store", Value: thousands(c.Captures)},
 		row{Label: "marked duplicate_of", Value: thousands(c.CaptureDupes), Sub: true})
@@ -194,6 +231,15 @@ func availOf(tl *timeline, n int, f history.Fault, w Waits) availRow {
 		a.Length = fmtDur(time.Duration(f.End - f.Start))
 	}
 	return a
+}
+
+// seatCalls names the calls of a seat, as the availability table says
+// whose waits it measured.
+func seatCalls(seat string) string {
+	if seat == defaultSeat {
+		return "the default agent's calls"
+	}
+	return seat + "'s calls"
 }
 
 func boundText(ms int64) string {

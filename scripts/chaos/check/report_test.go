@@ -109,6 +109,32 @@ func TestReportNamesHandlers(t *testing.T) {
 	}
 }
 
+// TestReportNamesAgents: the page of a run with claimants names each
+// agent and what it claims, counts the copies each got, and lists the
+// claim rules; a run without claimants shows none of it.
+func TestReportNamesAgents(t *testing.T) {
+	for _, claimed := range []bool{true, false} {
+		h := &aliceClaims("").h // d4 at the default agent: one claim violation, and one of its store
+		if !claimed {
+			h = &clean().h
+		}
+		page := render(t, h, Check(h))
+		elements(t, page)
+		if !strings.Contains(page, "<td>Claim</td>") || !strings.Contains(page, "<td>ClaimStore</td>") {
+			t.Error("the rules table lacks the claim rules")
+		}
+		for _, want := range []string{"The agents sharing the token",
+			"<td>alice&#39;s agent</td><td>calls whose first event names call.variables.developer = alice",
+			"<td>the default agent</td><td>the calls nobody claims",
+			"<td>at alice&#39;s agent</td><td class=\"n\">2</td>", "<td>at bob&#39;s agent</td><td class=\"n\">0</td>",
+			"<td>claim</td><td class=\"n bad\">2</td>"} {
+			if got := strings.Contains(page, want); got != claimed {
+				t.Errorf("claimed %v: the page holds %q: %v", claimed, want, got)
+			}
+		}
+	}
+}
+
 // render writes the page of h, judged r, and reads it back.
 func render(t *testing.T, h *history.History, r Result) string {
 	t.Helper()

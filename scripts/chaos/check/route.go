@@ -8,26 +8,21 @@ import (
 	"github.com/calltap/calltap/scripts/chaos/history"
 )
 
-// callDeveloper is the developer a call named, and the delivery whose body
-// named it first.
-type callDeveloper struct{ name, d string }
-
 // router works out which handler servers may rightly get each copy, from
 // the routes the run's meta lists and what the senders recorded (each
 // event's kind and the developer its body named). It is the checker's own
 // reading of a route file's rules, not calltap's: the first route that
 // takes a request wins, the rest goes to the default.
 type router struct {
-	ix   *index
-	devs map[string]callDeveloper // call id -> its developer
+	ix    *index
+	named map[string][]string // call id -> its deliveries whose bodies name a developer, by first send
 }
 
 func newRouter(ix *index) *router {
-	r := &router{ix: ix, devs: map[string]callDeveloper{}}
+	r := &router{ix: ix, named: map[string][]string{}}
 	for _, d := range ix.order { // by first send
-		s := ix.h.Sends[ix.sends[d][0]]
-		if _, ok := r.devs[s.CallID]; !ok && s.Developer != "" {
-			r.devs[s.CallID] = callDeveloper{name: s.Developer, d: d}
+		if s := ix.h.Sends[ix.sends[d][0]]; s.Developer != "" {
+			r.named[s.CallID] = append(r.named[s.CallID], d)
 		}
 	}
 	return r
@@ -62,9 +57,9 @@ func (r *router) routesFor(d string, ci int) []string {
 
 // takes says whether route rt takes copy ci of d: its event kind is one of
 // the route's, and its developer, when the route names one, is the
-// route's. A body that names no developer has its call's, once the agent
-// has surely seen the event that named it (knownBefore): a call stays
-// together.
+// route's. A body that names no developer has the one its call's events
+// last named, as the agent had seen them when it decided (recalled): a
+// call stays together.
 func (r *router) takes(rt history.Route, d string, ci int) take {
 	s := r.ix.h.Sends[r.ix.sends[d][0]]
 	if len(rt.Events) > 0 && !slices.ContainsFunc(rt.Events, func(g string) bool { ok, _ := path.Match(g, s.Event); return ok }) {
@@ -73,14 +68,62 @@ func (r *router) takes(rt history.Route, d string, ci int) take {
 	if rt.Developer == "" || s.Developer == rt.Developer {
 		return takes
 	}
-	cd, ok := r.devs[s.CallID]
-	switch {
-	case s.Developer != "" || !ok || cd.name != rt.Developer:
+	if s.Developer != "" {
 		return takesNot
-	case r.knownBefore(cd.d, d, ci):
+	}
+	devs, sure := r.recalled(d, ci)
+	switch {
+	case !slices.Contains(devs, rt.Developer):
+		return takesNot
+	case sure && len(devs) == 1:
 		return takes
 	}
 	return mayTake
+}
+
+// recalled is the developer the agent may have recalled for copy ci of d,
+// whose body names none: the one its call's events last named, of those
+// the agent had seen when it decided. Of the call's events that name one,
+// it surely saw those accepted before the copy's send (knownBefore), and
+// may have seen the others sent before the copy arrived; of the sure ones
+// the last is known when each other was accepted before it was sent (the
+// order promise). devs are the developers it may have recalled; sure,
+// whether it surely recalled one.
+func (r *router) recalled(d string, ci int) (devs []string, sure bool) {
+	arrived := r.ix.h.Handler[ci].ReceivedAt
+	var surely, maybe []string
+	for _, c := range r.named[r.ix.h.Sends[r.ix.sends[d][0]].CallID] {
+		switch {
+		case r.knownBefore(c, d, ci):
+			surely = append(surely, c)
+		case r.ix.h.Sends[r.ix.sends[c][0]].SentAt <= arrived:
+			maybe = append(maybe, c)
+		}
+	}
+	if last, ok := r.lastSeen(surely); ok {
+		surely = []string{last}
+	}
+	for _, c := range append(surely, maybe...) {
+		if dev := r.ix.h.Sends[r.ix.sends[c][0]].Developer; !slices.Contains(devs, dev) {
+			devs = append(devs, dev)
+		}
+	}
+	return devs, len(surely) > 0
+}
+
+// lastSeen finds, among deliveries cs the agent saw, the one it saw last:
+// each other was accepted before it was sent.
+func (r *router) lastSeen(cs []string) (string, bool) {
+	for _, l := range cs {
+		sent := r.ix.h.Sends[r.ix.sends[l][0]].SentAt
+		if !slices.ContainsFunc(cs, func(c string) bool {
+			a := r.ix.accepted(c)
+			return c != l && (a < 0 || r.ix.h.Sends[a].AnsweredAt >= sent)
+		}) {
+			return l, true
+		}
+	}
+	return "", false
 }
 
 // knownBefore reports whether the agent had surely seen delivery carrier
@@ -93,9 +136,9 @@ func (r *router) knownBefore(carrier, d string, ci int) bool {
 	return a >= 0 && ok && r.ix.h.Sends[a].AnsweredAt < sent
 }
 
-// ruleRoute — routes: with a route file (meta's routes), each copy of a
-// delivery reached the server of a route that takes it (routesFor), and
-// no other: media by event kind, alice by the developer its body or, when
+// ruleRoute — routes: with a route file (meta's routes, the default
+// agent's), each copy of a delivery at the default agent reached the
+// server of a route that takes it (routesFor), and no other: media by event kind, alice by the developer its body or, when
 // it names none, its call's call.started named, the rest the default. A
 // later event of alice's call sent before the call.started was accepted
 // may go to either, since the agent may not have seen it yet. One
@@ -109,6 +152,9 @@ func ruleRoute(ix *index) []Violation {
 	for _, d := range ix.order {
 		for _, ci := range ix.copies[d] {
 			c := ix.h.Handler[ci]
+			if c.Seat != defaultSeat {
+				continue // a claimant's agent has no route file; ruleClaim judges it
+			}
 			want := r.routesFor(d, ci)
 			if slices.Contains(want, c.Route) {
 				continue
@@ -122,17 +168,20 @@ func ruleRoute(ix *index) []Violation {
 	return out
 }
 
-// describe names d's event and call and the developer that decides its
-// route: "call.ended of call c1 (its call's developer alice, named by
-// d7)".
+// describe names d's event and call and the developers its call's events
+// named, in the order sent: "call.ended of call c1 (its call's events
+// name developer alice (d7), bob (d9))".
 func (r *router) describe(d string) string {
-	s := r.ix.h.Sends[r.ix.sends[d][0]]
-	what := s.Event + " of call " + s.CallID
-	if s.Developer != "" {
-		return what + " (naming developer " + s.Developer + ")"
+	what, named := r.ix.describeEvent(d)
+	if named {
+		return what
 	}
-	if cd, ok := r.devs[s.CallID]; ok {
-		return what + " (its call's developer " + cd.name + ", named by " + cd.d + ")"
+	var names []string
+	for _, c := range r.named[r.ix.h.Sends[r.ix.sends[d][0]].CallID] {
+		names = append(names, r.ix.h.Sends[r.ix.sends[c][0]].Developer+" ("+c+")")
 	}
-	return what + " (no developer)"
+	if len(names) == 0 {
+		return what + " (no developer)"
+	}
+	return what + " (its call's events name developer " + strings.Join(names, ", ") + ")"
 }

@@ -29,6 +29,8 @@ var rules = []func(*index) []Violation{
 	ruleDuplicateMarked,
 	ruleNothingPending,
 	ruleRoute,
+	ruleClaim,
+	ruleClaimStore,
 }
 
 // ruleDocs says each rule in a sentence, for the report's readers; the
@@ -42,11 +44,13 @@ var ruleDocs = []struct{ Kind, Rule, Says string }{
 	{KindInvented, "RefusedAfterDelivery", "an attempt refused while its copy reached the handler needs a fault of the path"},
 	{KindStore, "StoreOutcome", "the capture of an attempt answered 2xx says delivered with that status, or outcome unknown"},
 	{KindStore, "StoreStatus", "a capture that says delivered holds a status the handler gave"},
-	{KindOrder, "Order", "of two requests of a tunnel, the one accepted before the other was sent reaches the handler first"},
+	{KindOrder, "Order", "of two requests of a tunnel at one handler (an agent's, a route's), the one accepted before the other was sent reaches it first"},
 	{KindOnce, "ExtraCopy", "each copy after the first has a re-send of its own or a crash since the first"},
 	{KindOnce, "DuplicateMarked", "each capture after the first of a delivery is marked duplicate_of the first"},
 	{KindOnce, "NothingPending", "nothing is pending or queued once the run drained"},
-	{KindRoute, "Route", "each request reached the handler of the route its event kind and its call's developer give (media, alice, else default), and no other"},
+	{KindRoute, "Route", "each request at the default agent reached the handler of the route its event kind and its call's developer give, and no other"},
+	{KindClaim, "Claim", "each request reached the agent of its call's claimant (the developer its first event names), or the default agent when nobody claims it, and no other"},
+	{KindClaim, "ClaimStore", "each agent's store holds only the calls of its own seat"},
 }
 
 // ruleLost2xx — no loss, handler half: every delivery a sender was answered
@@ -362,20 +366,21 @@ type accept struct {
 }
 
 // ruleOrder — order, in real time: for deliveries A and B of one tunnel
-// whose first copies reached one route's handler, both accepted (answered
-// 2xx or 202), if A's accepting answer (its first 2xx) came before B was
-// sent, that handler's first copy of A precedes its first copy of B: queued
-// before live, and within a call, where the sender sends an event once the
-// one before was accepted, in the order sent. Each route's handler gets its
-// events in order; a slow handler of one route holds up no other, so two
-// routes' requests may pass each other (a run without routes is one). "B was sent" is the earliest attempt of B
-// that could have brought its first copy (couldCause): an attempt stuck
-// without an answer since before A was accepted may rightly arrive first.
-// A B whose first copy no attempt accounts for is left to
-// ruleDeliveredAfterRefusal. One violation per B, naming the A whose first
-// copy came last.
+// whose first copies reached one handler (a route's of one agent), both
+// accepted (answered 2xx or 202), if A's accepting answer (its first 2xx)
+// came before B was sent, that handler's first copy of A precedes its
+// first copy of B: queued before live, and within a call, where the sender
+// sends an event once the one before was accepted, in the order sent. Each
+// handler gets its events in order; a slow handler of one route, or an
+// agent away, holds up no other, so two handlers' requests may pass each
+// other (a run without routes or claimants has one). "B was sent" is the
+// earliest attempt of B that could have brought its first copy
+// (couldCause): an attempt stuck without an answer since before A was
+// accepted may rightly arrive first. A B whose first copy no attempt
+// accounts for is left to ruleDeliveredAfterRefusal. One violation per B,
+// naming the A whose first copy came last.
 func ruleOrder(ix *index) []Violation {
-	type line struct{ tunnel, route string }
+	type line struct{ tunnel, seat, route string }
 	byLine := map[line][]accept{}
 	for _, d := range ix.order {
 		a := ix.accepted(d)
@@ -388,7 +393,7 @@ func ruleOrder(ix *index) []Violation {
 			continue
 		}
 		s := ix.h.Sends[a]
-		l := line{s.Tunnel, ix.h.Handler[first].Route}
+		l := line{s.Tunnel, ix.h.Handler[first].Seat, ix.h.Handler[first].Route}
 		byLine[l] = append(byLine[l], accept{d: d, at: s.AnsweredAt, sent: sent,
 			firstPos: first, firstAt: ix.h.Handler[first].ReceivedAt})
 	}

@@ -27,6 +27,10 @@
 //   - With a route file (Meta.Routes), a handler server per route and one
 //     for the default, each copy naming the route whose server got it; a
 //     send names the developer its event's body carried, if any.
+//   - With claimant agents (Meta.Claimants), each claimant's own handler
+//     server and store: a copy names the claimant whose server got it, a
+//     capture the claimant whose store held it (neither names one for the
+//     token's default agent, the one with the route file).
 package history
 
 import (
@@ -82,7 +86,24 @@ type Meta struct {
 	// run without a route file (the checker's route rule then has nothing
 	// to check).
 	Routes []Route `json:"routes,omitempty"`
+	// Claimants are the agents that share the token with the default one,
+	// each claiming the calls of a developer; none for a run with one
+	// agent (the checker's claim rules then have nothing to check).
+	Claimants []Claimant `json:"claimants,omitempty"`
 }
+
+// Claimant is one agent that claims a developer's calls on the shared
+// token (calltap listen --claim call.variables.developer=Developer).
+type Claimant struct {
+	// Name names the agent ("alice"): its process is "agent-<name>" in
+	// faults, and copies and captures name it as their seat.
+	Name      string `json:"name"`
+	Developer string `json:"developer"`
+}
+
+// ClaimantProc is the process name of claimant name's agent, as fault
+// targets name it; the default agent's is "agent".
+func ClaimantProc(name string) string { return "agent-" + name }
 
 // DefaultRoute is the name calltap gives a request no route took: it goes
 // to --forward-to.
@@ -145,7 +166,10 @@ type Copy struct {
 	Seq        int    `json:"seq"`
 	// Route names the handler server that got the copy: a route of
 	// Meta.Routes, or DefaultRoute; empty in a run without a route file.
-	Route      string `json:"route,omitempty"`
+	Route string `json:"route,omitempty"`
+	// Seat names the claimant (Meta.Claimants) whose agent's server got
+	// the copy; empty for the token's default agent.
+	Seat       string `json:"seat,omitempty"`
 	BodySHA256 string `json:"body_sha256"`
 	// Status and AnswerBody are what the handler answered; the body names
 	// the delivery id and a per-copy counter, so that a sender's 2xx body
@@ -168,7 +192,7 @@ type Fault struct {
 	Detail string `json:"detail"`
 }
 
-// Capture is one capture of the agent's store, read after the run drained:
+// Capture is one capture of an agent's store, read after the run drained:
 // a line of store.jsonl.
 type Capture struct {
 	CaptureID  string `json:"capture_id"`
@@ -188,6 +212,9 @@ type Capture struct {
 	// first format note; added so that the checker can tell an interrupted
 	// capture from a failed one when State is the store's plain "failed".
 	Error string `json:"error,omitempty"`
+	// Seat names the claimant (Meta.Claimants) whose agent's store held
+	// the capture; empty for the token's default agent.
+	Seat string `json:"seat,omitempty"`
 }
 
 // History is a whole run, as read back from its folder.
