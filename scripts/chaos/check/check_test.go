@@ -526,6 +526,16 @@ func TestCheck(t *testing.T) {
 				send("d3", 1, 3, 5.5, 202, queued202, "").of("d3", "call.started", "c-alice", "alice").
 				copy("d3", 6.1, 1).capture("p3", "d3", 3.005, "delivered", 200, "").seat("d3", "alice"),
 			nil},
+		{"claims: ... and so while her link to the relay is slowed past the relay's 3 s for a pong",
+			clean().claimed().fault(history.FaultNetSlow, "agent-alice->relay-0", 2.5, 6).
+				send("d3", 1, 3, 5.5, 202, queued202, "").of("d3", "call.started", "c-alice", "alice").
+				copy("d3", 6.1, 1).capture("p3", "d3", 3.005, "delivered", 200, "").seat("d3", "alice"),
+			nil},
+		{"claims: ... but not while bob's link was the slowed one",
+			clean().claimed().fault(history.FaultNetSlow, "agent-bob->relay-0", 2.5, 6).
+				send("d3", 1, 3, 5.5, 202, queued202, "").of("d3", "call.started", "c-alice", "alice").
+				copy("d3", 6.1, 1).capture("p3", "d3", 3.005, "delivered", 200, "").seat("d3", "alice"),
+			[]string{"DeliveredAfterRefusal"}},
 		{"claims: ... but not while another agent (bob's) was the one frozen",
 			clean().claimed().fault(history.FaultSigstop, "agent-bob", 2.5, 6).
 				send("d3", 1, 3, 5.5, 202, queued202, "").of("d3", "call.started", "c-alice", "alice").

@@ -211,11 +211,14 @@ func (ix *index) couldCause(i, ci int) bool {
 	return !toldFailed(s) || s.AnsweredAt+stampSlack >= c.ReceivedAt
 }
 
-// frozenAt reports whether the agent whose handler got copy ci was frozen
-// (SIGSTOP) when send i was answered. The relay takes a frozen agent for
+// frozenAt reports whether the agent whose handler got copy ci could have
+// been taken for frozen when send i was answered: it was stopped
+// (SIGSTOP), or its link to the relay slowed or black-holed, so that its
+// pongs were late by the relay's 3 s. The relay takes such an agent for
 // away: the requests in flight to it are answered 202 and queued, yet the
-// agent, woken, gets what it was sent before it froze first, live, each
-// once (calltap help stopping).
+// agent gets what it was sent before first, live, each once (calltap help
+// stopping). A slowed link holds what it carries for a while after it
+// heals: the verdict may come up to pongSlack later.
 func (ix *index) frozenAt(i, ci int) bool {
 	proc := "agent"
 	if seat := ix.h.Handler[ci].Seat; seat != "" {
@@ -223,9 +226,25 @@ func (ix *index) frozenAt(i, ci int) bool {
 	}
 	at := ix.h.Sends[i].AnsweredAt
 	for _, f := range ix.h.Faults {
-		if f.Kind == history.FaultSigstop && f.Target == proc && f.Start <= at && (f.End == 0 || at <= f.End) {
+		if silences(f, proc) && f.Start <= at && (f.End == 0 || at <= f.End+int64(pongSlack)) {
 			return true
 		}
+	}
+	return false
+}
+
+// pongSlack is how long after a slowed link heals a pong it held may still
+// be on its way: the longest delay the nemesis sets each way, twice.
+const pongSlack = 6 * time.Second
+
+// silences reports whether fault f can keep agent proc's pongs from the
+// relay: proc stopped, or its links to the relay slowed or black-holed.
+func silences(f history.Fault, proc string) bool {
+	switch f.Kind {
+	case history.FaultSigstop:
+		return f.Target == proc
+	case history.FaultNetSlow, history.FaultNetCut:
+		return strings.HasPrefix(f.Target, proc+"->relay")
 	}
 	return false
 }
