@@ -116,6 +116,7 @@ type Agent struct {
 	loader    captureLoader                 // reads a saved request back for its turn: store (a test's by NewLoadingThrough); set by New, then read-only
 	forwardTo *url.URL                      // nil when no local handler is configured; read-only
 	client    *http.Client                  // https targets; read-only
+	liveSaved liveSaved                     // relay ids of live captures committed lately (livecopy.go)
 	handler   *handlerClient                // http targets: the local handler, usually; read-only
 	log       *slog.Logger                  // read-only
 	notifyMu  sync.Mutex                    // serialises OnEvent

@@ -201,6 +201,9 @@ func (a *Agent) committedInsert(c *agentdb.Capture, w agentdb.Written) {
 	if w.Redelivered {
 		return
 	}
+	if c.RelayID != "" && !c.Queued {
+		a.liveSaved.add(c.RelayID)
+	}
 	a.publish(Event{Capture: c})
 	if a.media != nil {
 		a.media.SaveCapture(c) // returns at once

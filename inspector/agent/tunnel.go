@@ -35,6 +35,14 @@ import (
 // (turnLoop); so is a live request that arrives while any request before
 // it still waits for the handler (planInTurn).
 func (a *Agent) ServeTunnel(req *wire.Request, s *tunnel.Stream) {
+	if req.Queued && a.liveSaved.has(req.ID) {
+		// A copy the relay queued of a live request saved here already
+		// (livecopy.go): saved, and handed to the handler once.
+		a.log.Debug("the relay's queued copy of a request saved live already; acknowledged, not sent again", "relay_id", req.ID)
+		s.Ack()
+		s.Release()
+		return
+	}
 	c := a.newCapture(SourceTunnel, req.Method, req.URI, req.Header, req.Body)
 	c.RelayID = req.ID
 	x := &exchange{s: s, c: c, h: req.Header, id: c.ID, arrivedAt: time.UnixMicro(req.ArrivedAt).UTC(), route: c.Route}
