@@ -9,6 +9,7 @@ package claim
 import (
 	"encoding/json"
 	"strings"
+	"unicode/utf8"
 )
 
 // CallIDPath is where an event carries its call's id.
@@ -87,7 +88,7 @@ func member(obj []byte, key string) ([]byte, bool) {
 // keyIs reports whether the quoted JSON string k is key.
 func keyIs(k []byte, key string) bool {
 	raw := k[1 : len(k)-1]
-	if !strings.ContainsRune(string(raw), '\\') {
+	if plainText(raw) {
 		return string(raw) == key
 	}
 	var s string
@@ -102,7 +103,7 @@ func scalar(v []byte) (string, bool) {
 	if v[0] != '"' {
 		return string(v), true
 	}
-	if raw := v[1 : len(v)-1]; !strings.ContainsRune(string(raw), '\\') {
+	if raw := v[1 : len(v)-1]; plainText(raw) {
 		return string(raw), true
 	}
 	var s string
@@ -110,6 +111,12 @@ func scalar(v []byte) (string, bool) {
 		return "", false
 	}
 	return s, true
+}
+
+// plainText reports whether a JSON string's raw bytes are its text: no
+// escape, and valid UTF-8 (encoding/json reads an invalid byte as U+FFFD).
+func plainText(raw []byte) bool {
+	return !strings.ContainsRune(string(raw), '\\') && utf8.Valid(raw)
 }
 
 // skipString returns the index after the string starting at b[i].
