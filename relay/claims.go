@@ -86,7 +86,7 @@ func (s *Server) seatOf(ctx context.Context, base *tunnel, req *wire.Request) (*
 		if touch {
 			s.touchCall(ctx, base, callID, id, now)
 		}
-		return s.seatNamed(ctx, base, id), nil
+		return s.callSeat(ctx, base, callID, id, now), nil
 	}
 	id, err := s.cfg.Store.CallSeat(ctx, base.id, callID)
 	if errors.Is(err, relaystate.ErrNotFound) {
@@ -101,7 +101,18 @@ func (s *Server) seatOf(ctx context.Context, base *tunnel, req *wire.Request) (*
 		return nil, api.Errorf(http.StatusServiceUnavailable, api.CodeUnavailable, "the relay could not read which agent this call belongs to; retry")
 	}
 	s.calls.put(base.id, callID, id, now)
-	return s.seatNamed(ctx, base, id), nil
+	return s.callSeat(ctx, base, callID, id, now), nil
+}
+
+// callSeat is seatNamed for a call remembered for seat id. A call whose
+// seat was released goes to the default from then on, and the cache says
+// so: its later events do not look the registry up again each.
+func (s *Server) callSeat(ctx context.Context, base *tunnel, callID, id string, now time.Time) *tunnel {
+	st := s.seatNamed(ctx, base, id)
+	if st == base && id != base.id {
+		s.calls.put(base.id, callID, base.id, now)
+	}
+	return st
 }
 
 // seatNamed returns base's seat id: one another node registered a moment
@@ -213,15 +224,8 @@ func (s *Server) registerSeat(ctx context.Context, hs *handshake) (*tunnel, *api
 // registration's: a seat registered before, and new to this node, must be
 // ordered here as on every other node.
 func (s *Server) registeredAt(ctx context.Context, rec *relaystate.Claimant) {
-	recs, err := s.cfg.Store.Claimants(ctx)
-	if err != nil {
-		return
-	}
-	for _, r := range recs {
-		if r.Seat == rec.Seat {
-			rec.CreatedAt = r.CreatedAt
-			return
-		}
+	if r, err := s.registered(ctx, rec.Seat); err == nil && r != nil {
+		rec.CreatedAt = r.CreatedAt
 	}
 }
 
